@@ -1,0 +1,499 @@
+//! JSON-RPC 2.0 framing: one parse at the edge into [`Incoming`], and direct serialization of
+//! outgoing messages into bytes.
+//!
+//! Parameters and results stay [`RawValue`]s here: the method handler deserializes them into
+//! its own typed struct, so a message is walked once by the envelope parser and once by the
+//! handler, never through a `serde_json::Value`.
+
+use crate::error::{code, ErrorObject};
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+use std::fmt;
+use std::sync::Arc;
+
+/// The JSON-RPC version string every message carries.
+pub const JSONRPC_VERSION: &str = "2.0";
+
+/// A request id: a number or a string (never null in MCP).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RequestId {
+    /// A numeric id.
+    Number(i64),
+    /// A string id.
+    String(Arc<str>),
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestId::Number(n) => write!(f, "{n}"),
+            RequestId::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl From<i64> for RequestId {
+    fn from(n: i64) -> Self {
+        RequestId::Number(n)
+    }
+}
+
+impl From<&str> for RequestId {
+    fn from(s: &str) -> Self {
+        RequestId::String(s.into())
+    }
+}
+
+impl Serialize for RequestId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RequestId::Number(n) => s.serialize_i64(*n),
+            RequestId::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct IdVisitor;
+        impl Visitor<'_> for IdVisitor {
+            type Value = RequestId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or integer request id")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RequestId, E> {
+                Ok(RequestId::Number(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RequestId, E> {
+                i64::try_from(v)
+                    .map(RequestId::Number)
+                    .map_err(|_| E::custom("request id out of range"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RequestId, E> {
+                Ok(RequestId::String(v.into()))
+            }
+        }
+        d.deserialize_any(IdVisitor)
+    }
+}
+
+/// A request: it expects exactly one response with the same id.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The id the response must carry.
+    pub id: RequestId,
+    /// The method name.
+    pub method: String,
+    /// The raw params, when present.
+    pub params: Option<Box<RawValue>>,
+}
+
+/// A notification: no id, no response.
+#[derive(Debug, Clone)]
+pub struct Notification {
+    /// The method name.
+    pub method: String,
+    /// The raw params, when present.
+    pub params: Option<Box<RawValue>>,
+}
+
+/// A successful response to a request we sent.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The id of our request.
+    pub id: RequestId,
+    /// The raw result.
+    pub result: Box<RawValue>,
+}
+
+/// An error response; `id` is `None` when the peer could not read our request's id.
+#[derive(Debug, Clone)]
+pub struct ErrorResponse {
+    /// The id of our request, if known.
+    pub id: Option<RequestId>,
+    /// The error.
+    pub error: ErrorObject,
+}
+
+/// Any JSON-RPC message, classified.
+#[derive(Debug, Clone)]
+pub enum Incoming {
+    /// A request.
+    Request(Request),
+    /// A notification.
+    Notification(Notification),
+    /// A result response.
+    Response(Response),
+    /// An error response.
+    Error(ErrorResponse),
+}
+
+/// A message that could not be accepted: the error to answer with, and the id to answer to
+/// (`None` answers with `"id": null`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{error}")]
+pub struct Rejected {
+    /// The id recovered from the message, if any.
+    pub id: Option<RequestId>,
+    /// -32700 or -32600.
+    pub error: ErrorObject,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    jsonrpc: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Box<RawValue>>,
+    #[serde(default)]
+    method: Option<Box<RawValue>>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<Box<RawValue>>,
+}
+
+/// Keeps an explicit `null` as `Some("null")`, so `"id": null` is told apart from no id.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// The deepest nesting of arrays and objects a message may have. serde_json skips over raw
+/// values without counting depth, so the edge counts it once, cheaply, before parsing.
+pub const MAX_DEPTH: usize = 128;
+
+fn too_deep(bytes: &[u8]) -> bool {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_str {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Parses one message. Invalid JSON (including nesting past serde_json's recursion limit) is
+/// -32700; valid JSON that is not a single JSON-RPC 2.0 message object is -32600.
+pub fn parse(bytes: &[u8]) -> Result<Incoming, Rejected> {
+    if too_deep(bytes) {
+        return Err(Rejected {
+            id: None,
+            error: ErrorObject::parse_error(format_args!(
+                "nesting deeper than {MAX_DEPTH} levels"
+            )),
+        });
+    }
+    let env: Envelope = match serde_json::from_slice(bytes) {
+        Ok(env) => env,
+        Err(e) if e.is_data() => {
+            // Valid JSON of the wrong shape: an array (batch), a scalar, wrong field types.
+            let what = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+                Some(b'[') => "batches (JSON arrays) are not supported; send one message object".into(),
+                Some(b'{') => format!("not a JSON-RPC message: {e}"),
+                _ => "a JSON-RPC message must be a JSON object".into(),
+            };
+            return Err(Rejected {
+                id: None,
+                error: ErrorObject::invalid_request(what),
+            });
+        }
+        Err(e) => {
+            return Err(Rejected {
+                id: None,
+                error: ErrorObject::parse_error(e),
+            })
+        }
+    };
+    classify(env)
+}
+
+fn invalid(id: Option<RequestId>, msg: impl Into<std::borrow::Cow<'static, str>>) -> Rejected {
+    Rejected {
+        id,
+        error: ErrorObject::invalid_request(msg),
+    }
+}
+
+fn classify(env: Envelope) -> Result<Incoming, Rejected> {
+    // Recover the id first so every later complaint can be addressed to it.
+    let id = match &env.id {
+        None => None,
+        Some(raw) if raw.get() == "null" => {
+            return Err(invalid(None, "request id must be a string or an integer, not null"))
+        }
+        Some(raw) => match serde_json::from_str::<RequestId>(raw.get()) {
+            Ok(id) => Some(id),
+            Err(_) => return Err(invalid(None, "request id must be a string or an integer")),
+        },
+    };
+    match env.jsonrpc.as_deref().map(RawValue::get) {
+        Some("\"2.0\"") => {}
+        Some(_) => return Err(invalid(id, "the \"jsonrpc\" member must be exactly \"2.0\"")),
+        None => return Err(invalid(id, "missing \"jsonrpc\": \"2.0\"")),
+    }
+    if let Some(method) = env.method {
+        let method: String = serde_json::from_str(method.get())
+            .map_err(|_| invalid(id.clone(), "\"method\" must be a string"))?;
+        if let Some(p) = &env.params {
+            let first = p.get().as_bytes().first();
+            if !matches!(first, Some(b'{') | Some(b'[')) {
+                return Err(invalid(id, "\"params\" must be an object"));
+            }
+        }
+        return Ok(match id {
+            Some(id) => Incoming::Request(Request {
+                id,
+                method,
+                params: env.params,
+            }),
+            None => Incoming::Notification(Notification {
+                method,
+                params: env.params,
+            }),
+        });
+    }
+    match (env.result, env.error) {
+        (Some(result), None) => match id {
+            Some(id) => Ok(Incoming::Response(Response { id, result })),
+            None => Err(invalid(None, "a response needs an id")),
+        },
+        (None, Some(error)) => {
+            let error: ErrorObject = serde_json::from_str(error.get())
+                .map_err(|e| invalid(id.clone(), format!("malformed error object: {e}")))?;
+            Ok(Incoming::Error(ErrorResponse { id, error }))
+        }
+        _ => Err(invalid(
+            id,
+            "not a request, notification or response: needs \"method\", or exactly one of \"result\" and \"error\"",
+        )),
+    }
+}
+
+/// Starts `{"jsonrpc":"2.0","id":<id>,` in `buf`.
+fn open_with_id(buf: &mut Vec<u8>, id: Option<&RequestId>) {
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    match id {
+        Some(RequestId::Number(n)) => {
+            use std::io::Write;
+            let _ = write!(buf, "{n}");
+        }
+        Some(RequestId::String(s)) => {
+            // Strings serialize infallibly into a Vec.
+            let _ = serde_json::to_writer(&mut *buf, &**s);
+        }
+        None => buf.extend_from_slice(b"null"),
+    }
+}
+
+/// Appends a success response whose result is already serialized (`result` is a JSON object).
+///
+/// With `result_type` set, `"resultType":<it>` is spliced in as the result's first member, as
+/// the modern generation requires of every result; legacy results go out unchanged.
+pub fn write_result(
+    buf: &mut Vec<u8>,
+    id: &RequestId,
+    result: &[u8],
+    result_type: Option<&str>,
+) {
+    open_with_id(buf, Some(id));
+    buf.extend_from_slice(b",\"result\":");
+    match (result_type, result.split_first()) {
+        (Some(rt), Some((b'{', rest))) => {
+            buf.extend_from_slice(b"{\"resultType\":\"");
+            buf.extend_from_slice(rt.as_bytes());
+            buf.push(b'"');
+            if rest.first() != Some(&b'}') {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(rest);
+        }
+        _ => buf.extend_from_slice(result),
+    }
+    buf.push(b'}');
+}
+
+/// Serializes a success response to a fresh buffer; see [`write_result`].
+pub fn result_bytes<T: Serialize + ?Sized>(
+    id: &RequestId,
+    result: &T,
+    result_type: Option<&str>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let body = serde_json::to_vec(result)?;
+    let mut buf = Vec::with_capacity(body.len() + 64);
+    write_result(&mut buf, id, &body, result_type);
+    Ok(buf)
+}
+
+/// Serializes an error response.
+pub fn error_bytes(id: Option<&RequestId>, error: &ErrorObject) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(128);
+    open_with_id(&mut buf, id);
+    buf.extend_from_slice(b",\"error\":");
+    if serde_json::to_writer(&mut buf, error).is_err() {
+        buf.extend_from_slice(b"{\"code\":-32603,\"message\":\"unserializable error\"}");
+    }
+    buf.push(b'}');
+    buf
+}
+
+/// Serializes a notification.
+pub fn notification_bytes<P: Serialize + ?Sized>(
+    method: &str,
+    params: &P,
+) -> Result<Vec<u8>, serde_json::Error> {
+    #[derive(Serialize)]
+    struct N<'a, P: ?Sized> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        params: &'a P,
+    }
+    serde_json::to_vec(&N {
+        jsonrpc: JSONRPC_VERSION,
+        method,
+        params,
+    })
+}
+
+/// Serializes a request.
+pub fn request_bytes<P: Serialize + ?Sized>(
+    id: &RequestId,
+    method: &str,
+    params: &P,
+) -> Result<Vec<u8>, serde_json::Error> {
+    #[derive(Serialize)]
+    struct R<'a, P: ?Sized> {
+        jsonrpc: &'static str,
+        id: &'a RequestId,
+        method: &'a str,
+        params: &'a P,
+    }
+    serde_json::to_vec(&R {
+        jsonrpc: JSONRPC_VERSION,
+        id,
+        method,
+        params,
+    })
+}
+
+/// Deserializes a request's params into `T`, treating absent params as `{}`. A failure is a
+/// -32602 naming the problem.
+pub fn params<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Result<T, ErrorObject> {
+    let text = raw.map(RawValue::get).unwrap_or("{}");
+    serde_json::from_str(text).map_err(|e| {
+        ErrorObject::new(code::INVALID_PARAMS, format!("Invalid params: {e}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code_of(input: &str) -> i32 {
+        parse(input.as_bytes()).unwrap_err().error.code
+    }
+
+    #[test]
+    fn invalid_json_is_a_parse_error() {
+        assert_eq!(code_of("{\"jsonrpc\": \"2.0\","), code::PARSE_ERROR);
+        assert_eq!(code_of("not json"), code::PARSE_ERROR);
+    }
+
+    #[test]
+    fn deep_nesting_is_rejected_without_overflowing_the_stack() {
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{{\"a\":{}{}}}}}",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        assert_eq!(code_of(&deep), code::PARSE_ERROR);
+    }
+
+    #[test]
+    fn arrays_scalars_and_wrong_versions_are_invalid_requests() {
+        assert_eq!(code_of("[]"), code::INVALID_REQUEST);
+        assert_eq!(code_of("42"), code::INVALID_REQUEST);
+        assert_eq!(code_of("\"x\""), code::INVALID_REQUEST);
+        assert_eq!(
+            code_of(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#),
+            code::INVALID_REQUEST
+        );
+        assert_eq!(
+            code_of(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#),
+            code::INVALID_REQUEST
+        );
+        assert_eq!(
+            code_of(r#"{"jsonrpc":"2.0","id":1,"method":7}"#),
+            code::INVALID_REQUEST
+        );
+    }
+
+    #[test]
+    fn wrong_version_keeps_the_id_for_the_answer() {
+        let r = parse(br#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#).unwrap_err();
+        assert_eq!(r.id, Some(RequestId::from("a")));
+    }
+
+    #[test]
+    fn messages_are_classified() {
+        assert!(matches!(
+            parse(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            Ok(Incoming::Request(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Incoming::Notification(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Ok(Incoming::Response(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#),
+            Ok(Incoming::Error(_))
+        ));
+    }
+
+    #[test]
+    fn result_type_is_spliced_into_modern_results_only() {
+        let id = RequestId::Number(3);
+        let mut buf = Vec::new();
+        write_result(&mut buf, &id, b"{\"a\":1}", Some("complete"));
+        assert_eq!(
+            std::str::from_utf8(&buf).unwrap(),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"resultType":"complete","a":1}}"#
+        );
+        buf.clear();
+        write_result(&mut buf, &id, b"{}", Some("complete"));
+        assert_eq!(
+            std::str::from_utf8(&buf).unwrap(),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"resultType":"complete"}}"#
+        );
+        buf.clear();
+        write_result(&mut buf, &id, b"{}", None);
+        assert_eq!(
+            std::str::from_utf8(&buf).unwrap(),
+            r#"{"jsonrpc":"2.0","id":3,"result":{}}"#
+        );
+    }
+}
