@@ -1,0 +1,544 @@
+//! The Connection actor: one per stdio or in-memory connection (and per legacy HTTP session).
+//!
+//! It owns what lives as long as the connection: the legacy lifecycle (nothing but
+//! `initialize` and `ping` before `initialize`), the negotiated version, the caller's
+//! capabilities, the log level, resource subscriptions, the in-flight table that cancellation
+//! looks requests up in, and the pending replies of requests we sent to the client. Each
+//! request is checked here (era, `_meta`, lifecycle) and cast straight to its handler actor
+//! with a [`Reply`] that writes to the connection's sink.
+
+use crate::context::{Caller, Channel, ContextInner, LogLevelCell, RequestContext, Round};
+use crate::event_bus::{next_listener_id, BusMsg, Filter, Listener, ListenerId};
+use crate::middleware::{RequestInfo, Watch};
+use crate::outbound::Outbound;
+use crate::reply::{InflightRelease, Reply};
+use crate::router::route;
+use crate::server::ServerCore;
+use crate::sink::Sink;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolyard_proto::jsonrpc::{self, Incoming, Notification, Rejected, Request};
+use toolyard_proto::{
+    ClientCapabilities, ErrorObject, Implementation, InitializeResult, LoggingLevel,
+    ProtocolVersion, RequestId, RequestMeta,
+};
+
+/// Messages of a Connection.
+#[derive(Debug)]
+pub(crate) enum ConnMsg {
+    /// A parsed message from the client.
+    Inbound(Incoming),
+    /// A message that failed to parse; answer with its error.
+    Rejected(Rejected),
+    /// The transport closed: cancel everything and stop.
+    Closed,
+}
+
+pub(crate) struct Connection;
+
+/// What the connection needs to start.
+pub(crate) struct ConnectionArgs {
+    pub(crate) core: Arc<ServerCore>,
+    pub(crate) sink: Sink,
+    pub(crate) session_id: Option<Arc<str>>,
+    pub(crate) principal: Option<Arc<str>>,
+}
+
+/// The in-flight requests of a connection, by id.
+#[derive(Default)]
+pub(crate) struct Inflight(Mutex<HashMap<RequestId, CancellationToken>>);
+
+impl Inflight {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl InflightRelease for Inflight {
+    fn release(&self, id: &RequestId) {
+        self.table().remove(id);
+    }
+}
+
+enum Phase {
+    /// No `initialize` yet.
+    Fresh,
+    /// Legacy session negotiated.
+    Legacy(ProtocolVersion),
+}
+
+pub(crate) struct ConnState {
+    core: Arc<ServerCore>,
+    sink: Sink,
+    phase: Phase,
+    caller: Arc<Caller>,
+    principal: Option<Arc<str>>,
+    session_id: Option<Arc<str>>,
+    inflight: Arc<Inflight>,
+    outbound: Arc<Outbound>,
+    log_level: Arc<LogLevelCell>,
+    closing: CancellationToken,
+    listener: Option<ListenerId>,
+    listens: HashMap<RequestId, ListenerId>,
+}
+
+#[derive(Deserialize, Default)]
+struct Head {
+    #[serde(rename = "_meta", default)]
+    meta: Option<RequestMeta>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams {
+    protocol_version: String,
+    #[serde(default)]
+    capabilities: ClientCapabilities,
+    #[serde(default)]
+    client_info: Option<Implementation>,
+}
+
+#[derive(Deserialize)]
+struct SetLevelParams {
+    level: LoggingLevel,
+}
+
+#[derive(Deserialize)]
+struct UriParams {
+    uri: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CancelledParams {
+    request_id: RequestId,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ListenFilter {
+    #[serde(default)]
+    tools_list_changed: Option<bool>,
+    #[serde(default)]
+    prompts_list_changed: Option<bool>,
+    #[serde(default)]
+    resources_list_changed: Option<bool>,
+    #[serde(default)]
+    resource_subscriptions: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct ListenParams {
+    #[serde(default)]
+    notifications: ListenFilter,
+}
+
+/// Methods that only exist in the legacy generation: 2026-07-28 removed them.
+const REMOVED_IN_MODERN: &[&str] = &[
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tasks/list",
+    "tasks/result",
+];
+
+/// Methods that only exist in the modern generation.
+const MODERN_ONLY: &[&str] = &["server/discover", "subscriptions/listen"];
+
+impl Actor for Connection {
+    type Msg = ConnMsg;
+    type State = ConnState;
+    type Arguments = ConnectionArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ConnMsg>,
+        args: ConnectionArgs,
+    ) -> Result<ConnState, ActorProcessingErr> {
+        Ok(ConnState {
+            outbound: Arc::new(Outbound::new(args.core.limits.client_request_timeout)),
+            caller: Arc::new(Caller {
+                principal: args.principal.clone(),
+                ..Caller::default()
+            }),
+            core: args.core,
+            sink: args.sink,
+            phase: Phase::Fresh,
+            principal: args.principal,
+            session_id: args.session_id,
+            inflight: Arc::default(),
+            log_level: Arc::default(),
+            closing: CancellationToken::new(),
+            listener: None,
+            listens: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ConnMsg>,
+        msg: ConnMsg,
+        state: &mut ConnState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ConnMsg::Inbound(Incoming::Request(req)) => state.request(req),
+            ConnMsg::Inbound(Incoming::Notification(n)) => state.notification(n),
+            ConnMsg::Inbound(Incoming::Response(r)) => {
+                if !state.outbound.resolve(&r.id, Ok(r.result)) {
+                    tracing::debug!(id = %r.id, "response to an unknown request ignored");
+                }
+            }
+            ConnMsg::Inbound(Incoming::Error(e)) => match e.id {
+                Some(id) => {
+                    state.outbound.resolve(&id, Err(e.error));
+                }
+                None => tracing::warn!(error = %e.error, "client reported an error"),
+            },
+            ConnMsg::Rejected(r) => {
+                state
+                    .sink
+                    .send(jsonrpc::error_bytes(r.id.as_ref(), &r.error));
+            }
+            ConnMsg::Closed => myself.stop(Some("transport closed".into())),
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<ConnMsg>,
+        state: &mut ConnState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.closing.cancel();
+        state.outbound.fail_all();
+        let bus = &state.core.routes().bus;
+        for id in state.listener.iter().chain(state.listens.values()) {
+            let _ = bus.cast(BusMsg::Unlisten(*id));
+        }
+        Ok(())
+    }
+}
+
+impl ConnState {
+    fn error(&self, id: &RequestId, e: ErrorObject) {
+        self.sink.send(jsonrpc::error_bytes(Some(id), &e));
+    }
+
+    fn ok<T: serde::Serialize>(&self, id: &RequestId, result: &T, modern: bool) {
+        if let Ok(b) = jsonrpc::result_bytes(id, result, modern.then_some("complete")) {
+            self.sink.send(b);
+        }
+    }
+
+    fn request(&mut self, req: Request) {
+        let head: Head = match jsonrpc::params(req.params.as_deref()) {
+            Ok(h) => h,
+            Err(e) => return self.error(&req.id, e),
+        };
+        let meta = head.meta.unwrap_or_default();
+        match meta.protocol_version.as_deref() {
+            Some(v) => self.modern(req, v.to_owned(), meta),
+            None => self.legacy(req, meta),
+        }
+    }
+
+    fn legacy(&mut self, req: Request, meta: RequestMeta) {
+        let method = req.method.as_str();
+        match (&self.phase, method) {
+            (_, "ping") => return self.ok(&req.id, &serde_json::json!({}), false),
+            (_, "initialize") => return self.initialize(req),
+            (Phase::Fresh, m) if MODERN_ONLY.contains(&m) => {
+                return self.error(
+                    &req.id,
+                    ErrorObject::invalid_params(format!(
+                        "`{m}` needs `_meta` with `{}` (protocol 2026-07-28)",
+                        toolyard_proto::meta::PROTOCOL_VERSION
+                    )),
+                )
+            }
+            (Phase::Fresh, _) => {
+                return self.error(
+                    &req.id,
+                    ErrorObject::invalid_params(format!(
+                        "`{method}` before `initialize`: send `initialize` first (legacy), or \
+                         put `{}` in `_meta` (protocol 2026-07-28)",
+                        toolyard_proto::meta::PROTOCOL_VERSION
+                    )),
+                )
+            }
+            (Phase::Legacy(_), m) if MODERN_ONLY.contains(&m) => {
+                return self.error(&req.id, ErrorObject::method_not_found(m))
+            }
+            _ => {}
+        }
+        let Phase::Legacy(version) = self.phase else {
+            return;
+        };
+        match method {
+            "logging/setLevel" => match jsonrpc::params::<SetLevelParams>(req.params.as_deref()) {
+                Ok(p) => {
+                    self.log_level.set(p.level);
+                    self.ok(&req.id, &serde_json::json!({}), false)
+                }
+                Err(e) => self.error(&req.id, e),
+            },
+            "resources/subscribe" | "resources/unsubscribe" => {
+                match jsonrpc::params::<UriParams>(req.params.as_deref()) {
+                    Ok(p) => {
+                        let id = self.ensure_listener();
+                        let msg = if method == "resources/subscribe" {
+                            BusMsg::Subscribe(id, p.uri)
+                        } else {
+                            BusMsg::Unsubscribe(id, p.uri)
+                        };
+                        let _ = self.core.routes().bus.cast(msg);
+                        self.ok(&req.id, &serde_json::json!({}), false)
+                    }
+                    Err(e) => self.error(&req.id, e),
+                }
+            }
+            _ => {
+                let channel = Channel::Legacy {
+                    outbound: self.outbound.clone(),
+                    log_level: self.log_level.clone(),
+                };
+                self.dispatch(req, version, self.caller.clone(), channel, meta, false)
+            }
+        }
+    }
+
+    fn initialize(&mut self, req: Request) {
+        let p: InitializeParams = match jsonrpc::params(req.params.as_deref()) {
+            Ok(p) => p,
+            Err(e) => return self.error(&req.id, e),
+        };
+        let version = ProtocolVersion::negotiate_legacy(&p.protocol_version);
+        self.caller = Arc::new(Caller {
+            capabilities: p.capabilities,
+            info: p.client_info,
+            principal: self.principal.clone(),
+        });
+        self.phase = Phase::Legacy(version);
+        self.ensure_listener();
+        let result = InitializeResult {
+            protocol_version: version.as_str().to_owned(),
+            capabilities: self.core.capabilities.clone(),
+            server_info: self.core.info.clone(),
+            instructions: self.core.instructions.clone(),
+            result_type: None,
+            meta: None,
+        };
+        self.ok(&req.id, &result, false)
+    }
+
+    /// A legacy connection listens for every list change it was promised in capabilities.
+    fn ensure_listener(&mut self) -> ListenerId {
+        if let Some(id) = self.listener {
+            return id;
+        }
+        let id = next_listener_id();
+        let caps = &self.core.capabilities;
+        let filter = Filter {
+            tools: caps.tools.as_ref().and_then(|c| c.list_changed) == Some(true),
+            prompts: caps.prompts.as_ref().and_then(|c| c.list_changed) == Some(true),
+            resources: caps.resources.as_ref().and_then(|c| c.list_changed) == Some(true),
+            resource_uris: Default::default(),
+        };
+        let _ = self.core.routes().bus.cast(BusMsg::Listen(
+            id,
+            Listener {
+                sink: self.sink.clone(),
+                filter,
+                subscription_id: None,
+            },
+        ));
+        self.listener = Some(id);
+        id
+    }
+
+    fn modern(&mut self, req: Request, requested: String, meta: RequestMeta) {
+        let version = match ProtocolVersion::parse(&requested) {
+            Some(v) if !v.is_legacy() => v,
+            _ => return self.error(&req.id, ErrorObject::unsupported_version(&requested)),
+        };
+        let method = req.method.as_str();
+        if REMOVED_IN_MODERN.contains(&method) {
+            return self.error(
+                &req.id,
+                ErrorObject::method_not_found(method).with_message(format!(
+                    "Method not found: `{method}` does not exist in protocol {version}"
+                )),
+            );
+        }
+        match method {
+            "server/discover" => {
+                return self.ok(&req.id, &crate::router::discover(&self.core), true);
+            }
+            "subscriptions/listen" => return self.listen(req),
+            _ => {}
+        }
+        let caller = Arc::new(Caller {
+            capabilities: meta.client_capabilities.clone().unwrap_or_default(),
+            info: meta.client_info.clone(),
+            principal: self.principal.clone(),
+        });
+        let channel = Channel::Modern {
+            log_level: meta.log_level,
+            round: Mutex::new(Round::default()),
+        };
+        self.dispatch(req, version, caller, channel, meta, true)
+    }
+
+    fn listen(&mut self, req: Request) {
+        let p: ListenParams = match jsonrpc::params(req.params.as_deref()) {
+            Ok(p) => p,
+            Err(e) => return self.error(&req.id, e),
+        };
+        let f = p.notifications;
+        let subscription_id = match &req.id {
+            RequestId::String(s) => s.to_string(),
+            RequestId::Number(n) => n.to_string(),
+        };
+        let ack = serde_json::json!({
+            "_meta": { toolyard_proto::meta::SUBSCRIPTION_ID: subscription_id },
+            "notifications": {
+                "toolsListChanged": f.tools_list_changed.unwrap_or(false),
+                "promptsListChanged": f.prompts_list_changed.unwrap_or(false),
+                "resourcesListChanged": f.resources_list_changed.unwrap_or(false),
+                "resourceSubscriptions": f.resource_subscriptions.clone().unwrap_or_default(),
+            }
+        });
+        // Acknowledge first, then register: nothing is delivered before the ack.
+        if let Ok(b) = jsonrpc::notification_bytes("notifications/subscriptions/acknowledged", &ack)
+        {
+            self.sink.send(b);
+        }
+        let id = next_listener_id();
+        let _ = self.core.routes().bus.cast(BusMsg::Listen(
+            id,
+            Listener {
+                sink: self.sink.clone(),
+                filter: Filter {
+                    tools: f.tools_list_changed.unwrap_or(false),
+                    prompts: f.prompts_list_changed.unwrap_or(false),
+                    resources: f.resources_list_changed.unwrap_or(false),
+                    resource_uris: f
+                        .resource_subscriptions
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect(),
+                },
+                subscription_id: Some(subscription_id),
+            },
+        ));
+        self.listens.insert(req.id, id);
+    }
+
+    fn notification(&mut self, n: Notification) {
+        match n.method.as_str() {
+            "notifications/cancelled" => {
+                if let Ok(p) = jsonrpc::params::<CancelledParams>(n.params.as_deref()) {
+                    if let Some(token) = self.inflight.table().get(&p.request_id) {
+                        token.cancel();
+                    }
+                    // Ending a listen stream: forget the listener; it gets no response.
+                    if let Some(l) = self.listens.remove(&p.request_id) {
+                        let _ = self.core.routes().bus.cast(BusMsg::Unlisten(l));
+                    }
+                }
+            }
+            "notifications/initialized" | "notifications/roots/list_changed" => {}
+            other => tracing::debug!(method = other, "notification ignored"),
+        }
+    }
+
+    fn dispatch(
+        &mut self,
+        req: Request,
+        version: ProtocolVersion,
+        caller: Arc<Caller>,
+        channel: Channel,
+        meta: RequestMeta,
+        modern: bool,
+    ) {
+        let limits = &self.core.limits;
+        {
+            let mut table = self.inflight.table();
+            if table.contains_key(&req.id) {
+                drop(table);
+                return self.error(
+                    &req.id,
+                    ErrorObject::invalid_request(format!(
+                        "request id {} is already in flight on this connection",
+                        req.id
+                    )),
+                );
+            }
+            if table.len() >= limits.max_in_flight {
+                drop(table);
+                return self.error(
+                    &req.id,
+                    ErrorObject::new(
+                        toolyard_proto::error::code::INTERNAL_ERROR,
+                        format!(
+                            "server busy: {} requests already in flight on this connection",
+                            limits.max_in_flight
+                        ),
+                    ),
+                );
+            }
+            let token = self.closing.child_token();
+            table.insert(req.id.clone(), token);
+        }
+        let cancel = self
+            .inflight
+            .table()
+            .get(&req.id)
+            .cloned()
+            .unwrap_or_default();
+        let watch = if self.core.layers.is_empty() {
+            None
+        } else {
+            let info = RequestInfo {
+                method: req.method.as_str().into(),
+                target: None,
+                id: req.id.clone(),
+                protocol_version: Some(version),
+                session_id: self.session_id.clone(),
+                principal: self.principal.clone(),
+                traceparent: meta.traceparent.as_deref().map(Into::into),
+                started: Instant::now(),
+            };
+            match self.core.layers.start(&info) {
+                Ok(completions) => Some(Watch { info, completions }),
+                Err(e) => {
+                    self.inflight.release(&req.id);
+                    return self.error(&req.id, e);
+                }
+            }
+        };
+        let reply = Reply::new(req.id.clone(), self.sink.clone(), modern)
+            .with_release(self.inflight.clone())
+            .with_watch(watch);
+        let ctx = RequestContext {
+            inner: Arc::new(ContextInner {
+                id: req.id,
+                version,
+                caller,
+                cancel,
+                progress_token: meta.progress_token,
+                sink: self.sink.clone(),
+                channel,
+                session_id: self.session_id.clone(),
+            }),
+        };
+        let routes = self.core.routes();
+        route(&routes, &req.method, req.params, ctx, reply);
+    }
+}

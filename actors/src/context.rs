@@ -1,0 +1,363 @@
+//! [`RequestContext`]: what a running handler knows about its request and can do with it.
+//!
+//! User code is written once for both protocol generations. `ctx.elicit(..)`,
+//! `ctx.sample(..)` and `ctx.list_roots()` send a server-to-client request and await the reply
+//! on a legacy connection; on a modern (2026-07-28) request they return the answer carried by
+//! the retry's `inputResponses`, or end this round with [`InputError::InputRequired`] so the
+//! runtime can answer with an `InputRequiredResult` (the handler is re-run on the retry).
+
+use crate::outbound::Outbound;
+use crate::sink::Sink;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+use toolyard_proto::{
+    jsonrpc, ClientCapabilities, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ErrorObject, Implementation, InputRequest, InputRequests,
+    InputResponses, ListRootsResult, LoggingLevel, ProgressToken, ProtocolVersion, RequestId,
+};
+
+/// Why asking the client for input did not produce an answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InputError {
+    /// Modern generation: the answer is not in this round; the runtime ends the round with an
+    /// `InputRequiredResult`. Propagate it with `?`.
+    #[error("input required from the client")]
+    InputRequired,
+    /// The caller did not declare the capability the request needs (-32021).
+    #[error("the client lacks the `{0}` capability")]
+    MissingCapability(&'static str),
+    /// The client did not answer in time.
+    #[error("the client did not answer in time")]
+    Timeout,
+    /// The request was cancelled or the connection closed.
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// The client answered with an error.
+    #[error("the client answered with an error: {0}")]
+    Client(ErrorObject),
+    /// The client's answer had the wrong shape.
+    #[error("the client's answer is malformed: {0}")]
+    Malformed(String),
+}
+
+/// Legacy log level of a connection: 0 = unset (the default level applies), else level + 1.
+#[derive(Debug, Default)]
+pub(crate) struct LogLevelCell(AtomicU8);
+
+impl LogLevelCell {
+    pub(crate) fn set(&self, level: LoggingLevel) {
+        self.0.store(level as u8 + 1, Ordering::Relaxed);
+    }
+    pub(crate) fn get(&self) -> Option<LoggingLevel> {
+        let levels = [
+            LoggingLevel::Debug,
+            LoggingLevel::Info,
+            LoggingLevel::Notice,
+            LoggingLevel::Warning,
+            LoggingLevel::Error,
+            LoggingLevel::Critical,
+            LoggingLevel::Alert,
+            LoggingLevel::Emergency,
+        ];
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            n => levels.get(n as usize - 1).copied(),
+        }
+    }
+}
+
+/// Who is calling: capabilities and identity, per legacy session or per modern request.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The caller's declared capabilities.
+    pub capabilities: ClientCapabilities,
+    /// The caller's identity, if given.
+    pub info: Option<Implementation>,
+    /// The authenticated principal, if the transport established one.
+    pub principal: Option<Arc<str>>,
+}
+
+/// How a request reaches its peer: the generation decides how input is gathered.
+pub(crate) enum Channel {
+    /// Session-based: server-to-client requests over the connection.
+    Legacy {
+        outbound: Arc<Outbound>,
+        log_level: Arc<LogLevelCell>,
+    },
+    /// Stateless: input comes from `inputResponses` on retries.
+    Modern {
+        log_level: Option<LoggingLevel>,
+        round: Mutex<Round>,
+    },
+}
+
+/// The modern generation's per-round input bookkeeping.
+#[derive(Default)]
+pub(crate) struct Round {
+    /// Answers received so far (from earlier rounds' state and this retry).
+    pub(crate) responses: InputResponses,
+    /// What this round asks for.
+    pub(crate) requests: InputRequests,
+    /// The handler's state as it came in.
+    pub(crate) state_in: Option<serde_json::Value>,
+    /// The handler's state to carry to the next round.
+    pub(crate) state_out: Option<serde_json::Value>,
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) id: RequestId,
+    pub(crate) version: ProtocolVersion,
+    pub(crate) caller: Arc<Caller>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) progress_token: Option<ProgressToken>,
+    pub(crate) sink: Sink,
+    pub(crate) channel: Channel,
+    pub(crate) session_id: Option<Arc<str>>,
+}
+
+/// The context of one request, cheap to clone.
+#[derive(Clone)]
+pub struct RequestContext {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for RequestContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestContext")
+            .field("id", &self.inner.id)
+            .field("version", &self.inner.version)
+            .finish()
+    }
+}
+
+impl RequestContext {
+    /// The JSON-RPC id of the request.
+    pub fn request_id(&self) -> &RequestId {
+        &self.inner.id
+    }
+    /// The caller's protocol revision.
+    pub fn protocol_version(&self) -> ProtocolVersion {
+        self.inner.version
+    }
+    /// True for the stateless 2026-07-28 generation.
+    pub fn is_modern(&self) -> bool {
+        matches!(self.inner.channel, Channel::Modern { .. })
+    }
+    /// The caller's capabilities.
+    pub fn client_capabilities(&self) -> &ClientCapabilities {
+        &self.inner.caller.capabilities
+    }
+    /// The caller's identity, if it sent one.
+    pub fn client_info(&self) -> Option<&Implementation> {
+        self.inner.caller.info.as_ref()
+    }
+    /// Who called, when the transport authenticated the caller.
+    pub fn principal(&self) -> Option<&str> {
+        self.inner.caller.principal.as_deref()
+    }
+    /// The legacy session id, if any.
+    pub fn session_id(&self) -> Option<&str> {
+        self.inner.session_id.as_deref()
+    }
+    /// The cancellation token: cancelled by `notifications/cancelled` or when the connection
+    /// or response stream closes.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+    /// True once the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+    /// Completes when the request is cancelled.
+    pub async fn cancelled(&self) {
+        self.inner.cancel.cancelled().await
+    }
+
+    /// Reports progress, when the caller asked for it with a `progressToken`.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.inner.progress_token else {
+            return;
+        };
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            progress_token: &'a ProgressToken,
+            progress: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            total: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            message: Option<&'a str>,
+        }
+        let p = P {
+            progress_token: token,
+            progress,
+            total,
+            message,
+        };
+        if let Ok(bytes) = jsonrpc::notification_bytes("notifications/progress", &p) {
+            self.inner.sink.send(bytes);
+        }
+    }
+
+    /// The lowest level the caller wants logs at, or `None` when it wants none.
+    pub fn log_level(&self) -> Option<LoggingLevel> {
+        match &self.inner.channel {
+            // A legacy client that never called logging/setLevel gets info and above.
+            Channel::Legacy { log_level, .. } => {
+                Some(log_level.get().unwrap_or(LoggingLevel::Info))
+            }
+            // Modern: only when this request's `_meta` asked for a level.
+            Channel::Modern { log_level, .. } => *log_level,
+        }
+    }
+
+    /// Sends a `notifications/message` log entry to the caller, if its level admits it.
+    pub fn log(&self, level: LoggingLevel, logger: Option<&str>, data: impl Serialize) {
+        match self.log_level() {
+            Some(min) if level >= min => {}
+            _ => return,
+        }
+        #[derive(Serialize)]
+        struct L<'a, D> {
+            level: LoggingLevel,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            logger: Option<&'a str>,
+            data: D,
+        }
+        if let Ok(bytes) = jsonrpc::notification_bytes(
+            "notifications/message",
+            &L {
+                level,
+                logger,
+                data,
+            },
+        ) {
+            self.inner.sink.send(bytes);
+        }
+    }
+
+    /// Asks the user for input through the client (elicitation). `key` names this question
+    /// across modern rounds; it must be unique within the request.
+    pub async fn elicit(
+        &self,
+        key: &str,
+        params: ElicitRequestParams,
+    ) -> Result<ElicitResult, InputError> {
+        if self.client_capabilities().elicitation.is_none() {
+            return Err(InputError::MissingCapability("elicitation"));
+        }
+        self.ask(key, "elicitation/create", InputRequest::Elicit(params))
+            .await
+    }
+
+    /// Asks the client to sample from a model.
+    pub async fn sample(
+        &self,
+        key: &str,
+        params: CreateMessageRequestParams,
+    ) -> Result<CreateMessageResult, InputError> {
+        if self.client_capabilities().sampling.is_none() {
+            return Err(InputError::MissingCapability("sampling"));
+        }
+        self.ask(
+            key,
+            "sampling/createMessage",
+            InputRequest::CreateMessage(params),
+        )
+        .await
+    }
+
+    /// Asks the client for its roots.
+    pub async fn list_roots(&self) -> Result<ListRootsResult, InputError> {
+        if self.client_capabilities().roots.is_none() {
+            return Err(InputError::MissingCapability("roots"));
+        }
+        self.ask(
+            "roots",
+            "roots/list",
+            InputRequest::ListRoots(Default::default()),
+        )
+        .await
+    }
+
+    async fn ask<T: DeserializeOwned>(
+        &self,
+        key: &str,
+        method: &str,
+        request: InputRequest,
+    ) -> Result<T, InputError> {
+        match &self.inner.channel {
+            Channel::Legacy { outbound, .. } => {
+                let params = request_params(&request);
+                let raw = outbound
+                    .request(&self.inner.sink, method, &params, &self.inner.cancel)
+                    .await?;
+                serde_json::from_str(raw.get()).map_err(|e| InputError::Malformed(e.to_string()))
+            }
+            Channel::Modern { round, .. } => {
+                let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(answer) = round.responses.get(key) {
+                    return T::deserialize(answer)
+                        .map_err(|e| InputError::Malformed(e.to_string()));
+                }
+                round.requests.insert(key.to_owned(), request);
+                Err(InputError::InputRequired)
+            }
+        }
+    }
+
+    /// The state this handler kept from the previous round (modern generation), if any.
+    pub fn state<T: DeserializeOwned>(&self) -> Option<T> {
+        match &self.inner.channel {
+            Channel::Modern { round, .. } => {
+                let round = round.lock().unwrap_or_else(|p| p.into_inner());
+                round
+                    .state_out
+                    .as_ref()
+                    .or(round.state_in.as_ref())
+                    .and_then(|v| T::deserialize(v).ok())
+            }
+            Channel::Legacy { .. } => None,
+        }
+    }
+
+    /// Keeps `state` for the next round (modern generation); it travels sealed in
+    /// `requestState`. A no-op for legacy requests, whose handler is never re-run.
+    pub fn set_state<T: Serialize>(&self, state: &T) {
+        if let Channel::Modern { round, .. } = &self.inner.channel {
+            if let Ok(v) = serde_json::to_value(state) {
+                round.lock().unwrap_or_else(|p| p.into_inner()).state_out = Some(v);
+            }
+        }
+    }
+
+    /// Modern: takes what this round asked for and the state to carry, if it asked anything.
+    pub(crate) fn take_round(
+        &self,
+    ) -> Option<(InputRequests, InputResponses, Option<serde_json::Value>)> {
+        match &self.inner.channel {
+            Channel::Modern { round, .. } => {
+                let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
+                let state = round.state_out.take().or_else(|| round.state_in.clone());
+                Some((
+                    std::mem::take(&mut round.requests),
+                    round.responses.clone(),
+                    state,
+                ))
+            }
+            Channel::Legacy { .. } => None,
+        }
+    }
+}
+
+fn request_params(request: &InputRequest) -> serde_json::Value {
+    match request {
+        InputRequest::Elicit(p) => serde_json::to_value(p),
+        InputRequest::CreateMessage(p) => serde_json::to_value(p),
+        InputRequest::ListRoots(p) => serde_json::to_value(p),
+    }
+    .unwrap_or(serde_json::Value::Null)
+}

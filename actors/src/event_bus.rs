@@ -1,0 +1,171 @@
+//! The EventBus actor: change events (list changes, resource updates) to whoever listens.
+//!
+//! Listeners are legacy connections (all list changes, plus the resources they subscribed
+//! to) and modern `subscriptions/listen` streams (only the kinds they asked for, each
+//! notification tagged with the stream's subscription id). A listener whose sink is closed is
+//! dropped on the next event.
+
+use crate::sink::Sink;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use toolyard_proto::jsonrpc;
+
+/// A change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The tool list changed.
+    ToolsChanged,
+    /// The prompt list changed.
+    PromptsChanged,
+    /// The resource (or template) list changed.
+    ResourcesChanged,
+    /// One resource's content changed.
+    ResourceUpdated(String),
+}
+
+/// Identifies a listener.
+pub(crate) type ListenerId = u64;
+
+static NEXT_LISTENER: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh listener id.
+pub(crate) fn next_listener_id() -> ListenerId {
+    NEXT_LISTENER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What a listener wants.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filter {
+    /// `notifications/tools/list_changed`.
+    pub tools: bool,
+    /// `notifications/prompts/list_changed`.
+    pub prompts: bool,
+    /// `notifications/resources/list_changed`.
+    pub resources: bool,
+    /// `notifications/resources/updated` for these URIs.
+    pub resource_uris: HashSet<String>,
+}
+
+/// A listener.
+#[derive(Debug, Clone)]
+pub(crate) struct Listener {
+    /// Where notifications go.
+    pub sink: Sink,
+    /// What it wants.
+    pub filter: Filter,
+    /// Modern: the subscription id to tag notifications with.
+    pub subscription_id: Option<String>,
+}
+
+/// Messages of the EventBus.
+#[derive(Debug)]
+pub(crate) enum BusMsg {
+    /// Deliver an event.
+    Publish(Event),
+    /// Add a listener.
+    Listen(ListenerId, Listener),
+    /// Remove a listener.
+    Unlisten(ListenerId),
+    /// A legacy listener subscribes to one resource.
+    Subscribe(ListenerId, String),
+    /// A legacy listener unsubscribes from one resource.
+    Unsubscribe(ListenerId, String),
+}
+
+pub(crate) struct EventBus;
+
+#[derive(Default)]
+pub(crate) struct BusState {
+    listeners: HashMap<ListenerId, Listener>,
+}
+
+impl BusState {
+    /// Listener count (for tests and debug routes).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.listeners.len()
+    }
+}
+
+fn notification(method: &str, uri: Option<&str>, subscription_id: Option<&str>) -> Vec<u8> {
+    let mut params = serde_json::Map::new();
+    if let Some(uri) = uri {
+        params.insert("uri".into(), uri.into());
+    }
+    if let Some(id) = subscription_id {
+        params.insert(
+            "_meta".into(),
+            serde_json::json!({ toolyard_proto::meta::SUBSCRIPTION_ID: id }),
+        );
+    }
+    jsonrpc::notification_bytes(method, &params).unwrap_or_default()
+}
+
+impl Actor for EventBus {
+    type Msg = BusMsg;
+    type State = BusState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<BusMsg>,
+        _args: (),
+    ) -> Result<BusState, ActorProcessingErr> {
+        Ok(BusState::default())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<BusMsg>,
+        msg: BusMsg,
+        state: &mut BusState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            BusMsg::Listen(id, l) => {
+                state.listeners.insert(id, l);
+            }
+            BusMsg::Unlisten(id) => {
+                state.listeners.remove(&id);
+            }
+            BusMsg::Subscribe(id, uri) => {
+                if let Some(l) = state.listeners.get_mut(&id) {
+                    l.filter.resource_uris.insert(uri);
+                }
+            }
+            BusMsg::Unsubscribe(id, uri) => {
+                if let Some(l) = state.listeners.get_mut(&id) {
+                    l.filter.resource_uris.remove(&uri);
+                }
+            }
+            BusMsg::Publish(event) => {
+                state.listeners.retain(|_, l| !l.sink.is_closed());
+                for l in state.listeners.values() {
+                    let (wanted, method, uri) = match &event {
+                        Event::ToolsChanged => {
+                            (l.filter.tools, "notifications/tools/list_changed", None)
+                        }
+                        Event::PromptsChanged => {
+                            (l.filter.prompts, "notifications/prompts/list_changed", None)
+                        }
+                        Event::ResourcesChanged => (
+                            l.filter.resources,
+                            "notifications/resources/list_changed",
+                            None,
+                        ),
+                        Event::ResourceUpdated(uri) => (
+                            l.filter.resource_uris.contains(uri),
+                            "notifications/resources/updated",
+                            Some(uri.as_str()),
+                        ),
+                    };
+                    if wanted {
+                        l.sink
+                            .send(notification(method, uri, l.subscription_id.as_deref()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,153 @@
+//! Running a handler's future for one request: cancellation, panics, and the modern
+//! generation's rounds (`InputRequiredResult` out, `inputResponses` + `requestState` in).
+
+use crate::context::{Channel, InputError, RequestContext};
+use crate::error::HandlerError;
+use crate::middleware::Outcome;
+use crate::mrtr::{RoundState, StateSealer};
+use crate::reply::Reply;
+use futures_util::FutureExt;
+use serde::Serialize;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use toolyard_proto::{ErrorObject, InputRequiredResult, InputResponses, ResultType};
+
+/// What a round's `requestState` is bound to.
+pub(crate) struct Binding {
+    pub(crate) method: &'static str,
+    pub(crate) target: String,
+    pub(crate) digest: String,
+}
+
+/// A modern retry's input: what the client sent back.
+#[derive(Default)]
+pub(crate) struct RetryInput {
+    pub(crate) input_responses: Option<InputResponses>,
+    pub(crate) request_state: Option<String>,
+}
+
+/// Restores a modern request's earlier rounds into its context. Errors are -32602.
+pub(crate) fn restore_round(
+    ctx: &RequestContext,
+    sealer: &StateSealer,
+    binding: &Binding,
+    input: RetryInput,
+) -> Result<(), ErrorObject> {
+    let Channel::Modern { round, .. } = &ctx.inner.channel else {
+        return Ok(());
+    };
+    let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(sealed) = input.request_state.as_deref() {
+        let state = sealer.open(
+            sealed,
+            binding.method,
+            &binding.target,
+            &binding.digest,
+            ctx.principal(),
+        )?;
+        round.responses = state.r;
+        round.state_in = state.s;
+    }
+    if let Some(new) = input.input_responses {
+        round.responses.extend(new);
+    }
+    Ok(())
+}
+
+/// How a successful value is judged for layers (e.g. a tool result with `isError`).
+pub(crate) trait Judge {
+    fn outcome(&self) -> Outcome {
+        Outcome::Ok
+    }
+}
+
+/// Runs `fut` for the request and answers `reply` with its value, an `InputRequiredResult`, a
+/// JSON-RPC error, or nothing when the request is cancelled. `on_failure` turns a handler's
+/// failure into the value to answer with (tools: an `isError` result) or `None` to answer
+/// with a JSON-RPC error.
+pub(crate) async fn run<T, F>(
+    ctx: RequestContext,
+    reply: Reply,
+    sealer: StateSealer,
+    binding: Binding,
+    fut: F,
+    on_failure: impl FnOnce(&HandlerError) -> Option<T>,
+) where
+    T: Serialize + Judge,
+    F: Future<Output = Result<T, HandlerError>> + Send,
+{
+    let cancel = ctx.inner.cancel.clone();
+    let outcome = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        r = AssertUnwindSafe(fut).catch_unwind() => Some(r),
+    };
+    let result = match outcome {
+        None => return reply.cancelled(),
+        Some(Err(panic)) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(target: "toolyard", method = binding.method, target = %binding.target, "handler panicked: {why}");
+            return reply.err(ErrorObject::internal(format!(
+                "the handler of `{}` panicked: {why}",
+                binding.target
+            )));
+        }
+        Some(Ok(r)) => r,
+    };
+    match result {
+        Ok(value) => {
+            let outcome = value.outcome();
+            reply.ok_as(&value, ResultType::Complete, outcome)
+        }
+        Err(HandlerError::Input(InputError::InputRequired)) => {
+            let Some((requests, responses, state)) = ctx.take_round() else {
+                return reply.err(ErrorObject::internal(
+                    "input required outside a modern request",
+                ));
+            };
+            let sealed = sealer.seal(RoundState {
+                m: binding.method.to_owned(),
+                t: binding.target,
+                d: binding.digest,
+                p: ctx.principal().map(str::to_owned),
+                e: 0,
+                r: responses,
+                s: state,
+            });
+            let result = InputRequiredResult {
+                input_requests: (!requests.is_empty()).then_some(requests),
+                request_state: Some(sealed),
+                result_type: None,
+                meta: None,
+            };
+            reply.ok_as(&result, ResultType::InputRequired, Outcome::InputRequired)
+        }
+        Err(HandlerError::Input(InputError::MissingCapability(cap))) => {
+            let mut required = serde_json::Map::new();
+            required.insert(cap.to_owned(), serde_json::json!({}));
+            reply.err(
+                ErrorObject::missing_capability(serde_json::Value::Object(required)).with_message(
+                    format!(
+                        "`{}` requires the client's `{cap}` capability",
+                        binding.target
+                    ),
+                ),
+            )
+        }
+        Err(HandlerError::Input(InputError::Cancelled)) if cancel.is_cancelled() => {
+            reply.cancelled()
+        }
+        Err(HandlerError::Protocol(e)) => reply.err(e),
+        Err(e) => match on_failure(&e) {
+            Some(value) => {
+                let outcome = value.outcome();
+                reply.ok_as(&value, ResultType::Complete, outcome)
+            }
+            None => reply.err(ErrorObject::internal(e.to_string())),
+        },
+    }
+}

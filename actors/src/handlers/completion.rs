@@ -1,0 +1,148 @@
+//! The CompletionHandler actor: argument completers for prompts and resource templates.
+
+use crate::reply::Reply;
+use crate::resource::{CompleteFn, CompletionTarget};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// The most values one completion answer carries, as the spec caps it.
+const MAX_VALUES: usize = 100;
+
+/// `completion/complete` params.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompleteParams {
+    /// What is being completed.
+    #[serde(rename = "ref")]
+    pub reference: CompletionRef,
+    /// The argument and its partial value.
+    pub argument: CompletionArgument,
+    /// Other arguments already filled in.
+    #[serde(default)]
+    pub context: Option<CompletionContext>,
+}
+
+/// `ref` of a completion request.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type")]
+pub(crate) enum CompletionRef {
+    /// A prompt argument.
+    #[serde(rename = "ref/prompt")]
+    Prompt {
+        /// Prompt name.
+        name: String,
+    },
+    /// A resource template variable.
+    #[serde(rename = "ref/resource")]
+    Resource {
+        /// The URI template.
+        uri: String,
+    },
+}
+
+/// The argument being completed.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompletionArgument {
+    /// Its name.
+    pub name: String,
+    /// What the user typed so far.
+    pub value: String,
+}
+
+/// Previously resolved arguments.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CompletionContext {
+    /// By name.
+    #[serde(default)]
+    pub arguments: Option<HashMap<String, String>>,
+}
+
+/// Messages of the CompletionHandler.
+pub(crate) enum CompletionMsg {
+    /// `completion/complete`.
+    Complete {
+        /// Params.
+        params: CompleteParams,
+        /// Answer.
+        reply: Reply,
+    },
+    /// Add or replace a completer.
+    Register(CompletionTarget, CompleteFn),
+}
+
+pub(crate) struct CompletionHandler;
+
+pub(crate) struct CompletionState {
+    pub(crate) completers: HashMap<CompletionTarget, CompleteFn>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Completion {
+    values: Vec<String>,
+    total: usize,
+    has_more: bool,
+}
+
+#[derive(Serialize)]
+struct CompleteAnswer {
+    completion: Completion,
+}
+
+impl Actor for CompletionHandler {
+    type Msg = CompletionMsg;
+    type State = CompletionState;
+    type Arguments = CompletionState;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<CompletionMsg>,
+        args: CompletionState,
+    ) -> Result<CompletionState, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<CompletionMsg>,
+        msg: CompletionMsg,
+        state: &mut CompletionState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            CompletionMsg::Register(target, f) => {
+                state.completers.insert(target, f);
+            }
+            CompletionMsg::Complete { params, reply } => {
+                let target = match params.reference {
+                    CompletionRef::Prompt { name } => {
+                        CompletionTarget::Prompt(name, params.argument.name)
+                    }
+                    CompletionRef::Resource { uri } => {
+                        CompletionTarget::Resource(uri, params.argument.name)
+                    }
+                };
+                let context = params.context.and_then(|c| c.arguments).unwrap_or_default();
+                let completer = state.completers.get(&target).cloned();
+                let value = params.argument.value;
+                tokio::spawn(async move {
+                    let mut values = match completer {
+                        Some(f) => f(value, context).await,
+                        // Unknown targets complete to nothing rather than failing: the
+                        // client asked for suggestions, and there are none.
+                        None => Vec::new(),
+                    };
+                    let total = values.len();
+                    values.truncate(MAX_VALUES);
+                    reply.ok(&CompleteAnswer {
+                        completion: Completion {
+                            has_more: total > values.len(),
+                            values,
+                            total,
+                        },
+                    })
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! The PromptHandler actor: the prompt registry; each `prompts/get` runs in a task.
+
+use crate::context::RequestContext;
+use crate::event_bus::{BusMsg, Event};
+use crate::exec::{self, Binding, RetryInput};
+use crate::mrtr::{digest, StateSealer};
+use crate::registry::{cursor, Registry};
+use crate::reply::Reply;
+use crate::resource::PromptDef;
+use crate::ListSettings;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use toolyard_proto::{ErrorObject, InputResponses, ListPromptsResult};
+
+/// `prompts/get` params.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GetParams {
+    /// Prompt name.
+    pub name: String,
+    /// Arguments (string values).
+    #[serde(default)]
+    pub arguments: Option<HashMap<String, String>>,
+    /// Modern retry answers.
+    #[serde(default)]
+    pub input_responses: Option<InputResponses>,
+    /// Modern retry state.
+    #[serde(default)]
+    pub request_state: Option<String>,
+}
+
+/// Messages of the PromptHandler.
+pub(crate) enum PromptMsg {
+    /// `prompts/list`.
+    List {
+        /// Cursor.
+        cursor: Option<String>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `prompts/get`.
+    Get {
+        /// Params.
+        params: GetParams,
+        /// Context.
+        ctx: RequestContext,
+        /// Answer.
+        reply: Reply,
+    },
+    /// Add or replace prompts.
+    Register(Vec<Arc<PromptDef>>),
+    /// Remove prompts by name.
+    Remove(Vec<String>),
+}
+
+pub(crate) struct PromptHandler;
+
+pub(crate) struct PromptState {
+    pub(crate) registry: Arc<Registry<PromptDef>>,
+    pub(crate) sealer: StateSealer,
+    pub(crate) bus: ActorRef<BusMsg>,
+    pub(crate) list: ListSettings,
+}
+
+impl Actor for PromptHandler {
+    type Msg = PromptMsg;
+    type State = PromptState;
+    type Arguments = PromptState;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<PromptMsg>,
+        args: PromptState,
+    ) -> Result<PromptState, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<PromptMsg>,
+        msg: PromptMsg,
+        state: &mut PromptState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            PromptMsg::List { cursor, reply } => {
+                let snap = state.registry.load();
+                match cursor::page(snap.len(), cursor.as_deref(), state.list.page_size) {
+                    Ok((range, next)) => {
+                        let modern = reply.is_modern();
+                        reply.ok(&ListPromptsResult {
+                            prompts: snap[range].values().map(|d| d.prompt.clone()).collect(),
+                            next_cursor: next,
+                            ttl_ms: modern.then_some(state.list.ttl_ms),
+                            cache_scope: modern.then_some(state.list.cache_scope),
+                            result_type: None,
+                            meta: None,
+                        })
+                    }
+                    Err(e) => reply.err(e),
+                }
+            }
+            PromptMsg::Get { params, ctx, reply } => get(state, params, ctx, reply),
+            PromptMsg::Register(defs) => {
+                if state
+                    .registry
+                    .insert(defs.into_iter().map(|d| (d.prompt.name.clone(), d)))
+                {
+                    let _ = state.bus.cast(BusMsg::Publish(Event::PromptsChanged));
+                }
+            }
+            PromptMsg::Remove(names) => {
+                if state.registry.remove(&names) {
+                    let _ = state.bus.cast(BusMsg::Publish(Event::PromptsChanged));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn get(state: &PromptState, params: GetParams, ctx: RequestContext, reply: Reply) {
+    let Some(def) = state.registry.get(&params.name) else {
+        return reply.err(ErrorObject::invalid_params(format!(
+            "Unknown prompt: {}",
+            params.name
+        )));
+    };
+    let args = params.arguments.unwrap_or_default();
+    let missing: Vec<&str> = def
+        .prompt
+        .arguments
+        .iter()
+        .flatten()
+        .filter(|a| a.required == Some(true) && !args.contains_key(&a.name))
+        .map(|a| a.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return reply.err(ErrorObject::invalid_params(format!(
+            "Missing required argument(s) of prompt `{}`: {}",
+            params.name,
+            missing.join(", ")
+        )));
+    }
+    let sealer = state.sealer.clone();
+    let get = def.get.clone();
+    tokio::spawn(async move {
+        let sorted: BTreeMap<_, _> = args.iter().collect();
+        let canonical = serde_json::to_string(&sorted).unwrap_or_default();
+        let binding = Binding {
+            method: "prompts/get",
+            digest: digest(&[params.name.as_bytes(), canonical.as_bytes()]),
+            target: params.name,
+        };
+        let retry = RetryInput {
+            input_responses: params.input_responses,
+            request_state: params.request_state,
+        };
+        if let Err(e) = exec::restore_round(&ctx, &sealer, &binding, retry) {
+            return reply.err(e);
+        }
+        let fut = get(ctx.clone(), args);
+        exec::run(ctx, reply, sealer, binding, fut, |_| None).await
+    });
+}

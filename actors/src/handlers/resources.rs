@@ -1,0 +1,221 @@
+//! The ResourceHandler actor: static resources, URI templates matched in reverse, reads run
+//! in tasks.
+
+use crate::context::RequestContext;
+use crate::event_bus::{BusMsg, Event};
+use crate::exec::{self, Binding, RetryInput};
+use crate::mrtr::{digest, StateSealer};
+use crate::registry::{cursor, Registry};
+use crate::reply::Reply;
+use crate::resource::{ResourceDef, ResourceRequest, TemplateDef};
+use crate::ListSettings;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::Deserialize;
+use std::sync::Arc;
+use toolyard_proto::error::code;
+use toolyard_proto::{
+    ErrorObject, InputResponses, ListResourceTemplatesResult, ListResourcesResult,
+    ReadResourceResult,
+};
+
+/// `resources/read` params.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReadParams {
+    /// The URI to read.
+    pub uri: String,
+    /// Modern retry answers.
+    #[serde(default)]
+    pub input_responses: Option<InputResponses>,
+    /// Modern retry state.
+    #[serde(default)]
+    pub request_state: Option<String>,
+}
+
+/// Messages of the ResourceHandler.
+pub(crate) enum ResourceMsg {
+    /// `resources/list`.
+    List {
+        /// Cursor.
+        cursor: Option<String>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `resources/templates/list`.
+    ListTemplates {
+        /// Cursor.
+        cursor: Option<String>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `resources/read`.
+    Read {
+        /// Params.
+        params: ReadParams,
+        /// Context.
+        ctx: RequestContext,
+        /// Answer.
+        reply: Reply,
+    },
+    /// Add or replace static resources.
+    Register(Vec<Arc<ResourceDef>>),
+    /// Add or replace templates.
+    RegisterTemplates(Vec<Arc<TemplateDef>>),
+    /// Remove resources or templates by URI / URI template.
+    Remove(Vec<String>),
+    /// Fails the actor (supervision tests).
+    #[doc(hidden)]
+    Crash,
+}
+
+pub(crate) struct ResourceHandler;
+
+pub(crate) struct ResourceState {
+    pub(crate) resources: Arc<Registry<ResourceDef>>,
+    pub(crate) templates: Arc<Registry<TemplateDef>>,
+    pub(crate) sealer: StateSealer,
+    pub(crate) bus: ActorRef<BusMsg>,
+    pub(crate) list: ListSettings,
+}
+
+impl Actor for ResourceHandler {
+    type Msg = ResourceMsg;
+    type State = ResourceState;
+    type Arguments = ResourceState;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ResourceMsg>,
+        args: ResourceState,
+    ) -> Result<ResourceState, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ResourceMsg>,
+        msg: ResourceMsg,
+        state: &mut ResourceState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ResourceMsg::List { cursor, reply } => {
+                let snap = state.resources.load();
+                match cursor::page(snap.len(), cursor.as_deref(), state.list.page_size) {
+                    Ok((range, next)) => {
+                        let modern = reply.is_modern();
+                        reply.ok(&ListResourcesResult {
+                            resources: snap[range].values().map(|d| d.resource.clone()).collect(),
+                            next_cursor: next,
+                            ttl_ms: modern.then_some(state.list.ttl_ms),
+                            cache_scope: modern.then_some(state.list.cache_scope),
+                            result_type: None,
+                            meta: None,
+                        })
+                    }
+                    Err(e) => reply.err(e),
+                }
+            }
+            ResourceMsg::ListTemplates { cursor, reply } => {
+                let snap = state.templates.load();
+                match cursor::page(snap.len(), cursor.as_deref(), state.list.page_size) {
+                    Ok((range, next)) => {
+                        let modern = reply.is_modern();
+                        reply.ok(&ListResourceTemplatesResult {
+                            resource_templates: snap[range]
+                                .values()
+                                .map(|d| d.template.clone())
+                                .collect(),
+                            next_cursor: next,
+                            ttl_ms: modern.then_some(state.list.ttl_ms),
+                            cache_scope: modern.then_some(state.list.cache_scope),
+                            result_type: None,
+                            meta: None,
+                        })
+                    }
+                    Err(e) => reply.err(e),
+                }
+            }
+            ResourceMsg::Read { params, ctx, reply } => read(state, params, ctx, reply),
+            ResourceMsg::Register(defs) => {
+                if state
+                    .resources
+                    .insert(defs.into_iter().map(|d| (d.resource.uri.clone(), d)))
+                {
+                    let _ = state.bus.cast(BusMsg::Publish(Event::ResourcesChanged));
+                }
+            }
+            ResourceMsg::RegisterTemplates(defs) => {
+                if state.templates.insert(
+                    defs.into_iter()
+                        .map(|d| (d.template.uri_template.clone(), d)),
+                ) {
+                    let _ = state.bus.cast(BusMsg::Publish(Event::ResourcesChanged));
+                }
+            }
+            ResourceMsg::Remove(uris) => {
+                let a = state.resources.remove(&uris);
+                let b = state.templates.remove(&uris);
+                if a || b {
+                    let _ = state.bus.cast(BusMsg::Publish(Event::ResourcesChanged));
+                }
+            }
+            ResourceMsg::Crash => return Err("resource handler crash requested".into()),
+        }
+        Ok(())
+    }
+}
+
+fn read(state: &ResourceState, params: ReadParams, ctx: RequestContext, reply: Reply) {
+    let found = match state.resources.get(&params.uri) {
+        Some(def) => Some((def.read.clone(), Default::default())),
+        None => state.templates.load().values().find_map(|t| {
+            t.matcher
+                .matches(&params.uri)
+                .map(|vars| (t.read.clone(), vars))
+        }),
+    };
+    let Some((read, vars)) = found else {
+        // 2026-07-28 moved "resource not found" to -32602; legacy revisions use -32002.
+        let code = if reply.is_modern() {
+            code::INVALID_PARAMS
+        } else {
+            code::RESOURCE_NOT_FOUND_LEGACY
+        };
+        return reply.err(
+            ErrorObject::new(code, format!("Resource not found: {}", params.uri))
+                .with_data(serde_json::json!({ "uri": params.uri })),
+        );
+    };
+    let sealer = state.sealer.clone();
+    let modern = reply.is_modern();
+    let list = state.list;
+    tokio::spawn(async move {
+        let binding = Binding {
+            method: "resources/read",
+            digest: digest(&[params.uri.as_bytes()]),
+            target: params.uri.clone(),
+        };
+        let retry = RetryInput {
+            input_responses: params.input_responses,
+            request_state: params.request_state,
+        };
+        if let Err(e) = exec::restore_round(&ctx, &sealer, &binding, retry) {
+            return reply.err(e);
+        }
+        let request = ResourceRequest {
+            uri: params.uri,
+            vars,
+        };
+        let fut = read(ctx.clone(), request);
+        let fut = async move {
+            fut.await.map(|contents| ReadResourceResult {
+                contents,
+                ttl_ms: modern.then_some(list.resource_ttl_ms),
+                cache_scope: modern.then_some(toolyard_proto::CacheScope::Private),
+                result_type: None,
+                meta: None,
+            })
+        };
+        exec::run(ctx, reply, sealer, binding, fut, |_| None).await
+    });
+}

@@ -1,0 +1,200 @@
+//! The ToolHandler actor: owns the tool registry, answers `tools/list`, and starts each
+//! `tools/call` in its own task (never in the actor's loop: one slow tool delays nothing).
+
+use crate::context::RequestContext;
+use crate::error::HandlerError;
+use crate::event_bus::{BusMsg, Event};
+use crate::exec::{self, Binding, RetryInput};
+use crate::mrtr::{digest, StateSealer};
+use crate::registry::{cursor, Registry};
+use crate::reply::Reply;
+use crate::tool::{ToolArgs, ToolDef};
+use crate::ListSettings;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use toolyard_proto::{CallToolResult, ErrorObject, InputResponses, ListToolsResult};
+
+/// `tools/call` params as parsed once at the edge; arguments stay raw until validated.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CallParams {
+    /// Tool name.
+    pub name: String,
+    /// Raw arguments.
+    #[serde(default)]
+    pub arguments: Option<Box<RawValue>>,
+    /// Modern retry: answers to the previous round's input requests.
+    #[serde(default)]
+    pub input_responses: Option<InputResponses>,
+    /// Modern retry: the previous round's sealed state.
+    #[serde(default)]
+    pub request_state: Option<String>,
+}
+
+/// Messages of the ToolHandler.
+pub(crate) enum ToolMsg {
+    /// Run a tool.
+    Call {
+        /// Parsed params.
+        params: CallParams,
+        /// Request context.
+        ctx: RequestContext,
+        /// Where the answer goes.
+        reply: Reply,
+    },
+    /// `tools/list`.
+    List {
+        /// Pagination cursor.
+        cursor: Option<String>,
+        /// Where the answer goes.
+        reply: Reply,
+    },
+    /// Add or replace tools.
+    Register(Vec<Arc<ToolDef>>),
+    /// Remove tools by name.
+    Remove(Vec<String>),
+    /// Fails the actor (supervision tests and fault injection).
+    #[doc(hidden)]
+    Crash,
+}
+
+pub(crate) struct ToolHandler;
+
+pub(crate) struct ToolState {
+    pub(crate) registry: Arc<Registry<ToolDef>>,
+    pub(crate) sealer: StateSealer,
+    pub(crate) bus: ActorRef<BusMsg>,
+    pub(crate) list: ListSettings,
+}
+
+impl Actor for ToolHandler {
+    type Msg = ToolMsg;
+    type State = ToolState;
+    type Arguments = ToolState;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ToolMsg>,
+        args: ToolState,
+    ) -> Result<ToolState, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ToolMsg>,
+        msg: ToolMsg,
+        state: &mut ToolState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ToolMsg::Call { params, ctx, reply } => call(state, params, ctx, reply),
+            ToolMsg::List { cursor, reply } => list(state, cursor.as_deref(), reply),
+            ToolMsg::Register(defs) => {
+                if state
+                    .registry
+                    .insert(defs.into_iter().map(|d| (d.tool.name.clone(), d)))
+                {
+                    let _ = state.bus.cast(BusMsg::Publish(Event::ToolsChanged));
+                }
+            }
+            ToolMsg::Remove(names) => {
+                if state.registry.remove(&names) {
+                    let _ = state.bus.cast(BusMsg::Publish(Event::ToolsChanged));
+                }
+            }
+            ToolMsg::Crash => return Err("tool handler crash requested".into()),
+        }
+        Ok(())
+    }
+}
+
+fn list(state: &ToolState, cursor: Option<&str>, reply: Reply) {
+    let snapshot = state.registry.load();
+    let (range, next) = match cursor::page(snapshot.len(), cursor, state.list.page_size) {
+        Ok(p) => p,
+        Err(e) => return reply.err(e),
+    };
+    let modern = reply.is_modern();
+    let result = ListToolsResult {
+        tools: snapshot[range].values().map(|d| d.tool.clone()).collect(),
+        next_cursor: next,
+        ttl_ms: modern.then_some(state.list.ttl_ms),
+        cache_scope: modern.then_some(state.list.cache_scope),
+        result_type: None,
+        meta: None,
+    };
+    reply.ok(&result)
+}
+
+fn call(state: &ToolState, params: CallParams, ctx: RequestContext, reply: Reply) {
+    let Some(def) = state.registry.get(&params.name) else {
+        return reply.err(ErrorObject::invalid_params(format!(
+            "Unknown tool: {}",
+            params.name
+        )));
+    };
+    if let Some(required) = &def.required_capabilities {
+        if !ctx.client_capabilities().satisfies(required) {
+            return reply.err(
+                ErrorObject::missing_capability(serde_json::Value::Object(required.clone()))
+                    .with_message(format!(
+                        "Tool `{}` requires client capabilities the caller did not declare",
+                        params.name
+                    )),
+            );
+        }
+    }
+    let sealer = state.sealer.clone();
+    tokio::spawn(run_call(def, params, ctx, reply, sealer));
+}
+
+async fn run_call(
+    def: Arc<ToolDef>,
+    params: CallParams,
+    ctx: RequestContext,
+    reply: Reply,
+    sealer: StateSealer,
+) {
+    let args: serde_json::Value = match params.arguments.as_deref() {
+        None => serde_json::Value::Object(Default::default()),
+        Some(raw) => match serde_json::from_str(raw.get()) {
+            Ok(v) => v,
+            Err(e) => {
+                return reply.ok(&CallToolResult::error_text(format!(
+                    "Invalid arguments: {e}"
+                )))
+            }
+        },
+    };
+    if let Err(e) = def.validate(&args) {
+        return reply.ok(&CallToolResult::error_text(e.to_string()));
+    }
+    let binding = Binding {
+        method: "tools/call",
+        target: params.name,
+        digest: String::new(),
+    };
+    let binding = if ctx.is_modern() {
+        let canonical = args.to_string();
+        Binding {
+            digest: digest(&[binding.target.as_bytes(), canonical.as_bytes()]),
+            ..binding
+        }
+    } else {
+        binding
+    };
+    let retry = RetryInput {
+        input_responses: params.input_responses,
+        request_state: params.request_state,
+    };
+    if let Err(e) = exec::restore_round(&ctx, &sealer, &binding, retry) {
+        return reply.err(e);
+    }
+    let fut = (def.handler)(ctx.clone(), ToolArgs(args));
+    exec::run(ctx, reply, sealer, binding, fut, |e: &HandlerError| {
+        Some(CallToolResult::error_text(e.to_string()))
+    })
+    .await
+}

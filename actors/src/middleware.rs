@@ -1,0 +1,109 @@
+//! The middleware seam: a [`Layer`] sees every request before it is handled and its outcome
+//! after, so observability, authorization and rate limits are added without touching handlers.
+//!
+//! A layer is not a future wrapper: handlers run in their own tasks and answer by message, so a
+//! layer gets a start hook (which may reject the request) and a [`Completion`] that is finished
+//! exactly once with the outcome, whichever task produces it.
+
+use std::sync::Arc;
+use std::time::Instant;
+use toolyard_proto::{ErrorObject, ProtocolVersion, RequestId};
+
+/// What a layer learns about a request.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    /// JSON-RPC method.
+    pub method: Arc<str>,
+    /// The tool, prompt or resource the request targets, when it has one.
+    pub target: Option<Arc<str>>,
+    /// JSON-RPC id.
+    pub id: RequestId,
+    /// The caller's protocol revision, when known.
+    pub protocol_version: Option<ProtocolVersion>,
+    /// The legacy session the request belongs to, if any.
+    pub session_id: Option<Arc<str>>,
+    /// The authenticated principal, if the transport established one.
+    pub principal: Option<Arc<str>>,
+    /// W3C `traceparent` from the request's `_meta`.
+    pub traceparent: Option<Arc<str>>,
+    /// When the request was accepted.
+    pub started: Instant,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A complete result.
+    Ok,
+    /// A tool result with `isError: true`.
+    ToolError,
+    /// An `InputRequiredResult` (modern multi-round-trip).
+    InputRequired,
+    /// A JSON-RPC error with this code.
+    Error(i32),
+    /// Cancelled by the client or by the connection closing; no response was sent.
+    Cancelled,
+}
+
+/// Finishes a layer's view of one request.
+pub trait Completion: Send + 'static {
+    /// Called once with the outcome.
+    fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome);
+}
+
+/// A middleware layer.
+pub trait Layer: Send + Sync + 'static {
+    /// Called before the request is dispatched. `Err` rejects it with that JSON-RPC error.
+    /// The returned completion (if any) is finished with the request's outcome.
+    fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject>;
+}
+
+/// The layers of a server, outermost first.
+#[derive(Clone, Default)]
+pub struct Layers(pub(crate) Arc<[Arc<dyn Layer>]>);
+
+impl Layers {
+    /// Builds a stack from layers, outermost first.
+    pub fn new(layers: Vec<Arc<dyn Layer>>) -> Self {
+        Layers(layers.into())
+    }
+    /// True when no layer is installed (the request path then skips all of this).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// Runs every layer's start hook; on rejection finishes the already started ones.
+    pub(crate) fn start(
+        &self,
+        info: &RequestInfo,
+    ) -> Result<Vec<Box<dyn Completion>>, ErrorObject> {
+        let mut done = Vec::with_capacity(self.0.len());
+        for layer in self.0.iter() {
+            match layer.start(info) {
+                Ok(Some(c)) => done.push(c),
+                Ok(None) => {}
+                Err(e) => {
+                    let outcome = Outcome::Error(e.code);
+                    for c in done.into_iter().rev() {
+                        c.finish(info, &outcome);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// The started layers of one request, finished when the request ends.
+pub(crate) struct Watch {
+    pub(crate) info: RequestInfo,
+    pub(crate) completions: Vec<Box<dyn Completion>>,
+}
+
+impl Watch {
+    pub(crate) fn finish(self, outcome: &Outcome) {
+        for c in self.completions.into_iter().rev() {
+            c.finish(&self.info, outcome);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Multi-round-trip requests (2026-07-28): sealing what a call keeps between rounds into an
+//! integrity-protected `requestState`.
+//!
+//! The server keeps nothing between rounds: the retry may land on another replica. What a
+//! tool needs on the next round (the answers it already got, its own state) travels in
+//! `requestState`, HMAC-SHA256 signed and bound to the method, the target, a digest of the
+//! arguments, the principal and an expiry, so a client can neither forge it nor replay it on
+//! another request or after it lapses.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use toolyard_proto::{ErrorObject, InputResponses};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// What one round hands to the next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RoundState {
+    /// Method, e.g. `tools/call`.
+    pub(crate) m: String,
+    /// Target (tool or prompt name, resource URI).
+    pub(crate) t: String,
+    /// Digest of the request's salient parameters.
+    pub(crate) d: String,
+    /// Principal the state was issued to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) p: Option<String>,
+    /// Expiry, seconds since the Unix epoch.
+    pub(crate) e: u64,
+    /// Every input answer received so far.
+    #[serde(default)]
+    pub(crate) r: InputResponses,
+    /// The handler's own state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) s: Option<serde_json::Value>,
+}
+
+/// Signs and verifies `requestState`.
+#[derive(Clone)]
+pub struct StateSealer {
+    key: [u8; 32],
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for StateSealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateSealer")
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A digest of a request's salient parameters, binding state to one request.
+pub(crate) fn digest(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    B64.encode(&h.finalize()[..16])
+}
+
+fn invalid(why: &str) -> ErrorObject {
+    ErrorObject::invalid_params(format!("Invalid requestState: {why}"))
+}
+
+impl StateSealer {
+    /// A sealer with a secret key. Replicas that must accept each other's state share the key.
+    pub fn new(key: [u8; 32], ttl: Duration) -> Self {
+        StateSealer { key, ttl }
+    }
+
+    /// A sealer with a random key (state is then only valid on this process).
+    pub fn random(ttl: Duration) -> Self {
+        Self::new(rand::random(), ttl)
+    }
+
+    /// A sealer whose key is derived from a passphrase.
+    pub fn from_secret(secret: &str, ttl: Duration) -> Self {
+        Self::new(Sha256::digest(secret.as_bytes()).into(), ttl)
+    }
+
+    fn mac(&self) -> HmacSha256 {
+        // HMAC accepts keys of any length; 32 bytes never fails.
+        <HmacSha256 as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length")
+    }
+
+    pub(crate) fn seal(&self, mut state: RoundState) -> String {
+        state.e = now_secs() + self.ttl.as_secs().max(1);
+        let payload = serde_json::to_vec(&state).unwrap_or_default();
+        let mut mac = self.mac();
+        mac.update(&payload);
+        let tag = mac.finalize().into_bytes();
+        format!("{}.{}", B64.encode(&payload), B64.encode(tag))
+    }
+
+    /// Verifies `sealed` and checks it belongs to this request and caller.
+    pub(crate) fn open(
+        &self,
+        sealed: &str,
+        method: &str,
+        target: &str,
+        digest: &str,
+        principal: Option<&str>,
+    ) -> Result<RoundState, ErrorObject> {
+        let (payload, tag) = sealed.split_once('.').ok_or_else(|| invalid("malformed"))?;
+        let payload = B64.decode(payload).map_err(|_| invalid("malformed"))?;
+        let tag = B64.decode(tag).map_err(|_| invalid("malformed"))?;
+        let mut mac = self.mac();
+        mac.update(&payload);
+        mac.verify_slice(&tag)
+            .map_err(|_| invalid("integrity check failed"))?;
+        let state: RoundState =
+            serde_json::from_slice(&payload).map_err(|_| invalid("malformed payload"))?;
+        if state.e < now_secs() {
+            return Err(invalid("expired"));
+        }
+        if state.m != method || state.t != target || state.d != digest {
+            return Err(invalid("issued for a different request"));
+        }
+        if state.p.as_deref() != principal {
+            return Err(invalid("issued to a different principal"));
+        }
+        Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> RoundState {
+        RoundState {
+            m: "tools/call".into(),
+            t: "ask".into(),
+            d: digest(&[b"{}"]),
+            p: None,
+            e: 0,
+            r: Default::default(),
+            s: Some(serde_json::json!({"step": 1})),
+        }
+    }
+
+    #[test]
+    fn sealed_state_opens_for_the_same_request() {
+        let s = StateSealer::random(Duration::from_secs(60));
+        let sealed = s.seal(state());
+        let opened = s
+            .open(&sealed, "tools/call", "ask", &digest(&[b"{}"]), None)
+            .unwrap();
+        assert_eq!(opened.s, Some(serde_json::json!({"step": 1})));
+    }
+
+    #[test]
+    fn tampered_state_is_rejected() {
+        let s = StateSealer::random(Duration::from_secs(60));
+        let sealed = s.seal(state());
+        let (payload, tag) = sealed.split_once('.').unwrap();
+        let mut bytes = B64.decode(payload).unwrap();
+        let pos = bytes.iter().position(|b| *b == b'1').unwrap();
+        bytes[pos] = b'2';
+        let forged = format!("{}.{}", B64.encode(bytes), tag);
+        let err = s
+            .open(&forged, "tools/call", "ask", &digest(&[b"{}"]), None)
+            .unwrap_err();
+        assert_eq!(err.code, toolyard_proto::error::code::INVALID_PARAMS);
+    }
+
+    #[test]
+    fn state_is_bound_to_request_principal_and_key() {
+        let s = StateSealer::random(Duration::from_secs(60));
+        let sealed = s.seal(state());
+        assert!(s
+            .open(&sealed, "tools/call", "other", &digest(&[b"{}"]), None)
+            .is_err());
+        assert!(s
+            .open(&sealed, "tools/call", "ask", &digest(&[b"{\"a\":1}"]), None)
+            .is_err());
+        assert!(s
+            .open(
+                &sealed,
+                "tools/call",
+                "ask",
+                &digest(&[b"{}"]),
+                Some("mallory")
+            )
+            .is_err());
+        let other = StateSealer::random(Duration::from_secs(60));
+        assert!(other
+            .open(&sealed, "tools/call", "ask", &digest(&[b"{}"]), None)
+            .is_err());
+    }
+}

@@ -1,0 +1,88 @@
+//! A read-mostly, ordered name -> definition table.
+//!
+//! The owning handler actor is its only writer; readers (listings, the supervisor restarting
+//! the actor) load a snapshot without locking. Order is registration order, so listings are
+//! deterministic, as 2026-07-28 asks for client-side caching.
+
+use arc_swap::ArcSwap;
+use indexmap::IndexMap;
+use std::sync::Arc;
+
+/// A snapshot of the table.
+pub(crate) type Snapshot<T> = Arc<IndexMap<String, Arc<T>>>;
+
+/// Definitions by name.
+pub(crate) struct Registry<T>(ArcSwap<IndexMap<String, Arc<T>>>);
+
+impl<T> Default for Registry<T> {
+    fn default() -> Self {
+        Registry(ArcSwap::from_pointee(IndexMap::new()))
+    }
+}
+
+impl<T> Registry<T> {
+    pub(crate) fn load(&self) -> Snapshot<T> {
+        self.0.load_full()
+    }
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<T>> {
+        self.0.load().get(name).cloned()
+    }
+    /// Inserts or replaces; returns true when anything changed.
+    pub(crate) fn insert(&self, items: impl IntoIterator<Item = (String, Arc<T>)>) -> bool {
+        let mut next = IndexMap::clone(&self.0.load());
+        let mut changed = false;
+        for (k, v) in items {
+            next.insert(k, v);
+            changed = true;
+        }
+        self.0.store(Arc::new(next));
+        changed
+    }
+    /// Removes names; returns true when anything was removed.
+    pub(crate) fn remove(&self, names: &[String]) -> bool {
+        let mut next = IndexMap::clone(&self.0.load());
+        let before = next.len();
+        for n in names {
+            next.shift_remove(n);
+        }
+        let changed = next.len() != before;
+        if changed {
+            self.0.store(Arc::new(next));
+        }
+        changed
+    }
+}
+
+/// Opaque pagination cursors: an offset the client must not interpret.
+pub(crate) mod cursor {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
+    use toolyard_proto::ErrorObject;
+
+    pub(crate) fn encode(offset: usize) -> String {
+        B64.encode(format!("o{offset}"))
+    }
+
+    pub(crate) fn decode(cursor: Option<&str>) -> Result<usize, ErrorObject> {
+        let Some(c) = cursor else { return Ok(0) };
+        B64.decode(c)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| s.strip_prefix('o').and_then(|n| n.parse().ok()))
+            .ok_or_else(|| ErrorObject::invalid_params("Invalid cursor"))
+    }
+
+    /// The page `[start, start + size)` of `len` items and the next cursor.
+    pub(crate) fn page(
+        len: usize,
+        cursor: Option<&str>,
+        size: usize,
+    ) -> Result<(std::ops::Range<usize>, Option<String>), ErrorObject> {
+        let start = decode(cursor)?;
+        if start > len {
+            return Err(ErrorObject::invalid_params("Invalid cursor"));
+        }
+        let end = (start + size.max(1)).min(len);
+        Ok((start..end, (end < len).then(|| encode(end))))
+    }
+}

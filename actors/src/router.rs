@@ -1,0 +1,235 @@
+//! The Router: method name -> handler actor, and the Router actor itself, which answers
+//! `server/discover` and user-defined custom methods.
+//!
+//! The routing table is read-mostly and shared ([`Routes`] behind an `ArcSwap`): the
+//! connection looks the handler up and casts the request straight to it, so the request path
+//! has no synchronous hop through the Router actor. When the supervisor restarts a handler it
+//! stores a new table.
+
+use crate::context::RequestContext;
+use crate::event_bus::BusMsg;
+use crate::handlers::completion::{CompleteParams, CompletionMsg};
+use crate::handlers::prompts::{GetParams, PromptMsg};
+use crate::handlers::resources::{ReadParams, ResourceMsg};
+use crate::handlers::tools::{CallParams, ToolMsg};
+use crate::parked::ParkedMsg;
+use crate::reply::Reply;
+use crate::server::ServerCore;
+use crate::tool::BoxFuture;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::sync::Arc;
+use toolyard_proto::{jsonrpc, DiscoverResult, ErrorObject, ProtocolVersion};
+
+/// The handler actors of a server.
+#[derive(Clone)]
+pub(crate) struct Routes {
+    pub(crate) router: ActorRef<RouterMsg>,
+    pub(crate) tools: ActorRef<ToolMsg>,
+    pub(crate) resources: ActorRef<ResourceMsg>,
+    pub(crate) prompts: ActorRef<PromptMsg>,
+    pub(crate) completion: ActorRef<CompletionMsg>,
+    pub(crate) bus: ActorRef<BusMsg>,
+    pub(crate) parked: ActorRef<ParkedMsg>,
+}
+
+/// A user-defined method: raw params in, JSON result out.
+pub type MethodFn = Arc<
+    dyn Fn(
+            RequestContext,
+            Option<Box<RawValue>>,
+        ) -> BoxFuture<Result<serde_json::Value, ErrorObject>>
+        + Send
+        + Sync,
+>;
+
+/// Messages of the Router actor.
+pub(crate) enum RouterMsg {
+    /// A method no built-in handler owns.
+    Other {
+        /// Method name.
+        method: String,
+        /// Raw params.
+        params: Option<Box<RawValue>>,
+        /// Context.
+        ctx: RequestContext,
+        /// Answer.
+        reply: Reply,
+    },
+    /// Add a custom method.
+    AddMethod(String, MethodFn),
+}
+
+pub(crate) struct Router;
+
+pub(crate) struct RouterState {
+    pub(crate) core: Arc<ServerCore>,
+    pub(crate) methods: HashMap<String, MethodFn>,
+}
+
+impl Actor for Router {
+    type Msg = RouterMsg;
+    type State = RouterState;
+    type Arguments = RouterState;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<RouterMsg>,
+        args: RouterState,
+    ) -> Result<RouterState, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<RouterMsg>,
+        msg: RouterMsg,
+        state: &mut RouterState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RouterMsg::AddMethod(name, f) => {
+                state.methods.insert(name, f);
+            }
+            RouterMsg::Other {
+                method,
+                params,
+                ctx,
+                reply,
+            } => match state.methods.get(&method) {
+                None => reply.err(ErrorObject::method_not_found(&method)),
+                Some(f) => {
+                    let fut = f(ctx.clone(), params);
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            r = fut => match r {
+                                Ok(v) => reply.ok(&v),
+                                Err(e) => reply.err(e),
+                            },
+                            _ = ctx.cancelled() => reply.cancelled(),
+                        }
+                    });
+                }
+            },
+        }
+        Ok(())
+    }
+}
+
+/// The `server/discover` result.
+pub(crate) fn discover(core: &ServerCore) -> DiscoverResult {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        toolyard_proto::meta::SERVER_INFO.into(),
+        serde_json::to_value(&core.info).unwrap_or_default(),
+    );
+    DiscoverResult {
+        supported_versions: ProtocolVersion::supported_strs()
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        capabilities: core.capabilities.clone(),
+        instructions: core.instructions.clone(),
+        ttl_ms: Some(core.list.ttl_ms),
+        cache_scope: Some(core.list.cache_scope),
+        result_type: None,
+        meta: Some(meta),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Paginated {
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+/// Routes a request both generations share to its handler actor.
+pub(crate) fn route(
+    routes: &Routes,
+    method: &str,
+    params: Option<Box<RawValue>>,
+    ctx: RequestContext,
+    reply: Reply,
+) {
+    fn parsed<T: for<'de> Deserialize<'de>>(
+        params: &Option<Box<RawValue>>,
+        reply: Reply,
+    ) -> Option<(T, Reply)> {
+        match jsonrpc::params::<T>(params.as_deref()) {
+            Ok(p) => Some((p, reply)),
+            Err(e) => {
+                reply.err(e);
+                None
+            }
+        }
+    }
+    // A cast only fails when the actor is gone; the message (and its Reply) comes back and
+    // is dropped, which answers the caller with an internal error.
+    match method {
+        "tools/call" => {
+            if let Some((params, reply)) = parsed::<CallParams>(&params, reply) {
+                let _ = routes.tools.cast(ToolMsg::Call { params, ctx, reply });
+            }
+        }
+        "tools/list" => {
+            if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
+                let _ = routes.tools.cast(ToolMsg::List {
+                    cursor: p.cursor,
+                    reply,
+                });
+            }
+        }
+        "resources/list" => {
+            if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
+                let _ = routes.resources.cast(ResourceMsg::List {
+                    cursor: p.cursor,
+                    reply,
+                });
+            }
+        }
+        "resources/templates/list" => {
+            if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
+                let _ = routes.resources.cast(ResourceMsg::ListTemplates {
+                    cursor: p.cursor,
+                    reply,
+                });
+            }
+        }
+        "resources/read" => {
+            if let Some((params, reply)) = parsed::<ReadParams>(&params, reply) {
+                let _ = routes
+                    .resources
+                    .cast(ResourceMsg::Read { params, ctx, reply });
+            }
+        }
+        "prompts/list" => {
+            if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
+                let _ = routes.prompts.cast(PromptMsg::List {
+                    cursor: p.cursor,
+                    reply,
+                });
+            }
+        }
+        "prompts/get" => {
+            if let Some((params, reply)) = parsed::<GetParams>(&params, reply) {
+                let _ = routes.prompts.cast(PromptMsg::Get { params, ctx, reply });
+            }
+        }
+        "completion/complete" => {
+            if let Some((params, reply)) = parsed::<CompleteParams>(&params, reply) {
+                let _ = routes
+                    .completion
+                    .cast(CompletionMsg::Complete { params, reply });
+            }
+        }
+        _ => {
+            let _ = routes.router.cast(RouterMsg::Other {
+                method: method.to_owned(),
+                params,
+                ctx,
+                reply,
+            });
+        }
+    }
+}

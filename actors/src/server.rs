@@ -1,0 +1,601 @@
+//! The ServerSupervisor and the [`Server`] handle users hold.
+//!
+//! The supervisor spawns the Router, the handler actors, the EventBus and ParkedCalls linked
+//! to itself. When one fails it is restarted with the same registry (registries live outside
+//! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
+//! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
+
+use crate::connection::{ConnMsg, Connection, ConnectionArgs};
+use crate::event_bus::{BusMsg, Event, EventBus};
+use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
+use crate::handlers::prompts::{PromptHandler, PromptMsg, PromptState};
+use crate::handlers::resources::{ResourceHandler, ResourceMsg, ResourceState};
+use crate::handlers::tools::{ToolHandler, ToolMsg, ToolState};
+use crate::middleware::Layers;
+use crate::mrtr::StateSealer;
+use crate::parked::{ParkedCalls, ParkedMsg};
+use crate::registry::Registry;
+use crate::resource::{CompleteFn, CompletionTarget, PromptDef, ResourceDef, TemplateDef};
+use crate::router::{MethodFn, Router, RouterMsg, RouterState, Routes};
+use crate::sink::Sink;
+use crate::tool::ToolDef;
+use arc_swap::ArcSwap;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use toolyard_proto::jsonrpc;
+use toolyard_proto::{
+    CacheScope, Implementation, ListChangedCapability, ResourcesCapability, ServerCapabilities,
+};
+
+/// Pagination and caching of list results.
+#[derive(Debug, Clone, Copy)]
+pub struct ListSettings {
+    /// Items per page of every list.
+    pub page_size: usize,
+    /// `ttlMs` of modern list results.
+    pub ttl_ms: u64,
+    /// `cacheScope` of modern list results.
+    pub cache_scope: CacheScope,
+    /// `ttlMs` of modern `resources/read` results.
+    pub resource_ttl_ms: u64,
+}
+
+impl Default for ListSettings {
+    fn default() -> Self {
+        ListSettings {
+            page_size: 100,
+            ttl_ms: 60_000,
+            cache_scope: CacheScope::Public,
+            resource_ttl_ms: 0,
+        }
+    }
+}
+
+/// Bounds on what one connection may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Requests in flight per connection; more are refused with an error.
+    pub max_in_flight: usize,
+    /// How long a server-to-client request (elicitation, sampling, roots) may take.
+    pub client_request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_in_flight: 1024,
+            client_request_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Everything a server is made of, before it starts.
+pub struct ServerConfig {
+    /// `serverInfo`.
+    pub info: Implementation,
+    /// `instructions` for the model.
+    pub instructions: Option<String>,
+    /// Lists.
+    pub list: ListSettings,
+    /// Limits.
+    pub limits: Limits,
+    /// Signs modern `requestState`.
+    pub sealer: StateSealer,
+    /// Middleware.
+    pub layers: Layers,
+    /// Tools.
+    pub tools: Vec<ToolDef>,
+    /// Static resources.
+    pub resources: Vec<ResourceDef>,
+    /// Resource templates.
+    pub templates: Vec<TemplateDef>,
+    /// Prompts.
+    pub prompts: Vec<PromptDef>,
+    /// Completers.
+    pub completers: Vec<(CompletionTarget, CompleteFn)>,
+    /// Custom methods.
+    pub methods: Vec<(String, MethodFn)>,
+}
+
+impl ServerConfig {
+    /// An empty server named `name`.
+    pub fn new(info: Implementation) -> Self {
+        ServerConfig {
+            info,
+            instructions: None,
+            list: ListSettings::default(),
+            limits: Limits::default(),
+            sealer: StateSealer::random(Duration::from_secs(600)),
+            layers: Layers::default(),
+            tools: Vec::new(),
+            resources: Vec::new(),
+            templates: Vec::new(),
+            prompts: Vec::new(),
+            completers: Vec::new(),
+            methods: Vec::new(),
+        }
+    }
+}
+
+/// What every actor of one server shares.
+pub(crate) struct ServerCore {
+    pub(crate) info: Implementation,
+    pub(crate) instructions: Option<String>,
+    pub(crate) capabilities: ServerCapabilities,
+    pub(crate) list: ListSettings,
+    pub(crate) limits: Limits,
+    pub(crate) sealer: StateSealer,
+    pub(crate) layers: Layers,
+    routes: ArcSwap<Option<Routes>>,
+    tools: Arc<Registry<ToolDef>>,
+    resources: Arc<Registry<ResourceDef>>,
+    templates: Arc<Registry<TemplateDef>>,
+    prompts: Arc<Registry<PromptDef>>,
+    connections: AtomicU64,
+}
+
+impl ServerCore {
+    /// The current routing table. Set before any connection exists.
+    pub(crate) fn routes(&self) -> Arc<Routes> {
+        match &**self.routes.load() {
+            Some(r) => Arc::new(r.clone()),
+            None => unreachable!("routes are installed before the server is handed out"),
+        }
+    }
+}
+
+struct Supervisor;
+
+enum SupMsg {
+    Stop,
+}
+
+struct SupState {
+    core: Arc<ServerCore>,
+    completers: HashMap<CompletionTarget, CompleteFn>,
+    methods: HashMap<String, MethodFn>,
+}
+
+async fn spawn_router(
+    core: &Arc<ServerCore>,
+    methods: HashMap<String, MethodFn>,
+    sup: ActorCell,
+) -> Result<ActorRef<RouterMsg>, ActorProcessingErr> {
+    let (r, _) = Actor::spawn_linked(
+        None,
+        Router,
+        RouterState {
+            core: core.clone(),
+            methods,
+        },
+        sup,
+    )
+    .await?;
+    Ok(r)
+}
+
+impl SupState {
+    async fn spawn_tools(
+        &self,
+        bus: ActorRef<BusMsg>,
+        sup: ActorCell,
+    ) -> Result<ActorRef<ToolMsg>, ActorProcessingErr> {
+        let (r, _) = Actor::spawn_linked(
+            None,
+            ToolHandler,
+            ToolState {
+                registry: self.core.tools.clone(),
+                sealer: self.core.sealer.clone(),
+                bus,
+                list: self.core.list,
+            },
+            sup,
+        )
+        .await?;
+        Ok(r)
+    }
+    async fn spawn_resources(
+        &self,
+        bus: ActorRef<BusMsg>,
+        sup: ActorCell,
+    ) -> Result<ActorRef<ResourceMsg>, ActorProcessingErr> {
+        let (r, _) = Actor::spawn_linked(
+            None,
+            ResourceHandler,
+            ResourceState {
+                resources: self.core.resources.clone(),
+                templates: self.core.templates.clone(),
+                sealer: self.core.sealer.clone(),
+                bus,
+                list: self.core.list,
+            },
+            sup,
+        )
+        .await?;
+        Ok(r)
+    }
+    async fn spawn_prompts(
+        &self,
+        bus: ActorRef<BusMsg>,
+        sup: ActorCell,
+    ) -> Result<ActorRef<PromptMsg>, ActorProcessingErr> {
+        let (r, _) = Actor::spawn_linked(
+            None,
+            PromptHandler,
+            PromptState {
+                registry: self.core.prompts.clone(),
+                sealer: self.core.sealer.clone(),
+                bus,
+                list: self.core.list,
+            },
+            sup,
+        )
+        .await?;
+        Ok(r)
+    }
+    async fn spawn_completion(
+        &self,
+        sup: ActorCell,
+    ) -> Result<ActorRef<CompletionMsg>, ActorProcessingErr> {
+        let (r, _) = Actor::spawn_linked(
+            None,
+            CompletionHandler,
+            CompletionState {
+                completers: self.completers.clone(),
+            },
+            sup,
+        )
+        .await?;
+        Ok(r)
+    }
+}
+
+impl Actor for Supervisor {
+    type Msg = SupMsg;
+    type State = SupState;
+    type Arguments = SupState;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupMsg>,
+        state: SupState,
+    ) -> Result<SupState, ActorProcessingErr> {
+        let sup = myself.get_cell();
+        let (bus, _) = Actor::spawn_linked(None, EventBus, (), sup.clone()).await?;
+        let (parked, _) = Actor::spawn_linked(None, ParkedCalls, (), sup.clone()).await?;
+        let routes = Routes {
+            router: spawn_router(&state.core, state.methods.clone(), sup.clone()).await?,
+            tools: state.spawn_tools(bus.clone(), sup.clone()).await?,
+            resources: state.spawn_resources(bus.clone(), sup.clone()).await?,
+            prompts: state.spawn_prompts(bus.clone(), sup.clone()).await?,
+            completion: state.spawn_completion(sup.clone()).await?,
+            bus,
+            parked,
+        };
+        state.core.routes.store(Arc::new(Some(routes)));
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SupMsg>,
+        msg: SupMsg,
+        _state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupMsg::Stop => myself.stop(None),
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupMsg>,
+        evt: SupervisionEvent,
+        state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        let dead = match &evt {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                tracing::error!(actor = ?cell.get_id(), "handler actor failed: {err}; restarting");
+                cell.get_id()
+            }
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                tracing::warn!(actor = ?cell.get_id(), ?reason, "handler actor stopped; restarting");
+                cell.get_id()
+            }
+            _ => return Ok(()),
+        };
+        let sup = myself.get_cell();
+        let mut routes = state.core.routes().as_ref().clone();
+        if routes.tools.get_id() == dead {
+            routes.tools = state.spawn_tools(routes.bus.clone(), sup).await?;
+        } else if routes.resources.get_id() == dead {
+            routes.resources = state.spawn_resources(routes.bus.clone(), sup).await?;
+        } else if routes.prompts.get_id() == dead {
+            routes.prompts = state.spawn_prompts(routes.bus.clone(), sup).await?;
+        } else if routes.completion.get_id() == dead {
+            routes.completion = state.spawn_completion(sup).await?;
+        } else if routes.router.get_id() == dead {
+            routes.router = spawn_router(&state.core, state.methods.clone(), sup).await?;
+        } else if routes.bus.get_id() == dead {
+            // Listeners are lost with the bus; connections re-register on their next
+            // subscription. Handlers get the new bus on their next restart.
+            let (bus, _) = Actor::spawn_linked(None, EventBus, (), sup).await?;
+            routes.bus = bus;
+        } else if routes.parked.get_id() == dead {
+            let (parked, _) = Actor::spawn_linked(None, ParkedCalls, (), sup).await?;
+            routes.parked = parked;
+        } else {
+            return Ok(());
+        }
+        state.core.routes.store(Arc::new(Some(routes)));
+        Ok(())
+    }
+}
+
+/// Failure to start a server.
+#[derive(Debug, thiserror::Error)]
+#[error("could not start the server's actors: {0}")]
+pub struct StartError(String);
+
+/// A running server. Cheap to clone.
+#[derive(Clone)]
+pub struct Server {
+    core: Arc<ServerCore>,
+    supervisor: ActorRef<SupMsg>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.core.info.name)
+            .finish()
+    }
+}
+
+fn capabilities(config: &ServerConfig) -> ServerCapabilities {
+    let listed = Some(ListChangedCapability {
+        list_changed: Some(true),
+    });
+    ServerCapabilities {
+        tools: Some(ListChangedCapability {
+            list_changed: Some(true),
+        }),
+        resources: Some(ResourcesCapability {
+            subscribe: Some(true),
+            list_changed: Some(true),
+        }),
+        prompts: listed,
+        logging: Some(Default::default()),
+        completions: Some(Default::default()),
+        experimental: None,
+        tasks: None,
+        extensions: (!config.methods.is_empty())
+            .then(Default::default)
+            .filter(|_| false),
+    }
+}
+
+impl Server {
+    /// Starts the server's actors.
+    pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
+        let core = Arc::new(ServerCore {
+            capabilities: capabilities(&config),
+            info: config.info,
+            instructions: config.instructions,
+            list: config.list,
+            limits: config.limits,
+            sealer: config.sealer,
+            layers: config.layers,
+            routes: ArcSwap::from_pointee(None),
+            tools: Arc::default(),
+            resources: Arc::default(),
+            templates: Arc::default(),
+            prompts: Arc::default(),
+            connections: AtomicU64::new(0),
+        });
+        core.tools.insert(
+            config
+                .tools
+                .into_iter()
+                .map(|d| (d.tool.name.clone(), Arc::new(d))),
+        );
+        core.resources.insert(
+            config
+                .resources
+                .into_iter()
+                .map(|d| (d.resource.uri.clone(), Arc::new(d))),
+        );
+        core.templates.insert(
+            config
+                .templates
+                .into_iter()
+                .map(|d| (d.template.uri_template.clone(), Arc::new(d))),
+        );
+        core.prompts.insert(
+            config
+                .prompts
+                .into_iter()
+                .map(|d| (d.prompt.name.clone(), Arc::new(d))),
+        );
+        let state = SupState {
+            core: core.clone(),
+            completers: config.completers.into_iter().collect(),
+            methods: config.methods.into_iter().collect(),
+        };
+        let (supervisor, _) = Actor::spawn(None, Supervisor, state)
+            .await
+            .map_err(|e| StartError(e.to_string()))?;
+        Ok(Server { core, supervisor })
+    }
+
+    /// Opens a connection whose outgoing messages go to `sink`. Feed it what the client
+    /// sends with [`ConnectionHandle::receive`].
+    pub async fn connect(&self, sink: Sink) -> Result<ConnectionHandle, StartError> {
+        self.connect_as(sink, None, None).await
+    }
+
+    /// Like [`Server::connect`], for a legacy HTTP session or an authenticated principal.
+    pub async fn connect_as(
+        &self,
+        sink: Sink,
+        session_id: Option<Arc<str>>,
+        principal: Option<Arc<str>>,
+    ) -> Result<ConnectionHandle, StartError> {
+        let args = ConnectionArgs {
+            core: self.core.clone(),
+            sink,
+            session_id,
+            principal,
+        };
+        let (actor, _) = Actor::spawn(None, Connection, args)
+            .await
+            .map_err(|e| StartError(e.to_string()))?;
+        self.core.connections.fetch_add(1, Ordering::Relaxed);
+        Ok(ConnectionHandle { actor })
+    }
+
+    /// The server's identity.
+    pub fn info(&self) -> &Implementation {
+        &self.core.info
+    }
+
+    /// Adds or replaces tools at runtime; listeners get `tools/list_changed`.
+    pub fn add_tools(&self, tools: Vec<ToolDef>) {
+        let _ = self
+            .core
+            .routes()
+            .tools
+            .cast(ToolMsg::Register(tools.into_iter().map(Arc::new).collect()));
+    }
+
+    /// Removes tools by name.
+    pub fn remove_tools(&self, names: Vec<String>) {
+        let _ = self.core.routes().tools.cast(ToolMsg::Remove(names));
+    }
+
+    /// Adds or replaces static resources.
+    pub fn add_resources(&self, resources: Vec<ResourceDef>) {
+        let _ = self.core.routes().resources.cast(ResourceMsg::Register(
+            resources.into_iter().map(Arc::new).collect(),
+        ));
+    }
+
+    /// Adds or replaces prompts.
+    pub fn add_prompts(&self, prompts: Vec<PromptDef>) {
+        let _ = self.core.routes().prompts.cast(PromptMsg::Register(
+            prompts.into_iter().map(Arc::new).collect(),
+        ));
+    }
+
+    /// Adds or replaces resource templates.
+    pub fn add_templates(&self, templates: Vec<TemplateDef>) {
+        let _ = self
+            .core
+            .routes()
+            .resources
+            .cast(ResourceMsg::RegisterTemplates(
+                templates.into_iter().map(Arc::new).collect(),
+            ));
+    }
+
+    /// Removes resources or templates by URI / URI template.
+    pub fn remove_resources(&self, uris: Vec<String>) {
+        let _ = self.core.routes().resources.cast(ResourceMsg::Remove(uris));
+    }
+
+    /// Removes prompts by name.
+    pub fn remove_prompts(&self, names: Vec<String>) {
+        let _ = self.core.routes().prompts.cast(PromptMsg::Remove(names));
+    }
+
+    /// Adds or replaces an argument completer.
+    pub fn add_completer(&self, target: CompletionTarget, complete: CompleteFn) {
+        let _ = self
+            .core
+            .routes()
+            .completion
+            .cast(CompletionMsg::Register(target, complete));
+    }
+
+    /// Adds a custom JSON-RPC method.
+    pub fn add_method(&self, name: impl Into<String>, handler: MethodFn) {
+        let _ = self
+            .core
+            .routes()
+            .router
+            .cast(RouterMsg::AddMethod(name.into(), handler));
+    }
+
+    /// Tells subscribers that a resource changed.
+    pub fn notify_resource_updated(&self, uri: impl Into<String>) {
+        let _ = self
+            .core
+            .routes()
+            .bus
+            .cast(BusMsg::Publish(Event::ResourceUpdated(uri.into())));
+    }
+
+    /// Fault injection: makes a handler actor fail, to exercise supervision.
+    #[doc(hidden)]
+    pub fn crash_handler(&self, which: &str) {
+        let routes = self.core.routes();
+        match which {
+            "tools" => {
+                let _ = routes.tools.cast(ToolMsg::Crash);
+            }
+            "resources" => {
+                let _ = routes.resources.cast(ResourceMsg::Crash);
+            }
+            _ => {}
+        }
+    }
+
+    /// Stops every actor of the server.
+    pub fn shutdown(&self) {
+        let _ = self.supervisor.cast(SupMsg::Stop);
+    }
+
+    /// Parks a call until a retry resumes it (see [`crate::parked`]).
+    pub fn parked(&self) -> ActorRef<ParkedMsg> {
+        self.core.routes().parked.clone()
+    }
+}
+
+/// Feeds one connection.
+#[derive(Clone)]
+pub struct ConnectionHandle {
+    actor: ActorRef<ConnMsg>,
+}
+
+impl std::fmt::Debug for ConnectionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionHandle").finish()
+    }
+}
+
+impl ConnectionHandle {
+    /// Parses one message from the client and hands it to the connection.
+    pub fn receive(&self, bytes: &[u8]) {
+        let msg = match jsonrpc::parse(bytes) {
+            Ok(m) => ConnMsg::Inbound(m),
+            Err(r) => ConnMsg::Rejected(r),
+        };
+        let _ = self.actor.cast(msg);
+    }
+
+    /// Answers a message that could not even be read (e.g. over the size limit).
+    pub fn reject(&self, error: toolyard_proto::ErrorObject) {
+        let _ = self
+            .actor
+            .cast(ConnMsg::Rejected(jsonrpc::Rejected { id: None, error }));
+    }
+
+    /// The transport closed: cancels in-flight calls and stops the connection.
+    pub fn close(&self) {
+        let _ = self.actor.cast(ConnMsg::Closed);
+    }
+}

@@ -1,0 +1,229 @@
+//! Tool definitions: the protocol description, the handler, and the compiled input schema.
+
+use crate::context::RequestContext;
+use crate::error::HandlerError;
+use crate::exec::Judge;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use toolyard_proto::{CallToolResult, ContentBlock, JsonObject, Tool};
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The handler of a tool.
+pub type ToolFn = Arc<
+    dyn Fn(RequestContext, ToolArgs) -> BoxFuture<Result<CallToolResult, HandlerError>>
+        + Send
+        + Sync,
+>;
+
+/// A tool's arguments, validated against its input schema.
+#[derive(Debug, Clone)]
+pub struct ToolArgs(pub(crate) serde_json::Value);
+
+impl ToolArgs {
+    /// Wraps arguments (an object).
+    pub fn new(value: serde_json::Value) -> Self {
+        ToolArgs(value)
+    }
+    /// Deserializes the arguments into `T`; a mismatch is an argument error naming the problem.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        T::deserialize(&self.0).map_err(|e| HandlerError::invalid_arguments(e.to_string()))
+    }
+    /// The arguments as JSON.
+    pub fn value(&self) -> &serde_json::Value {
+        &self.0
+    }
+}
+
+/// An invalid tool definition.
+#[derive(Debug, thiserror::Error)]
+pub enum DefinitionError {
+    /// The input or output schema does not compile.
+    #[error("tool `{tool}`: invalid {which} schema: {reason}")]
+    Schema {
+        /// The tool.
+        tool: String,
+        /// `input` or `output`.
+        which: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A resource URI template does not parse.
+    #[error("invalid URI template `{0}`: {1}")]
+    Template(String, String),
+}
+
+/// A tool: its description, handler and validators.
+pub struct ToolDef {
+    pub(crate) tool: Tool,
+    pub(crate) handler: ToolFn,
+    pub(crate) validator: Option<jsonschema::Validator>,
+    pub(crate) required_capabilities: Option<JsonObject>,
+}
+
+impl std::fmt::Debug for ToolDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolDef")
+            .field("name", &self.tool.name)
+            .finish()
+    }
+}
+
+/// The default input schema of a tool without arguments.
+pub fn empty_object_schema() -> JsonObject {
+    let mut m = JsonObject::new();
+    m.insert("type".into(), "object".into());
+    m.insert(
+        "properties".into(),
+        serde_json::Value::Object(JsonObject::new()),
+    );
+    m
+}
+
+impl ToolDef {
+    /// A tool from its protocol description and a handler. The input schema is compiled
+    /// once here; its `$schema` picks the draft (2020-12 when absent).
+    pub fn new(tool: Tool, handler: ToolFn) -> Result<Self, DefinitionError> {
+        let schema = serde_json::Value::Object(tool.input_schema.clone());
+        let validator =
+            jsonschema::validator_for(&schema).map_err(|e| DefinitionError::Schema {
+                tool: tool.name.clone(),
+                which: "input",
+                reason: e.to_string(),
+            })?;
+        Ok(ToolDef {
+            tool,
+            handler,
+            validator: Some(validator),
+            required_capabilities: None,
+        })
+    }
+
+    /// A tool from a closure taking typed arguments.
+    pub fn from_fn<A, R, F, Fut>(tool: Tool, f: F) -> Result<Self, DefinitionError>
+    where
+        A: DeserializeOwned + Send + 'static,
+        R: IntoCallToolResult,
+        F: Fn(RequestContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, HandlerError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let handler: ToolFn = Arc::new(move |ctx, args: ToolArgs| {
+            let f = f.clone();
+            Box::pin(async move {
+                let a: A = args.parse()?;
+                f(ctx, a)
+                    .await
+                    .map(IntoCallToolResult::into_call_tool_result)
+            })
+        });
+        Self::new(tool, handler)
+    }
+
+    /// Declares client capabilities the tool needs (e.g. `{"elicitation": {}}`); callers
+    /// without them get -32021 before the tool runs.
+    pub fn requires_capabilities(mut self, required: JsonObject) -> Self {
+        self.required_capabilities = Some(required);
+        self
+    }
+
+    /// The protocol description.
+    pub fn tool(&self) -> &Tool {
+        &self.tool
+    }
+
+    /// Checks arguments against the input schema; the error names the offending field.
+    pub(crate) fn validate(&self, args: &serde_json::Value) -> Result<(), HandlerError> {
+        let Some(v) = &self.validator else {
+            return Ok(());
+        };
+        if v.is_valid(args) {
+            return Ok(());
+        }
+        let problems: Vec<String> = v
+            .iter_errors(args)
+            .take(5)
+            .map(|e| {
+                let path = e.instance_path.to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        Err(HandlerError::invalid_arguments(problems.join("; ")))
+    }
+}
+
+/// What a tool may return.
+pub trait IntoCallToolResult {
+    /// Converts into the protocol result.
+    fn into_call_tool_result(self) -> CallToolResult;
+}
+
+impl IntoCallToolResult for CallToolResult {
+    fn into_call_tool_result(self) -> CallToolResult {
+        self
+    }
+}
+
+impl IntoCallToolResult for String {
+    fn into_call_tool_result(self) -> CallToolResult {
+        CallToolResult::text(self)
+    }
+}
+
+impl IntoCallToolResult for &'static str {
+    fn into_call_tool_result(self) -> CallToolResult {
+        CallToolResult::text(self)
+    }
+}
+
+impl IntoCallToolResult for ContentBlock {
+    fn into_call_tool_result(self) -> CallToolResult {
+        Vec::from([self]).into_call_tool_result()
+    }
+}
+
+impl IntoCallToolResult for Vec<ContentBlock> {
+    fn into_call_tool_result(self) -> CallToolResult {
+        let mut r = CallToolResult::text("");
+        r.content = self;
+        r
+    }
+}
+
+impl IntoCallToolResult for () {
+    fn into_call_tool_result(self) -> CallToolResult {
+        Vec::new().into_call_tool_result()
+    }
+}
+
+/// Structured output: serialized into `structuredContent` (and a text copy for clients that
+/// only read content). Tools returning `Json<T>` with `T: JsonSchema` declare `outputSchema`.
+#[derive(Debug, Clone)]
+pub struct Json<T>(pub T);
+
+impl<T: Serialize> IntoCallToolResult for Json<T> {
+    fn into_call_tool_result(self) -> CallToolResult {
+        match serde_json::to_value(&self.0) {
+            Ok(v) => CallToolResult::structured(v),
+            Err(e) => CallToolResult::error_text(format!("result not serializable: {e}")),
+        }
+    }
+}
+
+impl Judge for CallToolResult {
+    fn outcome(&self) -> crate::middleware::Outcome {
+        if self.is_error == Some(true) {
+            crate::middleware::Outcome::ToolError
+        } else {
+            crate::middleware::Outcome::Ok
+        }
+    }
+}
