@@ -65,7 +65,6 @@ pub(crate) enum RouterMsg {
 pub(crate) struct Router;
 
 pub(crate) struct RouterState {
-    pub(crate) core: Arc<ServerCore>,
     pub(crate) methods: HashMap<String, MethodFn>,
 }
 

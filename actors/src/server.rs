@@ -160,20 +160,10 @@ struct SupState {
 }
 
 async fn spawn_router(
-    core: &Arc<ServerCore>,
     methods: HashMap<String, MethodFn>,
     sup: ActorCell,
 ) -> Result<ActorRef<RouterMsg>, ActorProcessingErr> {
-    let (r, _) = Actor::spawn_linked(
-        None,
-        Router,
-        RouterState {
-            core: core.clone(),
-            methods,
-        },
-        sup,
-    )
-    .await?;
+    let (r, _) = Actor::spawn_linked(None, Router, RouterState { methods }, sup).await?;
     Ok(r)
 }
 
@@ -267,7 +257,7 @@ impl Actor for Supervisor {
         let (bus, _) = Actor::spawn_linked(None, EventBus, (), sup.clone()).await?;
         let (parked, _) = Actor::spawn_linked(None, ParkedCalls, (), sup.clone()).await?;
         let routes = Routes {
-            router: spawn_router(&state.core, state.methods.clone(), sup.clone()).await?,
+            router: spawn_router(state.methods.clone(), sup.clone()).await?,
             tools: state.spawn_tools(bus.clone(), sup.clone()).await?,
             resources: state.spawn_resources(bus.clone(), sup.clone()).await?,
             prompts: state.spawn_prompts(bus.clone(), sup.clone()).await?,
@@ -319,7 +309,7 @@ impl Actor for Supervisor {
         } else if routes.completion.get_id() == dead {
             routes.completion = state.spawn_completion(sup).await?;
         } else if routes.router.get_id() == dead {
-            routes.router = spawn_router(&state.core, state.methods.clone(), sup).await?;
+            routes.router = spawn_router(state.methods.clone(), sup).await?;
         } else if routes.bus.get_id() == dead {
             // Listeners are lost with the bus; connections re-register on their next
             // subscription. Handlers get the new bus on their next restart.

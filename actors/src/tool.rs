@@ -131,6 +131,17 @@ impl ToolDef {
         self
     }
 
+    /// Renames the tool (e.g. to prefix it with its service's name).
+    pub fn rename(&mut self, name: impl Into<String>) {
+        self.tool.name = name.into();
+    }
+
+    /// Sets the output schema; results must then carry matching `structuredContent`.
+    pub fn with_output_schema(mut self, schema: JsonObject) -> Self {
+        self.tool.output_schema = Some(schema);
+        self
+    }
+
     /// The protocol description.
     pub fn tool(&self) -> &Tool {
         &self.tool

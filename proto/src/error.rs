@@ -33,7 +33,7 @@ pub mod code {
 }
 
 /// A JSON-RPC error object: `{code, message, data?}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorObject {
     /// One of [`code`]'s constants, or an implementation-defined one.
     pub code: i32,
@@ -58,6 +58,11 @@ impl ErrorObject {
         self.data = Some(data);
         self
     }
+    /// Replaces the message.
+    pub fn with_message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
+        self.message = message.into();
+        self
+    }
     /// -32700.
     pub fn parse_error(detail: impl std::fmt::Display) -> Self {
         Self::new(code::PARSE_ERROR, format!("Parse error: {detail}"))
@@ -68,7 +73,10 @@ impl ErrorObject {
     }
     /// -32601 naming the method.
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(code::METHOD_NOT_FOUND, format!("Method not found: {method}"))
+        Self::new(
+            code::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        )
     }
     /// -32602.
     pub fn invalid_params(detail: impl Into<Cow<'static, str>>) -> Self {

@@ -78,6 +78,15 @@ impl<'de> Deserialize<'de> for RequestId {
     }
 }
 
+impl schemars::JsonSchema for RequestId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RequestId".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": ["string", "integer"] })
+    }
+}
+
 /// A request: it expects exactly one response with the same id.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -199,23 +208,35 @@ pub fn parse(bytes: &[u8]) -> Result<Incoming, Rejected> {
     if too_deep(bytes) {
         return Err(Rejected {
             id: None,
-            error: ErrorObject::parse_error(format_args!(
-                "nesting deeper than {MAX_DEPTH} levels"
-            )),
+            error: ErrorObject::parse_error(format_args!("nesting deeper than {MAX_DEPTH} levels")),
         });
     }
-    let env: Envelope = match serde_json::from_slice(bytes) {
-        Ok(env) => env,
-        Err(e) if e.is_data() => {
-            // Valid JSON of the wrong shape: an array (batch), a scalar, wrong field types.
-            let what = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-                Some(b'[') => "batches (JSON arrays) are not supported; send one message object".into(),
-                Some(b'{') => format!("not a JSON-RPC message: {e}"),
-                _ => "a JSON-RPC message must be a JSON object".into(),
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        first => {
+            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                return Err(Rejected {
+                    id: None,
+                    error: ErrorObject::parse_error(e),
+                });
+            }
+            let what = if first == Some(&b'[') {
+                "batches (JSON arrays) are not supported; send one message object"
+            } else {
+                "a JSON-RPC message must be a JSON object"
             };
             return Err(Rejected {
                 id: None,
                 error: ErrorObject::invalid_request(what),
+            });
+        }
+    }
+    let env: Envelope = match serde_json::from_slice(bytes) {
+        Ok(env) => env,
+        Err(e) if e.is_data() => {
+            return Err(Rejected {
+                id: None,
+                error: ErrorObject::invalid_request(format!("not a JSON-RPC message: {e}")),
             });
         }
         Err(e) => {
@@ -240,7 +261,10 @@ fn classify(env: Envelope) -> Result<Incoming, Rejected> {
     let id = match &env.id {
         None => None,
         Some(raw) if raw.get() == "null" => {
-            return Err(invalid(None, "request id must be a string or an integer, not null"))
+            return Err(invalid(
+                None,
+                "request id must be a string or an integer, not null",
+            ))
         }
         Some(raw) => match serde_json::from_str::<RequestId>(raw.get()) {
             Ok(id) => Some(id),
@@ -249,7 +273,12 @@ fn classify(env: Envelope) -> Result<Incoming, Rejected> {
     };
     match env.jsonrpc.as_deref().map(RawValue::get) {
         Some("\"2.0\"") => {}
-        Some(_) => return Err(invalid(id, "the \"jsonrpc\" member must be exactly \"2.0\"")),
+        Some(_) => {
+            return Err(invalid(
+                id,
+                "the \"jsonrpc\" member must be exactly \"2.0\"",
+            ))
+        }
         None => return Err(invalid(id, "missing \"jsonrpc\": \"2.0\"")),
     }
     if let Some(method) = env.method {
@@ -310,12 +339,7 @@ fn open_with_id(buf: &mut Vec<u8>, id: Option<&RequestId>) {
 ///
 /// With `result_type` set, `"resultType":<it>` is spliced in as the result's first member, as
 /// the modern generation requires of every result; legacy results go out unchanged.
-pub fn write_result(
-    buf: &mut Vec<u8>,
-    id: &RequestId,
-    result: &[u8],
-    result_type: Option<&str>,
-) {
+pub fn write_result(buf: &mut Vec<u8>, id: &RequestId, result: &[u8], result_type: Option<&str>) {
     open_with_id(buf, Some(id));
     buf.extend_from_slice(b",\"result\":");
     match (result_type, result.split_first()) {
@@ -400,9 +424,8 @@ pub fn request_bytes<P: Serialize + ?Sized>(
 /// -32602 naming the problem.
 pub fn params<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Result<T, ErrorObject> {
     let text = raw.map(RawValue::get).unwrap_or("{}");
-    serde_json::from_str(text).map_err(|e| {
-        ErrorObject::new(code::INVALID_PARAMS, format!("Invalid params: {e}"))
-    })
+    serde_json::from_str(text)
+        .map_err(|e| ErrorObject::new(code::INVALID_PARAMS, format!("Invalid params: {e}")))
 }
 
 #[cfg(test)]

@@ -1,0 +1,108 @@
+//! The `toolyard` binary: a thin command line over the library.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use toolyard::{Config, Limits, ServerBuilder, StdioOptions};
+
+/// Toolyard: an actor-based runtime for the Model Context Protocol.
+#[derive(Parser, Debug)]
+#[command(name = "toolyard", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the demo tools, resources and prompts plus whatever the config file adds.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Serve one connection on stdin/stdout (newline-delimited JSON-RPC).
+    #[arg(long)]
+    stdio: bool,
+    /// A TOML config file (see the README); flags and TOOLYARD_* variables override it.
+    #[arg(long, env = "TOOLYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Server name reported in serverInfo.
+    #[arg(long, env = "TOOLYARD_NAME")]
+    name: Option<String>,
+    /// Largest accepted message, in bytes.
+    #[arg(long, env = "TOOLYARD_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<usize>,
+    /// Requests in flight per connection before new ones are refused.
+    #[arg(long, env = "TOOLYARD_MAX_IN_FLIGHT")]
+    max_in_flight: Option<usize>,
+    /// Secret that signs modern requestState (share it between replicas).
+    #[arg(long, env = "TOOLYARD_STATE_SECRET", hide_env_values = true)]
+    state_secret: Option<String>,
+    /// Leave out the built-in demo set.
+    #[arg(long)]
+    no_demo: bool,
+    /// Tokio worker threads.
+    #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 2)]
+    workers: usize,
+    /// Log filter (tracing syntax), written to stderr.
+    #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
+    log: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .init();
+    if !args.stdio {
+        anyhow::bail!("choose a transport: --stdio (HTTP comes with `--http ADDR`)");
+    }
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.workers.max(1))
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let name = args
+            .name
+            .or(config.server.name.clone())
+            .unwrap_or_else(|| "toolyard".into());
+        let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
+        if !args.no_demo {
+            builder = toolyard::demo::demo(builder);
+        }
+        builder = builder.config(&config);
+        let mut limits = Limits::default();
+        if let Some(n) = args.max_in_flight.or(config.server.max_in_flight) {
+            limits.max_in_flight = n;
+        }
+        builder = builder.limits(limits);
+        if let Some(secret) = args.state_secret.or(config.server.state_secret.clone()) {
+            builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
+        }
+        let server = builder.start().await?;
+        let mut options = StdioOptions::default();
+        if let Some(n) = args.max_message_bytes.or(config.server.max_message_bytes) {
+            options.max_message_bytes = n;
+        }
+        toolyard::serve_stdio(&server, options).await?;
+        server.shutdown();
+        Ok::<_, anyhow::Error>(())
+    })?;
+    // Blocking stdin reads may still hold a runtime thread; do not wait for them.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! Toolyard: an actor-based, embeddable runtime for the Model Context Protocol (MCP).
+//!
+//! Build a server from tools, resources and prompts — written as `#[tool]` / `#[resource]` /
+//! `#[prompt]` methods of controllers, as plain closures, or fully dynamically — then serve it
+//! over stdio ([`serve_stdio`]) or embed it in-process ([`MemoryClient`]). Both MCP
+//! generations are served side by side: the stateless 2026-07-28 revision and the
+//! session-based ones (2025-11-25 and older).
+//!
+//! ```no_run
+//! use toolyard::{ServerBuilder, tool_fn};
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Echo { message: String }
+//! let server = ServerBuilder::new("demo", "1.0")
+//!     .tool(tool_fn("echo", "Echoes the message", |_ctx, a: Echo| async move { Ok(a.message) })?)
+//!     .start()
+//!     .await?;
+//! toolyard::serve_stdio(&server, Default::default()).await?;
+//! # Ok(()) }
+//! ```
+
+mod builder;
+mod config;
+mod controller;
+pub mod demo;
+mod memory;
+mod stdio;
+
+pub use builder::{glob_match, schema_for, tool_fn, BuildError, ServerBuilder};
+pub use config::{Config, ConfigError};
+pub use controller::{Controller, IntoPromptResult, IntoResourceContents};
+pub use memory::{ClientError, MemoryClient};
+pub use stdio::{serve_io, serve_stdio, StdioOptions};
+
+pub use toolyard_actors::{
+    empty_object_schema, middleware, BoxFuture, Caller, CompleteFn, CompletionTarget,
+    ConnectionHandle, DefinitionError, Event, HandlerError, InputError, IntoCallToolResult, Json,
+    Layer, Layers, Limits, ListSettings, MessageSink, MethodFn, Outcome, PromptDef, PromptFn,
+    RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig,
+    Sink, StateSealer, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UriTemplate,
+};
+pub use toolyard_macros::{controller, prompt, resource, tool};
+/// The protocol types.
+pub use toolyard_proto as proto;
+
+/// Items the macros expand to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::builder::schema_object_for;
+    pub use crate::controller::{IntoPromptResult, IntoResourceContents};
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+    pub use std::sync::Arc;
+    pub use toolyard_actors::{
+        BoxFuture, HandlerError, IntoCallToolResult, PromptDef, RequestContext, ResourceDef,
+        ResourceRequest, TemplateDef, ToolArgs, ToolDef,
+    };
+    pub use toolyard_proto::{
+        JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool, ToolAnnotations,
+    };
+}

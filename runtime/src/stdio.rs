@@ -1,0 +1,141 @@
+//! The stdio transport: newline-delimited JSON-RPC on a byte stream pair.
+//!
+//! One reader splits lines with a hard size limit (an overlong message is answered with an
+//! error and skipped up to its newline, the connection goes on); one writer receives
+//! serialized messages and batches them: after the first message it yields once so that
+//! responses produced together go out in one write. Logs never go to stdout.
+
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use toolyard_actors::{Server, Sink};
+use toolyard_proto::ErrorObject;
+
+/// Options of the stdio transport.
+#[derive(Debug, Clone, Copy)]
+pub struct StdioOptions {
+    /// The largest message accepted, in bytes (newline excluded).
+    pub max_message_bytes: usize,
+    /// How long to wait for in-flight answers to drain after the input closes.
+    pub drain_timeout: Duration,
+}
+
+impl Default for StdioOptions {
+    fn default() -> Self {
+        StdioOptions {
+            max_message_bytes: 4 * 1024 * 1024,
+            drain_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Serves one connection on the process's stdin and stdout until stdin closes.
+pub async fn serve_stdio(server: &Server, options: StdioOptions) -> io::Result<()> {
+    serve_io(server, tokio::io::stdin(), tokio::io::stdout(), options).await
+}
+
+/// Serves one connection on any reader/writer pair until the reader reaches end of file.
+pub async fn serve_io<R, W>(
+    server: &Server,
+    reader: R,
+    writer: W,
+    options: StdioOptions,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let handle = server
+        .connect(Sink::channel(tx))
+        .await
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let writer_task = tokio::spawn(write_loop(writer, rx));
+    let read_result = read_loop(reader, &handle, options.max_message_bytes).await;
+    handle.close();
+    // Once the connection actor and every request task have dropped their senders the
+    // writer finishes; a stuck task cannot hold the process forever.
+    let _ = tokio::time::timeout(options.drain_timeout, writer_task).await;
+    read_result
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    reader: R,
+    handle: &toolyard_actors::ConnectionHandle,
+    max: usize,
+) -> io::Result<()> {
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let mut line: Vec<u8> = Vec::with_capacity(4096);
+    let mut discarding = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            if !line.is_empty() && !discarding {
+                handle.receive(&line);
+            }
+            return Ok(());
+        }
+        let (chunk, found_newline) = match memchr(b'\n', buf) {
+            Some(i) => (&buf[..i], true),
+            None => (buf, false),
+        };
+        let used = chunk.len() + usize::from(found_newline);
+        if !discarding {
+            if line.len() + chunk.len() > max {
+                discarding = true;
+                line.clear();
+                handle.reject(ErrorObject::invalid_request(format!(
+                    "message exceeds the limit of {max} bytes; it was discarded"
+                )));
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        reader.consume(used);
+        if found_newline {
+            if !discarding {
+                let text = trim_cr(&line);
+                if !text.iter().all(u8::is_ascii_whitespace) {
+                    handle.receive(text);
+                }
+            }
+            line.clear();
+            discarding = false;
+        }
+    }
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|b| *b == needle)
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    while let Some(first) = rx.recv().await {
+        buf.extend_from_slice(&first);
+        buf.push(b'\n');
+        // Let the producers that are already runnable finish, so their answers share
+        // this write (on a multi-thread runtime the writer otherwise wakes per message).
+        tokio::task::yield_now().await;
+        while let Ok(more) = rx.try_recv() {
+            buf.extend_from_slice(&more);
+            buf.push(b'\n');
+            if buf.len() > 1024 * 1024 {
+                break;
+            }
+        }
+        if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
+            return;
+        }
+        buf.clear();
+    }
+    let _ = writer.flush().await;
+}
