@@ -368,6 +368,15 @@ impl ConnState {
             _ => return self.error(&req.id, ErrorObject::unsupported_version(&requested)),
         };
         let method = req.method.as_str();
+        if meta.client_capabilities.is_none() {
+            return self.error(
+                &req.id,
+                ErrorObject::invalid_params(format!(
+                    "`_meta` must carry `{}` on every 2026-07-28 request",
+                    toolyard_proto::meta::CLIENT_CAPABILITIES
+                )),
+            );
+        }
         if REMOVED_IN_MODERN.contains(&method) {
             return self.error(
                 &req.id,

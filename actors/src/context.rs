@@ -283,6 +283,60 @@ impl RequestContext {
         .await
     }
 
+    /// Asks for several inputs at once (a modern round then carries all of them). Each key's
+    /// answer is in the returned map, as JSON.
+    pub async fn gather(
+        &self,
+        requests: Vec<(String, InputRequest)>,
+    ) -> Result<InputResponses, InputError> {
+        for (_, r) in &requests {
+            let caps = self.client_capabilities();
+            match r {
+                InputRequest::Elicit(_) if caps.elicitation.is_none() => {
+                    return Err(InputError::MissingCapability("elicitation"))
+                }
+                InputRequest::CreateMessage(_) if caps.sampling.is_none() => {
+                    return Err(InputError::MissingCapability("sampling"))
+                }
+                InputRequest::ListRoots(_) if caps.roots.is_none() => {
+                    return Err(InputError::MissingCapability("roots"))
+                }
+                _ => {}
+            }
+        }
+        match &self.inner.channel {
+            Channel::Legacy { .. } => {
+                let mut out = InputResponses::new();
+                for (key, r) in requests {
+                    let method = match &r {
+                        InputRequest::Elicit(_) => "elicitation/create",
+                        InputRequest::CreateMessage(_) => "sampling/createMessage",
+                        InputRequest::ListRoots(_) => "roots/list",
+                    };
+                    let v: serde_json::Value = self.ask(&key, method, r).await?;
+                    out.insert(key, v);
+                }
+                Ok(out)
+            }
+            Channel::Modern { round, .. } => {
+                let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
+                let missing: Vec<_> = requests
+                    .iter()
+                    .filter(|(k, _)| !round.responses.contains_key(k))
+                    .cloned()
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(requests
+                        .into_iter()
+                        .filter_map(|(k, _)| round.responses.get(&k).cloned().map(|v| (k, v)))
+                        .collect());
+                }
+                round.requests.extend(missing);
+                Err(InputError::InputRequired)
+            }
+        }
+    }
+
     async fn ask<T: DeserializeOwned>(
         &self,
         key: &str,

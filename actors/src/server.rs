@@ -520,6 +520,11 @@ impl Server {
             .cast(RouterMsg::AddMethod(name.into(), handler));
     }
 
+    /// Publishes a change event to every listener.
+    pub fn publish(&self, event: Event) {
+        let _ = self.core.routes().bus.cast(BusMsg::Publish(event));
+    }
+
     /// Tells subscribers that a resource changed.
     pub fn notify_resource_updated(&self, uri: impl Into<String>) {
         let _ = self
