@@ -1,0 +1,447 @@
+//! The server core through the in-memory transport: concurrency, panics, supervision,
+//! cancellation, multi-round-trip requests, subscriptions and middleware.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use toolyard::proto::{ElicitRequestParams, JsonObject};
+use toolyard::{tool_fn, Layer, MemoryClient, Outcome, RequestContext, RequestInfo, ServerBuilder};
+
+#[derive(Deserialize, JsonSchema)]
+struct NoArgs {}
+
+fn meta(caps: Value) -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":caps})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_calls_on_one_connection_run_concurrently_and_a_panic_fails_only_its_caller() {
+    let barrier = Arc::new(tokio::sync::Barrier::new(100));
+    let b = barrier.clone();
+    let server = ServerBuilder::new("t", "0")
+        .try_tool(tool_fn(
+            "wait",
+            "Waits for 99 others",
+            move |_c, _a: NoArgs| {
+                let b = b.clone();
+                async move {
+                    b.wait().await;
+                    Ok("released")
+                }
+            },
+        ))
+        .try_tool(tool_fn("boom", "Panics", |_c, _a: NoArgs| async move {
+            if true {
+                panic!("tool exploded");
+            }
+            Ok("unreachable")
+        }))
+        .start()
+        .await
+        .unwrap();
+    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    client.initialize(json!({})).await.unwrap();
+    let mut calls = Vec::new();
+    for _ in 0..100 {
+        let c = client.clone();
+        calls.push(tokio::spawn(async move {
+            c.request("tools/call", json!({"name":"wait"})).await
+        }));
+    }
+    let boom = client.request("tools/call", json!({"name":"boom"})).await;
+    match boom {
+        Err(toolyard::ClientError::Rpc(e)) => {
+            assert_eq!(e.code, -32603);
+            assert!(e.message.contains("tool exploded"), "{e}");
+        }
+        other => panic!("a panicking tool must give its caller an error, got {other:?}"),
+    }
+    for c in calls {
+        let r = c.await.unwrap().unwrap();
+        assert_eq!(r["content"][0]["text"], "released");
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_handler_actor_is_restarted_and_requests_go_on() {
+    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+        .start()
+        .await
+        .unwrap();
+    let client = MemoryClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    server.crash_handler("tools");
+    // Whatever races the crash gets an answer (an error or a result), never silence.
+    for i in 0..20 {
+        let r = client
+            .request(
+                "tools/call",
+                json!({"name":"echo","arguments":{"message":i.to_string()}}),
+            )
+            .await;
+        if i >= 10 {
+            assert_eq!(r.unwrap()["content"][0]["text"], i.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let list = client.request("tools/list", json!({})).await.unwrap();
+    assert!(
+        list["tools"].as_array().unwrap().len() >= 5,
+        "registry survives the restart"
+    );
+}
+
+#[tokio::test]
+async fn cancelled_notification_stops_the_tool_and_no_response_is_sent() {
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let s = stopped.clone();
+    let server = ServerBuilder::new("t", "0")
+        .try_tool(tool_fn(
+            "hang",
+            "Hangs until cancelled",
+            move |ctx: RequestContext, _a: NoArgs| {
+                let s = s.clone();
+                async move {
+                    struct Guard(Arc<AtomicUsize>);
+                    impl Drop for Guard {
+                        fn drop(&mut self) {
+                            self.0.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    let _g = Guard(s);
+                    ctx.cancelled().await;
+                    Ok("cancelled")
+                }
+            },
+        ))
+        .try_tool(tool_fn("ok", "Answers", |_c, _a: NoArgs| async {
+            Ok("ok")
+        }))
+        .start()
+        .await
+        .unwrap();
+    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    client.initialize(json!({})).await.unwrap();
+    let c = client.clone();
+    let hung = tokio::spawn(async move {
+        c.request_with_id(
+            toolyard::proto::RequestId::Number(777),
+            "tools/call",
+            json!({"name":"hang"}),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    client
+        .notify(
+            "notifications/cancelled",
+            json!({"requestId": 777, "reason": "user"}),
+        )
+        .unwrap();
+    for _ in 0..50 {
+        if stopped.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        stopped.load(Ordering::SeqCst),
+        1,
+        "the tool's future was dropped"
+    );
+    assert_eq!(
+        client
+            .request("tools/call", json!({"name":"ok"}))
+            .await
+            .unwrap()["content"][0]["text"],
+        "ok"
+    );
+    hung.abort();
+}
+
+#[tokio::test]
+async fn modern_elicitation_takes_rounds_and_rejects_tampered_state() {
+    let server = ServerBuilder::new("t", "0")
+        .try_tool(tool_fn(
+            "two_questions",
+            "Asks twice",
+            |ctx: RequestContext, _a: NoArgs| async move {
+                let schema: JsonObject = serde_json::from_value(
+                    json!({"type":"object","properties":{"v":{"type":"string"}}}),
+                )
+                .unwrap();
+                let a = ctx
+                    .elicit("first", ElicitRequestParams::form("first?", schema.clone()))
+                    .await?;
+                let b = ctx
+                    .elicit("second", ElicitRequestParams::form("second?", schema))
+                    .await?;
+                Ok(format!(
+                    "{} {}",
+                    a.content.unwrap()["v"],
+                    b.content.unwrap()["v"]
+                ))
+            },
+        ))
+        .start()
+        .await
+        .unwrap();
+    let client = MemoryClient::connect(&server).await.unwrap();
+    let m = meta(json!({"elicitation":{}}));
+    let r1 = client
+        .request("tools/call", json!({"_meta":m,"name":"two_questions"}))
+        .await
+        .unwrap();
+    assert_eq!(r1["resultType"], "input_required");
+    assert_eq!(r1["inputRequests"]["first"]["method"], "elicitation/create");
+    let state1 = r1["requestState"].as_str().unwrap().to_owned();
+
+    // Tampered state is a JSON-RPC error.
+    let bad = client
+        .request(
+            "tools/call",
+            json!({"_meta":m,"name":"two_questions","requestState": format!("{state1}x"),
+            "inputResponses":{"first":{"action":"accept","content":{"v":"a"}}}}),
+        )
+        .await;
+    assert!(
+        matches!(bad, Err(toolyard::ClientError::Rpc(ref e)) if e.code == -32602),
+        "{bad:?}"
+    );
+
+    let r2 = client
+        .request(
+            "tools/call",
+            json!({"_meta":m,"name":"two_questions","requestState":state1,
+            "inputResponses":{"first":{"action":"accept","content":{"v":"a"}}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r2["resultType"], "input_required");
+    assert!(r2["inputRequests"].get("second").is_some(), "{r2}");
+    let r3 = client
+        .request(
+            "tools/call",
+            json!({"_meta":m,"name":"two_questions","requestState":r2["requestState"],
+            "inputResponses":{"second":{"action":"accept","content":{"v":"b"}}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r3["resultType"], "complete");
+    assert_eq!(r3["content"][0]["text"], "\"a\" \"b\"");
+
+    // Without the capability: -32021 naming it.
+    let e = client
+        .request(
+            "tools/call",
+            json!({"_meta":meta(json!({})),"name":"two_questions"}),
+        )
+        .await;
+    match e {
+        Err(toolyard::ClientError::Rpc(e)) => {
+            assert_eq!(e.code, -32021);
+            assert_eq!(
+                e.data.unwrap()["requiredCapabilities"],
+                json!({"elicitation":{}})
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn legacy_elicitation_is_a_request_to_the_client() {
+    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+        .start()
+        .await
+        .unwrap();
+    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    client.initialize(json!({"elicitation":{}})).await.unwrap();
+    let c = client.clone();
+    let call =
+        tokio::spawn(async move { c.request("tools/call", json!({"name":"ask_name"})).await });
+    let req = client.next_request().await.expect("elicitation/create");
+    assert_eq!(req["method"], "elicitation/create");
+    client.respond(
+        &req["id"],
+        json!({"action":"accept","content":{"name":"Ada"}}),
+    );
+    let r = call.await.unwrap().unwrap();
+    assert_eq!(r["content"][0]["text"], "Hello, Ada!");
+}
+
+#[tokio::test]
+async fn listen_acknowledges_first_and_tags_only_requested_notifications() {
+    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+        .start()
+        .await
+        .unwrap();
+    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    let c = client.clone();
+    let _listen = tokio::spawn(async move {
+        c.request_with_id(
+            "listen-1".into(),
+            "subscriptions/listen",
+            json!({"_meta":meta(json!({})),"notifications":{"toolsListChanged":true}}),
+        )
+        .await
+    });
+    let ack = client.next_notification().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+    server.publish(toolyard::Event::PromptsChanged);
+    server.publish(toolyard::Event::ToolsChanged);
+    let n = client.next_notification().await.unwrap();
+    assert_eq!(
+        n["method"], "notifications/tools/list_changed",
+        "prompts were not requested"
+    );
+    assert_eq!(
+        n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+}
+
+#[tokio::test]
+async fn legacy_subscribe_delivers_resource_updates_and_progress_flows() {
+    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+        .start()
+        .await
+        .unwrap();
+    let client = MemoryClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    client
+        .request("resources/subscribe", json!({"uri":"demo://readme"}))
+        .await
+        .unwrap();
+    server.notify_resource_updated("demo://other");
+    server.notify_resource_updated("demo://readme");
+    let n = client.next_notification().await.unwrap();
+    assert_eq!(n["method"], "notifications/resources/updated");
+    assert_eq!(n["params"]["uri"], "demo://readme");
+    client
+        .request("logging/setLevel", json!({"level":"info"}))
+        .await
+        .unwrap();
+    let r = client
+        .request("tools/call", json!({"name":"slow","arguments":{"steps":3,"delay_ms":1},"_meta":{"progressToken":"p"}}))
+        .await
+        .unwrap();
+    assert_eq!(r["content"][0]["text"], "done after 3 steps");
+    let (mut progress, mut logs) = (0, 0);
+    while let Ok(Some(n)) =
+        tokio::time::timeout(Duration::from_millis(200), client.next_notification()).await
+    {
+        match n["method"].as_str() {
+            Some("notifications/progress") => progress += 1,
+            Some("notifications/message") => logs += 1,
+            _ => {}
+        }
+    }
+    assert_eq!((progress, logs), (3, 3));
+}
+
+struct Counting(Arc<AtomicUsize>, Arc<std::sync::Mutex<Vec<Outcome>>>);
+
+struct Done(Arc<std::sync::Mutex<Vec<Outcome>>>);
+
+impl toolyard::middleware::Completion for Done {
+    fn finish(self: Box<Self>, _info: &RequestInfo, outcome: &Outcome) {
+        self.0.lock().unwrap().push(outcome.clone());
+    }
+}
+
+impl Layer for Counting {
+    fn start(
+        &self,
+        info: &RequestInfo,
+    ) -> Result<Option<Box<dyn toolyard::middleware::Completion>>, toolyard::proto::ErrorObject>
+    {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        if &*info.method == "prompts/list" {
+            return Err(toolyard::proto::ErrorObject::new(
+                -32000,
+                "forbidden by layer",
+            ));
+        }
+        Ok(Some(Box::new(Done(self.1.clone()))))
+    }
+}
+
+#[tokio::test]
+async fn a_layer_sees_every_request_and_its_outcome_and_may_reject() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let outcomes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+        .layer(Arc::new(Counting(seen.clone(), outcomes.clone())))
+        .start()
+        .await
+        .unwrap();
+    let client = MemoryClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    client
+        .request(
+            "tools/call",
+            json!({"name":"echo","arguments":{"message":"x"}}),
+        )
+        .await
+        .unwrap();
+    client
+        .request("tools/call", json!({"name":"fail"}))
+        .await
+        .unwrap();
+    assert!(client.request("prompts/list", json!({})).await.is_err());
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        *outcomes.lock().unwrap(),
+        vec![Outcome::Ok, Outcome::ToolError]
+    );
+}
+
+#[tokio::test]
+async fn lists_paginate_with_opaque_cursors() {
+    let mut b = ServerBuilder::new("t", "0").list_settings(toolyard::ListSettings {
+        page_size: 2,
+        ..Default::default()
+    });
+    for i in 0..5 {
+        b = b.try_tool(tool_fn(
+            &format!("t{i}"),
+            "numbered",
+            |_c, _a: NoArgs| async { Ok("x") },
+        ));
+    }
+    let server = b.start().await.unwrap();
+    let client = MemoryClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let r = client
+            .request("tools/list", json!({"cursor": cursor}))
+            .await
+            .unwrap();
+        names.extend(
+            r["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_owned()),
+        );
+        match r["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["t0", "t1", "t2", "t3", "t4"]);
+    let bad = client
+        .request("tools/list", json!({"cursor":"not-a-cursor"}))
+        .await;
+    assert!(matches!(bad, Err(toolyard::ClientError::Rpc(ref e)) if e.code == -32602));
+}

@@ -1,0 +1,4 @@
+//! The `toolyard` crate's integration tests (one binary keeps link time low).
+
+mod core;
+mod stdio;

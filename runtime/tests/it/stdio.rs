@@ -1,0 +1,253 @@
+//! The `toolyard` binary over stdio, as a subprocess: bad input, both generations.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub(crate) struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    pub(crate) fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn toolyard");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Proc {
+            child,
+            stdin,
+            lines: rx,
+        }
+    }
+
+    pub(crate) fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub(crate) fn send(&mut self, v: Value) {
+        self.send_raw(v.to_string().as_bytes());
+    }
+
+    pub(crate) fn recv(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no answer from the server within 10 s");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {line}"))
+    }
+
+    /// The next message answering `id` (skipping notifications).
+    pub(crate) fn answer(&mut self, id: Value) -> Value {
+        loop {
+            let m = self.recv();
+            if m.get("id") == Some(&id) && m.get("method").is_none() {
+                return m;
+            }
+        }
+    }
+
+    pub(crate) fn initialize(&mut self) {
+        self.send(json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}}));
+        let r = self.answer(json!("init"));
+        assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+        self.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    }
+
+    pub(crate) fn close_and_wait(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        for _ in 0..100 {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.child.kill().ok();
+        panic!("the server did not exit within 5 s of stdin closing");
+    }
+}
+
+fn code(m: &Value) -> i64 {
+    m["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("expected an error, got {m}"))
+}
+
+fn echo(p: &mut Proc, id: i64) {
+    p.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"message":"still here"}}}));
+    let r = p.answer(json!(id));
+    assert_eq!(r["result"]["content"][0]["text"], "still here", "{r}");
+}
+
+#[test]
+fn bad_input_gets_the_right_errors_and_the_connection_survives() {
+    let mut p = Proc::spawn(&["serve", "--stdio", "--max-message-bytes", "4096"]);
+
+    // Before initialize: a legacy request is refused, ping is allowed.
+    p.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    assert_eq!(code(&p.answer(json!(1))), -32602);
+    p.send(json!({"jsonrpc":"2.0","id":2,"method":"ping"}));
+    assert_eq!(p.answer(json!(2))["result"], json!({}));
+    // A modern request without _meta (server/discover only exists in 2026-07-28).
+    p.send(json!({"jsonrpc":"2.0","id":3,"method":"server/discover"}));
+    assert_eq!(code(&p.answer(json!(3))), -32602);
+
+    p.initialize();
+
+    let cases: Vec<(&[u8], i64)> = vec![
+        (b"{not json", -32700),
+        (b"[]", -32600),
+        (
+            b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]",
+            -32600,
+        ),
+        (b"42", -32600),
+        (b"\"text\"", -32600),
+        (
+            b"{\"jsonrpc\":\"1.0\",\"id\":9,\"method\":\"ping\"}",
+            -32600,
+        ),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}",
+            -32600,
+        ),
+    ];
+    for (i, (input, want)) in cases.into_iter().enumerate() {
+        p.send_raw(input);
+        let m = p.recv();
+        assert_eq!(
+            code(&m),
+            want,
+            "case {i}: {}",
+            String::from_utf8_lossy(input)
+        );
+        echo(&mut p, 1000 + i as i64);
+    }
+
+    // Unknown method, wrong param types, unknown tool.
+    p.send(json!({"jsonrpc":"2.0","id":10,"method":"no/such/method"}));
+    assert_eq!(code(&p.answer(json!(10))), -32601);
+    p.send(json!({"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":42}}));
+    assert_eq!(code(&p.answer(json!(11))), -32602);
+    p.send(json!({"jsonrpc":"2.0","id":12,"method":"resources/read","params":{"uri":["x"]}}));
+    assert_eq!(code(&p.answer(json!(12))), -32602);
+    // A wrong argument type is a tool error naming the field (SEP-1303).
+    p.send(json!({"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"echo","arguments":{"message":7}}}));
+    let r = p.answer(json!(13));
+    assert_eq!(r["result"]["isError"], true);
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("/message"),
+        "{r}"
+    );
+
+    // Over the size limit: an error, then the next message is read normally.
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":14,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"message\":\"{}\"}}}}}}",
+        "x".repeat(10_000)
+    );
+    p.send_raw(big.as_bytes());
+    assert_eq!(code(&p.recv()), -32600);
+    echo(&mut p, 15);
+
+    // 10,000-deep nesting.
+    let deep = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":16,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{}{}}}}}",
+        "[".repeat(1_500),
+        "]".repeat(1_500)
+    );
+    p.send_raw(deep.as_bytes());
+    assert_eq!(code(&p.recv()), -32700);
+    echo(&mut p, 17);
+
+    // Modern requests on the same connection: no clientCapabilities, a bad version,
+    // a removed method.
+    p.send(json!({"jsonrpc":"2.0","id":18,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}));
+    assert_eq!(code(&p.answer(json!(18))), -32602);
+    p.send(json!({"jsonrpc":"2.0","id":19,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}));
+    let e = p.answer(json!(19));
+    assert_eq!(code(&e), -32022);
+    assert_eq!(e["error"]["data"]["requested"], "1900-01-01");
+    p.send(json!({"jsonrpc":"2.0","id":20,"method":"logging/setLevel","params":{"level":"info","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}));
+    assert_eq!(code(&p.answer(json!(20))), -32601);
+
+    echo(&mut p, 21);
+    assert!(p.close_and_wait().success());
+}
+
+#[test]
+fn modern_requests_are_served_statelessly_without_initialize() {
+    let mut p = Proc::spawn(&["serve", "--stdio"]);
+    let meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"it","version":"0"}});
+    p.send(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":meta}}));
+    let d = p.answer(json!(1));
+    assert_eq!(d["result"]["resultType"], "complete");
+    assert!(d["result"]["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("2026-07-28")));
+    p.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":meta}}));
+    let l = p.answer(json!(2));
+    assert_eq!(l["result"]["resultType"], "complete");
+    assert!(
+        l["result"]["ttlMs"].is_u64() && l["result"]["cacheScope"].is_string(),
+        "{l}"
+    );
+    p.send(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":meta,"name":"echo","arguments":{"message":"m"}}}));
+    let c = p.answer(json!(3));
+    assert_eq!(c["result"]["resultType"], "complete");
+    assert_eq!(c["result"]["content"][0]["text"], "m");
+    assert!(p.close_and_wait().success());
+}
+
+#[test]
+fn closing_stdin_cancels_a_running_call_and_the_process_exits() {
+    let mut p = Proc::spawn(&["serve", "--stdio"]);
+    p.initialize();
+    p.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"steps":1000,"delay_ms":100}}}));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(p.close_and_wait().success());
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--stdio",
+        "--config",
+        "--max-message-bytes",
+        "--max-in-flight",
+        "--state-secret",
+        "TOOLYARD_CONFIG",
+    ] {
+        assert!(help.contains(flag), "help lacks {flag}:\n{help}");
+    }
+}
