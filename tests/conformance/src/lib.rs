@@ -7,14 +7,14 @@ use serde_json::json;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use toolyard::proto::{
-    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitRequestParams,
-    GetPromptResult, InputRequest, JsonObject, LoggingLevel, Prompt, PromptArgument,
-    PromptMessage, Resource, ResourceContents, ResourceTemplate, Role, SamplingMessage,
-    SamplingMessageContent, SamplingMessageContentBlock, TextContent, Tool,
+    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitRequestParams, GetPromptResult,
+    InputRequest, JsonObject, LoggingLevel, Prompt, PromptArgument, PromptMessage, Resource,
+    ResourceContents, ResourceTemplate, Role, SamplingMessage, SamplingMessageContent,
+    SamplingMessageContentBlock, TextContent, Tool,
 };
 use toolyard::{
-    tool_fn, CompletionTarget, Event, HandlerError, PromptDef, RequestContext, ResourceDef,
-    Server, ServerBuilder, TemplateDef, ToolDef,
+    tool_fn, CompletionTarget, Event, HandlerError, PromptDef, RequestContext, ResourceDef, Server,
+    ServerBuilder, TemplateDef, ToolDef,
 };
 
 /// The 1x1 PNG the suite expects.
@@ -78,7 +78,12 @@ fn elicit_name() -> ElicitRequestParams {
     )
 }
 
-fn raw_tool(name: &str, description: &str, schema: serde_json::Value, f: fn(RequestContext) -> toolyard::BoxFuture<R>) -> Result<ToolDef, toolyard::DefinitionError> {
+fn raw_tool(
+    name: &str,
+    description: &str,
+    schema: serde_json::Value,
+    f: fn(RequestContext) -> toolyard::BoxFuture<R>,
+) -> Result<ToolDef, toolyard::DefinitionError> {
     ToolDef::new(
         Tool {
             name: name.into(),
@@ -94,11 +99,12 @@ static SERVER: OnceLock<Server> = OnceLock::new();
 
 /// The fixture's builder.
 pub fn builder() -> ServerBuilder {
-    let b = ServerBuilder::new("toolyard-conformance", env!("CARGO_PKG_VERSION"))
-        .list_settings(toolyard::ListSettings {
+    let b = ServerBuilder::new("toolyard-conformance", env!("CARGO_PKG_VERSION")).list_settings(
+        toolyard::ListSettings {
             ttl_ms: 300_000,
             ..Default::default()
-        });
+        },
+    );
     let b = legacy_tools(b);
     let b = modern_tools(b);
     let b = resources(b);
@@ -312,27 +318,53 @@ fn resources(b: ServerBuilder) -> ServerBuilder {
         description: Some("Data by id".into()),
         ..Default::default()
     };
-    b.resource(text_resource("test://static-text", "static-text", "text/plain", "This is the content of the static text resource."))
-        .resource(ResourceDef::new(
-            binary,
-            Arc::new(|_ctx, req| {
-                Box::pin(async move { Ok(vec![ResourceContents::blob(req.uri, Some("image/png".into()), PNG)]) })
-            }),
-        ))
-        .resource(text_resource("test://watched-resource", "watched-resource", "text/plain", "Watched resource content"))
-        .try_template(TemplateDef::new(
-            template,
-            Arc::new(|_ctx, req| {
-                Box::pin(async move {
-                    let id = req.vars.get("id").cloned().unwrap_or_default();
-                    let body = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
-                    Ok(vec![ResourceContents::text(req.uri, Some("application/json".into()), body.to_string())])
-                })
-            }),
-        ))
+    b.resource(text_resource(
+        "test://static-text",
+        "static-text",
+        "text/plain",
+        "This is the content of the static text resource.",
+    ))
+    .resource(ResourceDef::new(
+        binary,
+        Arc::new(|_ctx, req| {
+            Box::pin(async move {
+                Ok(vec![ResourceContents::blob(
+                    req.uri,
+                    Some("image/png".into()),
+                    PNG,
+                )])
+            })
+        }),
+    ))
+    .resource(text_resource(
+        "test://watched-resource",
+        "watched-resource",
+        "text/plain",
+        "Watched resource content",
+    ))
+    .try_template(TemplateDef::new(
+        template,
+        Arc::new(|_ctx, req| {
+            Box::pin(async move {
+                let id = req.vars.get("id").cloned().unwrap_or_default();
+                let body =
+                    json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
+                Ok(vec![ResourceContents::text(
+                    req.uri,
+                    Some("application/json".into()),
+                    body.to_string(),
+                )])
+            })
+        }),
+    ))
 }
 
-fn prompt(name: &str, description: &str, args: &[(&str, bool)], f: toolyard::PromptFn) -> PromptDef {
+fn prompt(
+    name: &str,
+    description: &str,
+    args: &[(&str, bool)],
+    f: toolyard::PromptFn,
+) -> PromptDef {
     PromptDef::new(
         Prompt {
             name: name.into(),
