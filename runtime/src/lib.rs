@@ -47,14 +47,15 @@ pub use toolyard_proto as proto;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::builder::schema_object_for;
-    pub use crate::controller::{IntoPromptResult, IntoResourceContents};
+    pub use crate::controller::{Controller, IntoPromptResult, IntoResourceContents};
     pub use schemars;
     pub use serde;
     pub use serde_json;
     pub use std::sync::Arc;
     pub use toolyard_actors::{
-        BoxFuture, HandlerError, IntoCallToolResult, PromptDef, RequestContext, ResourceDef,
-        ResourceRequest, TemplateDef, ToolArgs, ToolDef,
+        BoxFuture, DefinitionError, HandlerError, IntoCallToolResult, PromptDef, PromptFn,
+        RequestContext, ResourceDef, ResourceFn, ResourceRequest, TemplateDef, ToolArgs, ToolDef,
+        ToolFn,
     };
     pub use toolyard_proto::{
         JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool, ToolAnnotations,
