@@ -1,2 +1,66 @@
-//! Placeholder, replaced below.
-fn main() {}
+//! Criterion benches of the request path.
+//!
+//! - `parse`: bytes -> typed envelope (the edge's only full parse).
+//! - `memory_round_trip/{legacy,modern}`: a `tools/call` of `echo` through the whole actor
+//!   path (parse -> Connection -> ToolHandler -> task -> serialize -> sink) and back, one at
+//!   a time, through the in-memory transport.
+//! - `memory_round_trip_16`: 16 calls in flight at once.
+//!
+//! Compare the modern and legacy figures with each other, not with absolute numbers: the
+//! machine is shared.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use serde_json::json;
+use std::sync::Arc;
+use toolyard::{MemoryClient, ServerBuilder};
+
+fn bench(c: &mut Criterion) {
+    let msg = br#"{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"echo","arguments":{"message":"0123456789012345678901234567890123456789012345678901234567890123"}}}"#;
+    c.bench_function("parse", |b| {
+        b.iter(|| toolyard::proto::jsonrpc::parse(std::hint::black_box(msg)).is_ok())
+    });
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = rt.block_on(async {
+        let server = toolyard::demo::demo(ServerBuilder::new("bench", "0"))
+            .start()
+            .await
+            .expect("server");
+        let client = MemoryClient::connect(&server).await.expect("client");
+        client.initialize(json!({})).await.expect("initialize");
+        Arc::new(client)
+    });
+    let args = json!({"name":"echo","arguments":{"message":"0123456789012345678901234567890123456789012345678901234567890123"}});
+    let mut modern = args.clone();
+    modern["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
+
+    c.bench_function("memory_round_trip/legacy", |b| {
+        b.to_async(&rt)
+            .iter(|| async { client.request("tools/call", &args).await.is_ok() })
+    });
+    c.bench_function("memory_round_trip/modern", |b| {
+        b.to_async(&rt)
+            .iter(|| async { client.request("tools/call", &modern).await.is_ok() })
+    });
+    c.bench_function("memory_round_trip_16", |b| {
+        b.to_async(&rt).iter(|| async {
+            let calls: Vec<_> = (0..16)
+                .map(|_| {
+                    let c = client.clone();
+                    let a = args.clone();
+                    tokio::spawn(async move { c.request("tools/call", a).await.is_ok() })
+                })
+                .collect();
+            for call in calls {
+                let _ = call.await;
+            }
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -413,5 +413,8 @@ fn request_params(request: &InputRequest) -> serde_json::Value {
         InputRequest::CreateMessage(p) => serde_json::to_value(p),
         InputRequest::ListRoots(p) => serde_json::to_value(p),
     }
-    .unwrap_or(serde_json::Value::Null)
+    .ok()
+    .filter(|v| !v.is_null())
+    // Absent params go out as `{}`: some clients reject `"params": null`.
+    .unwrap_or_else(|| serde_json::Value::Object(Default::default()))
 }

@@ -70,7 +70,10 @@ fn text_of(content: &SamplingMessageContent) -> String {
 
 async fn slow(ctx: RequestContext, a: SlowArgs) -> Result<String, HandlerError> {
     let total = f64::from(a.steps);
+    // Progress is reported as each step starts, so the last notification never shares a
+    // write with the result (some clients drop a progress that arrives with its response).
     for step in 0..a.steps {
+        ctx.progress(f64::from(step), Some(total), Some("working"));
         ctx.log(
             LoggingLevel::Info,
             Some("slow"),
@@ -80,7 +83,6 @@ async fn slow(ctx: RequestContext, a: SlowArgs) -> Result<String, HandlerError> 
             _ = tokio::time::sleep(Duration::from_millis(a.delay_ms)) => {}
             _ = ctx.cancelled() => return Err(HandlerError::failed("cancelled")),
         }
-        ctx.progress(f64::from(step + 1), Some(total), Some("working"));
     }
     Ok(format!("done after {} steps", a.steps))
 }

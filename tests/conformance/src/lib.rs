@@ -162,6 +162,8 @@ fn legacy_tools(b: ServerBuilder) -> ServerBuilder {
             }
             ctx.progress(p, Some(100.0), None);
         }
+        // Keep the last progress out of the result's write (see the demo's `slow`).
+        tokio::time::sleep(Duration::from_millis(50)).await;
         Ok("Progress tool executed successfully")
     }))
     .try_tool(tool_fn("test_error_handling", "Always returns an error result", |_c, _a: NoArgs| async {
