@@ -1,5 +1,6 @@
 //! The `toolyard` crate's integration tests (one binary keeps link time low).
 
 mod core;
+mod interop;
 mod macros;
 mod stdio;
