@@ -152,9 +152,13 @@ fn match_parts(parts: &[Part], uri: &str, out: &mut HashMap<String, String>) -> 
                 let Some(body) = uri.strip_prefix(prefix) else {
                     return false;
                 };
+                // A list expression (`{/a,b}`, `{.a,b}`) spans its own separators.
+                let list = vars.len() > 1;
                 let stop = |c: char| {
-                    (!allow_slash && (c == '/' || c == '?' || c == '#'))
-                        || (*op == Some('.') && c == '.')
+                    let slash_ok = allow_slash || (list && *op == Some('/'));
+                    (!allow_slash && (c == '?' || c == '#'))
+                        || (!slash_ok && c == '/')
+                        || (*op == Some('.') && !list && c == '.')
                 };
                 let limit = body.find(stop).unwrap_or(body.len());
                 for end in (1..=limit).rev() {
