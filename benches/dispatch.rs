@@ -9,7 +9,7 @@
 //! Compare the modern and legacy figures with each other, not with absolute numbers: the
 //! machine is shared.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_main, Criterion};
 use serde_json::json;
 use std::sync::Arc;
 use toolyard::{MemoryClient, ServerBuilder};
@@ -62,5 +62,9 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::bench);
+}
+use group::benches;
 criterion_main!(benches);

@@ -80,14 +80,6 @@ pub(crate) struct BusState {
     listeners: HashMap<ListenerId, Listener>,
 }
 
-impl BusState {
-    /// Listener count (for tests and debug routes).
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.listeners.len()
-    }
-}
-
 fn notification(method: &str, uri: Option<&str>, subscription_id: Option<&str>) -> Vec<u8> {
     let mut params = serde_json::Map::new();
     if let Some(uri) = uri {

@@ -21,7 +21,7 @@ pub struct Reply {
     sink: Sink,
     modern: bool,
     release: Option<Arc<dyn InflightRelease>>,
-    watch: Option<Watch>,
+    watch: Option<Box<Watch>>,
     done: bool,
 }
 
@@ -50,7 +50,7 @@ impl Reply {
     }
 
     pub(crate) fn with_watch(mut self, watch: Option<Watch>) -> Self {
-        self.watch = watch;
+        self.watch = watch.map(Box::new);
         self
     }
 

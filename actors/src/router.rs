@@ -46,6 +46,9 @@ pub type MethodFn = Arc<
 >;
 
 /// Messages of the Router actor.
+// Request variants are large and frequent, the others small and rare: boxing the frequent
+// one would add an allocation per request to save memory on rare messages.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum RouterMsg {
     /// A method no built-in handler owns.
     Other {

@@ -58,6 +58,9 @@ pub(crate) struct CompletionContext {
 }
 
 /// Messages of the CompletionHandler.
+// Request variants are large and frequent, the others small and rare: boxing the frequent
+// one would add an allocation per request to save memory on rare messages.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CompletionMsg {
     /// `completion/complete`.
     Complete {
