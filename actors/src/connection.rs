@@ -477,7 +477,7 @@ impl ConnState {
         modern: bool,
     ) {
         let limits = &self.core.limits;
-        {
+        let cancel = {
             let mut table = self.inflight.table();
             if table.contains_key(&req.id) {
                 drop(table);
@@ -503,14 +503,9 @@ impl ConnState {
                 );
             }
             let token = self.closing.child_token();
-            table.insert(req.id.clone(), token);
-        }
-        let cancel = self
-            .inflight
-            .table()
-            .get(&req.id)
-            .cloned()
-            .unwrap_or_default();
+            table.insert(req.id.clone(), token.clone());
+            token
+        };
         let watch = if self.core.layers.is_empty() {
             None
         } else {

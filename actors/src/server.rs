@@ -19,7 +19,7 @@ use crate::resource::{CompleteFn, CompletionTarget, PromptDef, ResourceDef, Temp
 use crate::router::{MethodFn, Router, RouterMsg, RouterState, Routes};
 use crate::sink::Sink;
 use crate::tool::ToolDef;
-use arc_swap::ArcSwap;
+use arc_swap::ArcSwapOption;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,7 +129,7 @@ pub(crate) struct ServerCore {
     pub(crate) limits: Limits,
     pub(crate) sealer: StateSealer,
     pub(crate) layers: Layers,
-    routes: ArcSwap<Option<Routes>>,
+    routes: ArcSwapOption<Routes>,
     tools: Arc<Registry<ToolDef>>,
     resources: Arc<Registry<ResourceDef>>,
     templates: Arc<Registry<TemplateDef>>,
@@ -140,8 +140,8 @@ pub(crate) struct ServerCore {
 impl ServerCore {
     /// The current routing table. Set before any connection exists.
     pub(crate) fn routes(&self) -> Arc<Routes> {
-        match &**self.routes.load() {
-            Some(r) => Arc::new(r.clone()),
+        match self.routes.load_full() {
+            Some(r) => r,
             None => unreachable!("routes are installed before the server is handed out"),
         }
     }
@@ -265,7 +265,7 @@ impl Actor for Supervisor {
             bus,
             parked,
         };
-        state.core.routes.store(Arc::new(Some(routes)));
+        state.core.routes.store(Some(Arc::new(routes)));
         Ok(state)
     }
 
@@ -321,7 +321,7 @@ impl Actor for Supervisor {
         } else {
             return Ok(());
         }
-        state.core.routes.store(Arc::new(Some(routes)));
+        state.core.routes.store(Some(Arc::new(routes)));
         Ok(())
     }
 }
@@ -380,7 +380,7 @@ impl Server {
             limits: config.limits,
             sealer: config.sealer,
             layers: config.layers,
-            routes: ArcSwap::from_pointee(None),
+            routes: ArcSwapOption::empty(),
             tools: Arc::default(),
             resources: Arc::default(),
             templates: Arc::default(),
