@@ -31,8 +31,29 @@ impl Default for StdioOptions {
 }
 
 /// Serves one connection on the process's stdin and stdout until stdin closes.
+///
+/// When stdin and stdout are pipes (the normal case: a client spawned us) they are driven
+/// as non-blocking pipes by tokio's reactor; tokio's `stdin()`/`stdout()` go through the
+/// blocking thread pool, a thread hand-off per read and per write. Anything else (a file, a
+/// terminal) falls back to those.
 pub async fn serve_stdio(server: &Server, options: StdioOptions) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        if let Some((reader, writer)) = unix_pipes() {
+            return serve_io(server, reader, writer, options).await;
+        }
+    }
     serve_io(server, tokio::io::stdin(), tokio::io::stdout(), options).await
+}
+
+#[cfg(unix)]
+fn unix_pipes() -> Option<(tokio::net::unix::pipe::Receiver, tokio::net::unix::pipe::Sender)> {
+    use std::os::fd::AsFd;
+    let stdin = io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let stdout = io::stdout().as_fd().try_clone_to_owned().ok()?;
+    let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(stdin).ok()?;
+    let writer = tokio::net::unix::pipe::Sender::from_owned_fd(stdout).ok()?;
+    Some((reader, writer))
 }
 
 /// Serves one connection on any reader/writer pair until the reader reaches end of file.
