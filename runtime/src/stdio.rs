@@ -47,7 +47,10 @@ pub async fn serve_stdio(server: &Server, options: StdioOptions) -> io::Result<(
 }
 
 #[cfg(unix)]
-fn unix_pipes() -> Option<(tokio::net::unix::pipe::Receiver, tokio::net::unix::pipe::Sender)> {
+fn unix_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
     use std::os::fd::AsFd;
     let stdin = io::stdin().as_fd().try_clone_to_owned().ok()?;
     let stdout = io::stdout().as_fd().try_clone_to_owned().ok()?;

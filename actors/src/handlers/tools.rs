@@ -168,8 +168,10 @@ async fn run_call(
             }
         },
     };
-    if let Err(e) = def.validate(&args) {
-        return reply.ok(&CallToolResult::error_text(e.to_string()));
+    match def.validate(&args) {
+        Ok(()) => {}
+        Err(HandlerError::Protocol(e)) => return reply.err(e),
+        Err(e) => return reply.ok(&CallToolResult::error_text(e.to_string())),
     }
     let binding = Binding {
         method: "tools/call",
