@@ -51,9 +51,20 @@ fn unix_pipes() -> Option<(
     tokio::net::unix::pipe::Receiver,
     tokio::net::unix::pipe::Sender,
 )> {
-    use std::os::fd::AsFd;
-    let stdin = io::stdin().as_fd().try_clone_to_owned().ok()?;
-    let stdout = io::stdout().as_fd().try_clone_to_owned().ok()?;
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::os::unix::fs::FileTypeExt;
+    fn fifo(fd: std::os::fd::BorrowedFd<'_>) -> Option<OwnedFd> {
+        let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+        file.metadata()
+            .ok()?
+            .file_type()
+            .is_fifo()
+            .then(|| OwnedFd::from(file))
+    }
+    // Both must be pipes before either is switched to non-blocking mode: the flag is set on
+    // the shared open file, and a blocking fallback on a non-blocking stdin fails with EAGAIN.
+    let stdin = fifo(io::stdin().as_fd())?;
+    let stdout = fifo(io::stdout().as_fd())?;
     let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(stdin).ok()?;
     let writer = tokio::net::unix::pipe::Sender::from_owned_fd(stdout).ok()?;
     Some((reader, writer))

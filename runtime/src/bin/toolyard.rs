@@ -42,7 +42,7 @@ struct ServeArgs {
     /// Leave out the built-in demo set.
     #[arg(long)]
     no_demo: bool,
-    /// Tokio worker threads.
+    /// Tokio worker threads (1 = a single-threaded runtime).
     #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 2)]
     workers: usize,
     /// Log filter (tracing syntax), written to stderr.
@@ -70,11 +70,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.workers.max(1))
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    // One worker: a current-thread runtime (no work-stealing machinery, and the stdio writer
+    // batches naturally: producers run before it). More: a multi-thread runtime.
+    let runtime = if args.workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.workers)
+            .enable_all()
+            .build()
+    }
+    .context("starting the tokio runtime")?;
     runtime.block_on(async move {
         let name = args
             .name

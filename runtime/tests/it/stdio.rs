@@ -251,3 +251,28 @@ fn help_documents_every_flag() {
         assert!(help.contains(flag), "help lacks {flag}:\n{help}");
     }
 }
+
+/// Regression: with stdin a pipe and stdout a file, stdin was switched to non-blocking mode
+/// before the stdout check failed, and the blocking fallback then died with EAGAIN.
+#[test]
+fn stdin_pipe_with_stdout_to_a_file_is_served() {
+    let path = std::env::temp_dir().join(format!("toolyard-stdout-{}.txt", std::process::id()));
+    let out = std::fs::File::create(&path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(out)
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+            .unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    let written = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(written.trim(), r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+}
