@@ -27,11 +27,25 @@ use toolyard_proto::{
     ProtocolVersion, RequestId, RequestMeta,
 };
 
+/// Where one request's answer and notifications go, when not to the connection's own sink
+/// (an HTTP POST's response stream), and the token that stream's closing cancels.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The request's own sink.
+    pub sink: Sink,
+    /// Cancelled when the response stream closes.
+    pub cancel: CancellationToken,
+    /// Whether the request enters the connection's in-flight table (so
+    /// `notifications/cancelled` can find it). Sessionless requests share one connection and
+    /// may reuse ids, so they are not tracked.
+    pub track: bool,
+}
+
 /// Messages of a Connection.
 #[derive(Debug)]
 pub(crate) enum ConnMsg {
-    /// A parsed message from the client.
-    Inbound(Incoming),
+    /// A parsed message from the client, with its own delivery for requests over HTTP.
+    Inbound(Incoming, Option<Delivery>),
     /// A message that failed to parse; answer with its error.
     Rejected(Rejected),
     /// The transport closed: cancel everything and stop.
@@ -84,6 +98,8 @@ pub(crate) struct ConnState {
     closing: CancellationToken,
     listener: Option<ListenerId>,
     listens: HashMap<RequestId, ListenerId>,
+    /// The delivery of the request being handled, if it has its own.
+    current: Option<Delivery>,
 }
 
 #[derive(Deserialize, Default)]
@@ -177,6 +193,7 @@ impl Actor for Connection {
             closing: CancellationToken::new(),
             listener: None,
             listens: HashMap::new(),
+            current: None,
         })
     }
 
@@ -187,14 +204,18 @@ impl Actor for Connection {
         state: &mut ConnState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ConnMsg::Inbound(Incoming::Request(req)) => state.request(req),
-            ConnMsg::Inbound(Incoming::Notification(n)) => state.notification(n),
-            ConnMsg::Inbound(Incoming::Response(r)) => {
+            ConnMsg::Inbound(Incoming::Request(req), delivery) => {
+                state.current = delivery;
+                state.request(req);
+                state.current = None;
+            }
+            ConnMsg::Inbound(Incoming::Notification(n), _) => state.notification(n),
+            ConnMsg::Inbound(Incoming::Response(r), _) => {
                 if !state.outbound.resolve(&r.id, Ok(r.result)) {
                     tracing::debug!(id = %r.id, "response to an unknown request ignored");
                 }
             }
-            ConnMsg::Inbound(Incoming::Error(e)) => match e.id {
+            ConnMsg::Inbound(Incoming::Error(e), _) => match e.id {
                 Some(id) => {
                     state.outbound.resolve(&id, Err(e.error));
                 }
@@ -226,13 +247,21 @@ impl Actor for Connection {
 }
 
 impl ConnState {
+    /// The sink of the request being handled.
+    fn out(&self) -> Sink {
+        match &self.current {
+            Some(d) => d.sink.clone(),
+            None => self.sink.clone(),
+        }
+    }
+
     fn error(&self, id: &RequestId, e: ErrorObject) {
-        self.sink.send(jsonrpc::error_bytes(Some(id), &e));
+        self.out().send(jsonrpc::error_bytes(Some(id), &e));
     }
 
     fn ok<T: serde::Serialize>(&self, id: &RequestId, result: &T, modern: bool) {
         if let Ok(b) = jsonrpc::result_bytes(id, result, modern.then_some("complete")) {
-            self.sink.send(b);
+            self.out().send(b);
         }
     }
 
@@ -424,15 +453,16 @@ impl ConnState {
             }
         });
         // Acknowledge first, then register: nothing is delivered before the ack.
+        let out = self.out();
         if let Ok(b) = jsonrpc::notification_bytes("notifications/subscriptions/acknowledged", &ack)
         {
-            self.sink.send(b);
+            out.send(b);
         }
         let id = next_listener_id();
         let _ = self.core.routes().bus.cast(BusMsg::Listen(
             id,
             Listener {
-                sink: self.sink.clone(),
+                sink: out,
                 filter: Filter {
                     tools: f.tools_list_changed.unwrap_or(false),
                     prompts: f.prompts_list_changed.unwrap_or(false),
@@ -477,7 +507,14 @@ impl ConnState {
         modern: bool,
     ) {
         let limits = &self.core.limits;
-        let cancel = {
+        let track = self.current.as_ref().is_none_or(|d| d.track);
+        let cancel = if !track {
+            // Sessionless: the response stream's token is the only way to cancel.
+            self.current
+                .as_ref()
+                .map(|d| d.cancel.clone())
+                .unwrap_or_default()
+        } else {
             let mut table = self.inflight.table();
             if table.contains_key(&req.id) {
                 drop(table);
@@ -504,6 +541,16 @@ impl ConnState {
             }
             let token = self.closing.child_token();
             table.insert(req.id.clone(), token.clone());
+            if let Some(d) = &self.current {
+                // The response stream closing cancels the request too.
+                let (stream, request) = (d.cancel.clone(), token.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = stream.cancelled() => request.cancel(),
+                        _ = request.cancelled() => {}
+                    }
+                });
+            }
             token
         };
         let watch = if self.core.layers.is_empty() {
@@ -522,14 +569,18 @@ impl ConnState {
             match self.core.layers.start(&info) {
                 Ok(completions) => Some(Watch { info, completions }),
                 Err(e) => {
-                    self.inflight.release(&req.id);
+                    if track {
+                        self.inflight.release(&req.id);
+                    }
                     return self.error(&req.id, e);
                 }
             }
         };
-        let reply = Reply::new(req.id.clone(), self.sink.clone(), modern)
-            .with_release(self.inflight.clone())
-            .with_watch(watch);
+        let out = self.out();
+        let mut reply = Reply::new(req.id.clone(), out.clone(), modern).with_watch(watch);
+        if track {
+            reply = reply.with_release(self.inflight.clone());
+        }
         let ctx = RequestContext {
             inner: Arc::new(ContextInner {
                 id: req.id,
@@ -537,7 +588,7 @@ impl ConnState {
                 caller,
                 cancel,
                 progress_token: meta.progress_token,
-                sink: self.sink.clone(),
+                sink: out,
                 channel,
                 session_id: self.session_id.clone(),
             }),

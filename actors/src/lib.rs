@@ -6,7 +6,7 @@
 //! [`Reply`] that writes to the connection's [`Sink`]; user code runs in tasks with a
 //! [`RequestContext`]. `docs/semantics.md` in the repository is the contract.
 
-mod connection;
+pub(crate) mod connection;
 mod context;
 mod error;
 mod event_bus;
@@ -25,6 +25,7 @@ mod sink;
 mod tool;
 mod uri_template;
 
+pub use connection::Delivery;
 pub use context::{Caller, InputError, RequestContext};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::Event;

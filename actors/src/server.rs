@@ -5,7 +5,7 @@
 //! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
 
-use crate::connection::{ConnMsg, Connection, ConnectionArgs};
+use crate::connection::{ConnMsg, Connection, ConnectionArgs, Delivery};
 use crate::event_bus::{BusMsg, Event, EventBus};
 use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
 use crate::handlers::prompts::{PromptHandler, PromptMsg, PromptState};
@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use toolyard_proto::jsonrpc;
+use toolyard_proto::{jsonrpc, Incoming};
 use toolyard_proto::{
     CacheScope, Implementation, ListChangedCapability, ResourcesCapability, ServerCapabilities,
 };
@@ -576,10 +576,27 @@ impl ConnectionHandle {
     /// Parses one message from the client and hands it to the connection.
     pub fn receive(&self, bytes: &[u8]) {
         let msg = match jsonrpc::parse(bytes) {
-            Ok(m) => ConnMsg::Inbound(m),
+            Ok(m) => ConnMsg::Inbound(m, None),
             Err(r) => ConnMsg::Rejected(r),
         };
         let _ = self.actor.cast(msg);
+    }
+
+    /// Hands an already parsed message to the connection; a request's answer and
+    /// notifications go to `delivery` (an HTTP response stream) instead of the connection's
+    /// sink. Returns false when the connection is gone.
+    pub fn deliver(&self, message: Incoming, delivery: Option<Delivery>) -> bool {
+        self.actor.cast(ConnMsg::Inbound(message, delivery)).is_ok()
+    }
+
+    /// True while the connection actor runs.
+    pub fn is_alive(&self) -> bool {
+        matches!(
+            self.actor.get_status(),
+            ractor::ActorStatus::Running
+                | ractor::ActorStatus::Starting
+                | ractor::ActorStatus::Upgrading
+        )
     }
 
     /// Answers a message that could not even be read (e.g. over the size limit).

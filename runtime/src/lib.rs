@@ -23,6 +23,8 @@ mod builder;
 mod config;
 mod controller;
 pub mod demo;
+#[cfg(feature = "http")]
+pub mod http;
 mod memory;
 mod stdio;
 

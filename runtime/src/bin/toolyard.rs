@@ -22,8 +22,31 @@ enum Command {
 #[derive(clap::Args, Debug)]
 struct ServeArgs {
     /// Serve one connection on stdin/stdout (newline-delimited JSON-RPC).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "http")]
     stdio: bool,
+    /// Serve Streamable HTTP (and HTTP+SSE) on this address; the default transport.
+    #[arg(long, env = "TOOLYARD_HTTP", value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// Host names the HTTP server answers to (DNS-rebinding protection); repeatable.
+    /// Default for a loopback address: localhost, 127.0.0.1, [::1].
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// Allowed Origin values (scheme://host); repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+    /// Static bearer tokens HTTP clients must send; repeatable.
+    #[arg(
+        long = "bearer-token",
+        env = "TOOLYARD_BEARER_TOKEN",
+        hide_env_values = true
+    )]
+    bearer_tokens: Vec<String>,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long, env = "TOOLYARD_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Seconds in-flight HTTP requests get to finish after SIGTERM / Ctrl-C.
+    #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
+    drain_seconds: u64,
     /// A TOML config file (see the README); flags and TOOLYARD_* variables override it.
     #[arg(long, env = "TOOLYARD_CONFIG")]
     config: Option<PathBuf>,
@@ -63,9 +86,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .init();
-    if !args.stdio {
-        anyhow::bail!("choose a transport: --stdio (HTTP comes with `--http ADDR`)");
-    }
     let config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
@@ -102,11 +122,42 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
         }
         let server = builder.start().await?;
-        let mut options = StdioOptions::default();
-        if let Some(n) = args.max_message_bytes.or(config.server.max_message_bytes) {
-            options.max_message_bytes = n;
+        if args.stdio {
+            let mut options = StdioOptions::default();
+            if let Some(n) = args.max_message_bytes.or(config.server.max_message_bytes) {
+                options.max_message_bytes = n;
+            }
+            toolyard::serve_stdio(&server, options).await?;
+        } else {
+            let addr = args
+                .http
+                .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
+            let mut security = if addr.ip().is_loopback() {
+                toolyard::http::Security::loopback()
+            } else {
+                toolyard::http::Security::open()
+            };
+            if !args.allow_hosts.is_empty() {
+                security.allowed_hosts = args.allow_hosts.clone();
+            }
+            if !args.allow_origins.is_empty() {
+                security.allowed_origins = args.allow_origins.clone();
+            }
+            security.bearer_tokens = args.bearer_tokens.clone();
+            let http = toolyard::http::HttpConfig {
+                max_body_bytes: args.max_body_bytes,
+                security,
+                ..Default::default()
+            };
+            eprintln!("toolyard: serving MCP on http://{addr}/mcp");
+            toolyard::http::serve_http(
+                server.clone(),
+                addr,
+                http,
+                std::time::Duration::from_secs(args.drain_seconds),
+            )
+            .await?;
         }
-        toolyard::serve_stdio(&server, options).await?;
         server.shutdown();
         Ok::<_, anyhow::Error>(())
     })?;

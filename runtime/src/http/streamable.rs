@@ -1,0 +1,659 @@
+//! The Streamable HTTP endpoint: POST for messages, GET for a legacy session's stream,
+//! DELETE to end a legacy session.
+
+use super::HttpState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toolyard_actors::{ConnectionHandle, Delivery, MessageSink, Sink};
+use toolyard_proto::error::code;
+use toolyard_proto::jsonrpc::{self, Incoming, Request};
+use toolyard_proto::{ErrorObject, ProtocolVersion, RequestId, RequestMeta};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+
+/// A sink that drops everything: the shared sessionless connection answers every request
+/// on the request's own stream, never on the connection's.
+pub(crate) struct NullSink;
+
+impl MessageSink for NullSink {
+    fn send(&self, _message: Vec<u8>) -> bool {
+        true
+    }
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+/// A legacy session's connection-level sink: the standalone GET stream, when one is open.
+#[derive(Default)]
+pub(crate) struct SessionSink {
+    slot: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl SessionSink {
+    fn attach(&self, tx: mpsc::UnboundedSender<Vec<u8>>) {
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+}
+
+/// The [`MessageSink`] face of a shared [`SessionSink`].
+pub(crate) struct SharedSessionSink(pub(crate) Arc<SessionSink>);
+
+impl MessageSink for SharedSessionSink {
+    fn send(&self, message: Vec<u8>) -> bool {
+        if let Some(tx) = &*self.0.slot.lock().unwrap_or_else(|p| p.into_inner()) {
+            let _ = tx.send(message);
+        }
+        true
+    }
+    fn is_closed(&self) -> bool {
+        self.0.closed.load(Ordering::Relaxed)
+    }
+}
+
+/// One legacy session.
+pub(crate) struct Session {
+    pub(crate) handle: ConnectionHandle,
+    sink: Arc<SessionSink>,
+    last_seen: Mutex<Instant>,
+}
+
+impl Session {
+    pub(crate) fn new(handle: ConnectionHandle, sink: Arc<SessionSink>) -> Self {
+        Session {
+            handle,
+            sink,
+            last_seen: Mutex::new(Instant::now()),
+        }
+    }
+    fn touch(&self) {
+        *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+    fn close(&self) {
+        self.sink.closed.store(true, Ordering::Relaxed);
+        self.handle.close();
+    }
+}
+
+/// Live legacy sessions by id.
+#[derive(Default)]
+pub(crate) struct Sessions(Mutex<HashMap<String, Arc<Session>>>);
+
+impl Sessions {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.table().get(id).cloned()
+    }
+    pub(crate) fn insert(&self, id: String, s: Arc<Session>) {
+        self.table().insert(id, s);
+    }
+    pub(crate) fn remove(&self, id: &str) -> Option<Arc<Session>> {
+        self.table().remove(id)
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.table().len()
+    }
+}
+
+pub(crate) fn new_session_id() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Closes idle sessions.
+pub(crate) fn spawn_reaper(state: &Arc<HttpState>) {
+    let weak = Arc::downgrade(state);
+    let every = (state.config.session_idle_timeout / 4).max(Duration::from_secs(1));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(state) = weak.upgrade() else { return };
+            let limit = state.config.session_idle_timeout;
+            let expired: Vec<String> = state
+                .sessions
+                .table()
+                .iter()
+                .filter(|(_, s)| {
+                    s.last_seen
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .elapsed()
+                        > limit
+                        || !s.handle.is_alive()
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for id in expired {
+                if let Some(s) = state.sessions.remove(&id) {
+                    tracing::debug!(session = %id, "idle session expired");
+                    s.close();
+                }
+            }
+        }
+    });
+}
+
+fn json_error(status: StatusCode, id: Option<&RequestId>, error: ErrorObject) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        jsonrpc::error_bytes(id, &error),
+    )
+        .into_response()
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+fn accepts(headers: &HeaderMap, what: &str) -> bool {
+    match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
+        None => true,
+        Some(a) => a.split(',').any(|p| {
+            let p = p.split(';').next().unwrap_or("").trim();
+            p == what || p == "*/*" || (p == "application/*" && what.starts_with("application/"))
+        }),
+    }
+}
+
+pub(crate) async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
+    let body = serde_json::json!({
+        "status": if state.closing.is_cancelled() { "shutting-down" } else { "ready" },
+        "sessions": state.sessions.len(),
+        "streams": state.counters.streams.load(Ordering::Relaxed),
+        "inFlight": state.counters.in_flight.load(Ordering::Relaxed),
+    });
+    let status = if state.closing.is_cancelled() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+#[derive(Deserialize, Default)]
+struct Head {
+    #[serde(rename = "_meta", default)]
+    meta: Option<RequestMeta>,
+    #[serde(default)]
+    name: Option<serde_json::Value>,
+    #[serde(default)]
+    uri: Option<serde_json::Value>,
+}
+
+fn mismatch(id: &RequestId, message: String) -> Response {
+    json_error(
+        StatusCode::BAD_REQUEST,
+        Some(id),
+        ErrorObject::new(code::HEADER_MISMATCH, message),
+    )
+}
+
+/// The HTTP-level checks of a modern request: `_meta`, version, and the SEP-2243 headers.
+fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), Response> {
+    let head: Head = jsonrpc::params(req.params.as_deref())
+        .map_err(|e| json_error(StatusCode::BAD_REQUEST, Some(&req.id), e))?;
+    let meta = head.meta.unwrap_or_default();
+    let Some(version) = meta.protocol_version.as_deref() else {
+        return Err(json_error(
+            StatusCode::BAD_REQUEST,
+            Some(&req.id),
+            ErrorObject::invalid_params(format!(
+                "Bad Request: no Mcp-Session-Id, and `_meta` lacks `{}` (protocol 2026-07-28)",
+                toolyard_proto::meta::PROTOCOL_VERSION
+            )),
+        ));
+    };
+    if let Some(h) = header_str(headers, VERSION_HEADER) {
+        if h != version {
+            return Err(mismatch(
+                &req.id,
+                format!("Header mismatch: MCP-Protocol-Version header '{h}' does not match _meta version '{version}'"),
+            ));
+        }
+    }
+    match ProtocolVersion::parse(version) {
+        Some(v) if !v.is_legacy() => {}
+        _ => {
+            return Err(json_error(
+                StatusCode::BAD_REQUEST,
+                Some(&req.id),
+                ErrorObject::unsupported_version(version),
+            ))
+        }
+    }
+    if meta.client_capabilities.is_none() {
+        return Err(json_error(
+            StatusCode::BAD_REQUEST,
+            Some(&req.id),
+            ErrorObject::invalid_params(format!(
+                "`_meta` must carry `{}`",
+                toolyard_proto::meta::CLIENT_CAPABILITIES
+            )),
+        ));
+    }
+    match header_str(headers, METHOD_HEADER) {
+        None => {
+            return Err(mismatch(
+                &req.id,
+                "Header mismatch: missing Mcp-Method header".into(),
+            ))
+        }
+        Some(m) if m != req.method => {
+            return Err(mismatch(
+                &req.id,
+                format!(
+                    "Header mismatch: Mcp-Method header value '{m}' does not match body value '{}'",
+                    req.method
+                ),
+            ))
+        }
+        _ => {}
+    }
+    let named = match req.method.as_str() {
+        "tools/call" | "prompts/get" => Some(head.name),
+        "resources/read" => Some(head.uri),
+        _ => None,
+    };
+    if let Some(body) = named {
+        let body = body.as_ref().and_then(|v| v.as_str());
+        match (header_str(headers, NAME_HEADER), body) {
+            (None, _) => {
+                return Err(mismatch(
+                    &req.id,
+                    "Header mismatch: missing Mcp-Name header".into(),
+                ))
+            }
+            (Some(h), Some(b)) if h != b => return Err(mismatch(
+                &req.id,
+                format!(
+                    "Header mismatch: Mcp-Name header value '{h}' does not match body value '{b}'"
+                ),
+            )),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn post(
+    State(state): State<Arc<HttpState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let content_type = header_str(&headers, "content-type").unwrap_or("");
+    if !content_type.starts_with("application/json") {
+        return json_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            ErrorObject::invalid_request(
+                "Unsupported Media Type: Content-Type must be application/json",
+            ),
+        );
+    }
+    let accept_json = accepts(&headers, "application/json");
+    let accept_sse = accepts(&headers, "text/event-stream");
+    if !accept_json && !accept_sse {
+        return json_error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            ErrorObject::invalid_request(
+                "Not Acceptable: Accept must include application/json and text/event-stream",
+            ),
+        );
+    }
+    let message = match jsonrpc::parse(&body) {
+        Ok(m) => m,
+        Err(r) => return json_error(StatusCode::BAD_REQUEST, r.id.as_ref(), r.error),
+    };
+    let session_id = header_str(&headers, SESSION_HEADER).map(str::to_owned);
+
+    if let Incoming::Request(req) = &message {
+        if req.method == "initialize" && session_id.is_none() {
+            return initialize(state, message, accept_json).await;
+        }
+    }
+    if let Some(id) = session_id {
+        let Some(session) = state.sessions.get(&id) else {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                None,
+                ErrorObject::invalid_request(
+                    "Session not found: it expired or was deleted; initialize again",
+                ),
+            );
+        };
+        if let Some(v) = header_str(&headers, VERSION_HEADER) {
+            if ProtocolVersion::parse(v).is_none_or(|v| !v.is_legacy()) {
+                return json_error(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    ErrorObject::invalid_request(format!(
+                        "Bad Request: unsupported MCP-Protocol-Version header '{v}'"
+                    )),
+                );
+            }
+        }
+        session.touch();
+        return match message {
+            Incoming::Request(req) => {
+                respond(&state, &session.handle, req, true, false, accept_json, None).await
+            }
+            other => {
+                session.handle.deliver(other, None);
+                StatusCode::ACCEPTED.into_response()
+            }
+        };
+    }
+    match message {
+        Incoming::Request(req) => {
+            if let Err(r) = check_modern(&headers, &req) {
+                return r;
+            }
+            respond(
+                &state,
+                &state.stateless,
+                req,
+                false,
+                true,
+                accept_json,
+                None,
+            )
+            .await
+        }
+        // Modern notifications (e.g. a cancellation) and stray responses need no session:
+        // cancelling a modern request is closing its response stream.
+        _ => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+async fn initialize(state: Arc<HttpState>, message: Incoming, accept_json: bool) -> Response {
+    if state.sessions.len() >= state.config.max_sessions {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            ErrorObject::internal("too many live sessions; try again later"),
+        );
+    }
+    let Incoming::Request(req) = message else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let id = new_session_id();
+    let sink = Arc::new(SessionSink::default());
+    let handle = match state
+        .server
+        .connect_as(
+            Sink::new(SharedSessionSink(sink.clone())),
+            Some(id.clone().into()),
+            None,
+        )
+        .await
+    {
+        Ok(h) => h,
+        Err(e) => {
+            return json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Some(&req.id),
+                ErrorObject::internal(e.to_string()),
+            )
+        }
+    };
+    let session = Arc::new(Session::new(handle.clone(), sink));
+    state.sessions.insert(id.clone(), session);
+    respond(&state, &handle, req, true, false, accept_json, Some(id)).await
+}
+
+/// Our serializer writes `{"jsonrpc":"2.0","id":<id>,"result"` / `,"error"` for the answer
+/// of a request: recognizing it needs no parse.
+fn is_answer(bytes: &[u8], prefix: &[u8]) -> bool {
+    bytes.starts_with(prefix)
+        && (bytes[prefix.len()..].starts_with(b"\"result\"")
+            || bytes[prefix.len()..].starts_with(b"\"error\""))
+}
+
+fn status_of_error(bytes: &[u8]) -> StatusCode {
+    #[derive(Deserialize)]
+    struct E {
+        error: Option<ErrorObject>,
+    }
+    match serde_json::from_slice::<E>(bytes)
+        .ok()
+        .and_then(|e| e.error)
+        .map(|e| e.code)
+    {
+        Some(code::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(
+            code::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | code::UNSUPPORTED_PROTOCOL_VERSION
+            | code::HEADER_MISMATCH
+            | code::INVALID_REQUEST
+            | code::PARSE_ERROR,
+        ) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+/// Cancels the request when its response stream is dropped before the answer was sent.
+struct StreamGuard {
+    cancel: CancellationToken,
+    state: Arc<HttpState>,
+    answered: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.cancel.cancel();
+        }
+        self.state.counters.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct InFlight(Arc<HttpState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Hands a request to a connection and answers with JSON when the first thing produced is
+/// the answer, or with an SSE stream that ends with the answer otherwise.
+async fn respond(
+    state: &Arc<HttpState>,
+    handle: &ConnectionHandle,
+    req: Request,
+    track: bool,
+    modern: bool,
+    accept_json: bool,
+    session_id: Option<String>,
+) -> Response {
+    state.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+    let in_flight = InFlight(state.clone());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let mut prefix = Vec::with_capacity(32);
+    prefix.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    let _ = serde_json::to_writer(&mut prefix, &req.id);
+    prefix.push(b',');
+    let delivery = Delivery {
+        sink: Sink::channel(tx),
+        cancel: cancel.clone(),
+        track,
+    };
+    let id = req.id.clone();
+    if !handle.deliver(Incoming::Request(req), Some(delivery)) {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            Some(&id),
+            ErrorObject::invalid_request("Session not found: the session has ended"),
+        );
+    }
+    let guard = |answered| StreamGuard {
+        cancel: cancel.clone(),
+        state: state.clone(),
+        answered,
+    };
+    state.counters.streams.fetch_add(1, Ordering::Relaxed);
+    let mut early = guard(false);
+    let first = tokio::select! {
+        m = rx.recv() => m,
+        _ = state.closing.cancelled() => None,
+    };
+    let Some(first) = first else {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(&id),
+            ErrorObject::internal("the server is shutting down"),
+        );
+    };
+    let mut response = if is_answer(&first, &prefix) && accept_json {
+        early.answered = true;
+        drop(early);
+        drop(in_flight);
+        let status = if modern {
+            status_of_error(&first)
+        } else {
+            StatusCode::OK
+        };
+        (status, [(header::CONTENT_TYPE, "application/json")], first).into_response()
+    } else {
+        early.answered = is_answer(&first, &prefix);
+        let done = early.answered;
+        let closing = state.closing.clone();
+        let stream = futures_util::stream::unfold(
+            (
+                Some(first),
+                rx,
+                early,
+                done,
+                prefix,
+                closing,
+                Some(in_flight),
+            ),
+            |(pending, mut rx, mut guard, done, prefix, closing, in_flight)| async move {
+                if let Some(bytes) = pending {
+                    let event = Event::default()
+                        .event("message")
+                        .data(String::from_utf8_lossy(&bytes));
+                    return Some((
+                        Ok::<_, Infallible>(event),
+                        (None, rx, guard, done, prefix, closing, in_flight),
+                    ));
+                }
+                if done {
+                    return None;
+                }
+                let next = tokio::select! {
+                    m = rx.recv() => m,
+                    _ = closing.cancelled() => None,
+                };
+                let bytes = next?;
+                let answered = is_answer(&bytes, &prefix);
+                if answered {
+                    guard.answered = true;
+                }
+                let event = Event::default()
+                    .event("message")
+                    .data(String::from_utf8_lossy(&bytes));
+                Some((
+                    Ok(event),
+                    (None, rx, guard, answered, prefix, closing, in_flight),
+                ))
+            },
+        );
+        Sse::new(stream)
+            .keep_alive(KeepAlive::new().interval(state.config.keep_alive))
+            .into_response()
+    };
+    if let Some(sid) = session_id {
+        if let Ok(v) = HeaderValue::from_str(&sid) {
+            response.headers_mut().insert(SESSION_HEADER, v);
+        }
+    }
+    response
+}
+
+pub(crate) async fn get(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+    let Some(id) = header_str(&headers, SESSION_HEADER) else {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "GET needs an Mcp-Session-Id (legacy sessions); 2026-07-28 uses subscriptions/listen",
+        )
+            .into_response();
+    };
+    if !accepts(&headers, "text/event-stream") {
+        return StatusCode::NOT_ACCEPTABLE.into_response();
+    }
+    let Some(session) = state.sessions.get(id) else {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            None,
+            ErrorObject::invalid_request("Session not found"),
+        );
+    };
+    session.touch();
+    let (tx, rx) = mpsc::unbounded_channel();
+    session.sink.attach(tx);
+    state.counters.streams.fetch_add(1, Ordering::Relaxed);
+    let counted = StreamGuard {
+        cancel: CancellationToken::new(),
+        state: state.clone(),
+        answered: true,
+    };
+    let closing = state.closing.clone();
+    let stream =
+        futures_util::stream::unfold((rx, counted, closing), |(mut rx, g, closing)| async move {
+            let next = tokio::select! {
+                m = rx.recv() => m,
+                _ = closing.cancelled() => None,
+            };
+            let bytes = next?;
+            let event = Event::default()
+                .event("message")
+                .data(String::from_utf8_lossy(&bytes));
+            Some((Ok::<_, Infallible>(event), (rx, g, closing)))
+        });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(state.config.keep_alive))
+        .into_response()
+}
+
+pub(crate) async fn delete(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+    let Some(id) = header_str(&headers, SESSION_HEADER) else {
+        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response();
+    };
+    match state.sessions.remove(id) {
+        Some(s) => {
+            s.close();
+            StatusCode::OK.into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
