@@ -41,7 +41,7 @@ pub use router::MethodFn;
 pub use server::{ConnectionHandle, Limits, ListSettings, Server, ServerConfig, StartError};
 pub use sink::{MessageSink, Sink};
 pub use tool::{
-    empty_object_schema, BoxFuture, DefinitionError, IntoCallToolResult, Json, ToolArgs, ToolDef,
-    ToolFn,
+    empty_object_schema, BoxFuture, DefinitionError, HeaderParam, IntoCallToolResult, Json,
+    ToolArgs, ToolDef, ToolFn,
 };
 pub use uri_template::UriTemplate;

@@ -448,6 +448,11 @@ impl Server {
         Ok(ConnectionHandle { actor })
     }
 
+    /// A registered tool's definition.
+    pub fn tool(&self, name: &str) -> Option<Arc<ToolDef>> {
+        self.core.tools.get(name)
+    }
+
     /// The server's identity.
     pub fn info(&self) -> &Implementation {
         &self.core.info

@@ -65,6 +65,42 @@ pub struct ToolDef {
     /// costs ~1 ms and ~1.5 MiB per tool at startup for servers with many tools.
     pub(crate) validator: std::sync::OnceLock<Result<jsonschema::Validator, String>>,
     pub(crate) required_capabilities: Option<JsonObject>,
+    pub(crate) header_params: Vec<HeaderParam>,
+}
+
+/// An argument mirrored into an `Mcp-Param-{header}` HTTP header (`x-mcp-header`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeaderParam {
+    /// The chain of `properties` keys from the schema root to the argument.
+    pub path: Vec<String>,
+    /// The `{name}` of `Mcp-Param-{name}`.
+    pub header: String,
+}
+
+/// Collects `x-mcp-header` annotations reachable through `properties` chains only.
+fn header_params(schema: &JsonObject) -> Vec<HeaderParam> {
+    fn walk(schema: &JsonObject, path: &mut Vec<String>, out: &mut Vec<HeaderParam>) {
+        let Some(serde_json::Value::Object(props)) = schema.get("properties") else {
+            return;
+        };
+        for (key, sub) in props {
+            let serde_json::Value::Object(sub) = sub else {
+                continue;
+            };
+            path.push(key.clone());
+            if let Some(serde_json::Value::String(h)) = sub.get("x-mcp-header") {
+                out.push(HeaderParam {
+                    path: path.clone(),
+                    header: h.clone(),
+                });
+            }
+            walk(sub, path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, &mut Vec::new(), &mut out);
+    out
 }
 
 impl std::fmt::Debug for ToolDef {
@@ -92,6 +128,7 @@ impl ToolDef {
     /// draft (2020-12 when absent).
     pub fn new(tool: Tool, handler: ToolFn) -> Result<Self, DefinitionError> {
         Ok(ToolDef {
+            header_params: header_params(&tool.input_schema),
             tool,
             handler,
             validator: std::sync::OnceLock::new(),
@@ -155,6 +192,11 @@ impl ToolDef {
     pub fn with_output_schema(mut self, schema: JsonObject) -> Self {
         self.tool.output_schema = Some(schema);
         self
+    }
+
+    /// Arguments the HTTP transport mirrors into `Mcp-Param-*` headers.
+    pub fn header_params(&self) -> &[HeaderParam] {
+        &self.header_params
     }
 
     /// The protocol description.

@@ -204,6 +204,108 @@ struct Head {
     name: Option<serde_json::Value>,
     #[serde(default)]
     uri: Option<serde_json::Value>,
+    #[serde(default)]
+    arguments: Option<serde_json::Value>,
+}
+
+/// Decodes a header value: the `=?base64?...?=` sentinel form, or plain visible ASCII.
+fn decode_header(raw: &axum::http::HeaderValue) -> Result<String, String> {
+    let text = raw
+        .to_str()
+        .map_err(|_| "header value has characters outside visible ASCII".to_owned())?;
+    if let Some(inner) = text
+        .strip_prefix("=?base64?")
+        .and_then(|t| t.strip_suffix("?="))
+    {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(inner)
+            .map_err(|e| format!("invalid base64 in header value: {e}"))?;
+        return String::from_utf8(bytes).map_err(|_| "base64 header value is not UTF-8".into());
+    }
+    if text
+        .bytes()
+        .any(|b| b != b'\t' && !(0x20..=0x7e).contains(&b))
+    {
+        return Err("header value has characters outside visible ASCII".into());
+    }
+    Ok(text.to_owned())
+}
+
+/// Whether a header's text stands for the body's value (numbers compare numerically).
+fn same_value(header: &str, body: &serde_json::Value) -> bool {
+    match body {
+        serde_json::Value::String(s) => s == header,
+        serde_json::Value::Bool(b) => header == if *b { "true" } else { "false" },
+        serde_json::Value::Number(n) => match (n.as_f64(), header.trim().parse::<f64>()) {
+            (Some(a), Ok(b)) => a == b,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// `Mcp-Param-*` headers of a tools/call must mirror the tool's `x-mcp-header` arguments.
+fn check_param_headers(
+    state: &HttpState,
+    headers: &HeaderMap,
+    req: &Request,
+    tool: Option<&str>,
+    arguments: Option<&serde_json::Value>,
+) -> Result<(), Response> {
+    let Some(def) = tool.and_then(|t| state.server.tool(t)) else {
+        return Ok(());
+    };
+    for p in def.header_params() {
+        let header_name = format!("mcp-param-{}", p.header.to_ascii_lowercase());
+        let path = p.path.join(".");
+        let mut value = arguments;
+        for key in &p.path {
+            value = value.and_then(|v| v.get(key));
+        }
+        let value = value.filter(|v| !v.is_null());
+        match (headers.get(&header_name), value) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(mismatch(
+                    &req.id,
+                    format!(
+                        "Header mismatch: missing Mcp-Param-{} header for argument `{path}`",
+                        p.header
+                    ),
+                ))
+            }
+            (Some(_), None) => return Err(mismatch(
+                &req.id,
+                format!(
+                    "Header mismatch: Mcp-Param-{} header present but argument `{path}` is absent",
+                    p.header
+                ),
+            )),
+            (Some(raw), Some(body)) => {
+                let decoded = decode_header(raw).map_err(|why| {
+                    mismatch(
+                        &req.id,
+                        format!("Header mismatch: Mcp-Param-{}: {why}", p.header),
+                    )
+                })?;
+                if !same_value(&decoded, body) {
+                    return Err(mismatch(
+                        &req.id,
+                        format!("Header mismatch: Mcp-Param-{} header value '{decoded}' does not match argument `{path}`", p.header),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn has_protocol_meta(req: &Request) -> bool {
+    jsonrpc::params::<Head>(req.params.as_deref())
+        .ok()
+        .and_then(|h| h.meta)
+        .is_some_and(|m| m.protocol_version.is_some())
 }
 
 fn mismatch(id: &RequestId, message: String) -> Response {
@@ -215,7 +317,7 @@ fn mismatch(id: &RequestId, message: String) -> Response {
 }
 
 /// The HTTP-level checks of a modern request: `_meta`, version, and the SEP-2243 headers.
-fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), Response> {
+fn check_modern(state: &HttpState, headers: &HeaderMap, req: &Request) -> Result<(), Response> {
     let head: Head = jsonrpc::params(req.params.as_deref())
         .map_err(|e| json_error(StatusCode::BAD_REQUEST, Some(&req.id), e))?;
     let meta = head.meta.unwrap_or_default();
@@ -276,27 +378,39 @@ fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), Response> {
         _ => {}
     }
     let named = match req.method.as_str() {
-        "tools/call" | "prompts/get" => Some(head.name),
-        "resources/read" => Some(head.uri),
+        "tools/call" | "prompts/get" => Some(head.name.clone()),
+        "resources/read" => Some(head.uri.clone()),
         _ => None,
     };
     if let Some(body) = named {
         let body = body.as_ref().and_then(|v| v.as_str());
-        match (header_str(headers, NAME_HEADER), body) {
-            (None, _) => {
+        let header = match headers.get(NAME_HEADER) {
+            None => {
                 return Err(mismatch(
                     &req.id,
                     "Header mismatch: missing Mcp-Name header".into(),
                 ))
             }
-            (Some(h), Some(b)) if h != b => return Err(mismatch(
-                &req.id,
-                format!(
-                    "Header mismatch: Mcp-Name header value '{h}' does not match body value '{b}'"
-                ),
-            )),
-            _ => {}
+            Some(raw) => decode_header(raw)
+                .map_err(|why| mismatch(&req.id, format!("Header mismatch: Mcp-Name: {why}")))?,
+        };
+        if let Some(b) = body {
+            if header != b {
+                return Err(mismatch(
+                    &req.id,
+                    format!("Header mismatch: Mcp-Name header value '{header}' does not match body value '{b}'"),
+                ));
+            }
         }
+    }
+    if req.method == "tools/call" {
+        check_param_headers(
+            state,
+            headers,
+            req,
+            head.name.as_ref().and_then(|v| v.as_str()),
+            head.arguments.as_ref(),
+        )?;
     }
     Ok(())
 }
@@ -334,7 +448,8 @@ pub(crate) async fn post(
     let session_id = header_str(&headers, SESSION_HEADER).map(str::to_owned);
 
     if let Incoming::Request(req) = &message {
-        if req.method == "initialize" && session_id.is_none() {
+        // A modern request named `initialize` is a removed method, not a new session.
+        if req.method == "initialize" && session_id.is_none() && !has_protocol_meta(req) {
             return initialize(state, message, accept_json).await;
         }
     }
@@ -372,7 +487,7 @@ pub(crate) async fn post(
     }
     match message {
         Incoming::Request(req) => {
-            if let Err(r) = check_modern(&headers, &req) {
+            if let Err(r) = check_modern(&state, &headers, &req) {
                 return r;
             }
             respond(

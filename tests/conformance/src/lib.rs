@@ -206,6 +206,10 @@ fn legacy_tools(b: ServerBuilder) -> ServerBuilder {
             "$defs":{"address":{"$anchor":"addressDef","type":"object","properties":{"street":{"type":"string"},"city":{"type":"string"}}}},
             "properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"},
                 "contactMethod":{"type":"string","enum":["phone","email"]},"phone":{"type":"string"},"email":{"type":"string"}},
+            "allOf":[{"anyOf":[{"required":["phone"]},{"required":["email"]}]}],
+            "if":{"properties":{"contactMethod":{"const":"phone"}},"required":["contactMethod"]},
+            "then":{"required":["phone"]},
+            "else":{"required":["email"]},
             "additionalProperties":false}),
         |_ctx| Box::pin(async { Ok(CallToolResult::text("ok")) }),
     ))
@@ -222,6 +226,14 @@ fn modern_tools(b: ServerBuilder) -> ServerBuilder {
         ctx.log(LoggingLevel::Info, None, "streaming");
         Ok("Streaming elicitation tool completed")
     }))
+    .try_tool(raw_tool(
+        "test_x_mcp_header",
+        "Echoes the region argument, which HTTP clients mirror into Mcp-Param-Region",
+        json!({"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "level":{"type":"integer"}}}),
+        |_ctx| Box::pin(async { Ok(CallToolResult::text("x-mcp-header ok")) }),
+    ))
     .try_tool(tool_fn("test_logging_tool", "Logs only when the request asks for a level", |ctx: RequestContext, _a: NoArgs| async move {
         ctx.log(LoggingLevel::Info, Some("conformance"), "a log message");
         Ok("Logging tool completed")
