@@ -671,7 +671,7 @@ class Runner:
             expect(tool, "json_schema_2020_12_tool not listed")
             schema = tool.get("inputSchema") or {}
             expect(is_subset(JSON_SCHEMA_2020_12, schema), f"inputSchema not preserved: {short(schema, 600)}")
-            res = await self.call("json_schema_2020_12_tool", {"name": "Ada", "address": {"street": "1 Main", "city": "X"}})
+            res = await self.call("json_schema_2020_12_tool", {"name": "Ada", "address": {"street": "1 Main", "city": "X"}, "contactMethod": "email", "email": "ada@example.com"})
             expect(not res.get("isError"), f"call returned isError: {short(res)}")
             return "inputSchema keeps $schema/$defs/additionalProperties; call ok"
 

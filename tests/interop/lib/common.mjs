@@ -736,7 +736,7 @@ export class Runner {
             const tool = this.tools.json_schema_2020_12_tool;
             expect(tool, 'json_schema_2020_12_tool not listed');
             expect(isSubset(JSON_SCHEMA_2020_12, tool.inputSchema), () => `inputSchema not preserved: ${short(tool.inputSchema, 600)}`);
-            const res = await api.callTool('json_schema_2020_12_tool', { name: 'Ada', address: { street: '1 Main', city: 'X' } });
+            const res = await api.callTool('json_schema_2020_12_tool', { name: 'Ada', address: { street: '1 Main', city: 'X' }, contactMethod: 'email', email: 'ada@example.com' });
             expect(!res.isError, () => `call returned isError: ${short(res)}`);
             return 'inputSchema keeps $schema/$defs/additionalProperties; call ok';
         });

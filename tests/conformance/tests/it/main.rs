@@ -1,6 +1,8 @@
 //! `conformance-server --stdio` against the official SDK clients (the conformance suite
 //! itself only speaks HTTP). The client scripts live in `tests/interop/`.
 
+mod suite;
+
 use std::path::PathBuf;
 use std::process::Command;
 
