@@ -1,6 +1,7 @@
 //! The `toolyard` crate's integration tests (one binary keeps link time low).
 
 mod core;
+mod http;
 mod interop;
 mod macros;
 mod stdio;
