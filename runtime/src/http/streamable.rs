@@ -275,13 +275,15 @@ fn check_param_headers(
                     ),
                 ))
             }
-            (Some(_), None) => return Err(mismatch(
-                &req.id,
-                format!(
+            (Some(_), None) => {
+                return Err(mismatch(
+                    &req.id,
+                    format!(
                     "Header mismatch: Mcp-Param-{} header present but argument `{path}` is absent",
                     p.header
                 ),
-            )),
+                ))
+            }
             (Some(raw), Some(body)) => {
                 let decoded = decode_header(raw).map_err(|why| {
                     mismatch(
@@ -622,6 +624,13 @@ async fn respond(
         track,
     };
     let id = req.id.clone();
+    // In-flight calls may finish during a graceful shutdown; a listen stream never
+    // finishes, so it is the one thing shutdown ends.
+    let closing = if req.method == "subscriptions/listen" {
+        state.closing.clone()
+    } else {
+        CancellationToken::new()
+    };
     if !handle.deliver(Incoming::Request(req), Some(delivery)) {
         return json_error(
             StatusCode::NOT_FOUND,
@@ -638,7 +647,7 @@ async fn respond(
     let mut early = guard(false);
     let first = tokio::select! {
         m = rx.recv() => m,
-        _ = state.closing.cancelled() => None,
+        _ = closing.cancelled() => None,
     };
     let Some(first) = first else {
         return json_error(
@@ -660,7 +669,6 @@ async fn respond(
     } else {
         early.answered = is_answer(&first, &prefix);
         let done = early.answered;
-        let closing = state.closing.clone();
         let stream = futures_util::stream::unfold(
             (
                 Some(first),

@@ -52,6 +52,37 @@ impl HttpServer {
         panic!("server did not become healthy");
     }
 
+    /// A handle for requests only (the process belongs to someone else).
+    pub(crate) fn client(port: u16) -> HttpClient {
+        HttpClient { port }
+    }
+
+    pub(crate) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> std::io::Result<Resp> {
+        HttpClient { port: self.port }.request(method, path, headers, body)
+    }
+
+    /// A POST of a JSON-RPC message with the usual headers plus `extra`.
+    pub(crate) fn post(&self, body: &Value, extra: &[(&str, &str)]) -> Resp {
+        HttpClient { port: self.port }.post(body, extra)
+    }
+
+    pub(crate) fn ready(&self) -> Value {
+        self.request("GET", "/readyz", &[], None).unwrap().json()
+    }
+}
+
+/// Raw HTTP/1.1 requests to a port.
+pub(crate) struct HttpClient {
+    port: u16,
+}
+
+impl HttpClient {
     pub(crate) fn request(
         &self,
         method: &str,
@@ -86,10 +117,6 @@ impl HttpServer {
         h.extend_from_slice(extra);
         self.request("POST", "/mcp", &h, Some(body.to_string().as_bytes()))
             .unwrap()
-    }
-
-    pub(crate) fn ready(&self) -> Value {
-        self.request("GET", "/readyz", &[], None).unwrap().json()
     }
 }
 
@@ -520,4 +547,39 @@ fn the_old_http_sse_transport_announces_its_endpoint() {
         answer.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     assert!(answer.contains("\"2024-11-05\""), "{answer}");
+}
+
+#[test]
+fn sigterm_lets_in_flight_calls_finish_then_exits_zero() {
+    let mut s = HttpServer::start(&["--drain-seconds", "5"]);
+    let port = s.port;
+    let call = std::thread::spawn(move || {
+        let client = HttpServer::client(port);
+        client.post(
+            &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":meta(),"name":"slow","arguments":{"steps":6,"delay_ms":100}}}),
+            &[("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "slow")],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let status = Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let r = call.join().unwrap();
+    assert_eq!(
+        r.message()["result"]["content"][0]["text"],
+        "done after 6 steps"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(code) = s.child.try_wait().unwrap() {
+            assert!(code.success(), "exit status {code}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // New connections are refused once it stopped.
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
 }
