@@ -237,6 +237,9 @@ impl Actor for Connection {
         state: &mut ConnState,
     ) -> Result<(), ActorProcessingErr> {
         state.closing.cancel();
+        for token in state.inflight.table().values() {
+            token.cancel();
+        }
         state.outbound.fail_all();
         let bus = &state.core.routes().bus;
         for id in state.listener.iter().chain(state.listens.values()) {
@@ -539,18 +542,14 @@ impl ConnState {
                     ),
                 );
             }
-            let token = self.closing.child_token();
+            // Over HTTP the response stream's token is the request's token, so closing the
+            // stream cancels the request; the connection closing cancels every token in the
+            // table (post_stop).
+            let token = match &self.current {
+                Some(d) => d.cancel.clone(),
+                None => self.closing.child_token(),
+            };
             table.insert(req.id.clone(), token.clone());
-            if let Some(d) = &self.current {
-                // The response stream closing cancels the request too.
-                let (stream, request) = (d.cancel.clone(), token.clone());
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = stream.cancelled() => request.cancel(),
-                        _ = request.cancelled() => {}
-                    }
-                });
-            }
             token
         };
         let watch = if self.core.layers.is_empty() {
