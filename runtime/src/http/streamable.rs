@@ -66,11 +66,67 @@ impl MessageSink for SharedSessionSink {
     }
 }
 
+/// Events kept per response stream for `Last-Event-ID` resumption.
+const REPLAY_EVENTS: usize = 256;
+/// Response streams remembered per session.
+const REPLAY_STREAMS: usize = 32;
+/// The `retry` a priming event asks clients to wait before reconnecting (SEP-1699).
+const RETRY: Duration = Duration::from_millis(1000);
+
+/// The events of one response stream of a legacy session, replayable after a disconnect.
+#[derive(Default)]
+pub(crate) struct Replay {
+    events: std::collections::VecDeque<(u64, Arc<str>)>,
+    next_seq: u64,
+    live: Option<mpsc::UnboundedSender<(u64, Arc<str>)>>,
+    done: bool,
+}
+
+impl Replay {
+    /// Records an event and forwards it to the attached stream, if any.
+    fn push(&mut self, data: Arc<str>) {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        if self.events.len() == REPLAY_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back((seq, data.clone()));
+        if let Some(tx) = &self.live {
+            if tx.send((seq, data)).is_err() {
+                self.live = None;
+            }
+        }
+    }
+
+    /// Attaches a stream: what it missed after `after`, then live events.
+    fn attach(
+        &mut self,
+        after: u64,
+    ) -> (
+        Vec<(u64, Arc<str>)>,
+        Option<mpsc::UnboundedReceiver<(u64, Arc<str>)>>,
+    ) {
+        let backlog = self
+            .events
+            .iter()
+            .filter(|(seq, _)| *seq > after)
+            .cloned()
+            .collect();
+        if self.done {
+            return (backlog, None);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.live = Some(tx);
+        (backlog, Some(rx))
+    }
+}
+
 /// One legacy session.
 pub(crate) struct Session {
     pub(crate) handle: ConnectionHandle,
     sink: Arc<SessionSink>,
     last_seen: Mutex<Instant>,
+    streams: Mutex<(u64, std::collections::VecDeque<(u64, Arc<Mutex<Replay>>)>)>,
 }
 
 impl Session {
@@ -79,7 +135,27 @@ impl Session {
             handle,
             sink,
             last_seen: Mutex::new(Instant::now()),
+            streams: Mutex::new((0, Default::default())),
         }
+    }
+    fn open_stream(&self) -> (u64, Arc<Mutex<Replay>>) {
+        let mut guard = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let (next, streams) = &mut *guard;
+        *next += 1;
+        if streams.len() == REPLAY_STREAMS {
+            streams.pop_front();
+        }
+        let replay = Arc::new(Mutex::new(Replay::default()));
+        streams.push_back((*next, replay.clone()));
+        (*next, replay)
+    }
+    fn stream(&self, id: u64) -> Option<Arc<Mutex<Replay>>> {
+        let guard = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .1
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, r)| r.clone())
     }
     fn touch(&self) {
         *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
@@ -479,7 +555,18 @@ pub(crate) async fn post(
         session.touch();
         return match message {
             Incoming::Request(req) => {
-                respond(&state, &session.handle, req, true, false, accept_json, None).await
+                let handle = session.handle.clone();
+                respond(
+                    &state,
+                    &handle,
+                    req,
+                    true,
+                    false,
+                    accept_json,
+                    None,
+                    Some(session),
+                )
+                .await
             }
             other => {
                 session.handle.deliver(other, None);
@@ -499,6 +586,7 @@ pub(crate) async fn post(
                 false,
                 true,
                 accept_json,
+                None,
                 None,
             )
             .await
@@ -541,8 +629,18 @@ async fn initialize(state: Arc<HttpState>, message: Incoming, accept_json: bool)
         }
     };
     let session = Arc::new(Session::new(handle.clone(), sink));
-    state.sessions.insert(id.clone(), session);
-    respond(&state, &handle, req, true, false, accept_json, Some(id)).await
+    state.sessions.insert(id.clone(), session.clone());
+    respond(
+        &state,
+        &handle,
+        req,
+        true,
+        false,
+        accept_json,
+        Some(id),
+        Some(session),
+    )
+    .await
 }
 
 /// Our serializer writes `{"jsonrpc":"2.0","id":<id>,"result"` / `,"error"` for the answer
@@ -601,6 +699,7 @@ impl Drop for InFlight {
 
 /// Hands a request to a connection and answers with JSON when the first thing produced is
 /// the answer, or with an SSE stream that ends with the answer otherwise.
+#[allow(clippy::too_many_arguments)]
 async fn respond(
     state: &Arc<HttpState>,
     handle: &ConnectionHandle,
@@ -609,6 +708,7 @@ async fn respond(
     modern: bool,
     accept_json: bool,
     session_id: Option<String>,
+    session: Option<Arc<Session>>,
 ) -> Response {
     state.counters.in_flight.fetch_add(1, Ordering::Relaxed);
     let in_flight = InFlight(state.clone());
@@ -666,6 +766,12 @@ async fn respond(
             StatusCode::OK
         };
         (status, [(header::CONTENT_TYPE, "application/json")], first).into_response()
+    } else if let Some(session) = session {
+        // Legacy: the call outlives a broken stream; the client resumes it with GET and
+        // Last-Event-ID.
+        early.answered = true;
+        drop(early);
+        resumable(state, &session, first, rx, prefix, in_flight)
     } else {
         early.answered = is_answer(&first, &prefix);
         let done = early.answered;
@@ -722,6 +828,84 @@ async fn respond(
     response
 }
 
+/// Pumps a legacy request's messages into its replay buffer and answers with a stream of
+/// them: a priming event (id, empty data, `retry`), then every message with an event id.
+fn resumable(
+    state: &Arc<HttpState>,
+    session: &Arc<Session>,
+    first: Vec<u8>,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    prefix: Vec<u8>,
+    in_flight: InFlight,
+) -> Response {
+    let (stream_id, replay) = session.open_stream();
+    let attached = replay.lock().unwrap_or_else(|p| p.into_inner()).attach(0);
+    let pump = replay.clone();
+    tokio::spawn(async move {
+        let _in_flight = in_flight;
+        let mut next = Some(first);
+        while let Some(bytes) = next.take() {
+            let answered = is_answer(&bytes, &prefix);
+            {
+                let mut r = pump.lock().unwrap_or_else(|p| p.into_inner());
+                r.push(String::from_utf8_lossy(&bytes).into());
+                if answered {
+                    r.done = true;
+                    r.live = None;
+                    return;
+                }
+            }
+            next = rx.recv().await;
+        }
+        let mut r = pump.lock().unwrap_or_else(|p| p.into_inner());
+        r.done = true;
+        r.live = None;
+    });
+    replay_stream(state, stream_id, attached, true)
+}
+
+fn replay_stream(
+    state: &Arc<HttpState>,
+    stream_id: u64,
+    (backlog, live): (
+        Vec<(u64, Arc<str>)>,
+        Option<mpsc::UnboundedReceiver<(u64, Arc<str>)>>,
+    ),
+    priming: bool,
+) -> Response {
+    state.counters.streams.fetch_add(1, Ordering::Relaxed);
+    let counted = StreamGuard {
+        cancel: CancellationToken::new(),
+        state: state.clone(),
+        answered: true,
+    };
+    let event = move |seq: u64, data: &str| {
+        Event::default()
+            .event("message")
+            .id(format!("{stream_id}-{seq}"))
+            .data(data)
+    };
+    let head: Vec<Event> = priming
+        .then(|| {
+            Event::default()
+                .id(format!("{stream_id}-0"))
+                .retry(RETRY)
+                .data("")
+        })
+        .into_iter()
+        .chain(backlog.iter().map(|(seq, d)| event(*seq, d)))
+        .collect();
+    use futures_util::StreamExt;
+    let head = futures_util::stream::iter(head.into_iter().map(Ok::<_, Infallible>));
+    let tail = futures_util::stream::unfold((live, counted), move |(mut live, g)| async move {
+        let (seq, data) = live.as_mut()?.recv().await?;
+        Some((Ok(event(seq, &data)), (live, g)))
+    });
+    Sse::new(head.chain(tail))
+        .keep_alive(KeepAlive::new().interval(state.config.keep_alive))
+        .into_response()
+}
+
 pub(crate) async fn get(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
         return (
@@ -742,6 +926,19 @@ pub(crate) async fn get(State(state): State<Arc<HttpState>>, headers: HeaderMap)
         );
     };
     session.touch();
+    if let Some(last) = header_str(&headers, "last-event-id") {
+        let parsed = last
+            .split_once('-')
+            .and_then(|(s, q)| Some((s.parse::<u64>().ok()?, q.parse::<u64>().ok()?)));
+        let Some((stream_id, seq)) = parsed else {
+            return (StatusCode::BAD_REQUEST, "malformed Last-Event-ID").into_response();
+        };
+        let Some(replay) = session.stream(stream_id) else {
+            return (StatusCode::NOT_FOUND, "that stream is no longer available").into_response();
+        };
+        let attached = replay.lock().unwrap_or_else(|p| p.into_inner()).attach(seq);
+        return replay_stream(&state, stream_id, attached, false);
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     session.sink.attach(tx);
     state.counters.streams.fetch_add(1, Ordering::Relaxed);

@@ -583,3 +583,60 @@ fn sigterm_lets_in_flight_calls_finish_then_exits_zero() {
     // New connections are refused once it stopped.
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
 }
+
+#[test]
+fn a_legacy_stream_broken_mid_call_resumes_with_last_event_id() {
+    let s = HttpServer::start(&[]);
+    let init = s.post(
+        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+        &[],
+    );
+    let sid = init.header("mcp-session-id").unwrap().to_owned();
+    let call = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow","arguments":{"steps":5,"delay_ms":100},"_meta":{"progressToken":"p"}}}).to_string();
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{call}",
+        call.len()
+    );
+    sock.write_all(req.as_bytes()).unwrap();
+    // Read until the priming event and one progress event arrived, then break the stream.
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    while !(got.contains("retry:") && got.contains("notifications/progress")) {
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended early: {got}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    drop(sock);
+    let last_id = got
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(str::trim)
+        .last()
+        .unwrap()
+        .to_owned();
+    let r = s
+        .request(
+            "GET",
+            "/mcp",
+            &[
+                ("Accept", "text/event-stream"),
+                ("Mcp-Session-Id", &sid),
+                ("Last-Event-ID", &last_id),
+            ],
+            None,
+        )
+        .unwrap();
+    let events = r.events();
+    let last = events.last().expect("events after resumption");
+    assert_eq!(last["id"], 7);
+    assert_eq!(
+        last["result"]["content"][0]["text"], "done after 5 steps",
+        "the call was not cancelled by the break"
+    );
+    assert!(
+        !String::from_utf8_lossy(&r.body).contains(&format!("id: {last_id}\n")),
+        "no event is replayed twice"
+    );
+}
