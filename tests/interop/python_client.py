@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Drive an MCP server over stdio with the official Python SDK (`mcp` on PyPI).
+"""Drive an MCP server with the official Python SDK (`mcp` on PyPI).
 
     python_client.py [--profile demo|conformance] [--protocol legacy|modern]
                      [--deadline SECONDS] [--request-timeout SECONDS] -- SERVER COMMAND...
+    python_client.py [same options] --transport http|sse --url http://HOST:PORT/mcp
 
-Spawns SERVER COMMAND itself through the SDK's stdio client transport, runs
-the checks of the profile (see tests/interop/README.md) and prints ONE JSON
-line on stdout:
+--transport stdio (default) spawns SERVER COMMAND itself through the SDK's stdio
+client transport; http connects to --url with the SDK's Streamable HTTP client
+(`streamable_http_client`); sse connects with the deprecated 2024-11-05 HTTP+SSE
+client (`sse_client`) to --url with its path /mcp replaced by /sse. It runs the
+checks of the profile (see tests/interop/README.md) and prints ONE JSON line on
+stdout:
 
     {"ok": bool, "checks": [{"name", "ok", "detail"}], "protocolVersion": str|null,
-     "sdk": "python mcp X.Y.Z", "profile": ..., "protocol": ...}
+     "sdk": "python mcp X.Y.Z", "profile": ..., "protocol": ..., "transport": ...}
 
 Exit status: 0 every check passed, 1 a check failed, 2 usage or setup error,
 3 the requested protocol generation is not supported by this SDK (never for
@@ -85,7 +89,10 @@ import anyio  # noqa: E402
 import mcp_types as t  # noqa: E402
 from importlib.metadata import version as _pkg_version  # noqa: E402
 from mcp import Client  # noqa: E402
+from mcp.client.sse import sse_client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from urllib.parse import urlsplit, urlunsplit  # noqa: E402
 
 warnings.simplefilter("ignore")  # deprecation notices for legacy-era calls are expected here
 
@@ -99,9 +106,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 class Report:
-    def __init__(self, profile: str, protocol: str) -> None:
+    def __init__(self, profile: str, protocol: str, transport: str = "stdio") -> None:
         self.profile = profile
         self.protocol = protocol
+        self.transport = transport
         self.checks: list[dict[str, Any]] = []
         self.protocol_version: str | None = None
         self.current = "connect"  # the check in progress, named when a deadline cuts it off
@@ -131,6 +139,7 @@ class Report:
                     "sdk": SDK,
                     "profile": self.profile,
                     "protocol": self.protocol,
+                    "transport": self.transport,
                 }
             )
         sys.stdout.write(line + "\n")
@@ -901,13 +910,35 @@ def kill_children() -> None:
             pass
 
 
+def sse_url_for(url: str) -> str:
+    """The HTTP+SSE (2024-11-05) endpoint next to the Streamable HTTP endpoint `url`.
+
+    Toolyard serves `GET /sse` (+ `POST /messages?sessionId=...`) on the same host and
+    port as `/mcp`: a trailing `/mcp` path segment becomes `/sse`; any other path is
+    taken as the SSE URL itself.
+    """
+    parts = urlsplit(url)
+    path = parts.path
+    if path.endswith("/mcp"):
+        path = path[: -len("/mcp")] + "/sse"
+    return urlunsplit(parts._replace(path=path))
+
+
+def server_target(args: argparse.Namespace, command: list[str]) -> Any:
+    """What `Client(...)` connects to: a stdio command, or an SDK HTTP client transport."""
+    if args.transport == "http":
+        return streamable_http_client(args.endpoint)
+    if args.transport == "sse":
+        return sse_client(args.endpoint, timeout=args.request_timeout)
+    return StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+
+
 async def amain(args: argparse.Namespace, command: list[str], report: Report) -> None:
     modern = args.protocol == "modern"
     seen = Seen()
     on_elicit, on_sample, on_roots, on_log = make_callbacks(seen)
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     client = Client(
-        params,
+        server_target(args, command),
         mode=MODERN_VERSION if modern else "legacy",
         read_timeout_seconds=args.request_timeout,
         elicitation_callback=on_elicit,
@@ -947,7 +978,8 @@ async def amain(args: argparse.Namespace, command: list[str], report: Report) ->
                 info = client.server_info
                 who = f"{info.name} {info.version}" if info else "anonymous server"
                 how = "server/discover" if modern else "initialize"
-                report.add("connect", True, f"{how}: {client.protocol_version} with {who}")
+                over = "stdio" if args.transport == "stdio" else f"{args.transport} {args.endpoint}"
+                report.add("connect", True, f"{how} over {over}: {client.protocol_version} with {who}")
                 runner = Runner(report, client, seen, modern, args.request_timeout)
                 if args.profile == "demo":
                     await runner.demo()
@@ -968,28 +1000,46 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+USAGE = (
+    f"{SCRIPT} [--profile demo|conformance] [--protocol legacy|modern] [--deadline S] [--request-timeout S]\n"
+    f"         [--transport stdio] -- SERVER COMMAND...\n"
+    f"       {SCRIPT} [options] --transport http|sse --url http://HOST:PORT/mcp"
+)
+
+
 def main() -> int:
     argv = sys.argv[1:]
-    if "--" not in argv:
-        print(f"usage: {SCRIPT} [--profile demo|conformance] [--protocol legacy|modern] -- SERVER COMMAND...",
-              file=sys.stderr)
-        return 2
-    split = argv.index("--")
+    split = argv.index("--") if "--" in argv else len(argv)
     own, command = argv[:split], argv[split + 1 :]
-    ap = argparse.ArgumentParser(prog=SCRIPT)
+    ap = argparse.ArgumentParser(prog=SCRIPT, usage=USAGE)
     ap.add_argument("--profile", choices=["demo", "conformance"], default="demo")
     ap.add_argument("--protocol", choices=["legacy", "modern"], default="legacy")
+    ap.add_argument("--transport", choices=["stdio", "http", "sse"], default="stdio",
+                    help="stdio: spawn the command after --; http: Streamable HTTP at --url; "
+                    "sse: HTTP+SSE (2024-11-05) at --url with /mcp replaced by /sse")
+    ap.add_argument("--url", help="the server's Streamable HTTP endpoint, e.g. http://127.0.0.1:8080/mcp")
     ap.add_argument("--deadline", type=float, default=30.0, help="whole run, seconds (default 30)")
     ap.add_argument("--request-timeout", type=float, default=10.0, help="one check, seconds (default 10)")
     args = ap.parse_args(own)
-    if not command:
-        ap.error("no server command after --")
+    if args.transport == "stdio":
+        if not command:
+            ap.error("no server command after --")
+        if args.url:
+            ap.error("--url needs --transport http or sse")
+    else:
+        if not args.url:
+            ap.error(f"--transport {args.transport} needs --url")
+        if command:
+            ap.error(f"--transport {args.transport} connects to --url; no server command is run")
+        if urlsplit(args.url).scheme not in ("http", "https"):
+            ap.error(f"bad --url {args.url}")
+        args.endpoint = args.url if args.transport == "http" else sse_url_for(args.url)
 
-    report = Report(args.profile, args.protocol)
+    report = Report(args.profile, args.protocol, args.transport)
 
     def hard_deadline() -> None:
-        report.add("deadline", False, f"hard deadline {args.deadline:g}s reached during {report.current!r}; "
-                   "killed the server")
+        killed = "; killed the server" if args.transport == "stdio" else ""
+        report.add("deadline", False, f"hard deadline {args.deadline:g}s reached during {report.current!r}{killed}")
         kill_children()
         code = report.emit()
         os._exit(code or 1)

@@ -1,9 +1,14 @@
 #!/usr/bin/env node
-// Drive an MCP server over stdio with the official TypeScript SDK v1
-// (`@modelcontextprotocol/sdk`: Client + StdioClientTransport).
+// Drive an MCP server with the official TypeScript SDK v1 (`@modelcontextprotocol/sdk`:
+// Client + StdioClientTransport / StreamableHTTPClientTransport / SSEClientTransport).
 //
 //   node ts_v1_client.mjs [--profile demo|conformance] [--protocol legacy|modern]
 //                         [--deadline S] [--request-timeout S] -- SERVER COMMAND...
+//   node ts_v1_client.mjs [same options] --transport http|sse --url http://HOST:PORT/mcp
+//
+// --transport stdio (default) spawns SERVER COMMAND; http connects to --url with
+// Streamable HTTP; sse connects with the deprecated 2024-11-05 HTTP+SSE transport to
+// --url with its path /mcp replaced by /sse.
 //
 // Prints ONE JSON line on stdout ({"ok", "checks", "protocolVersion", ...}); exit
 // 0 all checks passed, 1 a check failed, 2 usage/setup error, 3 --protocol modern
@@ -23,13 +28,21 @@ await main({
     async load() {
         const client = await importFromCache(PKG, './client/index.js');
         const stdio = await importFromCache(PKG, './client/stdio.js');
+        const http = await importFromCache(PKG, './client/streamableHttp.js');
+        const sse = await importFromCache(PKG, './client/sse.js');
         const types = await importFromCache(PKG, './types.js');
-        sdk = { Client: client.module.Client, Stdio: stdio.module.StdioClientTransport, types: types.module };
+        sdk = {
+            Client: client.module.Client,
+            Stdio: stdio.module.StdioClientTransport,
+            Http: http.module.StreamableHTTPClientTransport,
+            Sse: sse.module.SSEClientTransport,
+            types: types.module
+        };
         return { sdk: `typescript ${PKG} ${client.version}` };
     },
 
     async connect(opts, handlers, onTransport) {
-        const { Client, Stdio, types } = sdk;
+        const { Client, Stdio, Http, Sse, types } = sdk;
         const timeout = opts.requestTimeout * 1000;
         const client = new Client(
             { name: 'toolyard-interop-ts-v1', version: '0.0.0' },
@@ -41,8 +54,13 @@ await main({
         client.setNotificationHandler(types.LoggingMessageNotificationSchema, n => handlers.log(n.params));
         client.onerror = e => process.stderr.write(`[ts_v1_client.mjs] sdk error: ${e?.message ?? e}\n`);
 
-        const [command, ...args] = opts.command;
-        const transport = new Stdio({ command, args, env: { ...process.env }, stderr: 'inherit' });
+        let transport;
+        if (opts.transport === 'http') transport = new Http(new URL(opts.endpoint));
+        else if (opts.transport === 'sse') transport = new Sse(new URL(opts.endpoint));
+        else {
+            const [command, ...args] = opts.command;
+            transport = new Stdio({ command, args, env: { ...process.env }, stderr: 'inherit' });
+        }
         onTransport(transport);
         // SDK v1 keeps the negotiated version to itself: read it off the initialize response.
         let negotiated = null;

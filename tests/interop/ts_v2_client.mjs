@@ -1,9 +1,14 @@
 #!/usr/bin/env node
-// Drive an MCP server over stdio with the official TypeScript SDK v2 client
-// (`@modelcontextprotocol/client`: Client + StdioClientTransport).
+// Drive an MCP server with the official TypeScript SDK v2 client (`@modelcontextprotocol/client`:
+// Client + StdioClientTransport / StreamableHTTPClientTransport / SSEClientTransport).
 //
 //   node ts_v2_client.mjs [--profile demo|conformance] [--protocol legacy|modern]
 //                         [--deadline S] [--request-timeout S] -- SERVER COMMAND...
+//   node ts_v2_client.mjs [same options] --transport http|sse --url http://HOST:PORT/mcp
+//
+// --transport stdio (default) spawns SERVER COMMAND; http connects to --url with
+// Streamable HTTP; sse connects with the deprecated 2024-11-05 HTTP+SSE transport to
+// --url with its path /mcp replaced by /sse.
 //
 // Prints ONE JSON line on stdout ({"ok", "checks", "protocolVersion", ...}); exit
 // 0 all checks passed, 1 a check failed, 2 usage/setup error.
@@ -31,12 +36,17 @@ await main({
     async load() {
         const client = await importFromCache(PKG, '.');
         const stdio = await importFromCache(PKG, './stdio');
-        sdk = { Client: client.module.Client, Stdio: stdio.module.StdioClientTransport };
+        sdk = {
+            Client: client.module.Client,
+            Stdio: stdio.module.StdioClientTransport,
+            Http: client.module.StreamableHTTPClientTransport,
+            Sse: client.module.SSEClientTransport
+        };
         return { sdk: `typescript ${PKG} ${client.version}` };
     },
 
     async connect(opts, handlers, onTransport) {
-        const { Client, Stdio } = sdk;
+        const { Client, Stdio, Http, Sse } = sdk;
         const timeout = opts.requestTimeout * 1000;
         const modern = opts.protocol === 'modern';
         const client = new Client(
@@ -54,8 +64,13 @@ await main({
         client.setNotificationHandler('notifications/message', n => handlers.log(n.params));
         client.onerror = e => process.stderr.write(`[ts_v2_client.mjs] sdk error: ${e?.message ?? e}\n`);
 
-        const [command, ...args] = opts.command;
-        const transport = new Stdio({ command, args, env: { ...process.env }, stderr: 'inherit' });
+        let transport;
+        if (opts.transport === 'http') transport = new Http(new URL(opts.endpoint));
+        else if (opts.transport === 'sse') transport = new Sse(new URL(opts.endpoint));
+        else {
+            const [command, ...args] = opts.command;
+            transport = new Stdio({ command, args, env: { ...process.env }, stderr: 'inherit' });
+        }
         onTransport(transport);
         await client.connect(transport, { timeout });
 

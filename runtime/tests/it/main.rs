@@ -3,5 +3,6 @@
 mod core;
 mod http;
 mod interop;
+mod interop_http;
 mod macros;
 mod stdio;

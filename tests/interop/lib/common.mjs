@@ -86,14 +86,30 @@ export class SetupError extends Error {}
 
 // ---------------------------------------------------------------------------- arguments
 
+export const TRANSPORTS = ['stdio', 'http', 'sse'];
+
+/**
+ * The HTTP+SSE (2024-11-05) endpoint of a server whose Streamable HTTP endpoint is `url`:
+ * Toolyard serves `GET /sse` (+ `POST /messages?sessionId=...`) next to `/mcp`, so a
+ * trailing `/mcp` path segment becomes `/sse`. Any other path is taken as the SSE URL itself.
+ */
+export function sseUrlFor(url) {
+    const u = new URL(url);
+    if (u.pathname === '/mcp' || u.pathname.endsWith('/mcp')) u.pathname = u.pathname.slice(0, -'/mcp'.length) + '/sse';
+    return u.href;
+}
+
 export function parseArgs(script, argv) {
-    const usage = `usage: ${script} [--profile demo|conformance] [--protocol legacy|modern] [--deadline S] [--request-timeout S] -- SERVER COMMAND...`;
+    const usage =
+        `usage: ${script} [--profile demo|conformance] [--protocol legacy|modern] [--deadline S] [--request-timeout S]\n` +
+        `         [--transport stdio] -- SERVER COMMAND...\n` +
+        `       ${script} [options] --transport http|sse --url http://HOST:PORT/mcp`;
     const split = argv.indexOf('--');
-    if (split < 0 || split === argv.length - 1) return { error: usage };
-    const own = argv.slice(0, split);
-    const opts = { profile: 'demo', protocol: 'legacy', deadline: 30, requestTimeout: 10, command: argv.slice(split + 1) };
+    const own = split < 0 ? argv : argv.slice(0, split);
+    const command = split < 0 ? [] : argv.slice(split + 1);
+    const opts = { profile: 'demo', protocol: 'legacy', transport: 'stdio', url: null, deadline: 30, requestTimeout: 10, command };
     for (let i = 0; i < own.length; i++) {
-        let [flag, value] = own[i].split('=', 2);
+        let [flag, value] = own[i].split(/=(.*)/s, 2);
         if (value === undefined) value = own[++i];
         switch (flag) {
             case '--profile':
@@ -103,6 +119,19 @@ export function parseArgs(script, argv) {
             case '--protocol':
                 if (!['legacy', 'modern'].includes(value)) return { error: `bad --protocol ${value}\n${usage}` };
                 opts.protocol = value;
+                break;
+            case '--transport':
+                if (!TRANSPORTS.includes(value)) return { error: `bad --transport ${value}\n${usage}` };
+                opts.transport = value;
+                break;
+            case '--url':
+                try {
+                    const u = new URL(value);
+                    if (!['http:', 'https:'].includes(u.protocol)) throw new Error('not http(s)');
+                } catch {
+                    return { error: `bad --url ${value}\n${usage}` };
+                }
+                opts.url = value;
                 break;
             case '--deadline':
             case '--request-timeout': {
@@ -114,6 +143,15 @@ export function parseArgs(script, argv) {
             default:
                 return { error: `unknown option ${own[i]}\n${usage}` };
         }
+    }
+    if (opts.transport === 'stdio') {
+        if (opts.command.length === 0) return { error: `no server command after --\n${usage}` };
+        if (opts.url) return { error: `--url needs --transport http or sse\n${usage}` };
+    } else {
+        if (!opts.url) return { error: `--transport ${opts.transport} needs --url\n${usage}` };
+        if (opts.command.length > 0) return { error: `--transport ${opts.transport} connects to --url; no server command is run\n${usage}` };
+        // The endpoint this run talks to: /mcp for Streamable HTTP, /sse for HTTP+SSE.
+        opts.endpoint = opts.transport === 'sse' ? sseUrlFor(opts.url) : opts.url;
     }
     return { opts };
 }
@@ -151,7 +189,8 @@ export class Report {
                     protocolVersion: this.protocolVersion,
                     sdk: this.sdk,
                     profile: this.opts?.profile,
-                    protocol: this.opts?.protocol
+                    protocol: this.opts?.protocol,
+                    transport: this.opts?.transport
                 }) + '\n'
             );
         }
@@ -860,7 +899,9 @@ export class Runner {
  *   load() -> {sdk}            import the SDK from the cache; returns its display name
  *   supportsModern             false: --protocol modern reports one failed check, exit 3
  *   connect(opts, handlers, onTransport) -> {api, protocolVersion, serverInfo, close}
- *                              (onTransport(transport) hands over the stdio transport, for its pid)
+ *                              opts.transport is stdio (spawn opts.command), http (Streamable
+ *                              HTTP at opts.endpoint) or sse (HTTP+SSE at opts.endpoint);
+ *                              onTransport(transport) hands over the transport (stdio: for its pid)
  */
 export async function main(adapter) {
     const parsed = parseArgs(adapter.name, process.argv.slice(2));
@@ -905,7 +946,7 @@ export async function main(adapter) {
         report.add(
             'deadline',
             false,
-            `hard deadline ${opts.deadline}s reached during ${JSON.stringify(report.current)} (server hung?); killed the server`
+            `hard deadline ${opts.deadline}s reached during ${JSON.stringify(report.current)} (server hung?)${opts.transport === 'stdio' ? '; killed the server' : ''}`
         );
         killServer();
         const code = report.emit();
@@ -916,7 +957,12 @@ export async function main(adapter) {
     const { seen, handlers } = makeHandlers();
     try {
         try {
-            connection = await adapter.connect(opts, handlers, transport => {
+            let httpTransport = null;
+            const connecting = adapter.connect(opts, handlers, transport => {
+                if (opts.transport !== 'stdio') {
+                    httpTransport = transport;
+                    return;
+                }
                 // Remember the pid at spawn: the SDK forgets it once it starts closing.
                 const start = transport.start.bind(transport);
                 transport.start = async (...a) => {
@@ -927,8 +973,19 @@ export async function main(adapter) {
                     }
                 };
             });
+            if (opts.transport === 'stdio') connection = await connecting;
+            else {
+                // The SSE transport waits for the `endpoint` event without a timeout of its
+                // own: bound the whole handshake by --request-timeout on HTTP.
+                try {
+                    connection = await withTimeout(connecting, opts.requestTimeout * 1000, `connect over ${opts.transport}`);
+                } catch (e) {
+                    httpTransport?.close?.().catch?.(() => {});
+                    throw e;
+                }
+            }
         } catch (e) {
-            report.add('connect', false, short(errText(e), 600));
+            report.add('connect', false, e instanceof CheckFailed ? e.message : short(errText(e), 600));
             return finish();
         }
         report.protocolVersion = connection.protocolVersion ?? null;
@@ -938,7 +995,8 @@ export async function main(adapter) {
             report.add('connect', false, `expected ${MODERN_VERSION}, negotiated ${connection.protocolVersion}`);
             return finish();
         }
-        report.add('connect', true, `${how}: ${connection.protocolVersion} with ${who}`);
+        const over = opts.transport === 'stdio' ? 'stdio' : `${opts.transport} ${opts.endpoint}`;
+        report.add('connect', true, `${how} over ${over}: ${connection.protocolVersion} with ${who}`);
         const runner = new Runner(report, connection.api, seen, opts);
         if (opts.profile === 'demo') await runner.demo();
         else await runner.conformance();
