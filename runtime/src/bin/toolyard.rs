@@ -44,6 +44,12 @@ struct ServeArgs {
     /// Largest HTTP request body, in bytes.
     #[arg(long, env = "TOOLYARD_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Live legacy HTTP sessions at most.
+    #[arg(long, env = "TOOLYARD_MAX_SESSIONS", default_value_t = 10_000)]
+    max_sessions: usize,
+    /// Seconds after which an idle legacy HTTP session is closed.
+    #[arg(long, env = "TOOLYARD_SESSION_IDLE_SECONDS", default_value_t = 1800)]
+    session_idle_seconds: u64,
     /// Seconds in-flight HTTP requests get to finish after SIGTERM / Ctrl-C.
     #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
     drain_seconds: u64,
@@ -146,6 +152,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             security.bearer_tokens = args.bearer_tokens.clone();
             let http = toolyard::http::HttpConfig {
                 max_body_bytes: args.max_body_bytes,
+                max_sessions: args.max_sessions,
+                session_idle_timeout: std::time::Duration::from_secs(args.session_idle_seconds),
                 security,
                 ..Default::default()
             };
