@@ -30,6 +30,10 @@ pub enum BuildError {
     /// The actors did not start.
     #[error(transparent)]
     Start(#[from] toolyard_actors::StartError),
+    /// The HTTP transport's OAuth settings are unusable.
+    #[cfg(feature = "http")]
+    #[error(transparent)]
+    OAuth(#[from] crate::http::OAuthError),
 }
 
 /// The JSON Schema (2020-12) of `T`, as a JSON object.

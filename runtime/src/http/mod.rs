@@ -10,6 +10,7 @@
 //!   stream, the rest on the session's GET stream;
 //! - **HTTP+SSE** clients open `GET /sse` and POST to `/messages?sessionId=...`.
 
+mod auth;
 mod legacy_sse;
 mod security;
 mod streamable;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolyard_actors::Server;
 
+pub use auth::{AccessClaims, JwksSource, OAuthConfig, OAuthError, Principal};
 pub use security::Security;
 
 /// HTTP settings.
@@ -67,12 +69,15 @@ pub(crate) struct HttpState {
     pub(crate) sessions: streamable::Sessions,
     pub(crate) stateless: toolyard_actors::ConnectionHandle,
     pub(crate) counters: Counters,
+    /// The OAuth resource server, when `config.security.oauth` is set.
+    pub(crate) auth: Option<Arc<auth::OAuth>>,
     /// Cancelled at shutdown: open streams end.
     pub(crate) closing: tokio_util::sync::CancellationToken,
 }
 
 /// An axum router serving MCP at `config.path` (plus `/sse`, `/messages`, `/healthz`,
-/// `/readyz`).
+/// `/readyz`, and with `config.security.oauth` the Protected Resource Metadata at
+/// `/.well-known/oauth-protected-resource` and that path followed by `config.path`).
 pub async fn router(server: Server, config: HttpConfig) -> Result<axum::Router, crate::BuildError> {
     Ok(build(server, config, Default::default()).await?.0)
 }
@@ -82,6 +87,10 @@ async fn build(
     config: HttpConfig,
     closing: tokio_util::sync::CancellationToken,
 ) -> Result<(axum::Router, Arc<HttpState>), crate::BuildError> {
+    let auth = match &config.security.oauth {
+        Some(oauth) => Some(Arc::new(auth::OAuth::new(oauth, &config.path).await?)),
+        None => None,
+    };
     let stateless = server
         .connect(toolyard_actors::Sink::new(streamable::NullSink))
         .await?;
@@ -90,6 +99,7 @@ async fn build(
         server,
         stateless,
         counters: Counters::default(),
+        auth,
         config: config.clone(),
         closing,
     });
@@ -97,12 +107,16 @@ async fn build(
     let mcp = post(streamable::post)
         .get(streamable::get)
         .delete(streamable::delete);
-    let app = axum::Router::new()
+    let mut app = axum::Router::new()
         .route(&config.path, mcp)
         .route("/sse", get(legacy_sse::open))
         .route("/messages", post(legacy_sse::message))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(streamable::readyz))
+        .route("/readyz", get(streamable::readyz));
+    if let Some(auth) = &state.auth {
+        app = auth.routes(app);
+    }
+    let app = app
         .layer(axum::extract::DefaultBodyLimit::max(config.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

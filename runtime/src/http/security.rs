@@ -1,5 +1,6 @@
 //! Request checks before any MCP processing: DNS-rebinding protection (Host and Origin
-//! allow-lists, 403) and static bearer tokens (401 with `WWW-Authenticate`).
+//! allow-lists, 403) and static bearer tokens (401 with `WWW-Authenticate`), or OAuth access
+//! tokens (see [`super::auth`]).
 
 use super::HttpState;
 use axum::extract::{Request, State};
@@ -18,6 +19,9 @@ pub struct Security {
     pub allowed_origins: Vec<String>,
     /// Static bearer tokens; when non-empty every MCP request needs one.
     pub bearer_tokens: Vec<String>,
+    /// OAuth 2.1 resource server: every MCP request needs an access token (a JWT) of the
+    /// configured issuer for this resource. When set, `bearer_tokens` is not used.
+    pub oauth: Option<super::OAuthConfig>,
 }
 
 impl Security {
@@ -34,6 +38,7 @@ impl Security {
                 "https://[::1]".into(),
             ],
             bearer_tokens: Vec::new(),
+            oauth: None,
         }
     }
 
@@ -112,6 +117,9 @@ pub(crate) async fn check(
     }
     if !origin_ok(sec, headers) {
         return forbidden("Forbidden: Origin not allowed");
+    }
+    if let Some(auth) = &state.auth {
+        return super::auth::guard(auth, state.config.max_body_bytes, request, next).await;
     }
     if !sec.bearer_tokens.is_empty() {
         let token = headers

@@ -2,6 +2,7 @@
 
 mod core;
 mod http;
+mod http_auth;
 mod interop;
 mod interop_http;
 mod macros;
