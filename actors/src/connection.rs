@@ -39,6 +39,9 @@ pub struct Delivery {
     /// `notifications/cancelled` can find it). Sessionless requests share one connection and
     /// may reuse ids, so they are not tracked.
     pub track: bool,
+    /// The authenticated caller of this request, when the transport established one per
+    /// request (sessionless HTTP); otherwise the connection's principal applies.
+    pub principal: Option<Arc<str>>,
 }
 
 /// Messages of a Connection.
@@ -427,7 +430,11 @@ impl ConnState {
         let caller = Arc::new(Caller {
             capabilities: meta.client_capabilities.clone().unwrap_or_default(),
             info: meta.client_info.clone(),
-            principal: self.principal.clone(),
+            principal: self
+                .current
+                .as_ref()
+                .and_then(|d| d.principal.clone())
+                .or_else(|| self.principal.clone()),
         });
         let channel = Channel::Modern {
             log_level: meta.log_level,
@@ -561,7 +568,7 @@ impl ConnState {
                 id: req.id.clone(),
                 protocol_version: Some(version),
                 session_id: self.session_id.clone(),
-                principal: self.principal.clone(),
+                principal: caller.principal.clone(),
                 traceparent: meta.traceparent.as_deref().map(Into::into),
                 started: Instant::now(),
             };

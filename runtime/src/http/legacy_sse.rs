@@ -2,7 +2,7 @@
 //! endpoint in an `endpoint` event; the client POSTs messages to `/messages?sessionId=...`
 //! and every answer comes on the SSE stream.
 
-use super::streamable::{new_session_id, Session, SessionSink};
+use super::streamable::{new_session_id, principal_of, Caller, Session, SessionSink};
 use super::HttpState;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -31,7 +31,8 @@ impl Drop for Closer {
     }
 }
 
-pub(crate) async fn open(State(state): State<Arc<HttpState>>) -> Response {
+pub(crate) async fn open(State(state): State<Arc<HttpState>>, caller: Caller) -> Response {
+    let principal = principal_of(caller);
     if state.sessions.len() >= state.config.max_sessions {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
@@ -40,7 +41,11 @@ pub(crate) async fn open(State(state): State<Arc<HttpState>>) -> Response {
     let sink = Arc::new(SessionSink::default());
     let handle = match state
         .server
-        .connect_as(Sink::channel(tx), Some(id.clone().into()), None)
+        .connect_as(
+            Sink::channel(tx),
+            Some(id.clone().into()),
+            principal.clone(),
+        )
         .await
     {
         Ok(h) => h,
@@ -48,7 +53,7 @@ pub(crate) async fn open(State(state): State<Arc<HttpState>>) -> Response {
     };
     state
         .sessions
-        .insert(id.clone(), Arc::new(Session::new(handle, sink)));
+        .insert(id.clone(), Arc::new(Session::new(handle, sink, principal)));
     state.counters.streams.fetch_add(1, Ordering::Relaxed);
     let endpoint = Event::default()
         .event("endpoint")
@@ -85,10 +90,11 @@ pub(crate) struct SessionQuery {
 
 pub(crate) async fn message(
     State(state): State<Arc<HttpState>>,
+    caller: Caller,
     Query(q): Query<SessionQuery>,
     body: Bytes,
 ) -> Response {
-    let Some(session) = state.sessions.get(&q.session_id) else {
+    let Some(session) = state.sessions.get(&q.session_id, &principal_of(caller)) else {
         return (StatusCode::NOT_FOUND, "unknown session").into_response();
     };
     match jsonrpc::parse(&body) {

@@ -73,12 +73,22 @@ const REPLAY_STREAMS: usize = 32;
 /// The `retry` a priming event asks clients to wait before reconnecting (SEP-1699).
 const RETRY: Duration = Duration::from_millis(1000);
 
+/// One replayable event: its sequence number in its stream and its JSON text.
+type ReplayEvent = (u64, Arc<str>);
+/// What a stream attaching to a replay gets: the backlog, then live events (none if done).
+type Attached = (
+    Vec<ReplayEvent>,
+    Option<mpsc::UnboundedReceiver<ReplayEvent>>,
+);
+/// A session's response streams, by id, oldest first, with the next id.
+type StreamTable = (u64, std::collections::VecDeque<(u64, Arc<Mutex<Replay>>)>);
+
 /// The events of one response stream of a legacy session, replayable after a disconnect.
 #[derive(Default)]
 pub(crate) struct Replay {
-    events: std::collections::VecDeque<(u64, Arc<str>)>,
+    events: std::collections::VecDeque<ReplayEvent>,
     next_seq: u64,
-    live: Option<mpsc::UnboundedSender<(u64, Arc<str>)>>,
+    live: Option<mpsc::UnboundedSender<ReplayEvent>>,
     done: bool,
 }
 
@@ -99,13 +109,7 @@ impl Replay {
     }
 
     /// Attaches a stream: what it missed after `after`, then live events.
-    fn attach(
-        &mut self,
-        after: u64,
-    ) -> (
-        Vec<(u64, Arc<str>)>,
-        Option<mpsc::UnboundedReceiver<(u64, Arc<str>)>>,
-    ) {
+    fn attach(&mut self, after: u64) -> Attached {
         let backlog = self
             .events
             .iter()
@@ -124,15 +128,22 @@ impl Replay {
 /// One legacy session.
 pub(crate) struct Session {
     pub(crate) handle: ConnectionHandle,
+    /// Who opened the session; requests by anyone else are answered as if it did not exist.
+    pub(crate) principal: Option<Arc<str>>,
     sink: Arc<SessionSink>,
     last_seen: Mutex<Instant>,
-    streams: Mutex<(u64, std::collections::VecDeque<(u64, Arc<Mutex<Replay>>)>)>,
+    streams: Mutex<StreamTable>,
 }
 
 impl Session {
-    pub(crate) fn new(handle: ConnectionHandle, sink: Arc<SessionSink>) -> Self {
+    pub(crate) fn new(
+        handle: ConnectionHandle,
+        sink: Arc<SessionSink>,
+        principal: Option<Arc<str>>,
+    ) -> Self {
         Session {
             handle,
+            principal,
             sink,
             last_seen: Mutex::new(Instant::now()),
             streams: Mutex::new((0, Default::default())),
@@ -174,14 +185,33 @@ impl Sessions {
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-    pub(crate) fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.table().get(id).cloned()
+    /// The session `id`, if it exists and belongs to `principal` (a session is bound to
+    /// the caller that opened it, so a stolen session id is useless to anyone else).
+    pub(crate) fn get(&self, id: &str, principal: &Option<Arc<str>>) -> Option<Arc<Session>> {
+        self.table()
+            .get(id)
+            .filter(|s| &s.principal == principal)
+            .cloned()
     }
     pub(crate) fn insert(&self, id: String, s: Arc<Session>) {
         self.table().insert(id, s);
     }
     pub(crate) fn remove(&self, id: &str) -> Option<Arc<Session>> {
         self.table().remove(id)
+    }
+
+    /// Removes the session `id` if it belongs to `principal`.
+    pub(crate) fn remove_for(
+        &self,
+        id: &str,
+        principal: &Option<Arc<str>>,
+    ) -> Option<Arc<Session>> {
+        let mut table = self.table();
+        if table.get(id).is_some_and(|s| &s.principal == principal) {
+            table.remove(id)
+        } else {
+            None
+        }
     }
     pub(crate) fn len(&self) -> usize {
         self.table().len()
@@ -322,6 +352,8 @@ fn same_value(header: &str, body: &serde_json::Value) -> bool {
 }
 
 /// `Mcp-Param-*` headers of a tools/call must mirror the tool's `x-mcp-header` arguments.
+// The error is a ready response, built once on the rare rejection path.
+#[allow(clippy::result_large_err)]
 fn check_param_headers(
     state: &HttpState,
     headers: &HeaderMap,
@@ -395,6 +427,7 @@ fn mismatch(id: &RequestId, message: String) -> Response {
 }
 
 /// The HTTP-level checks of a modern request: `_meta`, version, and the SEP-2243 headers.
+#[allow(clippy::result_large_err)]
 fn check_modern(state: &HttpState, headers: &HeaderMap, req: &Request) -> Result<(), Response> {
     let head: Head = jsonrpc::params(req.params.as_deref())
         .map_err(|e| json_error(StatusCode::BAD_REQUEST, Some(&req.id), e))?;
@@ -493,11 +526,20 @@ fn check_modern(state: &HttpState, headers: &HeaderMap, req: &Request) -> Result
     Ok(())
 }
 
+/// The authenticated caller the OAuth layer put in the request, if any.
+pub(crate) type Caller = Option<axum::Extension<super::auth::Principal>>;
+
+pub(crate) fn principal_of(caller: Caller) -> Option<Arc<str>> {
+    caller.map(|axum::Extension(p)| p.0)
+}
+
 pub(crate) async fn post(
     State(state): State<Arc<HttpState>>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let principal = principal_of(caller);
     let content_type = header_str(&headers, "content-type").unwrap_or("");
     if !content_type.starts_with("application/json") {
         return json_error(
@@ -528,11 +570,11 @@ pub(crate) async fn post(
     if let Incoming::Request(req) = &message {
         // A modern request named `initialize` is a removed method, not a new session.
         if req.method == "initialize" && session_id.is_none() && !has_protocol_meta(req) {
-            return initialize(state, message, accept_json).await;
+            return initialize(state, message, accept_json, principal).await;
         }
     }
     if let Some(id) = session_id {
-        let Some(session) = state.sessions.get(&id) else {
+        let Some(session) = state.sessions.get(&id, &principal) else {
             return json_error(
                 StatusCode::NOT_FOUND,
                 None,
@@ -565,6 +607,7 @@ pub(crate) async fn post(
                     accept_json,
                     None,
                     Some(session),
+                    None,
                 )
                 .await
             }
@@ -588,6 +631,7 @@ pub(crate) async fn post(
                 accept_json,
                 None,
                 None,
+                principal,
             )
             .await
         }
@@ -597,7 +641,12 @@ pub(crate) async fn post(
     }
 }
 
-async fn initialize(state: Arc<HttpState>, message: Incoming, accept_json: bool) -> Response {
+async fn initialize(
+    state: Arc<HttpState>,
+    message: Incoming,
+    accept_json: bool,
+    principal: Option<Arc<str>>,
+) -> Response {
     if state.sessions.len() >= state.config.max_sessions {
         return json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -615,7 +664,7 @@ async fn initialize(state: Arc<HttpState>, message: Incoming, accept_json: bool)
         .connect_as(
             Sink::new(SharedSessionSink(sink.clone())),
             Some(id.clone().into()),
-            None,
+            principal.clone(),
         )
         .await
     {
@@ -628,7 +677,7 @@ async fn initialize(state: Arc<HttpState>, message: Incoming, accept_json: bool)
             )
         }
     };
-    let session = Arc::new(Session::new(handle.clone(), sink));
+    let session = Arc::new(Session::new(handle.clone(), sink, principal));
     state.sessions.insert(id.clone(), session.clone());
     respond(
         &state,
@@ -639,6 +688,7 @@ async fn initialize(state: Arc<HttpState>, message: Incoming, accept_json: bool)
         accept_json,
         Some(id),
         Some(session),
+        None,
     )
     .await
 }
@@ -709,6 +759,7 @@ async fn respond(
     accept_json: bool,
     session_id: Option<String>,
     session: Option<Arc<Session>>,
+    principal: Option<Arc<str>>,
 ) -> Response {
     state.counters.in_flight.fetch_add(1, Ordering::Relaxed);
     let in_flight = InFlight(state.clone());
@@ -722,6 +773,7 @@ async fn respond(
         sink: Sink::channel(tx),
         cancel: cancel.clone(),
         track,
+        principal,
     };
     let id = req.id.clone();
     // In-flight calls may finish during a graceful shutdown; a listen stream never
@@ -867,10 +919,7 @@ fn resumable(
 fn replay_stream(
     state: &Arc<HttpState>,
     stream_id: u64,
-    (backlog, live): (
-        Vec<(u64, Arc<str>)>,
-        Option<mpsc::UnboundedReceiver<(u64, Arc<str>)>>,
-    ),
+    (backlog, live): Attached,
     priming: bool,
 ) -> Response {
     state.counters.streams.fetch_add(1, Ordering::Relaxed);
@@ -906,7 +955,12 @@ fn replay_stream(
         .into_response()
 }
 
-pub(crate) async fn get(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+pub(crate) async fn get(
+    State(state): State<Arc<HttpState>>,
+    caller: Caller,
+    headers: HeaderMap,
+) -> Response {
+    let principal = principal_of(caller);
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
         return (
             StatusCode::METHOD_NOT_ALLOWED,
@@ -918,7 +972,7 @@ pub(crate) async fn get(State(state): State<Arc<HttpState>>, headers: HeaderMap)
     if !accepts(&headers, "text/event-stream") {
         return StatusCode::NOT_ACCEPTABLE.into_response();
     }
-    let Some(session) = state.sessions.get(id) else {
+    let Some(session) = state.sessions.get(id, &principal) else {
         return json_error(
             StatusCode::NOT_FOUND,
             None,
@@ -965,11 +1019,16 @@ pub(crate) async fn get(State(state): State<Arc<HttpState>>, headers: HeaderMap)
         .into_response()
 }
 
-pub(crate) async fn delete(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+pub(crate) async fn delete(
+    State(state): State<Arc<HttpState>>,
+    caller: Caller,
+    headers: HeaderMap,
+) -> Response {
+    let principal = principal_of(caller);
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
         return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response();
     };
-    match state.sessions.remove(id) {
+    match state.sessions.remove_for(id, &principal) {
         Some(s) => {
             s.close();
             StatusCode::OK.into_response()

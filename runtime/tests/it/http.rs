@@ -613,7 +613,7 @@ fn a_legacy_stream_broken_mid_call_resumes_with_last_event_id() {
         .lines()
         .filter_map(|l| l.strip_prefix("id:"))
         .map(str::trim)
-        .last()
+        .next_back()
         .unwrap()
         .to_owned();
     let r = s

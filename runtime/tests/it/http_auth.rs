@@ -500,10 +500,12 @@ async fn per_tool_scopes() {
     c["scope"] = json!("mcp:read mcp:admin");
     let r = call(s.port, &rsa(&c), "admin", json!({})).await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    assert!(r.json()["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .starts_with("admin for"));
+    // The tool sees who called it: the token's subject.
+    assert_eq!(
+        r.json()["result"]["content"][0]["text"],
+        "admin for alice",
+        "the principal reaches the tool"
+    );
 }
 
 #[tokio::test]
