@@ -34,6 +34,9 @@ struct ServeArgs {
     /// Allowed Origin values (scheme://host); repeatable.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
+    /// Origins browsers may call from (CORS), e.g. https://app.example.com, or * ; repeatable.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
     /// Static bearer tokens HTTP clients must send; repeatable.
     #[arg(
         long = "bearer-token",
@@ -150,6 +153,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 security.allowed_origins = args.allow_origins.clone();
             }
             security.bearer_tokens = args.bearer_tokens.clone();
+            if !args.cors_origins.is_empty() {
+                security = security.with_cors(args.cors_origins.clone());
+            }
             let http = toolyard::http::HttpConfig {
                 max_body_bytes: args.max_body_bytes,
                 max_sessions: args.max_sessions,

@@ -22,6 +22,43 @@ pub struct Security {
     /// OAuth 2.1 resource server: every MCP request needs an access token (a JWT) of the
     /// configured issuer for this resource. When set, `bearer_tokens` is not used.
     pub oauth: Option<super::OAuthConfig>,
+    /// Cross-origin browser access; `None` sends no CORS headers.
+    pub cors: Option<Cors>,
+}
+
+/// CORS settings for browser clients.
+#[derive(Debug, Clone)]
+pub struct Cors {
+    /// Origins allowed to call (scheme://host[:port], exact), or `"*"` for any origin.
+    pub allow_origins: Vec<String>,
+    /// How long browsers may cache a preflight answer.
+    pub max_age: std::time::Duration,
+}
+
+impl Cors {
+    fn allows(&self, origin: &str) -> bool {
+        self.allow_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
+    }
+}
+
+/// Request headers an MCP client sends.
+const CORS_ALLOW_HEADERS: &str = "content-type, accept, authorization, mcp-session-id, \
+mcp-protocol-version, mcp-method, mcp-name, last-event-id";
+/// Response headers a browser client must be able to read.
+const CORS_EXPOSE_HEADERS: &str = "mcp-session-id, www-authenticate";
+
+fn cors_headers(resp: &mut Response, origin: &str) {
+    let h = resp.headers_mut();
+    if let Ok(v) = origin.parse() {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+    }
+    h.insert(header::VARY, axum::http::HeaderValue::from_static("Origin"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        axum::http::HeaderValue::from_static(CORS_EXPOSE_HEADERS),
+    );
 }
 
 impl Security {
@@ -39,12 +76,22 @@ impl Security {
             ],
             bearer_tokens: Vec::new(),
             oauth: None,
+            cors: None,
         }
     }
 
     /// No Host/Origin restriction (for servers behind a proxy that checks them).
     pub fn open() -> Self {
         Security::default()
+    }
+
+    /// Adds CORS for these origins (`"*"` for any).
+    pub fn with_cors(mut self, origins: Vec<String>) -> Self {
+        self.cors = Some(Cors {
+            allow_origins: origins,
+            max_age: std::time::Duration::from_secs(600),
+        });
+        self
     }
 }
 
@@ -82,6 +129,9 @@ fn origin_ok(sec: &Security, headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) else {
         return true;
     };
+    if sec.cors.as_ref().is_some_and(|c| c.allows(origin)) {
+        return true;
+    }
     let Some((scheme, rest)) = origin.split_once("://") else {
         return false;
     };
@@ -118,6 +168,48 @@ pub(crate) async fn check(
     if !origin_ok(sec, headers) {
         return forbidden("Forbidden: Origin not allowed");
     }
+    let cors_origin = sec.cors.as_ref().and_then(|c| {
+        headers
+            .get(header::ORIGIN)
+            .and_then(|o| o.to_str().ok())
+            .filter(|o| c.allows(o))
+            .map(str::to_owned)
+    });
+    if let (Some(origin), Some(cors)) = (&cors_origin, &sec.cors) {
+        if request.method() == axum::http::Method::OPTIONS {
+            // A preflight: answered here, before authentication, as browsers send no
+            // credentials with it.
+            let mut resp = StatusCode::NO_CONTENT.into_response();
+            cors_headers(&mut resp, origin);
+            let h = resp.headers_mut();
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                axum::http::HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+            );
+            let requested = headers
+                .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+                .and_then(|v| v.to_str().ok())
+                .map(|r| format!("{CORS_ALLOW_HEADERS}, {r}"))
+                .unwrap_or_else(|| CORS_ALLOW_HEADERS.to_owned());
+            if let Ok(v) = requested.parse() {
+                h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
+            }
+            if let Ok(v) = cors.max_age.as_secs().to_string().parse() {
+                h.insert(header::ACCESS_CONTROL_MAX_AGE, v);
+            }
+            return resp;
+        }
+    }
+    let mut resp = guarded(&state, request, next).await;
+    if let Some(origin) = &cors_origin {
+        cors_headers(&mut resp, origin);
+    }
+    resp
+}
+
+async fn guarded(state: &Arc<HttpState>, request: Request, next: Next) -> Response {
+    let sec = &state.config.security;
+    let headers = request.headers();
     if let Some(auth) = &state.auth {
         return super::auth::guard(auth, state.config.max_body_bytes, request, next).await;
     }

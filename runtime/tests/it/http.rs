@@ -640,3 +640,52 @@ fn a_legacy_stream_broken_mid_call_resumes_with_last_event_id() {
         "no event is replayed twice"
     );
 }
+
+#[test]
+fn cors_preflight_and_responses_for_allowed_origins_only() {
+    let s = HttpServer::start(&["--cors-origin", "https://app.example.com"]);
+    let pre = s
+        .request(
+            "OPTIONS",
+            "/mcp",
+            &[
+                ("Origin", "https://app.example.com"),
+                ("Access-Control-Request-Method", "POST"),
+                ("Access-Control-Request-Headers", "mcp-param-region"),
+            ],
+            None,
+        )
+        .unwrap();
+    assert_eq!(pre.status, 204);
+    assert_eq!(
+        pre.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert!(pre
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("mcp-session-id"));
+    assert!(pre
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("mcp-param-region"));
+    let r = s.post(
+        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+        &[("Origin", "https://app.example.com")],
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert!(r
+        .header("access-control-expose-headers")
+        .unwrap()
+        .contains("mcp-session-id"));
+    let evil = s.post(
+        &json!({"jsonrpc":"2.0","id":2,"method":"ping"}),
+        &[("Origin", "https://evil.example.com")],
+    );
+    assert_eq!(evil.status, 403);
+    assert_eq!(evil.header("access-control-allow-origin"), None);
+}
