@@ -15,6 +15,11 @@ pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// `_meta` key: tags notifications of a `subscriptions/listen` stream.
 pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// `_meta` key (2025-11-25 tasks): ties a message to a task, `{"taskId": ...}`.
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// The identifier of the tasks extension (2026-07-28, SEP-2663), the key under
+/// `capabilities.extensions` that declares it.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// `_meta` key: the token progress notifications refer to.
 pub const PROGRESS_TOKEN: &str = "progressToken";
 /// `_meta` key: W3C trace context.

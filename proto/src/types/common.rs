@@ -98,6 +98,9 @@ pub enum ResultType {
     Complete,
     /// The server needs input first: retry with `inputResponses` (see [`crate::InputRequiredResult`]).
     InputRequired,
+    /// The tasks extension (`io.modelcontextprotocol/tasks`): the result is a task handle
+    /// (see [`crate::DetailedTask`]); poll it with `tasks/get`.
+    Task,
 }
 
 impl ResultType {
@@ -106,6 +109,7 @@ impl ResultType {
         match self {
             ResultType::Complete => "complete",
             ResultType::InputRequired => "input_required",
+            ResultType::Task => "task",
         }
     }
 }

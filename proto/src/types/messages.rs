@@ -72,6 +72,8 @@ pub mod method {
     pub const TASKS_CANCEL: &str = "tasks/cancel";
     /// `tasks/list` (2025-11-25).
     pub const TASKS_LIST: &str = "tasks/list";
+    /// `tasks/update` (tasks extension, 2026-07-28).
+    pub const TASKS_UPDATE: &str = "tasks/update";
     /// `elicitation/create`.
     pub const ELICITATION_CREATE: &str = "elicitation/create";
     /// `sampling/createMessage`.
@@ -103,6 +105,9 @@ pub mod method {
     pub const NOTIFICATIONS_ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
     /// `notifications/tasks/status` (2025-11-25).
     pub const NOTIFICATIONS_TASKS_STATUS: &str = "notifications/tasks/status";
+    /// `notifications/tasks` (tasks extension, 2026-07-28): a task's full state, on the
+    /// `subscriptions/listen` streams that asked for its id.
+    pub const NOTIFICATIONS_TASKS: &str = "notifications/tasks";
 }
 
 method_enum! {

@@ -1,6 +1,10 @@
-//! The experimental tasks of 2025-11-25: task-augmented requests, polled by `tasks/*`.
+//! Tasks: the experimental tasks of 2025-11-25 (task-augmented requests, polled by
+//! `tasks/*`), and the tasks extension of 2026-07-28 (`io.modelcontextprotocol/tasks`,
+//! SEP-2663: server-directed task handles, `tasks/get` / `tasks/update` / `tasks/cancel`).
 
 use super::common::{JsonObject, ResultType};
+use super::mrtr::{InputRequests, InputResponses};
+use crate::ErrorObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -185,4 +189,56 @@ pub struct TaskStatusNotificationParams {
     /// The task.
     #[serde(flatten)]
     pub task: Task,
+}
+
+/// A task on the wire of the tasks extension (2026-07-28, SEP-2663): the flat
+/// `CreateTaskResult` (`resultType: "task"`, with none of the status-specific members), the
+/// `tasks/get` result and the `notifications/tasks` params (a `DetailedTask`: `inputRequests`
+/// when `input_required`, `result` when `completed`, `error` when `failed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DetailedTask {
+    /// The task's id.
+    pub task_id: String,
+    /// Its state.
+    pub status: TaskStatus,
+    /// A human-readable description of the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// ISO 8601 creation time.
+    pub created_at: String,
+    /// ISO 8601 time of the last update.
+    pub last_updated_at: String,
+    /// Retention from creation in milliseconds; `null` (always written) for unlimited.
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    /// Suggested polling interval in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    /// `input_required`: the outstanding requests to the client, by key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_requests: Option<InputRequests>,
+    /// `completed`: what the original request would have returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<JsonObject>,
+    /// `failed`: the JSON-RPC error of the original request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorObject>,
+    /// Result or notification metadata.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<JsonObject>,
+}
+
+/// Params of `tasks/update` (tasks extension): answers to a task's input requests.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateTaskRequestParams {
+    /// Request metadata.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<JsonObject>,
+    /// The task's id.
+    pub task_id: String,
+    /// Answers by the keys of the task's `inputRequests`.
+    #[serde(default)]
+    pub input_responses: InputResponses,
 }

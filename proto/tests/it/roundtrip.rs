@@ -1392,6 +1392,7 @@ fn subscription_filter() -> S<SubscriptionFilter> {
                     prompts_list_changed,
                     resources_list_changed,
                     resource_subscriptions,
+                    task_ids: None,
                 }
             },
         )

@@ -853,6 +853,7 @@ fn samples() -> Samples {
         prompts_list_changed: Some(false),
         resources_list_changed: Some(true),
         resource_subscriptions: Some(vec!["file:///r".into()]),
+        task_ids: None,
     };
     s.add("SubscriptionFilter", Modern, &filter);
     s.add(
