@@ -7,7 +7,7 @@
 //! request is checked here (era, `_meta`, lifecycle) and cast straight to its handler actor
 //! with a [`Reply`] that writes to the connection's sink.
 
-use crate::context::{Caller, Channel, ContextInner, LogLevelCell, RequestContext, Round};
+use crate::context::{Caller, Channel, ContextInner, LegacyConn, RequestContext, Round};
 use crate::event_bus::{next_listener_id, BusMsg, Filter, Listener, ListenerId};
 use crate::middleware::{RequestInfo, Watch};
 use crate::outbound::Outbound;
@@ -18,6 +18,7 @@ use crate::sink::Sink;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -96,8 +97,7 @@ pub(crate) struct ConnState {
     principal: Option<Arc<str>>,
     session_id: Option<Arc<str>>,
     inflight: Arc<Inflight>,
-    outbound: Arc<Outbound>,
-    log_level: Arc<LogLevelCell>,
+    legacy: Arc<LegacyConn>,
     closing: CancellationToken,
     listener: Option<ListenerId>,
     listens: HashMap<RequestId, ListenerId>,
@@ -148,6 +148,10 @@ struct ListenFilter {
     resources_list_changed: Option<bool>,
     #[serde(default)]
     resource_subscriptions: Option<Vec<String>>,
+    /// Tasks extension: `notifications/tasks` for these ids (`tasksStatus` in an early
+    /// draft of its schema).
+    #[serde(default, alias = "tasksStatus")]
+    task_ids: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +171,9 @@ const REMOVED_IN_MODERN: &[&str] = &[
     "tasks/result",
 ];
 
+/// Numbers connections, to scope the 2025-11-25 tasks of unauthenticated stdio connections.
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
 /// Methods that only exist in the modern generation.
 const MODERN_ONLY: &[&str] = &["server/discover", "subscriptions/listen"];
 
@@ -180,8 +187,25 @@ impl Actor for Connection {
         _myself: ActorRef<ConnMsg>,
         args: ConnectionArgs,
     ) -> Result<ConnState, ActorProcessingErr> {
+        let closing = CancellationToken::new();
+        // 2025-11-25 tasks belong to the authenticated principal, else to the session (or
+        // the stdio connection) that created them.
+        let task_owner = match (&args.principal, &args.session_id) {
+            (Some(p), _) => format!("legacy:{p}"),
+            (None, Some(s)) => format!("legacy-session:{s}"),
+            (None, None) => format!(
+                "legacy-connection:{}",
+                NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed)
+            ),
+        };
         Ok(ConnState {
-            outbound: Arc::new(Outbound::new(args.core.limits.client_request_timeout)),
+            legacy: Arc::new(LegacyConn {
+                outbound: Outbound::new(args.core.limits.client_request_timeout),
+                log_level: Default::default(),
+                sink: args.sink.clone(),
+                closing: closing.clone(),
+                task_owner,
+            }),
             caller: Arc::new(Caller {
                 principal: args.principal.clone(),
                 ..Caller::default()
@@ -192,8 +216,7 @@ impl Actor for Connection {
             principal: args.principal,
             session_id: args.session_id,
             inflight: Arc::default(),
-            log_level: Arc::default(),
-            closing: CancellationToken::new(),
+            closing,
             listener: None,
             listens: HashMap::new(),
             current: None,
@@ -214,13 +237,13 @@ impl Actor for Connection {
             }
             ConnMsg::Inbound(Incoming::Notification(n), _) => state.notification(n),
             ConnMsg::Inbound(Incoming::Response(r), _) => {
-                if !state.outbound.resolve(&r.id, Ok(r.result)) {
+                if !state.legacy.outbound.resolve(&r.id, Ok(r.result)) {
                     tracing::debug!(id = %r.id, "response to an unknown request ignored");
                 }
             }
             ConnMsg::Inbound(Incoming::Error(e), _) => match e.id {
                 Some(id) => {
-                    state.outbound.resolve(&id, Err(e.error));
+                    state.legacy.outbound.resolve(&id, Err(e.error));
                 }
                 None => tracing::warn!(error = %e.error, "client reported an error"),
             },
@@ -243,7 +266,7 @@ impl Actor for Connection {
         for token in state.inflight.table().values() {
             token.cancel();
         }
-        state.outbound.fail_all();
+        state.legacy.outbound.fail_all();
         let bus = &state.core.routes().bus;
         for id in state.listener.iter().chain(state.listens.values()) {
             let _ = bus.cast(BusMsg::Unlisten(*id));
@@ -318,7 +341,7 @@ impl ConnState {
         match method {
             "logging/setLevel" => match jsonrpc::params::<SetLevelParams>(req.params.as_deref()) {
                 Ok(p) => {
-                    self.log_level.set(p.level);
+                    self.legacy.log_level.set(p.level);
                     self.ok(&req.id, &serde_json::json!({}), false)
                 }
                 Err(e) => self.error(&req.id, e),
@@ -340,8 +363,7 @@ impl ConnState {
             }
             _ => {
                 let channel = Channel::Legacy {
-                    outbound: self.outbound.clone(),
-                    log_level: self.log_level.clone(),
+                    conn: self.legacy.clone(),
                 };
                 self.dispatch(req, version, self.caller.clone(), channel, meta, false)
             }
@@ -361,9 +383,14 @@ impl ConnState {
         });
         self.phase = Phase::Legacy(version);
         self.ensure_listener();
+        let mut capabilities = self.core.capabilities.clone();
+        if version < ProtocolVersion::V2025_11_25 {
+            // Tasks arrived in 2025-11-25.
+            capabilities.tasks = None;
+        }
         let result = InitializeResult {
             protocol_version: version.as_str().to_owned(),
-            capabilities: self.core.capabilities.clone(),
+            capabilities,
             server_info: self.core.info.clone(),
             instructions: self.core.instructions.clone(),
             result_type: None,
@@ -384,6 +411,7 @@ impl ConnState {
             prompts: caps.prompts.as_ref().and_then(|c| c.list_changed) == Some(true),
             resources: caps.resources.as_ref().and_then(|c| c.list_changed) == Some(true),
             resource_uris: Default::default(),
+            task_ids: Default::default(),
         };
         let _ = self.core.routes().bus.cast(BusMsg::Listen(
             id,
@@ -391,6 +419,7 @@ impl ConnState {
                 sink: self.sink.clone(),
                 filter,
                 subscription_id: None,
+                owner: None,
             },
         ));
         self.listener = Some(id);
@@ -424,7 +453,7 @@ impl ConnState {
             "server/discover" => {
                 return self.ok(&req.id, &crate::router::discover(&self.core), true);
             }
-            "subscriptions/listen" => return self.listen(req),
+            "subscriptions/listen" => return self.listen(req, &meta),
             _ => {}
         }
         let caller = Arc::new(Caller {
@@ -443,17 +472,33 @@ impl ConnState {
         self.dispatch(req, version, caller, channel, meta, true)
     }
 
-    fn listen(&mut self, req: Request) {
+    fn listen(&mut self, req: Request, meta: &RequestMeta) {
         let p: ListenParams = match jsonrpc::params(req.params.as_deref()) {
             Ok(p) => p,
             Err(e) => return self.error(&req.id, e),
         };
         let f = p.notifications;
+        let asked_tasks = f.task_ids.as_ref().is_some_and(|ids| !ids.is_empty());
+        if asked_tasks
+            && self.core.tasks.is_some()
+            && !meta
+                .client_capabilities
+                .as_ref()
+                .is_some_and(crate::tasks::declares_extension)
+        {
+            return self.error(&req.id, crate::tasks::missing_extension());
+        }
+        // Task status notifications are agreed to when the server has tasks at all; a task
+        // id that is unknown (or not the caller's) simply never produces one.
+        let task_ids: Vec<String> = match (&self.core.tasks, f.task_ids.as_ref()) {
+            (Some(_), Some(ids)) => ids.clone(),
+            _ => Vec::new(),
+        };
         let subscription_id = match &req.id {
             RequestId::String(s) => s.to_string(),
             RequestId::Number(n) => n.to_string(),
         };
-        let ack = serde_json::json!({
+        let mut ack = serde_json::json!({
             "_meta": { toolyard_proto::meta::SUBSCRIPTION_ID: subscription_id },
             "notifications": {
                 "toolsListChanged": f.tools_list_changed.unwrap_or(false),
@@ -462,6 +507,9 @@ impl ConnState {
                 "resourceSubscriptions": f.resource_subscriptions.clone().unwrap_or_default(),
             }
         });
+        if f.task_ids.is_some() {
+            ack["notifications"]["taskIds"] = serde_json::json!(task_ids);
+        }
         // Acknowledge first, then register: nothing is delivered before the ack.
         let out = self.out();
         if let Ok(b) = jsonrpc::notification_bytes("notifications/subscriptions/acknowledged", &ack)
@@ -482,8 +530,15 @@ impl ConnState {
                         .unwrap_or_default()
                         .into_iter()
                         .collect(),
+                    task_ids: task_ids.into_iter().collect(),
                 },
                 subscription_id: Some(subscription_id),
+                // It hears only of its caller's tasks.
+                owner: self
+                    .current
+                    .as_ref()
+                    .and_then(|d| d.principal.clone())
+                    .or_else(|| self.principal.clone()),
             },
         ));
         self.listens.insert(req.id, id);
@@ -597,6 +652,7 @@ impl ConnState {
                 sink: out,
                 channel,
                 session_id: self.session_id.clone(),
+                task: None,
             }),
         };
         let routes = self.core.routes();

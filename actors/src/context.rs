@@ -8,6 +8,7 @@
 
 use crate::outbound::Outbound;
 use crate::sink::Sink;
+use crate::tasks::TaskLink;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -80,13 +81,25 @@ pub struct Caller {
     pub principal: Option<Arc<str>>,
 }
 
+/// What every legacy request of one connection shares (one `Arc` per request).
+pub(crate) struct LegacyConn {
+    /// Server-to-client requests and their pending replies.
+    pub(crate) outbound: Outbound,
+    /// The level set by `logging/setLevel`.
+    pub(crate) log_level: LogLevelCell,
+    /// The connection's own sink (over HTTP: the session's standalone stream), where a
+    /// task's messages go once the request that created it has been answered.
+    pub(crate) sink: Sink,
+    /// Cancelled when the connection closes.
+    pub(crate) closing: CancellationToken,
+    /// Who the connection's 2025-11-25 tasks belong to (see `crate::tasks`).
+    pub(crate) task_owner: String,
+}
+
 /// How a request reaches its peer: the generation decides how input is gathered.
 pub(crate) enum Channel {
     /// Session-based: server-to-client requests over the connection.
-    Legacy {
-        outbound: Arc<Outbound>,
-        log_level: Arc<LogLevelCell>,
-    },
+    Legacy { conn: Arc<LegacyConn> },
     /// Stateless: input comes from `inputResponses` on retries.
     Modern {
         log_level: Option<LoggingLevel>,
@@ -116,6 +129,8 @@ pub(crate) struct ContextInner {
     pub(crate) sink: Sink,
     pub(crate) channel: Channel,
     pub(crate) session_id: Option<Arc<str>>,
+    /// Set only on `tools/call`s that may run as a task (see `crate::tasks`).
+    pub(crate) task: Option<Arc<TaskLink>>,
 }
 
 /// The context of one request, cheap to clone.
@@ -206,9 +221,7 @@ impl RequestContext {
     pub fn log_level(&self) -> Option<LoggingLevel> {
         match &self.inner.channel {
             // A legacy client that never called logging/setLevel gets info and above.
-            Channel::Legacy { log_level, .. } => {
-                Some(log_level.get().unwrap_or(LoggingLevel::Info))
-            }
+            Channel::Legacy { conn } => Some(conn.log_level.get().unwrap_or(LoggingLevel::Info)),
             // Modern: only when this request's `_meta` asked for a level.
             Channel::Modern { log_level, .. } => *log_level,
         }
@@ -319,20 +332,37 @@ impl RequestContext {
                 Ok(out)
             }
             Channel::Modern { round, .. } => {
-                let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
-                let missing: Vec<_> = requests
-                    .iter()
-                    .filter(|(k, _)| !round.responses.contains_key(k))
-                    .cloned()
-                    .collect();
-                if missing.is_empty() {
-                    return Ok(requests
-                        .into_iter()
-                        .filter_map(|(k, _)| round.responses.get(&k).cloned().map(|v| (k, v)))
-                        .collect());
+                let missing: Vec<_> = {
+                    let round = round.lock().unwrap_or_else(|p| p.into_inner());
+                    requests
+                        .iter()
+                        .filter(|(k, _)| !round.responses.contains_key(k))
+                        .cloned()
+                        .collect()
+                };
+                if !missing.is_empty() {
+                    match self.task_run() {
+                        // A running task asks through `tasks/get` and waits for `tasks/update`.
+                        Some(run) => {
+                            let answers = run.ask(missing, &self.inner.cancel).await?;
+                            round
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .responses
+                                .extend(answers);
+                        }
+                        None => {
+                            let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
+                            round.requests.extend(missing);
+                            return Err(InputError::InputRequired);
+                        }
+                    }
                 }
-                round.requests.extend(missing);
-                Err(InputError::InputRequired)
+                let round = round.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(requests
+                    .into_iter()
+                    .filter_map(|(k, _)| round.responses.get(&k).cloned().map(|v| (k, v)))
+                    .collect())
             }
         }
     }
@@ -344,22 +374,131 @@ impl RequestContext {
         request: InputRequest,
     ) -> Result<T, InputError> {
         match &self.inner.channel {
-            Channel::Legacy { outbound, .. } => {
-                let params = request_params(&request);
-                let raw = outbound
+            Channel::Legacy { conn } => {
+                let mut params = request_params(&request);
+                let run = self.task_run();
+                if let (Some(run), serde_json::Value::Object(p)) = (run, &mut params) {
+                    // 2025-11-25: a task's requests carry its id, and the task shows
+                    // `input_required` while the client has not answered.
+                    p.insert(
+                        "_meta".into(),
+                        serde_json::json!({
+                            toolyard_proto::meta::RELATED_TASK: {"taskId": run.id()}
+                        }),
+                    );
+                }
+                let waiting = run.map(|r| r.waiting());
+                if let Some(w) = &waiting {
+                    w.begin().await;
+                }
+                let raw = conn
+                    .outbound
                     .request(&self.inner.sink, method, &params, &self.inner.cancel)
-                    .await?;
-                serde_json::from_str(raw.get()).map_err(|e| InputError::Malformed(e.to_string()))
+                    .await;
+                if let Some(w) = waiting {
+                    w.end().await;
+                }
+                serde_json::from_str(raw?.get()).map_err(|e| InputError::Malformed(e.to_string()))
             }
             Channel::Modern { round, .. } => {
-                let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(answer) = round.responses.get(key) {
-                    return T::deserialize(answer)
-                        .map_err(|e| InputError::Malformed(e.to_string()));
+                {
+                    let mut round = round.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(answer) = round.responses.get(key) {
+                        return T::deserialize(answer)
+                            .map_err(|e| InputError::Malformed(e.to_string()));
+                    }
+                    if self.task_run().is_none() {
+                        round.requests.insert(key.to_owned(), request);
+                        return Err(InputError::InputRequired);
+                    }
                 }
-                round.requests.insert(key.to_owned(), request);
-                Err(InputError::InputRequired)
+                let Some(run) = self.task_run() else {
+                    return Err(InputError::InputRequired);
+                };
+                let mut answers = run
+                    .ask(vec![(key.to_owned(), request)], &self.inner.cancel)
+                    .await?;
+                let answer = answers
+                    .remove(key)
+                    .ok_or_else(|| InputError::Malformed(format!("no answer for `{key}`")))?;
+                let parsed =
+                    T::deserialize(&answer).map_err(|e| InputError::Malformed(e.to_string()));
+                round
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .responses
+                    .insert(key.to_owned(), answer);
+                parsed
             }
+        }
+    }
+
+    /// The running task this request became, if it became one.
+    fn task_run(&self) -> Option<&Arc<crate::tasks::TaskRun>> {
+        self.inner.task.as_ref().and_then(|l| l.run())
+    }
+
+    /// The id of the task this call runs as (tasks extension or 2025-11-25 tasks), once it
+    /// runs as one.
+    pub fn task_id(&self) -> Option<&str> {
+        self.task_run().map(|r| r.id())
+    }
+
+    /// For a tool declared with [`crate::ToolDef::with_deferred_task`]: turns this call into a
+    /// task now. The caller gets its `CreateTaskResult` and the handler continues in the
+    /// background; from then on `elicit` / `sample` / `list_roots` ask through the task
+    /// (`input_required` on `tasks/get`, answered by `tasks/update`) instead of ending the
+    /// round. Everything the handler asked for before (multi-round-trip) stays answered.
+    ///
+    /// A no-op when the call cannot become a task (the caller did not declare the tasks
+    /// extension, no task store is configured, the tool is not deferred) or already is one:
+    /// the handler then simply continues as an ordinary request.
+    pub async fn start_task(&self) {
+        if let Some(link) = &self.inner.task {
+            link.start().await;
+        }
+    }
+
+    /// A copy of this context for a call that may run as a task: its own cancellation
+    /// token (the task outlives the request) and, for legacy calls, the connection's sink.
+    pub(crate) fn fork_for_task(
+        &self,
+        cancel: CancellationToken,
+        link: Arc<TaskLink>,
+    ) -> RequestContext {
+        let inner = &self.inner;
+        let (channel, sink) = match &inner.channel {
+            Channel::Legacy { conn } => (Channel::Legacy { conn: conn.clone() }, conn.sink.clone()),
+            Channel::Modern { log_level, round } => (
+                Channel::Modern {
+                    log_level: *log_level,
+                    round: Mutex::new(std::mem::take(
+                        &mut *round.lock().unwrap_or_else(|p| p.into_inner()),
+                    )),
+                },
+                inner.sink.clone(),
+            ),
+        };
+        RequestContext {
+            inner: Arc::new(ContextInner {
+                id: inner.id.clone(),
+                version: inner.version,
+                caller: inner.caller.clone(),
+                cancel,
+                progress_token: inner.progress_token.clone(),
+                sink,
+                channel,
+                session_id: inner.session_id.clone(),
+                task: Some(link),
+            }),
+        }
+    }
+
+    /// Legacy: the connection-wide state, for tasks.
+    pub(crate) fn legacy_conn(&self) -> Option<&Arc<LegacyConn>> {
+        match &self.inner.channel {
+            Channel::Legacy { conn } => Some(conn),
+            Channel::Modern { .. } => None,
         }
     }
 

@@ -2,13 +2,14 @@
 //!
 //! Listeners are legacy connections (all list changes, plus the resources they subscribed
 //! to) and modern `subscriptions/listen` streams (only the kinds they asked for, each
-//! notification tagged with the stream's subscription id). A listener whose sink is closed is
-//! dropped on the next event.
+//! notification tagged with the stream's subscription id, including the status of the tasks
+//! whose ids it named). A listener whose sink is closed is dropped on the next event.
 
 use crate::sink::Sink;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use toolyard_proto::jsonrpc;
 
 /// A change.
@@ -45,6 +46,8 @@ pub(crate) struct Filter {
     pub resources: bool,
     /// `notifications/resources/updated` for these URIs.
     pub resource_uris: HashSet<String>,
+    /// `notifications/tasks` for these task ids (tasks extension).
+    pub task_ids: HashSet<String>,
 }
 
 /// A listener.
@@ -56,6 +59,19 @@ pub(crate) struct Listener {
     pub filter: Filter,
     /// Modern: the subscription id to tag notifications with.
     pub subscription_id: Option<String>,
+    /// The authenticated principal of the listener: it only hears of its own tasks.
+    pub owner: Option<Arc<str>>,
+}
+
+/// A task's new state, for the listeners that named its id.
+#[derive(Debug)]
+pub(crate) struct TaskNotice {
+    /// The task.
+    pub task_id: String,
+    /// Who the task belongs to (a listener of another principal does not hear of it).
+    pub owner: Option<String>,
+    /// The `notifications/tasks` params: the task's `DetailedTask`.
+    pub params: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Messages of the EventBus.
@@ -71,6 +87,8 @@ pub(crate) enum BusMsg {
     Subscribe(ListenerId, String),
     /// A legacy listener unsubscribes from one resource.
     Unsubscribe(ListenerId, String),
+    /// A task changed state (tasks extension).
+    TaskStatus(Box<TaskNotice>),
 }
 
 pub(crate) struct EventBus;
@@ -128,6 +146,34 @@ impl Actor for EventBus {
             BusMsg::Unsubscribe(id, uri) => {
                 if let Some(l) = state.listeners.get_mut(&id) {
                     l.filter.resource_uris.remove(&uri);
+                }
+            }
+            BusMsg::TaskStatus(notice) => {
+                state.listeners.retain(|_, l| !l.sink.is_closed());
+                for l in state.listeners.values() {
+                    if !l.filter.task_ids.contains(&notice.task_id)
+                        || l.owner.as_deref() != notice.owner.as_deref()
+                    {
+                        continue;
+                    }
+                    let mut params = notice.params.clone();
+                    if let Some(id) = &l.subscription_id {
+                        let meta = params
+                            .entry("_meta")
+                            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+                        if let serde_json::Value::Object(m) = meta {
+                            m.insert(
+                                toolyard_proto::meta::SUBSCRIPTION_ID.into(),
+                                id.clone().into(),
+                            );
+                        }
+                    }
+                    if let Ok(b) = jsonrpc::notification_bytes(
+                        toolyard_proto::method::NOTIFICATIONS_TASKS,
+                        &params,
+                    ) {
+                        l.sink.send(b);
+                    }
                 }
             }
             BusMsg::Publish(event) => {

@@ -54,6 +54,15 @@ pub(crate) fn restore_round(
     Ok(())
 }
 
+/// The message of a panic's payload.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 /// How a successful value is judged for layers (e.g. a tool result with `isError`).
 pub(crate) trait Judge {
     fn outcome(&self) -> Outcome {
@@ -82,14 +91,29 @@ pub(crate) async fn run<T, F>(
         _ = cancel.cancelled() => None,
         r = AssertUnwindSafe(fut).catch_unwind() => Some(r),
     };
+    answer(ctx, reply, sealer, binding, outcome, on_failure)
+}
+
+/// What running a handler's future produced: `None` when it was cancelled, `Some(Err)` when
+/// it panicked.
+pub(crate) type Ran<T> = Option<std::thread::Result<Result<T, HandlerError>>>;
+
+/// Answers `reply` with what the handler's future produced (see [`run`]).
+pub(crate) fn answer<T>(
+    ctx: RequestContext,
+    reply: Reply,
+    sealer: StateSealer,
+    binding: Binding,
+    outcome: Ran<T>,
+    on_failure: impl FnOnce(&HandlerError) -> Option<T>,
+) where
+    T: Serialize + Judge,
+{
+    let cancel = &ctx.inner.cancel;
     let result = match outcome {
         None => return reply.cancelled(),
         Some(Err(panic)) => {
-            let why = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let why = panic_message(&*panic);
             tracing::error!(target: "toolyard", method = binding.method, target = %binding.target, "handler panicked: {why}");
             return reply.err(ErrorObject::internal(format!(
                 "the handler of `{}` panicked: {why}",

@@ -4,7 +4,8 @@
 //! resources, prompts, completion), an EventBus and ParkedCalls. Each transport connection is
 //! a Connection actor. Requests are cast from the connection straight to the handler with a
 //! [`Reply`] that writes to the connection's [`Sink`]; user code runs in tasks with a
-//! [`RequestContext`]. `docs/semantics.md` in the repository is the contract.
+//! [`RequestContext`]. Tools may run as tasks ([`tasks`]). `docs/semantics.md` in the
+//! repository is the contract.
 
 pub(crate) mod connection;
 mod context;
@@ -22,6 +23,7 @@ mod resource;
 mod router;
 mod server;
 mod sink;
+pub mod tasks;
 mod tool;
 mod uri_template;
 
@@ -40,6 +42,10 @@ pub use resource::{
 pub use router::MethodFn;
 pub use server::{ConnectionHandle, Limits, ListSettings, Server, ServerConfig, StartError};
 pub use sink::{MessageSink, Sink};
+pub use tasks::{
+    InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,
+    TaskSettings, TaskStore, TaskStoreError, TaskUpdate,
+};
 pub use tool::{
     empty_object_schema, BoxFuture, DefinitionError, HeaderParam, IntoCallToolResult, Json,
     ToolArgs, ToolDef, ToolFn,

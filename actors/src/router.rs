@@ -15,6 +15,7 @@ use crate::handlers::tools::{CallParams, ToolMsg};
 use crate::parked::ParkedMsg;
 use crate::reply::Reply;
 use crate::server::ServerCore;
+use crate::tasks::Tasks;
 use crate::tool::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
@@ -33,6 +34,8 @@ pub(crate) struct Routes {
     pub(crate) completion: ActorRef<CompletionMsg>,
     pub(crate) bus: ActorRef<BusMsg>,
     pub(crate) parked: ActorRef<ParkedMsg>,
+    /// Present when the server has a task store.
+    pub(crate) tasks: Option<Arc<Tasks>>,
 }
 
 /// A user-defined method: raw params in, JSON result out.
@@ -131,7 +134,7 @@ pub(crate) fn discover(core: &ServerCore) -> DiscoverResult {
             .into_iter()
             .map(String::from)
             .collect(),
-        capabilities: core.capabilities.clone(),
+        capabilities: core.modern_capabilities.clone(),
         instructions: core.instructions.clone(),
         ttl_ms: Some(core.list.ttl_ms),
         cache_scope: Some(core.list.cache_scope),
@@ -223,6 +226,13 @@ pub(crate) fn route(
                 let _ = routes
                     .completion
                     .cast(CompletionMsg::Complete { params, reply });
+            }
+        }
+        "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result" | "tasks/list"
+            if routes.tasks.is_some() =>
+        {
+            if let Some(tasks) = &routes.tasks {
+                crate::tasks::handle(tasks, method, params, ctx, reply);
             }
         }
         _ => {

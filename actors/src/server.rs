@@ -18,6 +18,7 @@ use crate::registry::Registry;
 use crate::resource::{CompleteFn, CompletionTarget, PromptDef, ResourceDef, TemplateDef};
 use crate::router::{MethodFn, Router, RouterMsg, RouterState, Routes};
 use crate::sink::Sink;
+use crate::tasks::{TaskSettings, TaskStore, Tasks};
 use crate::tool::ToolDef;
 use arc_swap::ArcSwapOption;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
@@ -98,6 +99,12 @@ pub struct ServerConfig {
     pub completers: Vec<(CompletionTarget, CompleteFn)>,
     /// Custom methods.
     pub methods: Vec<(String, MethodFn)>,
+    /// Where tasks live. With a store the server offers tasks: the tasks extension
+    /// (`io.modelcontextprotocol/tasks`) in `server/discover` and the `tasks` capability of
+    /// 2025-11-25; without one it offers none.
+    pub tasks: Option<Arc<dyn TaskStore>>,
+    /// How tasks run.
+    pub task_settings: TaskSettings,
 }
 
 impl ServerConfig {
@@ -116,6 +123,8 @@ impl ServerConfig {
             prompts: Vec::new(),
             completers: Vec::new(),
             methods: Vec::new(),
+            tasks: None,
+            task_settings: TaskSettings::default(),
         }
     }
 }
@@ -124,7 +133,10 @@ impl ServerConfig {
 pub(crate) struct ServerCore {
     pub(crate) info: Implementation,
     pub(crate) instructions: Option<String>,
+    /// What `initialize` announces (legacy).
     pub(crate) capabilities: ServerCapabilities,
+    /// What `server/discover` announces (2026-07-28: extensions, no `tasks` slot).
+    pub(crate) modern_capabilities: ServerCapabilities,
     pub(crate) list: ListSettings,
     pub(crate) limits: Limits,
     pub(crate) sealer: StateSealer,
@@ -135,6 +147,7 @@ pub(crate) struct ServerCore {
     templates: Arc<Registry<TemplateDef>>,
     prompts: Arc<Registry<PromptDef>>,
     connections: AtomicU64,
+    pub(crate) tasks: Option<Arc<Tasks>>,
 }
 
 impl ServerCore {
@@ -181,6 +194,7 @@ impl SupState {
                 sealer: self.core.sealer.clone(),
                 bus,
                 list: self.core.list,
+                tasks: self.core.tasks.clone(),
             },
             sup,
         )
@@ -255,6 +269,9 @@ impl Actor for Supervisor {
     ) -> Result<SupState, ActorProcessingErr> {
         let sup = myself.get_cell();
         let (bus, _) = Actor::spawn_linked(None, EventBus, (), sup.clone()).await?;
+        if let Some(tasks) = &state.core.tasks {
+            tasks.set_bus(bus.clone());
+        }
         let (parked, _) = Actor::spawn_linked(None, ParkedCalls, (), sup.clone()).await?;
         let routes = Routes {
             router: spawn_router(state.methods.clone(), sup.clone()).await?,
@@ -264,6 +281,7 @@ impl Actor for Supervisor {
             completion: state.spawn_completion(sup.clone()).await?,
             bus,
             parked,
+            tasks: state.core.tasks.clone(),
         };
         state.core.routes.store(Some(Arc::new(routes)));
         Ok(state)
@@ -314,6 +332,9 @@ impl Actor for Supervisor {
             // Listeners are lost with the bus; connections re-register on their next
             // subscription. Handlers get the new bus on their next restart.
             let (bus, _) = Actor::spawn_linked(None, EventBus, (), sup).await?;
+            if let Some(tasks) = &state.core.tasks {
+                tasks.set_bus(bus.clone());
+            }
             routes.bus = bus;
         } else if routes.parked.get_id() == dead {
             let (parked, _) = Actor::spawn_linked(None, ParkedCalls, (), sup).await?;
@@ -362,18 +383,51 @@ fn capabilities(config: &ServerConfig) -> ServerCapabilities {
         logging: Some(Default::default()),
         completions: Some(Default::default()),
         experimental: None,
-        tasks: None,
-        extensions: (!config.methods.is_empty())
-            .then(Default::default)
-            .filter(|_| false),
+        // 2025-11-25 tasks: list, cancel, and task-augmented tools/call.
+        tasks: config.tasks.as_ref().map(|_| {
+            let mut tasks = serde_json::Map::new();
+            tasks.insert("list".into(), serde_json::json!({}));
+            tasks.insert("cancel".into(), serde_json::json!({}));
+            tasks.insert(
+                "requests".into(),
+                serde_json::json!({ "tools": { "call": {} } }),
+            );
+            tasks
+        }),
+        extensions: None,
     }
+}
+
+/// 2026-07-28 moved tasks into an extension: no `tasks` slot, `extensions` instead.
+fn modern_capabilities(config: &ServerConfig, legacy: &ServerCapabilities) -> ServerCapabilities {
+    let mut caps = legacy.clone();
+    caps.tasks = None;
+    if config.tasks.is_some() {
+        let mut ext = serde_json::Map::new();
+        ext.insert(
+            toolyard_proto::meta::TASKS_EXTENSION.into(),
+            serde_json::json!({}),
+        );
+        caps.extensions = Some(ext);
+    }
+    caps
 }
 
 impl Server {
     /// Starts the server's actors.
     pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
+        let legacy_caps = capabilities(&config);
+        let tasks = config.tasks.clone().map(|store| {
+            Arc::new(Tasks::new(
+                store,
+                config.task_settings,
+                config.list.page_size,
+            ))
+        });
         let core = Arc::new(ServerCore {
-            capabilities: capabilities(&config),
+            modern_capabilities: modern_capabilities(&config, &legacy_caps),
+            capabilities: legacy_caps,
+            tasks,
             info: config.info,
             instructions: config.instructions,
             list: config.list,

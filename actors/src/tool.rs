@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use toolyard_proto::{CallToolResult, ContentBlock, JsonObject, Tool};
+use toolyard_proto::{CallToolResult, ContentBlock, JsonObject, TaskSupport, Tool, ToolExecution};
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -66,6 +66,10 @@ pub struct ToolDef {
     pub(crate) validator: std::sync::OnceLock<Result<jsonschema::Validator, String>>,
     pub(crate) required_capabilities: Option<JsonObject>,
     pub(crate) header_params: Vec<HeaderParam>,
+    /// `execution.taskSupport`, `None` when forbidden (the hot path checks only this).
+    pub(crate) task_support: Option<TaskSupport>,
+    /// The handler decides when the task starts (`RequestContext::start_task`).
+    pub(crate) deferred_task: bool,
 }
 
 /// An argument mirrored into an `Mcp-Param-{header}` HTTP header (`x-mcp-header`).
@@ -129,6 +133,10 @@ impl ToolDef {
     pub fn new(tool: Tool, handler: ToolFn) -> Result<Self, DefinitionError> {
         Ok(ToolDef {
             header_params: header_params(&tool.input_schema),
+            task_support: crate::tasks::effective_support(
+                tool.execution.as_ref().and_then(|e| e.task_support),
+            ),
+            deferred_task: false,
             tool,
             handler,
             validator: std::sync::OnceLock::new(),
@@ -181,6 +189,33 @@ impl ToolDef {
     pub fn requires_capabilities(mut self, required: JsonObject) -> Self {
         self.required_capabilities = Some(required);
         self
+    }
+
+    /// Declares whether calls may run as tasks (`execution.taskSupport`): `Optional` and
+    /// `Required` tools answer a caller that declared the tasks extension (2026-07-28) with a
+    /// task handle, and a 2025-11-25 caller that sent `params.task` with `{task}`; `Required`
+    /// tools refuse other callers (-32021 naming the extension, or -32601 for 2025-11-25). Needs
+    /// a task store on the server (`ServerConfig::tasks`); without one, calls run as usual.
+    pub fn with_task_support(mut self, support: TaskSupport) -> Self {
+        self.tool.execution = Some(ToolExecution {
+            task_support: Some(support),
+        });
+        self.task_support = crate::tasks::effective_support(Some(support));
+        self
+    }
+
+    /// For a task-capable tool called by a tasks-extension caller: instead of creating the task
+    /// before the handler starts, run the handler as an ordinary request (multi-round-trip
+    /// input included) until it calls [`RequestContext::start_task`]. A handler that returns
+    /// without calling it answers the request directly.
+    pub fn with_deferred_task(mut self) -> Self {
+        self.deferred_task = true;
+        self
+    }
+
+    /// The tool's task support, if it is not forbidden.
+    pub fn task_support(&self) -> Option<TaskSupport> {
+        self.task_support
     }
 
     /// Renames the tool (e.g. to prefix it with its service's name).

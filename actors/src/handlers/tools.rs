@@ -8,6 +8,7 @@ use crate::exec::{self, Binding, RetryInput};
 use crate::mrtr::{digest, StateSealer};
 use crate::registry::{cursor, Registry};
 use crate::reply::Reply;
+use crate::tasks::{self, TaskHint, TaskPlan, Tasks};
 use crate::tool::{ToolArgs, ToolDef};
 use crate::ListSettings;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -31,6 +32,9 @@ pub(crate) struct CallParams {
     /// Modern retry: the previous round's sealed state.
     #[serde(default)]
     pub request_state: Option<String>,
+    /// 2025-11-25: run the call as a task.
+    #[serde(default)]
+    pub task: Option<TaskHint>,
 }
 
 /// Messages of the ToolHandler.
@@ -67,6 +71,7 @@ pub(crate) struct ToolState {
     pub(crate) sealer: StateSealer,
     pub(crate) bus: ActorRef<BusMsg>,
     pub(crate) list: ListSettings,
+    pub(crate) tasks: Option<Arc<Tasks>>,
 }
 
 impl Actor for ToolHandler {
@@ -147,7 +152,19 @@ fn call(state: &ToolState, params: CallParams, ctx: RequestContext, reply: Reply
         }
     }
     let sealer = state.sealer.clone();
-    tokio::spawn(run_call(def, params, ctx, reply, sealer));
+    // Only task-capable tools, and calls asking for a task, look further.
+    if def.task_support.is_some() || params.task.is_some() {
+        match tasks::plan_call(state.tasks.as_ref(), &def, params.task.as_ref(), &ctx) {
+            Ok(Some((plan, ctx))) => {
+                let plan = Some(Box::new(plan));
+                tokio::spawn(run_call(def, params, ctx, reply, sealer, plan));
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => return reply.err(e),
+        }
+    }
+    tokio::spawn(run_call(def, params, ctx, reply, sealer, None));
 }
 
 async fn run_call(
@@ -156,6 +173,7 @@ async fn run_call(
     ctx: RequestContext,
     reply: Reply,
     sealer: StateSealer,
+    task: Option<Box<TaskPlan>>,
 ) {
     let args: serde_json::Value = match params.arguments.as_deref() {
         None => serde_json::Value::Object(Default::default()),
@@ -195,8 +213,13 @@ async fn run_call(
         return reply.err(e);
     }
     let fut = (def.handler)(ctx.clone(), ToolArgs(args));
-    exec::run(ctx, reply, sealer, binding, fut, |e: &HandlerError| {
-        Some(CallToolResult::error_text(e.to_string()))
-    })
-    .await
+    match task {
+        None => {
+            exec::run(ctx, reply, sealer, binding, fut, |e: &HandlerError| {
+                Some(CallToolResult::error_text(e.to_string()))
+            })
+            .await
+        }
+        Some(plan) => tasks::drive_call(*plan, ctx, reply, sealer, binding, fut).await,
+    }
 }
