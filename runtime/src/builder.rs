@@ -9,7 +9,7 @@ use std::time::Duration;
 use toolyard_actors::{
     CompleteFn, CompletionTarget, DefinitionError, HandlerError, IntoCallToolResult, Layer, Layers,
     Limits, ListSettings, MethodFn, PromptDef, RequestContext, ResourceDef, Server, ServerConfig,
-    StateSealer, TemplateDef, ToolDef,
+    StateSealer, TaskSettings, TaskStore, TemplateDef, ToolDef,
 };
 use toolyard_proto::{Implementation, JsonObject, Tool};
 
@@ -244,6 +244,25 @@ impl ServerBuilder {
     /// share it); without it a random per-process key is used.
     pub fn state_secret(mut self, secret: &str, ttl: Duration) -> Self {
         self.config.sealer = StateSealer::from_secret(secret, ttl);
+        self
+    }
+
+    /// Offers tasks, kept in `store`: the tasks extension (`io.modelcontextprotocol/tasks`) for
+    /// 2026-07-28 callers and the experimental tasks of 2025-11-25. Tools opt in with
+    /// [`ToolDef::with_task_support`].
+    pub fn tasks(mut self, store: Arc<dyn TaskStore>) -> Self {
+        self.config.tasks = Some(store);
+        self
+    }
+
+    /// Offers tasks kept in this process's memory ([`toolyard_actors::InMemoryTaskStore`]).
+    pub fn in_memory_tasks(self) -> Self {
+        self.tasks(Arc::new(toolyard_actors::InMemoryTaskStore::default()))
+    }
+
+    /// How tasks run (retention, polling interval).
+    pub fn task_settings(mut self, settings: TaskSettings) -> Self {
+        self.config.task_settings = settings;
         self
     }
 

@@ -14,7 +14,7 @@ use toolyard_proto::{
     CallToolResult, CreateMessageRequestParams, ElicitAction, ElicitRequestParams, GetPromptResult,
     JsonObject, LoggingLevel, Prompt, PromptArgument, PromptMessage, Resource, ResourceContents,
     ResourceTemplate, Role, SamplingMessage, SamplingMessageContent, SamplingMessageContentBlock,
-    TextContent,
+    TaskSupport, TextContent,
 };
 
 /// A 1x1 PNG.
@@ -247,6 +247,7 @@ pub fn demo(builder: ServerBuilder) -> ServerBuilder {
     let mut b =
         builder
             .instructions("Toolyard's demo server: every kind of tool, resource and prompt.")
+            .in_memory_tasks()
             .try_tool(tool_fn(
                 "echo",
                 "Returns the message unchanged",
@@ -263,6 +264,15 @@ pub fn demo(builder: ServerBuilder) -> ServerBuilder {
                 "Counts steps slowly, reporting progress and logs; cancellable",
                 slow,
             ))
+            .try_tool(
+                tool_fn(
+                    "slow_task",
+                    "Like `slow`, but runs as a task for clients that support tasks \
+                     (poll tasks/get, cancel with tasks/cancel)",
+                    slow,
+                )
+                .map(|t| t.with_task_support(TaskSupport::Optional)),
+            )
             .try_tool(tool_fn(
                 "ask_name",
                 "Asks the user for their name (elicitation)",

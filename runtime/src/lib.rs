@@ -41,6 +41,10 @@ pub use toolyard_actors::{
     RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig,
     Sink, StateSealer, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UriTemplate,
 };
+pub use toolyard_actors::{
+    InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,
+    TaskSettings, TaskStore, TaskStoreError, TaskUpdate,
+};
 pub use toolyard_macros::{controller, prompt, resource, tool};
 /// The protocol types.
 pub use toolyard_proto as proto;

@@ -7,3 +7,4 @@ mod interop;
 mod interop_http;
 mod macros;
 mod stdio;
+mod tasks;
