@@ -7,10 +7,10 @@ use serde_json::json;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use toolyard::proto::{
-    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitRequestParams, GetPromptResult,
-    InputRequest, JsonObject, LoggingLevel, Prompt, PromptArgument, PromptMessage, Resource,
-    ResourceContents, ResourceTemplate, Role, SamplingMessage, SamplingMessageContent,
-    SamplingMessageContentBlock, TextContent, Tool,
+    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitAction, ElicitRequestParams,
+    ErrorObject, GetPromptResult, InputRequest, JsonObject, LoggingLevel, Prompt, PromptArgument,
+    PromptMessage, Resource, ResourceContents, ResourceTemplate, Role, SamplingMessage,
+    SamplingMessageContent, SamplingMessageContentBlock, TaskSupport, TextContent, Tool,
 };
 use toolyard::{
     tool_fn, CompletionTarget, Event, HandlerError, PromptDef, RequestContext, ResourceDef, Server,
@@ -35,6 +35,28 @@ struct PromptArg {
 struct MessageArg {
     /// The message to show the user.
     message: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct NameArg {
+    /// Who to greet.
+    name: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ComputeArgs {
+    /// How long the computation takes, in seconds.
+    #[serde(default)]
+    seconds: f64,
+    /// A label echoed in the result.
+    #[serde(default)]
+    label: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct FileArg {
+    /// The file to delete.
+    filename: String,
 }
 
 type R = Result<CallToolResult, HandlerError>;
@@ -107,6 +129,7 @@ pub fn builder() -> ServerBuilder {
     );
     let b = legacy_tools(b);
     let b = modern_tools(b);
+    let b = task_tools(b.in_memory_tasks());
     let b = resources(b);
     prompts(b)
 }
@@ -304,6 +327,143 @@ fn modern_tools(b: ServerBuilder) -> ServerBuilder {
         let answers = ctx.gather(asks).await?;
         Ok(format!("received {} inputs", answers.len()))
     }))
+}
+
+fn confirm_schema() -> JsonObject {
+    obj(json!({"type":"object","properties":{"confirm":{"type":"boolean"}},"required":["confirm"]}))
+}
+
+/// Sleeps `d`, or fails when the call (or its task) is cancelled.
+async fn work(ctx: &RequestContext, d: Duration) -> Result<(), HandlerError> {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => Ok(()),
+        _ = ctx.cancelled() => Err(HandlerError::failed("cancelled")),
+    }
+}
+
+/// The tasks extension's fixtures (SEP-2663 scenarios `tasks-*`), also reachable as
+/// 2025-11-25 task-augmented calls.
+fn task_tools(b: ServerBuilder) -> ServerBuilder {
+    b.try_tool(tool_fn(
+        "greet",
+        "Greets someone (never a task)",
+        |_c, a: NameArg| async move { Ok(format!("Hello, {}!", a.name)) },
+    ))
+    .try_tool(
+        tool_fn(
+            "slow_compute",
+            "Computes for `seconds` seconds; a task when the client supports tasks",
+            |ctx: RequestContext, a: ComputeArgs| async move {
+                work(&ctx, Duration::from_secs_f64(a.seconds.clamp(0.0, 3600.0))).await?;
+                Ok(format!(
+                    "Computed {} in {}s",
+                    a.label.unwrap_or_else(|| "result".into()),
+                    a.seconds
+                ))
+            },
+        )
+        .map(|t| t.with_task_support(TaskSupport::Optional)),
+    )
+    .try_tool(
+        tool_fn(
+            "failing_job",
+            "Runs only as a task; fails with a tool error after a second",
+            |ctx: RequestContext, _a: NoArgs| async move {
+                work(&ctx, Duration::from_secs(1)).await?;
+                Err::<String, _>(HandlerError::failed(
+                    "The job failed: the input could not be processed",
+                ))
+            },
+        )
+        .map(|t| t.with_task_support(TaskSupport::Required)),
+    )
+    .try_tool(
+        tool_fn(
+            "protocol_error_job",
+            "A task that ends in a JSON-RPC (protocol) error",
+            |ctx: RequestContext, _a: NoArgs| async move {
+                work(&ctx, Duration::from_millis(200)).await?;
+                Err::<String, _>(HandlerError::Protocol(ErrorObject::internal(
+                    "The job crashed: internal error",
+                )))
+            },
+        )
+        .map(|t| t.with_task_support(TaskSupport::Optional)),
+    )
+    .try_tool(
+        tool_fn(
+            "confirm_delete",
+            "Asks for confirmation (elicitation) before deleting a file",
+            |ctx: RequestContext, a: FileArg| async move {
+                let r = ctx
+                    .elicit(
+                        "confirm_delete",
+                        ElicitRequestParams::form(
+                            format!("Delete {}?", a.filename),
+                            confirm_schema(),
+                        ),
+                    )
+                    .await?;
+                let yes = r.action == ElicitAction::Accept
+                    && r.content
+                        .as_ref()
+                        .and_then(|c| c.get("confirm"))
+                        .and_then(|v| v.as_bool())
+                        == Some(true);
+                Ok(if yes {
+                    format!("Deleted {}", a.filename)
+                } else {
+                    format!("Kept {}", a.filename)
+                })
+            },
+        )
+        .map(|t| t.with_task_support(TaskSupport::Optional)),
+    )
+    .try_tool(
+        tool_fn(
+            "multi_input",
+            "Asks two questions at once (elicitation)",
+            |ctx: RequestContext, _a: NoArgs| async move {
+                let answers = ctx
+                    .gather(vec![
+                        ("name".into(), InputRequest::Elicit(elicit_name())),
+                        (
+                            "confirm".into(),
+                            InputRequest::Elicit(ElicitRequestParams::form(
+                                "Proceed?",
+                                confirm_schema(),
+                            )),
+                        ),
+                    ])
+                    .await?;
+                Ok(format!("received {} inputs", answers.len()))
+            },
+        )
+        .map(|t| t.with_task_support(TaskSupport::Optional)),
+    )
+    .try_tool(
+        tool_fn(
+            "test_tool_with_task",
+            "Asks for a name (multi-round-trip), then finishes as a task",
+            |ctx: RequestContext, _a: NoArgs| async move {
+                let r = ctx.elicit("user_name", elicit_name()).await?;
+                let name = r
+                    .content
+                    .as_ref()
+                    .and_then(|c| c.get("name"))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("stranger")
+                    .to_owned();
+                ctx.start_task().await;
+                work(&ctx, Duration::from_millis(300)).await?;
+                Ok(format!("Hello, {name}!"))
+            },
+        )
+        .map(|t| {
+            t.with_task_support(TaskSupport::Required)
+                .with_deferred_task()
+        }),
+    )
 }
 
 fn text_resource(uri: &str, name: &str, mime: &str, text: &'static str) -> ResourceDef {
