@@ -90,11 +90,16 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-        .init();
+        .with_ansi(false);
+    // A bare level needs no directive parser (which would also cost memory at start-up).
+    match args.log.parse::<tracing_subscriber::filter::LevelFilter>() {
+        Ok(level) => logs.with_max_level(level).init(),
+        Err(_) => logs
+            .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+            .init(),
+    }
     let config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),

@@ -312,6 +312,8 @@ struct Head {
     uri: Option<serde_json::Value>,
     #[serde(default)]
     arguments: Option<serde_json::Value>,
+    #[serde(default, rename = "taskId")]
+    task_id: Option<serde_json::Value>,
 }
 
 /// Decodes a header value: the `=?base64?...?=` sentinel form, or plain visible ASCII.
@@ -491,6 +493,7 @@ fn check_modern(state: &HttpState, headers: &HeaderMap, req: &Request) -> Result
     let named = match req.method.as_str() {
         "tools/call" | "prompts/get" => Some(head.name.clone()),
         "resources/read" => Some(head.uri.clone()),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some(head.task_id.clone()),
         _ => None,
     };
     if let Some(body) = named {

@@ -48,40 +48,8 @@ fn suite_0_2_spec_version_2026_07_28_all_pass() {
 }
 
 /// Every scenario of suite 0.2, the tasks extension's (SEP-2663, not scored by any
-/// requirements file) included. `tasks-request-headers` fails one check until the HTTP
-/// transport validates `Mcp-Name` against `params.taskId` on `tasks/get|update|cancel`.
+/// requirements file) included.
 #[test]
 fn suite_0_2_all_scenarios_with_the_tasks_extension() {
-    let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("harness/server.sh");
-    let server = format!(
-        "{} --http 127.0.0.1:{{port}}",
-        env!("CARGO_BIN_EXE_conformance-server")
-    );
-    let out = Command::new("bash")
-        .arg(&harness)
-        .arg(&server)
-        .args(["--suite", "all"])
-        .env("MCP_CONFORMANCE_VERSION", "0.2")
-        .output()
-        .expect("run the conformance harness");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let known = ["tasks-request-headers"];
-    let failed: Vec<&str> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("FAIL "))
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    let tasks_passed = stdout
-        .lines()
-        .filter(|l| l.starts_with("PASS tasks-"))
-        .count();
-    assert!(
-        failed.iter().all(|f| known.contains(f)) && tasks_passed + failed.len() == 10,
-        "unexpected failures {failed:?} or {tasks_passed} tasks scenarios passed\n{stdout}"
-    );
-    assert_eq!(
-        stdout.lines().last().unwrap_or_default(),
-        format!("{} passed, {} failed", 65 - failed.len(), failed.len()),
-        "{stdout}"
-    );
+    run_suite("0.2", &["--suite", "all"], 65);
 }
