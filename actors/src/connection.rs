@@ -614,48 +614,161 @@ impl ConnState {
             table.insert(req.id.clone(), token.clone());
             token
         };
-        let watch = if self.core.layers.is_empty() {
-            None
-        } else {
-            let info = RequestInfo {
-                method: req.method.as_str().into(),
-                target: None,
-                id: req.id.clone(),
-                protocol_version: Some(version),
-                session_id: self.session_id.clone(),
-                principal: caller.principal.clone(),
-                traceparent: meta.traceparent.as_deref().map(Into::into),
-                started: Instant::now(),
-            };
-            match self.core.layers.start(&info) {
-                Ok(completions) => Some(Watch { info, completions }),
-                Err(e) => {
-                    if track {
-                        self.inflight.release(&req.id);
-                    }
-                    return self.error(&req.id, e);
-                }
-            }
-        };
-        let out = self.out();
-        let mut reply = Reply::new(req.id.clone(), out.clone(), modern).with_watch(watch);
-        if track {
-            reply = reply.with_release(self.inflight.clone());
-        }
-        let ctx = RequestContext {
-            inner: Arc::new(ContextInner {
-                id: req.id,
+        let release = track.then(|| self.inflight.clone());
+        launch(
+            &self.core,
+            Launch {
+                req,
                 version,
                 caller,
-                cancel,
-                progress_token: meta.progress_token,
-                sink: out,
                 channel,
+                meta,
+                modern,
+                out: self.out(),
+                cancel,
                 session_id: self.session_id.clone(),
-                task: None,
-            }),
-        };
-        let routes = self.core.routes();
-        route(&routes, &req.method, req.params, ctx, reply);
+                release,
+            },
+        );
     }
+}
+
+/// A request that passed its connection's (or the HTTP edge's) checks, ready to run.
+pub(crate) struct Launch {
+    pub(crate) req: Request,
+    pub(crate) version: ProtocolVersion,
+    pub(crate) caller: Arc<Caller>,
+    pub(crate) channel: Channel,
+    pub(crate) meta: RequestMeta,
+    pub(crate) modern: bool,
+    pub(crate) out: Sink,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) session_id: Option<Arc<str>>,
+    pub(crate) release: Option<Arc<Inflight>>,
+}
+
+/// Runs the layers' start hooks, builds the request's context and answer channel, and casts
+/// the request to its handler.
+pub(crate) fn launch(core: &ServerCore, l: Launch) {
+    let Launch {
+        req,
+        version,
+        caller,
+        channel,
+        meta,
+        modern,
+        out,
+        cancel,
+        session_id,
+        release,
+    } = l;
+    let watch = if core.layers.is_empty() {
+        None
+    } else {
+        let info = RequestInfo {
+            method: req.method.as_str().into(),
+            target: None,
+            id: req.id.clone(),
+            protocol_version: Some(version),
+            session_id: session_id.clone(),
+            principal: caller.principal.clone(),
+            traceparent: meta.traceparent.as_deref().map(Into::into),
+            started: Instant::now(),
+        };
+        match core.layers.start(&info) {
+            Ok(completions) => Some(Watch { info, completions }),
+            Err(e) => {
+                if let Some(r) = &release {
+                    r.release(&req.id);
+                }
+                out.send(jsonrpc::error_bytes(Some(&req.id), &e));
+                return;
+            }
+        }
+    };
+    let mut reply = Reply::new(req.id.clone(), out.clone(), modern).with_watch(watch);
+    if let Some(r) = release {
+        reply = reply.with_release(r);
+    }
+    let ctx = RequestContext {
+        inner: Arc::new(ContextInner {
+            id: req.id,
+            version,
+            caller,
+            cancel,
+            progress_token: meta.progress_token,
+            sink: out,
+            channel,
+            session_id,
+            task: None,
+        }),
+    };
+    let routes = core.routes();
+    route(&routes, &req.method, req.params, ctx, reply);
+}
+
+/// Serves a modern request without a connection actor (sessionless HTTP): the edge already
+/// checked `_meta`; `server/discover` is answered here; `subscriptions/listen` needs a
+/// connection (its listener table) and is refused with -32603 if it arrives here.
+pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta, d: Delivery) {
+    let fail = |e: ErrorObject| {
+        d.sink.send(jsonrpc::error_bytes(Some(&req.id), &e));
+    };
+    let requested = meta.protocol_version.clone().unwrap_or_default();
+    let version = match ProtocolVersion::parse(&requested) {
+        Some(v) if !v.is_legacy() => v,
+        _ => return fail(ErrorObject::unsupported_version(&requested)),
+    };
+    if meta.client_capabilities.is_none() {
+        return fail(ErrorObject::invalid_params(format!(
+            "`_meta` must carry `{}` on every 2026-07-28 request",
+            toolyard_proto::meta::CLIENT_CAPABILITIES
+        )));
+    }
+    let method = req.method.as_str();
+    if REMOVED_IN_MODERN.contains(&method) {
+        return fail(ErrorObject::method_not_found(method).with_message(format!(
+            "Method not found: `{method}` does not exist in protocol {version}"
+        )));
+    }
+    match method {
+        "server/discover" => {
+            if let Ok(b) =
+                jsonrpc::result_bytes(&req.id, &crate::router::discover(core), Some("complete"))
+            {
+                d.sink.send(b);
+            }
+            return;
+        }
+        "subscriptions/listen" => {
+            return fail(ErrorObject::internal(
+                "subscriptions/listen needs a connection",
+            ))
+        }
+        _ => {}
+    }
+    let caller = Arc::new(Caller {
+        capabilities: meta.client_capabilities.clone().unwrap_or_default(),
+        info: meta.client_info.clone(),
+        principal: d.principal.clone(),
+    });
+    let channel = Channel::Modern {
+        log_level: meta.log_level,
+        round: Mutex::new(Round::default()),
+    };
+    launch(
+        core,
+        Launch {
+            req,
+            version,
+            caller,
+            channel,
+            meta,
+            modern: true,
+            out: d.sink,
+            cancel: d.cancel,
+            session_id: None,
+            release: None,
+        },
+    );
 }

@@ -26,7 +26,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use toolyard_proto::{jsonrpc, Incoming};
+use toolyard_proto::jsonrpc::Request;
+use toolyard_proto::{jsonrpc, Incoming, RequestMeta};
 use toolyard_proto::{
     CacheScope, Implementation, ListChangedCapability, ResourcesCapability, ServerCapabilities,
 };
@@ -500,6 +501,13 @@ impl Server {
             .map_err(|e| StartError(e.to_string()))?;
         self.core.connections.fetch_add(1, Ordering::Relaxed);
         Ok(ConnectionHandle { actor })
+    }
+
+    /// Serves a modern (2026-07-28) request that needs no connection: its answer and
+    /// notifications go to `delivery`, closing it cancels the request. `subscriptions/listen`
+    /// needs a connection; hand it to [`ConnectionHandle::deliver`] instead.
+    pub fn serve_stateless(&self, request: Request, meta: RequestMeta, delivery: Delivery) {
+        crate::connection::serve_stateless(&self.core, request, meta, delivery)
     }
 
     /// A registered tool's definition.

@@ -430,7 +430,11 @@ fn mismatch(id: &RequestId, message: String) -> Response {
 
 /// The HTTP-level checks of a modern request: `_meta`, version, and the SEP-2243 headers.
 #[allow(clippy::result_large_err)]
-fn check_modern(state: &HttpState, headers: &HeaderMap, req: &Request) -> Result<(), Response> {
+fn check_modern(
+    state: &HttpState,
+    headers: &HeaderMap,
+    req: &Request,
+) -> Result<RequestMeta, Response> {
     let head: Head = jsonrpc::params(req.params.as_deref())
         .map_err(|e| json_error(StatusCode::BAD_REQUEST, Some(&req.id), e))?;
     let meta = head.meta.unwrap_or_default();
@@ -526,7 +530,7 @@ fn check_modern(state: &HttpState, headers: &HeaderMap, req: &Request) -> Result
             head.arguments.as_ref(),
         )?;
     }
-    Ok(())
+    Ok(meta)
 }
 
 /// The authenticated caller the OAuth layer put in the request, if any.
@@ -611,6 +615,7 @@ pub(crate) async fn post(
                     None,
                     Some(session),
                     None,
+                    None,
                 )
                 .await
             }
@@ -622,9 +627,13 @@ pub(crate) async fn post(
     }
     match message {
         Incoming::Request(req) => {
-            if let Err(r) = check_modern(&state, &headers, &req) {
-                return r;
-            }
+            let meta = match check_modern(&state, &headers, &req) {
+                Ok(meta) => meta,
+                Err(r) => return r,
+            };
+            // Only a listen stream needs the (shared) connection's listener table; every
+            // other modern request is served without an actor hop.
+            let direct = (req.method != "subscriptions/listen").then_some(meta);
             respond(
                 &state,
                 &state.stateless,
@@ -635,6 +644,7 @@ pub(crate) async fn post(
                 None,
                 None,
                 principal,
+                direct,
             )
             .await
         }
@@ -691,6 +701,7 @@ async fn initialize(
         accept_json,
         Some(id),
         Some(session),
+        None,
         None,
     )
     .await
@@ -763,6 +774,7 @@ async fn respond(
     session_id: Option<String>,
     session: Option<Arc<Session>>,
     principal: Option<Arc<str>>,
+    direct: Option<RequestMeta>,
 ) -> Response {
     state.counters.in_flight.fetch_add(1, Ordering::Relaxed);
     let in_flight = InFlight(state.clone());
@@ -786,7 +798,9 @@ async fn respond(
     } else {
         CancellationToken::new()
     };
-    if !handle.deliver(Incoming::Request(req), Some(delivery)) {
+    if let Some(meta) = direct {
+        state.server.serve_stateless(req, meta, delivery);
+    } else if !handle.deliver(Incoming::Request(req), Some(delivery)) {
         return json_error(
             StatusCode::NOT_FOUND,
             Some(&id),
