@@ -310,8 +310,9 @@ struct Head {
     name: Option<serde_json::Value>,
     #[serde(default)]
     uri: Option<serde_json::Value>,
+    /// Kept raw: parsed only for tools that mirror arguments into headers.
     #[serde(default)]
-    arguments: Option<serde_json::Value>,
+    arguments: Option<Box<serde_json::value::RawValue>>,
     #[serde(default, rename = "taskId")]
     task_id: Option<serde_json::Value>,
 }
@@ -361,11 +362,17 @@ fn check_param_headers(
     headers: &HeaderMap,
     req: &Request,
     tool: Option<&str>,
-    arguments: Option<&serde_json::Value>,
+    arguments: Option<&serde_json::value::RawValue>,
 ) -> Result<(), Response> {
     let Some(def) = tool.and_then(|t| state.server.tool(t)) else {
         return Ok(());
     };
+    if def.header_params().is_empty() {
+        return Ok(());
+    }
+    let arguments: Option<serde_json::Value> =
+        arguments.and_then(|raw| serde_json::from_str(raw.get()).ok());
+    let arguments = arguments.as_ref();
     for p in def.header_params() {
         let header_name = format!("mcp-param-{}", p.header.to_ascii_lowercase());
         let path = p.path.join(".");
@@ -527,7 +534,7 @@ fn check_modern(
             headers,
             req,
             head.name.as_ref().and_then(|v| v.as_str()),
-            head.arguments.as_ref(),
+            head.arguments.as_deref(),
         )?;
     }
     Ok(meta)
