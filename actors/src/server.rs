@@ -510,6 +510,11 @@ impl Server {
         crate::connection::serve_stateless(&self.core, request, meta, delivery)
     }
 
+    /// How many tasks run in this process (0 without a task store).
+    pub fn running_tasks(&self) -> usize {
+        self.core.tasks.as_ref().map_or(0, |t| t.running())
+    }
+
     /// A registered tool's definition.
     pub fn tool(&self, name: &str) -> Option<Arc<ToolDef>> {
         self.core.tools.get(name)

@@ -603,6 +603,11 @@ impl Tasks {
         self.bus.store(Some(Arc::new(bus)));
     }
 
+    /// Tasks whose handler runs in this process.
+    pub(crate) fn running(&self) -> usize {
+        self.live().len()
+    }
+
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskRun>>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }

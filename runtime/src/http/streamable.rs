@@ -288,6 +288,7 @@ pub(crate) async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
         "sessions": state.sessions.len(),
         "streams": state.counters.streams.load(Ordering::Relaxed),
         "inFlight": state.counters.in_flight.load(Ordering::Relaxed),
+        "tasks": state.server.running_tasks(),
     });
     let status = if state.closing.is_cancelled() {
         StatusCode::SERVICE_UNAVAILABLE

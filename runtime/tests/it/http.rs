@@ -486,12 +486,37 @@ fn bad_http_input_gets_the_right_status_and_nothing_leaks() {
         "the call is running"
     );
     drop(sock);
+    // A task started and cancelled over HTTP.
+    let caps = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}});
+    let created = s
+        .post(
+            &json!({"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"_meta":caps,"name":"slow_task","arguments":{"steps":100,"delay_ms":50}}}),
+            &[auth, ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "slow_task")],
+        )
+        .message();
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {created}"))
+        .to_owned();
+    assert_eq!(s.ready()["tasks"], 1);
+    let cancelled = s.post(
+        &json!({"jsonrpc":"2.0","id":11,"method":"tasks/cancel","params":{"_meta":caps,"taskId":task_id}}),
+        &[auth, ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tasks/cancel"), ("Mcp-Name", task_id.as_str())],
+    );
+    assert_eq!(
+        cancelled.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&cancelled.body)
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let now = s.ready();
         if now["inFlight"] == baseline["inFlight"]
             && now["streams"] == baseline["streams"]
             && now["sessions"] == baseline["sessions"]
+            && now["tasks"] == baseline["tasks"]
         {
             break;
         }
