@@ -15,6 +15,7 @@ use crate::reply::{InflightRelease, Reply};
 use crate::router::route;
 use crate::server::ServerCore;
 use crate::sink::Sink;
+use arc_swap::ArcSwapOption;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -64,6 +65,75 @@ pub(crate) struct ConnectionArgs {
     pub(crate) sink: Sink,
     pub(crate) session_id: Option<Arc<str>>,
     pub(crate) principal: Option<Arc<str>>,
+    pub(crate) view: Arc<ArcSwapOption<SessionView>>,
+}
+
+/// What a request of an initialized legacy connection needs, published once `initialize`
+/// is handled, so a transport can launch such requests without a hop through the
+/// connection actor (HTTP sessions under concurrent load). The connection stays the owner:
+/// lifecycle methods, notifications and anything unusual still go through it.
+pub(crate) struct SessionView {
+    core: Arc<ServerCore>,
+    version: ProtocolVersion,
+    caller: Arc<Caller>,
+    legacy: Arc<LegacyConn>,
+    inflight: Arc<Inflight>,
+    session_id: Option<Arc<str>>,
+}
+
+/// Methods a [`SessionView`] may launch directly: the ones `route` sends to handlers.
+const DIRECT: &[&str] = &[
+    "tools/call",
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+];
+
+impl SessionView {
+    /// Launches `req` if it is an ordinary legacy request; gives it back otherwise.
+    pub(crate) fn launch(&self, req: Request, d: Delivery) -> Result<(), (Request, Delivery)> {
+        if !DIRECT.contains(&req.method.as_str()) {
+            return Err((req, d));
+        }
+        let head: Head = match jsonrpc::params(req.params.as_deref()) {
+            Ok(h) => h,
+            Err(_) => return Err((req, d)),
+        };
+        let meta = head.meta.unwrap_or_default();
+        if meta.protocol_version.is_some() {
+            return Err((req, d));
+        }
+        {
+            let mut table = self.inflight.table();
+            if table.contains_key(&req.id) || table.len() >= self.core.limits.max_in_flight {
+                // The connection answers these with the right error.
+                return Err((req, d));
+            }
+            table.insert(req.id.clone(), d.cancel.clone());
+        }
+        launch(
+            &self.core,
+            Launch {
+                req,
+                version: self.version,
+                caller: self.caller.clone(),
+                channel: Channel::Legacy {
+                    conn: self.legacy.clone(),
+                },
+                meta,
+                modern: false,
+                out: d.sink,
+                cancel: d.cancel,
+                session_id: self.session_id.clone(),
+                release: Some(self.inflight.clone()),
+            },
+        );
+        Ok(())
+    }
 }
 
 /// The in-flight requests of a connection, by id.
@@ -103,6 +173,8 @@ pub(crate) struct ConnState {
     listens: HashMap<RequestId, ListenerId>,
     /// The delivery of the request being handled, if it has its own.
     current: Option<Delivery>,
+    /// Published at `initialize` for direct launches (see [`SessionView`]).
+    view: Arc<ArcSwapOption<SessionView>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -220,6 +292,7 @@ impl Actor for Connection {
             listener: None,
             listens: HashMap::new(),
             current: None,
+            view: args.view,
         })
     }
 
@@ -263,6 +336,7 @@ impl Actor for Connection {
         state: &mut ConnState,
     ) -> Result<(), ActorProcessingErr> {
         state.closing.cancel();
+        state.view.store(None);
         for token in state.inflight.table().values() {
             token.cancel();
         }
@@ -383,6 +457,14 @@ impl ConnState {
         });
         self.phase = Phase::Legacy(version);
         self.ensure_listener();
+        self.view.store(Some(Arc::new(SessionView {
+            core: self.core.clone(),
+            version,
+            caller: self.caller.clone(),
+            legacy: self.legacy.clone(),
+            inflight: self.inflight.clone(),
+            session_id: self.session_id.clone(),
+        })));
         let mut capabilities = self.core.capabilities.clone();
         if version < ProtocolVersion::V2025_11_25 {
             // Tasks arrived in 2025-11-25.

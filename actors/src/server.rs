@@ -5,7 +5,7 @@
 //! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
 
-use crate::connection::{ConnMsg, Connection, ConnectionArgs, Delivery};
+use crate::connection::{ConnMsg, Connection, ConnectionArgs, Delivery, SessionView};
 use crate::event_bus::{BusMsg, Event, EventBus};
 use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
 use crate::handlers::prompts::{PromptHandler, PromptMsg, PromptState};
@@ -490,17 +490,19 @@ impl Server {
         session_id: Option<Arc<str>>,
         principal: Option<Arc<str>>,
     ) -> Result<ConnectionHandle, StartError> {
+        let view: Arc<ArcSwapOption<SessionView>> = Arc::default();
         let args = ConnectionArgs {
             core: self.core.clone(),
             sink,
             session_id,
             principal,
+            view: view.clone(),
         };
         let (actor, _) = Actor::spawn(None, Connection, args)
             .await
             .map_err(|e| StartError(e.to_string()))?;
         self.core.connections.fetch_add(1, Ordering::Relaxed);
-        Ok(ConnectionHandle { actor })
+        Ok(ConnectionHandle { actor, view })
     }
 
     /// Serves a modern (2026-07-28) request that needs no connection: its answer and
@@ -636,6 +638,7 @@ impl Server {
 #[derive(Clone)]
 pub struct ConnectionHandle {
     actor: ActorRef<ConnMsg>,
+    view: Arc<ArcSwapOption<SessionView>>,
 }
 
 impl std::fmt::Debug for ConnectionHandle {
@@ -659,6 +662,21 @@ impl ConnectionHandle {
     /// sink. Returns false when the connection is gone.
     pub fn deliver(&self, message: Incoming, delivery: Option<Delivery>) -> bool {
         self.actor.cast(ConnMsg::Inbound(message, delivery)).is_ok()
+    }
+
+    /// Hands a request to the connection, launching it directly when the connection is an
+    /// initialized legacy session and the request is an ordinary one (no hop through the
+    /// connection actor); otherwise like [`ConnectionHandle::deliver`]. Returns false when
+    /// the connection is gone.
+    pub fn deliver_request(&self, request: Request, delivery: Delivery) -> bool {
+        let (request, delivery) = match self.view.load().as_ref() {
+            Some(view) => match view.launch(request, delivery) {
+                Ok(()) => return true,
+                Err(back) => back,
+            },
+            None => (request, delivery),
+        };
+        self.deliver(Incoming::Request(request), Some(delivery))
     }
 
     /// True while the connection actor runs.

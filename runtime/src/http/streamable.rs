@@ -808,7 +808,7 @@ async fn respond(
     };
     if let Some(meta) = direct {
         state.server.serve_stateless(req, meta, delivery);
-    } else if !handle.deliver(Incoming::Request(req), Some(delivery)) {
+    } else if !handle.deliver_request(req, delivery) {
         return json_error(
             StatusCode::NOT_FOUND,
             Some(&id),
