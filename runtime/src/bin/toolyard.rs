@@ -44,6 +44,22 @@ struct ServeArgs {
         hide_env_values = true
     )]
     bearer_tokens: Vec<String>,
+    /// OAuth 2.1 resource server: this server's canonical URI (the token audience, RFC 8707),
+    /// e.g. https://mcp.example.com/mcp. Needs --oauth-issuer and --oauth-jwks.
+    #[arg(long, env = "TOOLYARD_OAUTH_RESOURCE", requires_all = ["oauth_issuer", "oauth_jwks"])]
+    oauth_resource: Option<String>,
+    /// OAuth: the authorization server's issuer identifier tokens must carry.
+    #[arg(long, env = "TOOLYARD_OAUTH_ISSUER")]
+    oauth_issuer: Option<String>,
+    /// OAuth: the issuer's keys, a JWKS file path or an https URL.
+    #[arg(long, env = "TOOLYARD_OAUTH_JWKS")]
+    oauth_jwks: Option<String>,
+    /// OAuth: a scope every request needs; repeatable.
+    #[arg(long = "oauth-required-scope", value_name = "SCOPE")]
+    oauth_required_scopes: Vec<String>,
+    /// OAuth: scopes one tool needs, as TOOL=SCOPE; repeatable.
+    #[arg(long = "oauth-tool-scope", value_name = "TOOL=SCOPE")]
+    oauth_tool_scopes: Vec<String>,
     /// Largest HTTP request body, in bytes.
     #[arg(long, env = "TOOLYARD_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -158,6 +174,36 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 security.allowed_origins = args.allow_origins.clone();
             }
             security.bearer_tokens = args.bearer_tokens.clone();
+            if let (Some(resource), Some(issuer), Some(jwks)) =
+                (&args.oauth_resource, &args.oauth_issuer, &args.oauth_jwks)
+            {
+                let source = if jwks.starts_with("https://") || jwks.starts_with("http://") {
+                    toolyard::http::JwksSource::Url(jwks.clone())
+                } else {
+                    toolyard::http::JwksSource::File(jwks.into())
+                };
+                let mut oauth = toolyard::http::OAuthConfig::new(resource, issuer, source);
+                oauth.required_scopes = args.oauth_required_scopes.clone();
+                for pair in &args.oauth_tool_scopes {
+                    let Some((tool, scope)) = pair.split_once('=') else {
+                        anyhow::bail!("--oauth-tool-scope wants TOOL=SCOPE, got `{pair}`");
+                    };
+                    oauth
+                        .tool_scopes
+                        .entry(tool.to_owned())
+                        .or_default()
+                        .push(scope.to_owned());
+                }
+                oauth.scopes_supported = oauth
+                    .required_scopes
+                    .iter()
+                    .chain(oauth.tool_scopes.values().flatten())
+                    .cloned()
+                    .collect();
+                oauth.scopes_supported.sort();
+                oauth.scopes_supported.dedup();
+                security.oauth = Some(oauth);
+            }
             if !args.cors_origins.is_empty() {
                 security = security.with_cors(args.cors_origins.clone());
             }

@@ -714,3 +714,52 @@ fn cors_preflight_and_responses_for_allowed_origins_only() {
     assert_eq!(evil.status, 403);
     assert_eq!(evil.header("access-control-allow-origin"), None);
 }
+
+#[test]
+fn oauth_flags_turn_the_binary_into_a_resource_server() {
+    let jwks = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/oauth-jwks.json");
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let addr = format!("127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["serve", "--http", &addr, "--oauth-resource", &resource])
+        .args([
+            "--oauth-issuer",
+            "https://issuer.example",
+            "--oauth-jwks",
+            jwks,
+        ])
+        .args(["--oauth-tool-scope", "add=mcp:math"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = HttpServer { child, port };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s
+        .request("GET", "/healthz", &[], None)
+        .map(|r| r.status)
+        .unwrap_or(0)
+        != 200
+    {
+        assert!(Instant::now() < deadline, "not healthy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = s.post(&json!({"jsonrpc":"2.0","id":1,"method":"ping"}), &[]);
+    assert_eq!(r.status, 401);
+    let challenge = r.header("www-authenticate").unwrap().to_owned();
+    assert!(challenge.contains("resource_metadata="), "{challenge}");
+    let prm = s
+        .request(
+            "GET",
+            "/.well-known/oauth-protected-resource/mcp",
+            &[],
+            None,
+        )
+        .unwrap();
+    assert_eq!(prm.status, 200);
+    let doc = prm.json();
+    assert_eq!(doc["resource"], resource);
+    assert_eq!(doc["authorization_servers"][0], "https://issuer.example");
+    assert_eq!(doc["scopes_supported"], json!(["mcp:math"]));
+}
