@@ -136,6 +136,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let name = args
             .name
+            .clone()
             .or(config.server.name.clone())
             .unwrap_or_else(|| "toolyard".into());
         let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
@@ -148,7 +149,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             limits.max_in_flight = n;
         }
         builder = builder.limits(limits);
-        if let Some(secret) = args.state_secret.or(config.server.state_secret.clone()) {
+        if let Some(secret) = args
+            .state_secret
+            .clone()
+            .or(config.server.state_secret.clone())
+        {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
         }
         let server = builder.start().await?;
@@ -159,69 +164,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }
             toolyard::serve_stdio(&server, options).await?;
         } else {
-            let addr = args
-                .http
-                .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
-            let mut security = if addr.ip().is_loopback() {
-                toolyard::http::Security::loopback()
-            } else {
-                toolyard::http::Security::open()
-            };
-            if !args.allow_hosts.is_empty() {
-                security.allowed_hosts = args.allow_hosts.clone();
-            }
-            if !args.allow_origins.is_empty() {
-                security.allowed_origins = args.allow_origins.clone();
-            }
-            security.bearer_tokens = args.bearer_tokens.clone();
-            if let (Some(resource), Some(issuer), Some(jwks)) =
-                (&args.oauth_resource, &args.oauth_issuer, &args.oauth_jwks)
-            {
-                let source = if jwks.starts_with("https://") || jwks.starts_with("http://") {
-                    toolyard::http::JwksSource::Url(jwks.clone())
-                } else {
-                    toolyard::http::JwksSource::File(jwks.into())
-                };
-                let mut oauth = toolyard::http::OAuthConfig::new(resource, issuer, source);
-                oauth.required_scopes = args.oauth_required_scopes.clone();
-                for pair in &args.oauth_tool_scopes {
-                    let Some((tool, scope)) = pair.split_once('=') else {
-                        anyhow::bail!("--oauth-tool-scope wants TOOL=SCOPE, got `{pair}`");
-                    };
-                    oauth
-                        .tool_scopes
-                        .entry(tool.to_owned())
-                        .or_default()
-                        .push(scope.to_owned());
-                }
-                oauth.scopes_supported = oauth
-                    .required_scopes
-                    .iter()
-                    .chain(oauth.tool_scopes.values().flatten())
-                    .cloned()
-                    .collect();
-                oauth.scopes_supported.sort();
-                oauth.scopes_supported.dedup();
-                security.oauth = Some(oauth);
-            }
-            if !args.cors_origins.is_empty() {
-                security = security.with_cors(args.cors_origins.clone());
-            }
-            let http = toolyard::http::HttpConfig {
-                max_body_bytes: args.max_body_bytes,
-                max_sessions: args.max_sessions,
-                session_idle_timeout: std::time::Duration::from_secs(args.session_idle_seconds),
-                security,
-                ..Default::default()
-            };
-            eprintln!("toolyard: serving MCP on http://{addr}/mcp");
-            toolyard::http::serve_http(
-                server.clone(),
-                addr,
-                http,
-                std::time::Duration::from_secs(args.drain_seconds),
-            )
-            .await?;
+            serve_http(&server, &args).await?;
         }
         server.shutdown();
         Ok::<_, anyhow::Error>(())
@@ -229,4 +172,79 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Blocking stdin reads may still hold a runtime thread; do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     Ok(())
+}
+
+#[cfg(feature = "http")]
+async fn serve_http(server: &toolyard::Server, args: &ServeArgs) -> anyhow::Result<()> {
+    let addr = args
+        .http
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
+    let mut security = if addr.ip().is_loopback() {
+        toolyard::http::Security::loopback()
+    } else {
+        toolyard::http::Security::open()
+    };
+    if !args.allow_hosts.is_empty() {
+        security.allowed_hosts = args.allow_hosts.clone();
+    }
+    if !args.allow_origins.is_empty() {
+        security.allowed_origins = args.allow_origins.clone();
+    }
+    security.bearer_tokens = args.bearer_tokens.clone();
+    if let (Some(resource), Some(issuer), Some(jwks)) =
+        (&args.oauth_resource, &args.oauth_issuer, &args.oauth_jwks)
+    {
+        let source = if jwks.starts_with("https://") || jwks.starts_with("http://") {
+            toolyard::http::JwksSource::Url(jwks.clone())
+        } else {
+            toolyard::http::JwksSource::File(jwks.into())
+        };
+        let mut oauth = toolyard::http::OAuthConfig::new(resource, issuer, source);
+        oauth.required_scopes = args.oauth_required_scopes.clone();
+        for pair in &args.oauth_tool_scopes {
+            let Some((tool, scope)) = pair.split_once('=') else {
+                anyhow::bail!("--oauth-tool-scope wants TOOL=SCOPE, got `{pair}`");
+            };
+            oauth
+                .tool_scopes
+                .entry(tool.to_owned())
+                .or_default()
+                .push(scope.to_owned());
+        }
+        oauth.scopes_supported = oauth
+            .required_scopes
+            .iter()
+            .chain(oauth.tool_scopes.values().flatten())
+            .cloned()
+            .collect();
+        oauth.scopes_supported.sort();
+        oauth.scopes_supported.dedup();
+        security.oauth = Some(oauth);
+    }
+    if !args.cors_origins.is_empty() {
+        security = security.with_cors(args.cors_origins.clone());
+    }
+    let http = toolyard::http::HttpConfig {
+        max_body_bytes: args.max_body_bytes,
+        max_sessions: args.max_sessions,
+        session_idle_timeout: std::time::Duration::from_secs(args.session_idle_seconds),
+        security,
+        ..Default::default()
+    };
+    eprintln!("toolyard: serving MCP on http://{addr}/mcp");
+    toolyard::http::serve_http(
+        server.clone(),
+        addr,
+        http,
+        std::time::Duration::from_secs(args.drain_seconds),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(not(feature = "http"))]
+async fn serve_http(_server: &toolyard::Server, _args: &ServeArgs) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this build has no HTTP transport (built without the `http` feature); use --stdio"
+    )
 }
