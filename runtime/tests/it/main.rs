@@ -5,6 +5,9 @@ mod http;
 mod http_auth;
 mod interop;
 mod interop_http;
+#[allow(dead_code)]
+#[path = "../../../tests/interop/support.rs"]
+mod interop_support;
 mod macros;
 mod stdio;
 mod tasks;
