@@ -53,6 +53,32 @@ impl<T> Registry<T> {
     }
 }
 
+/// One page of a listing, with the cache hints the caller's generation gets.
+pub(crate) struct Page<T> {
+    pub(crate) items: Vec<T>,
+    pub(crate) next_cursor: Option<String>,
+    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) cache_scope: Option<toolyard_proto::CacheScope>,
+}
+
+/// The page of `registry` that `cursor` points at; modern callers get `ttlMs`/`cacheScope`.
+pub(crate) fn list_page<D, T>(
+    registry: &Registry<D>,
+    cursor: Option<&str>,
+    list: &crate::ListSettings,
+    modern: bool,
+    item: impl Fn(&D) -> T,
+) -> Result<Page<T>, toolyard_proto::ErrorObject> {
+    let snapshot = registry.load();
+    let (range, next_cursor) = cursor::page(snapshot.len(), cursor, list.page_size)?;
+    Ok(Page {
+        items: snapshot[range].values().map(|d| item(d)).collect(),
+        next_cursor,
+        ttl_ms: modern.then_some(list.ttl_ms),
+        cache_scope: modern.then_some(list.cache_scope),
+    })
+}
+
 /// Opaque pagination cursors: an offset the client must not interpret.
 pub(crate) mod cursor {
     use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;

@@ -4,7 +4,7 @@ use crate::context::RequestContext;
 use crate::event_bus::{BusMsg, Event};
 use crate::exec::{self, Binding, RetryInput};
 use crate::mrtr::{digest, StateSealer};
-use crate::registry::{cursor, Registry};
+use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
 use crate::resource::PromptDef;
 use crate::ListSettings;
@@ -85,19 +85,23 @@ impl Actor for PromptHandler {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             PromptMsg::List { cursor, reply } => {
-                let snap = state.registry.load();
-                match cursor::page(snap.len(), cursor.as_deref(), state.list.page_size) {
-                    Ok((range, next)) => {
-                        let modern = reply.is_modern();
-                        reply.ok(&ListPromptsResult {
-                            prompts: snap[range].values().map(|d| d.prompt.clone()).collect(),
-                            next_cursor: next,
-                            ttl_ms: modern.then_some(state.list.ttl_ms),
-                            cache_scope: modern.then_some(state.list.cache_scope),
-                            result_type: None,
-                            meta: None,
-                        })
-                    }
+                let modern = reply.is_modern();
+                let page = list_page(
+                    &state.registry,
+                    cursor.as_deref(),
+                    &state.list,
+                    modern,
+                    |d| d.prompt.clone(),
+                );
+                match page {
+                    Ok(p) => reply.ok(&ListPromptsResult {
+                        prompts: p.items,
+                        next_cursor: p.next_cursor,
+                        ttl_ms: p.ttl_ms,
+                        cache_scope: p.cache_scope,
+                        result_type: None,
+                        meta: None,
+                    }),
                     Err(e) => reply.err(e),
                 }
             }

@@ -5,7 +5,7 @@ use crate::context::RequestContext;
 use crate::event_bus::{BusMsg, Event};
 use crate::exec::{self, Binding, RetryInput};
 use crate::mrtr::{digest, StateSealer};
-use crate::registry::{cursor, Registry};
+use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
 use crate::resource::{ResourceDef, ResourceRequest, TemplateDef};
 use crate::ListSettings;
@@ -99,39 +99,44 @@ impl Actor for ResourceHandler {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ResourceMsg::List { cursor, reply } => {
-                let snap = state.resources.load();
-                match cursor::page(snap.len(), cursor.as_deref(), state.list.page_size) {
-                    Ok((range, next)) => {
-                        let modern = reply.is_modern();
-                        reply.ok(&ListResourcesResult {
-                            resources: snap[range].values().map(|d| d.resource.clone()).collect(),
-                            next_cursor: next,
-                            ttl_ms: modern.then_some(state.list.ttl_ms),
-                            cache_scope: modern.then_some(state.list.cache_scope),
-                            result_type: None,
-                            meta: None,
-                        })
-                    }
+                let modern = reply.is_modern();
+                let page = list_page(
+                    &state.resources,
+                    cursor.as_deref(),
+                    &state.list,
+                    modern,
+                    |d| d.resource.clone(),
+                );
+                match page {
+                    Ok(p) => reply.ok(&ListResourcesResult {
+                        resources: p.items,
+                        next_cursor: p.next_cursor,
+                        ttl_ms: p.ttl_ms,
+                        cache_scope: p.cache_scope,
+                        result_type: None,
+                        meta: None,
+                    }),
                     Err(e) => reply.err(e),
                 }
             }
             ResourceMsg::ListTemplates { cursor, reply } => {
-                let snap = state.templates.load();
-                match cursor::page(snap.len(), cursor.as_deref(), state.list.page_size) {
-                    Ok((range, next)) => {
-                        let modern = reply.is_modern();
-                        reply.ok(&ListResourceTemplatesResult {
-                            resource_templates: snap[range]
-                                .values()
-                                .map(|d| d.template.clone())
-                                .collect(),
-                            next_cursor: next,
-                            ttl_ms: modern.then_some(state.list.ttl_ms),
-                            cache_scope: modern.then_some(state.list.cache_scope),
-                            result_type: None,
-                            meta: None,
-                        })
-                    }
+                let modern = reply.is_modern();
+                let page = list_page(
+                    &state.templates,
+                    cursor.as_deref(),
+                    &state.list,
+                    modern,
+                    |d| d.template.clone(),
+                );
+                match page {
+                    Ok(p) => reply.ok(&ListResourceTemplatesResult {
+                        resource_templates: p.items,
+                        next_cursor: p.next_cursor,
+                        ttl_ms: p.ttl_ms,
+                        cache_scope: p.cache_scope,
+                        result_type: None,
+                        meta: None,
+                    }),
                     Err(e) => reply.err(e),
                 }
             }

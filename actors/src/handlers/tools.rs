@@ -6,7 +6,7 @@ use crate::error::HandlerError;
 use crate::event_bus::{BusMsg, Event};
 use crate::exec::{self, Binding, RetryInput};
 use crate::mrtr::{digest, StateSealer};
-use crate::registry::{cursor, Registry};
+use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
 use crate::tasks::{self, TaskHint, TaskPlan, Tasks};
 use crate::tool::{ToolArgs, ToolDef};
@@ -116,21 +116,20 @@ impl Actor for ToolHandler {
 }
 
 fn list(state: &ToolState, cursor: Option<&str>, reply: Reply) {
-    let snapshot = state.registry.load();
-    let (range, next) = match cursor::page(snapshot.len(), cursor, state.list.page_size) {
-        Ok(p) => p,
-        Err(e) => return reply.err(e),
-    };
     let modern = reply.is_modern();
-    let result = ListToolsResult {
-        tools: snapshot[range].values().map(|d| d.tool.clone()).collect(),
-        next_cursor: next,
-        ttl_ms: modern.then_some(state.list.ttl_ms),
-        cache_scope: modern.then_some(state.list.cache_scope),
-        result_type: None,
-        meta: None,
-    };
-    reply.ok(&result)
+    match list_page(&state.registry, cursor, &state.list, modern, |d| {
+        d.tool.clone()
+    }) {
+        Ok(p) => reply.ok(&ListToolsResult {
+            tools: p.items,
+            next_cursor: p.next_cursor,
+            ttl_ms: p.ttl_ms,
+            cache_scope: p.cache_scope,
+            result_type: None,
+            meta: None,
+        }),
+        Err(e) => reply.err(e),
+    }
 }
 
 fn call(state: &ToolState, params: CallParams, ctx: RequestContext, reply: Reply) {
