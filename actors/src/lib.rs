@@ -7,6 +7,7 @@
 //! [`RequestContext`]. Tools may run as tasks ([`tasks`]). `docs/semantics.md` in the
 //! repository is the contract.
 
+pub mod client;
 pub(crate) mod connection;
 mod context;
 mod error;

@@ -20,6 +20,7 @@
 //! ```
 
 mod builder;
+pub mod client;
 mod config;
 mod controller;
 pub mod demo;
