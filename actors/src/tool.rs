@@ -82,7 +82,7 @@ pub struct HeaderParam {
 }
 
 /// Collects `x-mcp-header` annotations reachable through `properties` chains only.
-fn header_params(schema: &JsonObject) -> Vec<HeaderParam> {
+pub(crate) fn header_params(schema: &JsonObject) -> Vec<HeaderParam> {
     fn walk(schema: &JsonObject, path: &mut Vec<String>, out: &mut Vec<HeaderParam>) {
         let Some(serde_json::Value::Object(props)) = schema.get("properties") else {
             return;
