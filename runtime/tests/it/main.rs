@@ -1,5 +1,6 @@
 //! The `toolyard` crate's integration tests (one binary keeps link time low).
 
+mod client;
 mod core;
 mod http;
 mod http_auth;
