@@ -844,8 +844,8 @@ impl Client {
             let raw = self
                 .round_trip("tools/list", cursor_params(cursor), opts, Era::Negotiated)
                 .await?;
-            let page: ListToolsResult = parse_result("tools/list", &raw)?;
-            self.learn_tools(&page.tools);
+            let mut page: ListToolsResult = parse_result("tools/list", &raw)?;
+            self.learn_tools(&mut page.tools);
             match page.next_cursor {
                 Some(c) => cursor = Some(c),
                 None => break,
@@ -854,16 +854,25 @@ impl Client {
         Ok(())
     }
 
-    fn learn_tools(&self, tools: &[Tool]) {
+    /// Remembers each tool's `x-mcp-header` arguments, and drops the tools whose
+    /// annotations are invalid (they cannot be called faithfully).
+    fn learn_tools(&self, tools: &mut Vec<Tool>) {
         let mut map = lock(&self.inner.tool_headers);
-        for tool in tools {
-            let params = tool_header_params(&tool.input_schema);
-            if params.is_empty() {
+        tools.retain(|tool| match tool_header_params(&tool.input_schema) {
+            Ok(params) if params.is_empty() => {
                 map.remove(&tool.name);
-            } else {
-                map.insert(tool.name.clone(), params.into());
+                true
             }
-        }
+            Ok(params) => {
+                map.insert(tool.name.clone(), params.into());
+                true
+            }
+            Err(why) => {
+                tracing::warn!(tool = %tool.name, %why, "excluding a tool with an invalid x-mcp-header annotation");
+                map.remove(&tool.name);
+                false
+            }
+        });
     }
 
     async fn typed<T: DeserializeOwned>(
@@ -878,14 +887,14 @@ impl Client {
 
     /// `tools/list`, one page.
     pub async fn list_tools(&self, cursor: Option<String>) -> Result<ListToolsResult, ClientError> {
-        let result: ListToolsResult = self
+        let mut result: ListToolsResult = self
             .typed(
                 "tools/list",
                 cursor_params(cursor),
                 &RequestOptions::default(),
             )
             .await?;
-        self.learn_tools(&result.tools);
+        self.learn_tools(&mut result.tools);
         Ok(result)
     }
 

@@ -23,23 +23,96 @@ pub(crate) fn header_value(text: &str) -> String {
     }
 }
 
-/// The `x-mcp-header` arguments of a tool; annotations that cannot be a header name are
-/// ignored (the tool stays callable).
-pub(crate) fn tool_header_params(schema: &JsonObject) -> Vec<HeaderParam> {
-    crate::tool::header_params(schema)
-        .into_iter()
-        .filter(|p| {
-            !p.header.is_empty()
-                && p.header
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
-        .collect()
+/// The `x-mcp-header` arguments of a tool, or why its annotations are invalid (SEP-2243: a
+/// header name is a non-empty HTTP token, unique without regard to case, on a primitive
+/// argument). A tool with an invalid annotation must not be called: the server would reject
+/// every call, or worse, route on a header the client cannot send faithfully.
+pub(crate) fn tool_header_params(schema: &JsonObject) -> Result<Vec<HeaderParam>, String> {
+    fn walk(
+        schema: &JsonObject,
+        path: &mut Vec<String>,
+        out: &mut Vec<HeaderParam>,
+    ) -> Result<(), String> {
+        let Some(serde_json::Value::Object(props)) = schema.get("properties") else {
+            return Ok(());
+        };
+        for (key, sub) in props {
+            let serde_json::Value::Object(sub) = sub else {
+                continue;
+            };
+            path.push(key.clone());
+            if let Some(h) = sub.get("x-mcp-header") {
+                let name = h
+                    .as_str()
+                    .ok_or_else(|| format!("x-mcp-header of `{key}` is not a string"))?;
+                if name.is_empty() {
+                    return Err(format!("x-mcp-header of `{key}` is empty"));
+                }
+                if !name.bytes().all(is_token_char) {
+                    return Err(format!("x-mcp-header {name:?} is not a valid header name"));
+                }
+                let primitive = match sub.get("type") {
+                    None => true,
+                    Some(serde_json::Value::String(t)) => {
+                        matches!(t.as_str(), "string" | "number" | "integer" | "boolean")
+                    }
+                    Some(_) => false,
+                };
+                if !primitive {
+                    return Err(format!(
+                        "x-mcp-header {name:?} is on `{key}`, which is not a string, number or boolean"
+                    ));
+                }
+                if out.iter().any(|p| p.header.eq_ignore_ascii_case(name)) {
+                    return Err(format!("x-mcp-header {name:?} is used twice"));
+                }
+                out.push(HeaderParam {
+                    path: path.clone(),
+                    header: name.to_owned(),
+                });
+            }
+            walk(sub, path, out)?;
+            path.pop();
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(schema, &mut Vec::new(), &mut out)?;
+    Ok(out)
+}
+
+/// An HTTP token character (RFC 9110 `tchar`).
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn schema(v: serde_json::Value) -> JsonObject {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn invalid_header_annotations_are_refused() {
+        for props in [
+            serde_json::json!({"a": {"type": "string", "x-mcp-header": ""}}),
+            serde_json::json!({"a": {"type": "object", "x-mcp-header": "A"}}),
+            serde_json::json!({"a": {"type": "string", "x-mcp-header": 7}}),
+            serde_json::json!({"a": {"type": "string", "x-mcp-header": "A B"}}),
+            serde_json::json!({"a": {"type": "string", "x-mcp-header": "A:B"}}),
+            serde_json::json!({"a": {"type": "string", "x-mcp-header": "Région"}}),
+            serde_json::json!({"a": {"type": "string", "x-mcp-header": "R"}, "b": {"type": "string", "x-mcp-header": "r"}}),
+        ] {
+            let s = schema(serde_json::json!({"type": "object", "properties": props}));
+            assert!(tool_header_params(&s).is_err(), "{props}");
+        }
+        let ok = schema(
+            serde_json::json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}),
+        );
+        assert_eq!(tool_header_params(&ok).unwrap()[0].header, "Region");
+    }
 
     #[test]
     fn plain_ascii_stays_plain() {
