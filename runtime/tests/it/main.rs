@@ -1,6 +1,7 @@
 //! The `toolyard` crate's integration tests (one binary keeps link time low).
 
 mod client;
+mod client_http;
 mod client_oauth;
 mod core;
 mod http;

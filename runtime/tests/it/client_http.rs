@@ -1,0 +1,857 @@
+//! The MCP client's HTTP transports (`client::http`, `client::sse`) against real HTTP on
+//! 127.0.0.1: our own server (`toolyard::http` with the demo tools) in-process, and tiny
+//! axum handlers for what our server never does (a stream that breaks on purpose).
+#![cfg(all(feature = "http", feature = "client-http"))]
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use toolyard::client::auth::StaticToken;
+use toolyard::client::http::StreamableHttpTransport;
+use toolyard::client::sse::SseTransport;
+use toolyard::http::{HttpConfig, Security};
+use toolyard::proto::{ContentBlock, Implementation, ProtocolVersion, RequestId};
+use toolyard::ServerBuilder;
+use toolyard_actors::client::{
+    Client, ClientBuilder, ClientError, OutboundKind, OutboundMessage, ProtocolChoice,
+    RequestOptions, Transport, TransportError, TransportEvent, TransportLink,
+};
+
+struct TestServer {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+    /// Every `Mcp-Session-Id` the server handed out.
+    sessions: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TestServer {
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    async fn ready(&self) -> Value {
+        let body = reqwest::get(format!("http://127.0.0.1:{}/readyz", self.port))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// Polls `/readyz` until `what` holds.
+    async fn wait_ready(&self, what: &str, check: impl Fn(&Value) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.ready().await;
+            if check(&now) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {now}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Our server with the demo tools (and these bearer tokens, if any).
+async fn start_server(bearer_tokens: &[&str]) -> TestServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = toolyard::demo::demo(ServerBuilder::new("client-http-test", "0"))
+        .start()
+        .await
+        .unwrap();
+    let config = HttpConfig {
+        security: Security {
+            bearer_tokens: bearer_tokens.iter().map(|t| t.to_string()).collect(),
+            ..Security::loopback()
+        },
+        ..HttpConfig::default()
+    };
+    let sessions = Arc::new(Mutex::new(Vec::new()));
+    let seen = sessions.clone();
+    let app = toolyard::http::router(server, config).await.unwrap().layer(
+        axum::middleware::map_response(move |r: axum::response::Response| {
+            let seen = seen.clone();
+            async move {
+                if let Some(sid) = r.headers().get("mcp-session-id") {
+                    seen.lock().unwrap().push(sid.to_str().unwrap().to_owned());
+                }
+                r
+            }
+        }),
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    TestServer {
+        port,
+        task,
+        sessions,
+    }
+}
+
+/// A started transport and what it reports.
+struct Conn {
+    link: Arc<dyn TransportLink>,
+    events: mpsc::UnboundedReceiver<TransportEvent>,
+}
+
+impl Conn {
+    async fn start(transport: impl Transport) -> Conn {
+        Conn::try_start(transport).await.unwrap()
+    }
+
+    async fn try_start(transport: impl Transport) -> Result<Conn, TransportError> {
+        let (tx, events) = mpsc::unbounded_channel();
+        let link = Box::new(transport).start(tx).await?;
+        Ok(Conn { link, events })
+    }
+
+    async fn event(&mut self) -> TransportEvent {
+        tokio::time::timeout(Duration::from_secs(10), self.events.recv())
+            .await
+            .expect("no transport event within 10 s")
+            .expect("the event channel closed")
+    }
+
+    /// Reads messages until the answer to `id`: (what came before, the answer).
+    async fn answer(&mut self, id: i64) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            match self.event().await {
+                TransportEvent::Message(bytes) => {
+                    let m: Value = serde_json::from_slice(&bytes).unwrap();
+                    if m["id"] == json!(id) && m.get("method").is_none() {
+                        return (before, m);
+                    }
+                    before.push(m);
+                }
+                other => panic!("expected the answer to {id}, got {other:?}"),
+            }
+        }
+    }
+
+    /// The next event, which must be the failure of request `id`.
+    async fn failure(&mut self, id: i64) -> TransportError {
+        match self.event().await {
+            TransportEvent::RequestFailed { id: failed, error } => {
+                assert_eq!(failed, RequestId::Number(id));
+                error
+            }
+            TransportEvent::Message(m) => {
+                panic!("expected a failure, got {}", String::from_utf8_lossy(&m))
+            }
+            TransportEvent::Closed(e) => panic!("expected a failure, got Closed({e})"),
+        }
+    }
+
+    fn request(&self, id: i64, method: &str, params: Value, headers: &[(&str, &str)]) {
+        self.link.send(request(id, method, params, headers));
+    }
+
+    fn notify(&self, method: &str, headers: &[(&str, &str)]) {
+        self.link.send(OutboundMessage {
+            body: json!({"jsonrpc":"2.0","method":method})
+                .to_string()
+                .into_bytes(),
+            kind: OutboundKind::Notification {
+                method: method.into(),
+                headers: owned(headers),
+            },
+        });
+    }
+}
+
+fn owned(headers: &[(&str, &str)]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn request(id: i64, method: &str, params: Value, headers: &[(&str, &str)]) -> OutboundMessage {
+    OutboundMessage {
+        body: json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
+            .to_string()
+            .into_bytes(),
+        kind: OutboundKind::Request {
+            id: RequestId::Number(id),
+            method: method.into(),
+            headers: owned(headers),
+        },
+    }
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "0"},
+    })
+}
+
+const LEGACY: &str = "2025-11-25";
+
+fn initialize_params(version: &str) -> Value {
+    json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}})
+}
+
+/// initialize + notifications/initialized over `conn`.
+async fn initialize(conn: &mut Conn, id: i64, version: &str) -> Value {
+    conn.request(id, "initialize", initialize_params(version), &[]);
+    let (_, init) = conn.answer(id).await;
+    assert_eq!(init["result"]["protocolVersion"], version, "{init}");
+    conn.notify(
+        "notifications/initialized",
+        &[("MCP-Protocol-Version", version)],
+    );
+    init
+}
+
+#[tokio::test]
+async fn modern_discover_and_tools_call_over_streamable_http() {
+    let s = start_server(&[]).await;
+    let mut c = Conn::start(StreamableHttpTransport::new(s.url())).await;
+    c.request(
+        1,
+        "server/discover",
+        json!({"_meta": meta()}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "server/discover"),
+        ],
+    );
+    let (_, d) = c.answer(1).await;
+    assert!(
+        d["result"]["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28")),
+        "{d}"
+    );
+    c.request(
+        2,
+        "tools/call",
+        json!({"_meta": meta(), "name": "echo", "arguments": {"message": "hi"}}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "echo"),
+        ],
+    );
+    let (_, r) = c.answer(2).await;
+    assert_eq!(r["result"]["resultType"], "complete");
+    assert_eq!(r["result"]["content"][0]["text"], "hi");
+    assert!(
+        s.sessions.lock().unwrap().is_empty(),
+        "modern has no session"
+    );
+    c.link.close().await;
+    assert!(matches!(
+        c.event().await,
+        TransportEvent::Closed(TransportError::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn a_wrong_mcp_name_header_yields_the_servers_error_as_a_message() {
+    let s = start_server(&[]).await;
+    let mut c = Conn::start(StreamableHttpTransport::new(s.url())).await;
+    c.request(
+        1,
+        "tools/call",
+        json!({"_meta": meta(), "name": "echo", "arguments": {"message": "x"}}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "add"),
+        ],
+    );
+    let (_, r) = c.answer(1).await;
+    assert_eq!(r["error"]["code"], -32020, "{r}");
+    // An unknown method: 404 with -32601, still a message (no session is involved).
+    c.request(
+        2,
+        "no/such",
+        json!({"_meta": meta()}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "no/such"),
+        ],
+    );
+    let (_, r) = c.answer(2).await;
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+}
+
+#[tokio::test]
+async fn legacy_session_is_captured_used_and_streams_progress() {
+    let s = start_server(&[]).await;
+    let mut c = Conn::start(StreamableHttpTransport::new(s.url())).await;
+    initialize(&mut c, 1, LEGACY).await;
+    assert_eq!(s.sessions.lock().unwrap().len(), 1);
+    // After notifications/initialized the standalone GET stream opens.
+    s.wait_ready("the GET stream opens", |r| r["streams"] == 1)
+        .await;
+    let h = [("MCP-Protocol-Version", LEGACY)];
+    c.request(
+        2,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "s"}}),
+        &h,
+    );
+    let (_, r) = c.answer(2).await;
+    assert_eq!(r["result"]["content"][0]["text"], "s", "{r}");
+    c.request(
+        3,
+        "tools/call",
+        json!({"name": "slow", "arguments": {"steps": 3, "delay_ms": 20}, "_meta": {"progressToken": "p"}}),
+        &h,
+    );
+    let (before, r) = c.answer(3).await;
+    let progress = before
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count();
+    assert_eq!(progress, 3, "{before:?}");
+    assert_eq!(r["result"]["content"][0]["text"], "done after 3 steps");
+    assert_eq!(s.ready().await["sessions"], 1);
+    // Only the one session was ever issued: every request carried it.
+    assert_eq!(s.sessions.lock().unwrap().len(), 1);
+    c.link.close().await;
+    s.wait_ready("DELETE ends the session", |r| {
+        r["sessions"] == 0 && r["streams"] == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_forgotten_session_fails_with_session_expired_then_a_new_one_works() {
+    let s = start_server(&[]).await;
+    let mut c = Conn::start(StreamableHttpTransport::new(s.url())).await;
+    initialize(&mut c, 1, LEGACY).await;
+    let sid = s.sessions.lock().unwrap()[0].clone();
+    // The server forgets the session (someone else DELETEs it).
+    let deleted = reqwest::Client::new()
+        .delete(s.url())
+        .header("Mcp-Session-Id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    let h = [("MCP-Protocol-Version", LEGACY)];
+    c.request(2, "ping", json!({}), &h);
+    assert!(matches!(c.failure(2).await, TransportError::SessionExpired));
+    // The id is dropped: initializing again gets (and then uses) a new session.
+    initialize(&mut c, 3, LEGACY).await;
+    c.request(
+        4,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "again"}}),
+        &h,
+    );
+    let (_, r) = c.answer(4).await;
+    assert_eq!(r["result"]["content"][0]["text"], "again");
+    let issued = s.sessions.lock().unwrap().clone();
+    assert_eq!(issued.len(), 2);
+    assert_ne!(issued[0], issued[1]);
+    assert_eq!(s.ready().await["sessions"], 1);
+    c.link.close().await;
+    s.wait_ready("DELETE ends the session", |r| r["sessions"] == 0)
+        .await;
+}
+
+#[tokio::test]
+async fn cancel_closes_the_stream_of_a_modern_call() {
+    let s = start_server(&[]).await;
+    let mut c = Conn::start(StreamableHttpTransport::new(s.url())).await;
+    let mut m = meta();
+    m["progressToken"] = json!("p");
+    c.request(
+        1,
+        "tools/call",
+        json!({"_meta": m, "name": "slow", "arguments": {"steps": 100, "delay_ms": 50}}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "slow"),
+        ],
+    );
+    match c.event().await {
+        TransportEvent::Message(b) => {
+            let p: Value = serde_json::from_slice(&b).unwrap();
+            assert_eq!(p["method"], "notifications/progress", "{p}");
+        }
+        other => panic!("expected progress, got {other:?}"),
+    }
+    assert_eq!(s.ready().await["inFlight"], 1);
+    c.link.cancel(&RequestId::Number(1));
+    s.wait_ready("the call is cancelled", |r| {
+        r["inFlight"] == 0 && r["streams"] == 0
+    })
+    .await;
+    // Nothing more is reported for the cancelled request.
+    let quiet = tokio::time::timeout(Duration::from_millis(200), c.events.recv()).await;
+    assert!(quiet.is_err(), "{quiet:?}");
+}
+
+#[tokio::test]
+async fn http_sse_transport_initializes_and_calls_a_tool() {
+    let s = start_server(&[]).await;
+    let mut c = Conn::start(SseTransport::new(format!(
+        "http://127.0.0.1:{}/sse",
+        s.port
+    )))
+    .await;
+    assert_eq!(s.ready().await["sessions"], 1, "the GET opened a session");
+    initialize(&mut c, 1, "2024-11-05").await;
+    c.request(
+        2,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "old"}}),
+        &[],
+    );
+    let (_, r) = c.answer(2).await;
+    assert_eq!(r["result"]["content"][0]["text"], "old");
+    c.request(
+        3,
+        "tools/call",
+        json!({"name": "slow", "arguments": {"steps": 2, "delay_ms": 10}, "_meta": {"progressToken": 7}}),
+        &[],
+    );
+    let (before, r) = c.answer(3).await;
+    assert_eq!(
+        before
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .count(),
+        2
+    );
+    assert_eq!(r["result"]["content"][0]["text"], "done after 2 steps");
+    c.link.close().await;
+    s.wait_ready("closing the stream ends the session", |r| {
+        r["sessions"] == 0 && r["streams"] == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_end_of_the_sse_stream_closes_the_http_sse_transport() {
+    // A server that announces the endpoint and hangs up.
+    let app = axum::Router::new().route(
+        "/sse",
+        axum::routing::get(|| async {
+            (
+                [("content-type", "text/event-stream")],
+                "event: endpoint\ndata: /messages?sessionId=1\n\n",
+            )
+        }),
+    );
+    let port = serve(app).await;
+    let mut c = Conn::start(SseTransport::new(format!("http://127.0.0.1:{port}/sse"))).await;
+    match c.event().await {
+        TransportEvent::Closed(TransportError::Io(m)) => assert!(m.contains("ended"), "{m}"),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    // An endpoint on another origin is refused; no endpoint event at all times out.
+    let app = axum::Router::new()
+        .route(
+            "/evil",
+            axum::routing::get(|| async {
+                (
+                    [("content-type", "text/event-stream")],
+                    "event: endpoint\ndata: http://example.com/messages\n\n",
+                )
+            }),
+        )
+        .route(
+            "/silent",
+            axum::routing::get(|| async {
+                let stream = futures_util::stream::pending::<Result<String, std::io::Error>>();
+                (
+                    [("content-type", "text/event-stream")],
+                    axum::body::Body::from_stream(stream),
+                )
+            }),
+        );
+    let port = serve(app).await;
+    let evil = Conn::try_start(SseTransport::new(format!("http://127.0.0.1:{port}/evil"))).await;
+    assert!(matches!(evil, Err(TransportError::Malformed(_))));
+    let started = Instant::now();
+    let silent = Conn::try_start(
+        SseTransport::new(format!("http://127.0.0.1:{port}/silent"))
+            .endpoint_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    assert!(matches!(silent, Err(TransportError::Io(_))));
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_fails_requests_with_io_promptly() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut c = Conn::start(StreamableHttpTransport::new(format!(
+        "http://127.0.0.1:{port}/mcp"
+    )))
+    .await;
+    let started = Instant::now();
+    c.notify("notifications/initialized", &[]);
+    c.request(1, "initialize", initialize_params(LEGACY), &[]);
+    assert!(matches!(c.failure(1).await, TransportError::Io(_)));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Not closed: the next request is tried (and fails) on its own.
+    c.request(2, "ping", json!({}), &[]);
+    assert!(matches!(c.failure(2).await, TransportError::Io(_)));
+    let sse = Conn::try_start(SseTransport::new(format!("http://127.0.0.1:{port}/sse"))).await;
+    assert!(matches!(sse, Err(TransportError::Io(_))));
+}
+
+/// Serves `app` on 127.0.0.1 (the task ends with the test's runtime).
+async fn serve(app: axum::Router) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    port
+}
+
+#[derive(Default)]
+struct Seen {
+    /// When the POST's stream ended.
+    post_done: Option<Instant>,
+    /// The GETs: (when, Last-Event-ID).
+    gets: Vec<(Instant, Option<String>)>,
+}
+
+#[tokio::test]
+async fn a_broken_stream_resumes_with_last_event_id_after_retry() {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (on_post, on_get) = (seen.clone(), seen.clone());
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(move |body: String| {
+            let seen = on_post.clone();
+            async move {
+                let v: Value = serde_json::from_str(&body).unwrap();
+                seen.lock().unwrap().post_done = Some(Instant::now());
+                if v["id"] == 2 {
+                    // No event id: nothing to resume from.
+                    return (
+                        [("content-type", "text/event-stream")],
+                        "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n",
+                    );
+                }
+                // A priming event, then the server hangs up.
+                (
+                    [("content-type", "text/event-stream")],
+                    "id: e1\nretry: 300\ndata:\n\n",
+                )
+            }
+        })
+        .get(move |headers: HeaderMap| {
+            let seen = on_get.clone();
+            async move {
+                let last = headers
+                    .get("last-event-id")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                seen.lock().unwrap().gets.push((Instant::now(), last.clone()));
+                if last.as_deref() != Some("e1") {
+                    return StatusCode::METHOD_NOT_ALLOWED.into_response();
+                }
+                (
+                    [("content-type", "text/event-stream")],
+                    "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"ok\":true}}\n\n",
+                )
+                    .into_response()
+            }
+        }),
+    );
+    let port = serve(app).await;
+    let mut c = Conn::start(StreamableHttpTransport::new(format!(
+        "http://127.0.0.1:{port}/mcp"
+    )))
+    .await;
+    c.request(1, "tools/call", json!({}), &[]);
+    let (_, r) = c.answer(1).await;
+    assert_eq!(r["result"]["ok"], true);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.gets.len(), 1);
+        let (at, last) = &seen.gets[0];
+        assert_eq!(last.as_deref(), Some("e1"));
+        let waited = at.duration_since(seen.post_done.unwrap());
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_millis(500),
+            "reconnected after {waited:?}"
+        );
+    }
+    // A stream that ends without any event id fails its request.
+    c.request(2, "tools/call", json!({}), &[]);
+    match c.event().await {
+        TransportEvent::Message(m) => {
+            assert!(String::from_utf8_lossy(&m).contains("notifications/message"))
+        }
+        other => panic!("expected the notification, got {other:?}"),
+    }
+    match c.failure(2).await {
+        TransportError::Io(m) => assert!(m.contains("before the response"), "{m}"),
+        other => panic!("expected Io, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_static_bearer_token_reaches_a_protected_server() {
+    let s = start_server(&["s3cret"]).await;
+    let mut c = Conn::start(
+        StreamableHttpTransport::new(s.url())
+            .auth(Arc::new(StaticToken("s3cret".into())))
+            .header("X-Custom", "yes"),
+    )
+    .await;
+    let h = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/list"),
+    ];
+    c.request(1, "tools/list", json!({"_meta": meta()}), &h);
+    let (_, r) = c.answer(1).await;
+    assert!(r["result"]["tools"].is_array(), "{r}");
+    // A wrong token: the static provider gives up, the request fails with Auth.
+    let mut bad = Conn::start(
+        StreamableHttpTransport::new(s.url()).auth(Arc::new(StaticToken("nope".into()))),
+    )
+    .await;
+    bad.request(1, "tools/list", json!({"_meta": meta()}), &h);
+    assert!(matches!(bad.failure(1).await, TransportError::Auth(_)));
+    // No provider at all: Auth too.
+    let mut none = Conn::start(StreamableHttpTransport::new(s.url())).await;
+    none.request(1, "tools/list", json!({"_meta": meta()}), &h);
+    assert!(matches!(none.failure(1).await, TransportError::Auth(_)));
+    // The old transport carries the token on its GET and POSTs.
+    let mut old = Conn::start(
+        SseTransport::new(format!("http://127.0.0.1:{}/sse", s.port))
+            .auth(Arc::new(StaticToken("s3cret".into()))),
+    )
+    .await;
+    initialize(&mut old, 1, "2024-11-05").await;
+    let refused = Conn::try_start(SseTransport::new(format!(
+        "http://127.0.0.1:{}/sse",
+        s.port
+    )))
+    .await;
+    assert!(matches!(refused, Err(TransportError::Auth(_))));
+}
+
+// The `Client` over both HTTP transports.
+
+fn client(protocol: ProtocolChoice) -> ClientBuilder {
+    ClientBuilder::new(Implementation::new("http-client", "1")).protocol(protocol)
+}
+
+fn text(result: &toolyard::proto::CallToolResult) -> String {
+    match &result.content[0] {
+        ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// Lists, calls, follows progress, and cancels a call by dropping it.
+async fn exercise(client: &Client, s: &TestServer, label: &str) {
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "slow"), "{label}");
+    let r = client
+        .call_tool("echo", json!({"message": "over http"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "over http", "{label}");
+    let sum = client
+        .call_tool("add", json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(sum.structured_content, Some(json!({"sum": 5.0})), "{label}");
+    let steps = Arc::new(Mutex::new(0));
+    let seen = steps.clone();
+    let r = client
+        .call_tool_with(
+            "slow",
+            json!({"steps": 3, "delay_ms": 20}),
+            &RequestOptions::default().on_progress(move |_| *seen.lock().unwrap() += 1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "done after 3 steps", "{label}");
+    assert_eq!(*steps.lock().unwrap(), 3, "{label}");
+    client.ping().await.unwrap();
+    // Dropping a call cancels it on the server (modern: its stream closes; legacy:
+    // notifications/cancelled).
+    let caller = client.clone();
+    let call = tokio::spawn(async move {
+        caller
+            .call_tool("slow", json!({"steps": 200, "delay_ms": 50}))
+            .await
+    });
+    s.wait_ready(label, |r| r["inFlight"] == 1).await;
+    call.abort();
+    s.wait_ready(label, |r| r["inFlight"] == 0).await;
+}
+
+#[tokio::test]
+async fn the_client_over_streamable_http_in_both_generations() {
+    let s = start_server(&[]).await;
+    let c = client(ProtocolChoice::Auto)
+        .connect(StreamableHttpTransport::new(s.url()))
+        .await
+        .unwrap();
+    assert!(c.is_modern());
+    exercise(&c, &s, "modern").await;
+    c.close().await;
+    assert!(
+        s.sessions.lock().unwrap().is_empty(),
+        "modern has no session"
+    );
+
+    let c = client(ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25))
+        .connect(StreamableHttpTransport::new(s.url()))
+        .await
+        .unwrap();
+    assert_eq!(c.protocol_version(), Some(ProtocolVersion::V2025_11_25));
+    assert_eq!(s.ready().await["sessions"], 1);
+    exercise(&c, &s, "legacy").await;
+    c.close().await;
+    s.wait_ready("close ends the session", |r| {
+        r["sessions"] == 0 && r["streams"] == 0
+    })
+    .await;
+    assert!(matches!(
+        c.call_tool("echo", json!({"message": "late"})).await,
+        Err(ClientError::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn the_client_initializes_again_when_the_server_forgets_its_session() {
+    let s = start_server(&[]).await;
+    let c = client(ProtocolChoice::Legacy(ProtocolVersion::V2025_06_18))
+        .connect(StreamableHttpTransport::new(s.url()))
+        .await
+        .unwrap();
+    let sid = s.sessions.lock().unwrap()[0].clone();
+    let deleted = reqwest::Client::new()
+        .delete(s.url())
+        .header("Mcp-Session-Id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    let r = c
+        .call_tool("echo", json!({"message": "still here"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "still here");
+    assert_eq!(s.sessions.lock().unwrap().len(), 2, "a second session");
+    c.close().await;
+}
+
+#[tokio::test]
+async fn the_client_over_http_sse_in_both_generations() {
+    let s = start_server(&[]).await;
+    let url = format!("http://127.0.0.1:{}/sse", s.port);
+    for protocol in [
+        ProtocolChoice::Legacy(ProtocolVersion::V2024_11_05),
+        ProtocolChoice::Auto,
+    ] {
+        let c = client(protocol)
+            .connect(SseTransport::new(url.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        assert_eq!(
+            c.is_modern(),
+            matches!(protocol, ProtocolChoice::Auto),
+            "{protocol:?}"
+        );
+        let tools = c.list_all_tools().await.unwrap();
+        assert!(tools.iter().any(|t| t.name == "echo"), "{protocol:?}");
+        let r = c
+            .call_tool("echo", json!({"message": "sse"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&r), "sse", "{protocol:?}");
+        let steps = Arc::new(Mutex::new(0));
+        let seen = steps.clone();
+        let r = c
+            .call_tool_with(
+                "slow",
+                json!({"steps": 2, "delay_ms": 10}),
+                &RequestOptions::default().on_progress(move |_| *seen.lock().unwrap() += 1),
+            )
+            .await
+            .unwrap();
+        assert_eq!(text(&r), "done after 2 steps", "{protocol:?}");
+        assert_eq!(*steps.lock().unwrap(), 2, "{protocol:?}");
+        c.close().await;
+        s.wait_ready("closing the stream ends the session", |r| {
+            r["sessions"] == 0 && r["streams"] == 0
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn the_client_reaches_a_bearer_protected_server_and_reports_a_refusal() {
+    let s = start_server(&["s3cret"]).await;
+    for protocol in [
+        ProtocolChoice::Auto,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let c = client(protocol)
+            .connect(
+                StreamableHttpTransport::new(s.url()).auth(Arc::new(StaticToken("s3cret".into()))),
+            )
+            .await
+            .unwrap();
+        let r = c.call_tool("echo", json!({"message": "ok"})).await.unwrap();
+        assert_eq!(text(&r), "ok");
+        c.close().await;
+        let refused = client(protocol)
+            .connect(
+                StreamableHttpTransport::new(s.url()).auth(Arc::new(StaticToken("nope".into()))),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(ClientError::Auth(_))),
+            "{protocol:?}: {refused:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn connecting_to_a_server_that_is_down_fails_promptly() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let started = Instant::now();
+    let r = client(ProtocolChoice::Auto)
+        .connect(StreamableHttpTransport::new(format!(
+            "http://127.0.0.1:{port}/mcp"
+        )))
+        .await;
+    assert!(
+        matches!(r, Err(ClientError::Transport(TransportError::Io(_)))),
+        "{r:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
