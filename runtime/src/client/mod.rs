@@ -12,3 +12,5 @@ pub mod oauth;
 #[cfg(feature = "client-http")]
 pub mod sse;
 pub mod stdio;
+
+pub use toolyard_actors::client::*;
