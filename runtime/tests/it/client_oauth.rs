@@ -22,10 +22,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use toolyard::client::auth::{AuthChallenge, AuthProvider};
+use toolyard::client::http::StreamableHttpTransport;
 use toolyard::client::oauth::{
-    AuthorizationHandler, CrossAppAccess, Grant, HeadlessRedirect, OAuthClient,
+    AuthorizationHandler, CrossAppAccess, Grant, HeadlessRedirect, LoopbackRedirect, OAuthClient,
     PreRegisteredClient, SigningKey,
 };
+use toolyard::client::{ClientBuilder, ProtocolChoice};
+use toolyard::http::{HttpConfig, JwksSource, OAuthConfig, Security};
+use toolyard::proto::{ContentBlock, Implementation, ProtocolVersion};
+use toolyard::{tool_fn, ServerBuilder};
 
 type Params = HashMap<String, String>;
 
@@ -1233,6 +1238,153 @@ async fn concurrent_refusals_share_one_authorization() {
     a.unwrap();
     b.unwrap();
     assert_eq!(auth.authorizes().len(), 1);
+}
+
+#[tokio::test]
+async fn loopback_redirect_receives_the_browser() {
+    let auth = start_as(AsConfig::default()).await;
+    let rs = rs_for(auth.issuer(), None).await;
+    let port = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // The "browser": follows the authorization URL to the AS, then its redirect to us, and
+    // first knocks on another path (a favicon request) that must not end the wait.
+    let browser = LoopbackRedirect::new(move |url| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let http = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap();
+            let base = format!("http://127.0.0.1:{port}");
+            let favicon = http
+                .get(format!("{base}/favicon.ico"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(favicon.status(), 404);
+            let to_as = http.get(url).send().await.unwrap();
+            let location = to_as.headers()["location"].to_str().unwrap().to_owned();
+            let page = http.get(location).send().await.unwrap();
+            assert_eq!(page.status(), 200);
+        });
+        Ok(())
+    })
+    .timeout(std::time::Duration::from_secs(10));
+    let client = OAuthClient::builder(rs.url())
+        .redirect_uri(format!("http://127.0.0.1:{port}/callback"))
+        .authorization_handler(Arc::new(browser))
+        .build()
+        .unwrap();
+    client.unauthorized(rs.challenge("")).await.unwrap();
+    assert!(header(&client).await.is_some());
+    assert_eq!(
+        auth.authorizes()[0]["redirect_uri"],
+        format!("http://127.0.0.1:{port}/callback")
+    );
+
+    // Nobody comes back: a timeout, not a hang.
+    let patient = LoopbackRedirect::new(|_| Ok(())).timeout(std::time::Duration::from_millis(200));
+    let url = url::Url::parse(&format!(
+        "{}/authorize?redirect_uri=http%3A%2F%2F127.0.0.1%3A{port}%2Fcallback",
+        auth.base()
+    ))
+    .unwrap();
+    let err = patient.authorize(url).await.unwrap_err();
+    assert!(err.0.contains("no authorization response"), "{}", err.0);
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Message {
+    message: String,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoArgs {}
+
+#[tokio::test]
+async fn end_to_end_through_the_http_transport_and_our_resource_server() {
+    // The fake issues RS256 JWTs with the test key; our server checks them against the
+    // test JWKS, wants mcp:read for everything and mcp:admin for the admin tool.
+    let auth = start_as(AsConfig {
+        jwt_tokens: true,
+        ..AsConfig::default()
+    })
+    .await;
+    let (listener, base) = bind().await;
+    let server = ServerBuilder::new("oauth-e2e", "0")
+        .try_tool(tool_fn("echo", "Echoes", |_c, a: Message| async move {
+            Ok(a.message)
+        }))
+        .try_tool(tool_fn(
+            "admin",
+            "Needs mcp:admin",
+            |c, _a: NoArgs| async move {
+                Ok(format!("admin for {}", c.principal().unwrap_or("nobody")))
+            },
+        ))
+        .start()
+        .await
+        .unwrap();
+    let url = format!("{base}/mcp");
+    let jwks =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/oauth-jwks.json");
+    let mut oauth = OAuthConfig::new(&url, auth.issuer(), JwksSource::File(jwks));
+    oauth.scopes_supported = vec!["mcp:read".into()];
+    oauth.required_scopes = vec!["mcp:read".into()];
+    oauth
+        .tool_scopes
+        .insert("admin".into(), vec!["mcp:admin".into()]);
+    let config = HttpConfig {
+        security: Security {
+            oauth: Some(oauth),
+            ..Security::loopback()
+        },
+        ..HttpConfig::default()
+    };
+    let _server = spawn(
+        listener,
+        toolyard::http::router(server, config).await.unwrap(),
+    );
+
+    let provider = OAuthClient::builder(&url).build().unwrap();
+    let text = |r: &toolyard::proto::CallToolResult| match &r.content[0] {
+        ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("expected text, got {other:?}"),
+    };
+    for protocol in [
+        ProtocolChoice::Auto,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let client = ClientBuilder::new(Implementation::new("oauth-e2e", "1"))
+            .protocol(protocol)
+            .connect(StreamableHttpTransport::new(&url).auth(Arc::new(provider.clone())))
+            .await
+            .unwrap();
+        let r = client
+            .call_tool("echo", json!({"message": "hello"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&r), "hello", "{protocol:?}");
+        // 403 insufficient_scope: step-up to mcp:read + mcp:admin, then the call succeeds.
+        let r = client.call_tool("admin", json!({})).await.unwrap();
+        assert_eq!(text(&r), "admin for alice", "{protocol:?}");
+        client.close().await;
+    }
+    let scopes: Vec<_> = auth
+        .authorizes()
+        .iter()
+        .map(|a| scope_of(a).unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        scopes,
+        ["mcp:read", "mcp:read mcp:admin"],
+        "the second connection reuses the tokens"
+    );
+    assert!(auth.authorizes().iter().all(|a| a["resource"] == url));
 }
 
 #[tokio::test]

@@ -14,8 +14,9 @@
 //!   when the authorization server supports them, else dynamic client registration; the
 //!   registration is stored bound to its issuer and never shown to another one.
 //! - **Grant**: authorization code with PKCE S256, `state`, the `resource` indicator (RFC
-//!   8707) and the RFC 9207 `iss` check, through an [`AuthorizationHandler`] (a browser, or
-//!   [`HeadlessRedirect`]); or client credentials; or cross-app access (SEP-990: an ID
+//!   8707) and the RFC 9207 `iss` check, through an [`AuthorizationHandler`] (the user's
+//!   browser and a loopback listener, [`LoopbackRedirect`], or [`HeadlessRedirect`] where no
+//!   user is involved); or client credentials; or cross-app access (SEP-990: an ID
 //!   token exchanged at the enterprise IdP for an ID-JAG, then a JWT bearer grant).
 //! - **Scopes**: the challenge's `scope`, else the resource metadata's `scopes_supported`,
 //!   else none; `offline_access` only when the authorization server lists it. A 403
@@ -30,6 +31,7 @@
 mod discovery;
 mod error;
 mod flow;
+mod loopback;
 mod net;
 mod store;
 mod token;
@@ -40,6 +42,7 @@ pub use discovery::{
 };
 pub use error::OAuthError;
 pub use flow::{AuthorizationHandler, HeadlessRedirect};
+pub use loopback::LoopbackRedirect;
 pub use store::{ClientRegistration, InMemoryTokenStore, StoreError, StoredTokens, TokenStore};
 pub use token::SigningKey;
 
@@ -225,7 +228,9 @@ impl OAuthClientBuilder {
         self
     }
 
-    /// Who takes the user through authorization (default: [`HeadlessRedirect`]).
+    /// Who takes the user through authorization. The default, [`HeadlessRedirect`], only
+    /// works with authorization servers that approve without a user; desktop and CLI
+    /// clients want [`LoopbackRedirect::system_browser`].
     pub fn authorization_handler(mut self, handler: Arc<dyn AuthorizationHandler>) -> Self {
         self.handler = Some(handler);
         self
