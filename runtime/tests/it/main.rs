@@ -3,6 +3,7 @@
 mod client;
 mod client_http;
 mod client_oauth;
+mod client_stdio;
 mod core;
 mod http;
 mod http_auth;
