@@ -133,6 +133,8 @@ struct AsConfig {
     client_id_prefix: String,
     /// Refuse every token request with a plain-text echo of the request body.
     echo_token_errors: bool,
+    /// A `token_endpoint` to publish instead of the real one.
+    token_endpoint: Option<String>,
 }
 
 impl Default for AsConfig {
@@ -154,6 +156,7 @@ impl Default for AsConfig {
             jwt_tokens: false,
             client_id_prefix: "client-".into(),
             echo_token_errors: false,
+            token_endpoint: None,
         }
     }
 }
@@ -203,6 +206,9 @@ impl AsShared {
         });
         if c.registration {
             doc["registration_endpoint"] = json!(at("/register"));
+        }
+        if let Some(t) = &c.token_endpoint {
+            doc["token_endpoint"] = json!(t);
         }
         if let Some(s) = &c.scopes_supported {
             doc["scopes_supported"] = json!(s);
@@ -1415,6 +1421,20 @@ async fn headless_redirect_needs_a_redirect() {
         .await
         .unwrap();
     assert_eq!(to.as_str(), format!("{base}/callback?code=c&state=s"));
+}
+
+#[tokio::test]
+async fn credentials_never_go_over_plain_http_to_remote_hosts() {
+    let auth = start_as(AsConfig {
+        token_endpoint: Some("http://as.example/token".into()),
+        ..AsConfig::default()
+    })
+    .await;
+    let rs = rs_for(auth.issuer(), None).await;
+    let client = OAuthClient::builder(rs.url()).build().unwrap();
+    let err = client.unauthorized(rs.challenge("")).await.unwrap_err();
+    assert!(err.0.contains("plain http"), "{}", err.0);
+    assert!(auth.registrations().is_empty() && auth.authorizes().is_empty());
 }
 
 #[tokio::test]

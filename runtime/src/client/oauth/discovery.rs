@@ -241,6 +241,23 @@ fn trimmed_path(u: &Url) -> &str {
     u.path().trim_end_matches('/')
 }
 
+/// Whether credentials may be sent to `url`: `https`, or `http` to a loopback host.
+pub(super) fn secure_enough(url: &str) -> bool {
+    let Ok(u) = Url::parse(url) else {
+        return false;
+    };
+    match u.scheme() {
+        "https" => true,
+        "http" => match u.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        },
+        _ => false,
+    }
+}
+
 /// Whether a resource metadata `resource` may stand for the MCP server at `server`: the same
 /// origin, and a path equal to or a parent (on a segment boundary) of the server's.
 pub(super) fn resource_matches(server: &Url, published: &str) -> bool {
@@ -523,6 +540,12 @@ mod tests {
         assert!(!resource_matches(&s, "https://evil.example.com/mcp"));
         assert!(!resource_matches(&s, "http://localhost:3000/mcp/other"));
         assert!(!resource_matches(&s, "not a url"));
+        assert!(secure_enough("https://as.example/token"));
+        assert!(secure_enough("http://localhost:9/token"));
+        assert!(secure_enough("http://127.0.0.1/token"));
+        assert!(secure_enough("http://[::1]:8/token"));
+        assert!(!secure_enough("http://as.example/token"));
+        assert!(!secure_enough("ftp://as.example/token"));
         assert_eq!(
             canonical_resource(&Url::parse("https://x.example/").unwrap()),
             "https://x.example"

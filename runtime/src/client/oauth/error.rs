@@ -52,6 +52,10 @@ pub enum OAuthError {
         /// The `issuer` inside the document.
         found: String,
     },
+    /// An authorization server endpoint is plain `http` on a host other than loopback
+    /// (see `OAuthClientBuilder::allow_insecure_http`).
+    #[error("refusing to send credentials over plain http to {0}")]
+    InsecureEndpoint(String),
     /// The authorization server does not advertise PKCE with S256, which MCP requires.
     #[error("authorization server {0} does not support PKCE with S256")]
     PkceUnsupported(String),

@@ -69,6 +69,10 @@ const TOKEN_TYPE_ID_JAG: &str = "urn:ietf:params:oauth:token-type:id-jag";
 const OFFLINE_ACCESS: &str = "offline_access";
 /// A 401 this soon after a refresh is not answered with another refresh.
 const REFRESH_COOLDOWN: Duration = Duration::from_secs(10);
+/// After a failed renewal of expiring tokens, requests go out with the old token for this
+/// long before renewal is tried again (an unreachable authorization server must not slow
+/// every request down by a timeout).
+const RENEW_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A client registered with the authorization server out of band.
 #[derive(Clone)]
@@ -177,6 +181,7 @@ pub struct OAuthClientBuilder {
     max_attempts: u32,
     attempt_window: Duration,
     refresh_margin: Duration,
+    allow_http: bool,
 }
 
 impl OAuthClientBuilder {
@@ -242,7 +247,9 @@ impl OAuthClientBuilder {
         self
     }
 
-    /// The HTTP client for metadata, registration and token requests.
+    /// The HTTP client for metadata, registration and token requests. It should not follow
+    /// redirects (the default one does not): a redirected token request would carry
+    /// credentials to wherever the redirect points.
     pub fn http_client(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
         self
@@ -260,6 +267,13 @@ impl OAuthClientBuilder {
     pub fn retry_limit(mut self, max: u32, window: Duration) -> Self {
         self.max_attempts = max.max(1);
         self.attempt_window = window;
+        self
+    }
+
+    /// Allows authorization server endpoints over plain `http` on hosts other than loopback
+    /// (default: refused, as OAuth 2.1 requires TLS; loopback hosts are always allowed).
+    pub fn allow_insecure_http(mut self, allow: bool) -> Self {
+        self.allow_http = allow;
         self
     }
 
@@ -302,7 +316,7 @@ impl OAuthClientBuilder {
         let http = match self.http {
             Some(h) => h,
             None => reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::limited(5))
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .map_err(|e| OAuthError::Config(format!("HTTP client: {e}")))?,
         };
@@ -328,6 +342,7 @@ impl OAuthClientBuilder {
                 max_attempts: self.max_attempts,
                 attempt_window: self.attempt_window,
                 refresh_margin: self.refresh_margin,
+                allow_http: self.allow_http,
                 flow: tokio::sync::Mutex::new(FlowState::default()),
                 generation: AtomicU64::new(0),
             }),
@@ -378,6 +393,7 @@ struct Inner {
     max_attempts: u32,
     attempt_window: Duration,
     refresh_margin: Duration,
+    allow_http: bool,
     /// Held while credentials are being obtained: one flow at a time.
     flow: tokio::sync::Mutex<FlowState>,
     /// Bumped whenever new tokens are stored; a refusal that waited for another flow to
@@ -395,6 +411,8 @@ struct FlowState {
     attempts: HashMap<String, VecDeque<Instant>>,
     /// When a 401 was last answered with a refresh.
     refreshed_at: Option<Instant>,
+    /// When renewing expiring tokens last failed.
+    renew_failed_at: Option<Instant>,
 }
 
 impl OAuthClient {
@@ -416,6 +434,7 @@ impl OAuthClient {
             max_attempts: 3,
             attempt_window: Duration::from_secs(300),
             refresh_margin: Duration::from_secs(60),
+            allow_http: false,
         }
     }
 
@@ -543,7 +562,11 @@ impl Inner {
         let Some(tokens) = self.tokens().await? else {
             return Ok(None);
         };
-        if !tokens.expires_within(self.refresh_margin) {
+        if !tokens.expires_within(self.refresh_margin)
+            || st
+                .renew_failed_at
+                .is_some_and(|t| t.elapsed() < RENEW_BACKOFF)
+        {
             return Ok(Some(tokens));
         }
         match self.renew(&mut st, &tokens).await {
@@ -551,6 +574,7 @@ impl Inner {
             Ok(None) => Ok(Some(tokens)),
             Err(e) => {
                 tracing::debug!(server = %self.server_key, error = %e, "OAuth: renewal failed");
+                st.renew_failed_at = Some(Instant::now());
                 if token::is_invalid_grant(&e) {
                     self.set_tokens(None).await?;
                     return Ok(None);
@@ -577,6 +601,7 @@ impl Inner {
                 let d = Arc::new(
                     discovery::discover(&self.http, &self.server, &Challenge::default()).await?,
                 );
+                self.check_transport_security(&d)?;
                 st.discovery = Some(d.clone());
                 d
             }
@@ -618,6 +643,7 @@ impl Inner {
             return Ok(());
         }
         let disc = Arc::new(discovery::discover(&self.http, &self.server, &bearer).await?);
+        self.check_transport_security(&disc)?;
         st.discovery = Some(disc.clone());
 
         let mut tokens = self.tokens().await?;
@@ -676,6 +702,31 @@ impl Inner {
         let new = self.grant_tokens(&disc, scope.as_deref()).await?;
         st.scopes = Some((disc.issuer.clone(), scopes));
         self.store_new_tokens(new).await?;
+        Ok(())
+    }
+
+    /// Refuses authorization server endpoints over plain http to non-loopback hosts (codes,
+    /// secrets and tokens would cross the network in the clear), unless allowed.
+    fn check_transport_security(&self, disc: &Discovery) -> Result<(), OAuthError> {
+        if self.allow_http {
+            return Ok(());
+        }
+        let m = &disc.metadata;
+        let endpoints = [
+            disc.issuer.as_deref(),
+            m.authorization_endpoint.as_deref(),
+            m.token_endpoint.as_deref(),
+            m.registration_endpoint.as_deref(),
+        ];
+        let xaa = match &self.grant {
+            Grant::CrossApp(x) => Some(x.idp_token_endpoint.as_str()),
+            _ => None,
+        };
+        for url in endpoints.into_iter().chain([xaa]).flatten() {
+            if !discovery::secure_enough(url) {
+                return Err(OAuthError::InsecureEndpoint(url.to_owned()));
+            }
+        }
         Ok(())
     }
 
