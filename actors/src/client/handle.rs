@@ -55,15 +55,13 @@ pub struct ServerSession {
     pub instructions: Option<String>,
 }
 
-type ProgressFn = Arc<dyn Fn(&ProgressNotificationParams) + Send + Sync>;
-
 /// Options of one request.
 #[derive(Clone, Default)]
 pub struct RequestOptions {
     /// Overrides the client's request timeout.
     pub timeout: Option<Duration>,
     /// Called with each progress notification of this request.
-    pub on_progress: Option<ProgressFn>,
+    pub on_progress: Option<super::handlers::ProgressCallback>,
     /// Extra `_meta` members (e.g. `traceparent`).
     pub meta: Option<Map<String, Value>>,
 }
@@ -705,9 +703,41 @@ impl Client {
         self.initialize(version).await
     }
 
+    /// [`round_trip_once`](Self::round_trip_once), sent again once when a modern server
+    /// refuses the version with -32022 but lists 2026-07-28 as supported (the versioning
+    /// page: retry with a mutually supported version).
+    async fn round_trip(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        opts: &RequestOptions,
+        era: Era,
+    ) -> Result<Box<RawValue>, ClientError> {
+        match self
+            .round_trip_once(method, params.clone(), opts, era)
+            .await
+        {
+            Err(ClientError::Rpc(e))
+                if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION
+                    && era != Era::Handshake
+                    && e.data
+                        .as_ref()
+                        .and_then(|d| d.get("supported"))
+                        .and_then(Value::as_array)
+                        .is_some_and(|s| {
+                            s.iter()
+                                .any(|v| v.as_str() == Some(ProtocolVersion::V2026_07_28.as_str()))
+                        }) =>
+            {
+                self.round_trip_once(method, params, opts, era).await
+            }
+            other => other,
+        }
+    }
+
     /// Sends one JSON-RPC request and waits for its answer, with the timeout that progress
     /// extends up to the hard maximum. Dropping the future cancels the request.
-    async fn round_trip(
+    async fn round_trip_once(
         &self,
         method: &str,
         mut params: Map<String, Value>,

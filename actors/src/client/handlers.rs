@@ -37,15 +37,22 @@ pub struct Notice {
     pub params: Value,
 }
 
+/// Called with each progress notification.
+pub type ProgressCallback = Arc<dyn Fn(&ProgressNotificationParams) + Send + Sync>;
+/// Called with each log message.
+pub type LogCallback = Arc<dyn Fn(&LoggingMessageNotificationParams) + Send + Sync>;
+/// Called with each notification.
+pub type NoticeCallback = Arc<dyn Fn(&Notice) + Send + Sync>;
+
 /// The user-supplied reactions of one client.
 #[derive(Clone, Default)]
 pub(crate) struct Handlers {
     pub(crate) elicit: Option<ElicitHandler>,
     pub(crate) sample: Option<SampleHandler>,
     pub(crate) roots: Option<RootsHandler>,
-    pub(crate) on_progress: Option<Arc<dyn Fn(&ProgressNotificationParams) + Send + Sync>>,
-    pub(crate) on_log: Option<Arc<dyn Fn(&LoggingMessageNotificationParams) + Send + Sync>>,
-    pub(crate) on_notification: Option<Arc<dyn Fn(&Notice) + Send + Sync>>,
+    pub(crate) on_progress: Option<ProgressCallback>,
+    pub(crate) on_log: Option<LogCallback>,
+    pub(crate) on_notification: Option<NoticeCallback>,
 }
 
 impl Handlers {

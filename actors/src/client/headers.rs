@@ -8,12 +8,10 @@ use toolyard_proto::JsonObject;
 /// A header value for `text`: as is when it is visible ASCII without surrounding spaces,
 /// otherwise the `=?base64?...?=` form the transport spec defines.
 pub(crate) fn header_value(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text.bytes().all(|b| (0x20..=0x7e).contains(&b))
-        && !text.starts_with(' ')
-        && !text.ends_with(' ')
-        && !(text.starts_with("=?") && text.ends_with("?="));
-    if plain || text.is_empty() {
+    let visible = text.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    let padded = text.starts_with(' ') || text.ends_with(' ');
+    let looks_encoded = text.starts_with("=?") && text.ends_with("?=");
+    if visible && !padded && !looks_encoded {
         text.to_owned()
     } else {
         format!(
@@ -24,8 +22,8 @@ pub(crate) fn header_value(text: &str) -> String {
 }
 
 /// The `x-mcp-header` arguments of a tool, or why its annotations are invalid (SEP-2243: a
-/// header name is a non-empty HTTP token, unique without regard to case, on a primitive
-/// argument). A tool with an invalid annotation must not be called: the server would reject
+/// header name is a non-empty HTTP token, unique without regard to case, on a string,
+/// integer or boolean argument). A tool with an invalid annotation must not be called: the server would reject
 /// every call, or worse, route on a header the client cannot send faithfully.
 pub(crate) fn tool_header_params(schema: &JsonObject) -> Result<Vec<HeaderParam>, String> {
     fn walk(
@@ -54,13 +52,14 @@ pub(crate) fn tool_header_params(schema: &JsonObject) -> Result<Vec<HeaderParam>
                 let primitive = match sub.get("type") {
                     None => true,
                     Some(serde_json::Value::String(t)) => {
-                        matches!(t.as_str(), "string" | "number" | "integer" | "boolean")
+                        // Not `number`: a float has no one text form both sides agree on.
+                        matches!(t.as_str(), "string" | "integer" | "boolean")
                     }
                     Some(_) => false,
                 };
                 if !primitive {
                     return Err(format!(
-                        "x-mcp-header {name:?} is on `{key}`, which is not a string, number or boolean"
+                        "x-mcp-header {name:?} is on `{key}`, which is not a string, integer or boolean"
                     ));
                 }
                 if out.iter().any(|p| p.header.eq_ignore_ascii_case(name)) {
@@ -99,6 +98,7 @@ mod tests {
         for props in [
             serde_json::json!({"a": {"type": "string", "x-mcp-header": ""}}),
             serde_json::json!({"a": {"type": "object", "x-mcp-header": "A"}}),
+            serde_json::json!({"a": {"type": "number", "x-mcp-header": "A"}}),
             serde_json::json!({"a": {"type": "string", "x-mcp-header": 7}}),
             serde_json::json!({"a": {"type": "string", "x-mcp-header": "A B"}}),
             serde_json::json!({"a": {"type": "string", "x-mcp-header": "A:B"}}),

@@ -18,7 +18,8 @@ pub use handle::{
     Client, ClientBuilder, ProtocolChoice, RequestOptions, ServerSession, Subscription,
 };
 pub use handlers::{
-    elicit_handler, fixed_roots, sample_handler, ElicitHandler, Notice, RootsHandler, SampleHandler,
+    elicit_handler, fixed_roots, sample_handler, ElicitHandler, LogCallback, Notice,
+    NoticeCallback, ProgressCallback, RootsHandler, SampleHandler,
 };
 pub use transport::{
     OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,

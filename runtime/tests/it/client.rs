@@ -228,6 +228,11 @@ fn cancellable_server_tool(cancelled: Arc<AtomicBool>) -> toolyard::ToolDef {
     /// Set when the call ends without finishing: the server either signals the token or
     /// drops the task, and both count as the server seeing the cancellation.
     struct Watch(Arc<AtomicBool>, bool);
+    impl Watch {
+        fn finished(&mut self) {
+            self.1 = true;
+        }
+    }
     impl Drop for Watch {
         fn drop(&mut self) {
             if !self.1 {
@@ -244,7 +249,7 @@ fn cancellable_server_tool(cancelled: Arc<AtomicBool>) -> toolyard::ToolDef {
                 tokio::select! {
                     () = ctx.cancelled() => Ok("cancelled"),
                     () = tokio::time::sleep(Duration::from_secs(60)) => {
-                        watch.1 = true;
+                        watch.finished();
                         Ok("finished")
                     }
                 }

@@ -1,6 +1,8 @@
 //! The tools, resources and prompts the official MCP conformance suite expects of a server
 //! (`../shared/conformance/SCENARIOS.md`), for both 2025-11-25 and 2026-07-28.
 
+pub mod client_auth;
+
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;

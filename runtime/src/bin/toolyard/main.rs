@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use toolyard::{Config, Limits, ServerBuilder, StdioOptions};
 
+mod client;
+
 /// Toolyard: an actor-based runtime for the Model Context Protocol.
 #[derive(Parser, Debug)]
 #[command(name = "toolyard", version, about, long_about = None)]
@@ -16,7 +18,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve the demo tools, resources and prompts plus whatever the config file adds.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Run one MCP operation against a server and print the result as JSON.
+    Client(Box<client::ClientArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -101,7 +105,23 @@ struct ServeArgs {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
+        Command::Client(args) => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .with_env_filter(tracing_subscriber::EnvFilter::new(
+                    std::env::var("TOOLYARD_LOG").unwrap_or_else(|_| "warn".into()),
+                ))
+                .init();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the tokio runtime")?;
+            let outcome = runtime.block_on(client::run(*args));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            outcome
+        }
     }
 }
 
