@@ -37,7 +37,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use toolyard_actors::client::{
     OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
@@ -56,6 +56,9 @@ const MAX_RESUME_ATTEMPTS: u32 = 3;
 const MAX_LISTEN_FAILURES: u32 = 8;
 /// The wait before reconnecting when the server named no `retry`.
 const DEFAULT_RETRY: Duration = Duration::from_millis(1000);
+/// How long requests wait for the standalone GET stream to be answered after
+/// `notifications/initialized` before going ahead anyway.
+const LISTEN_GATE_WAIT: Duration = Duration::from_secs(2);
 /// How long `close` waits for the DELETE of the session.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of an error body goes into [`TransportError::Http`].
@@ -444,6 +447,10 @@ struct State {
     background: Vec<AbortHandle>,
     /// The standalone GET stream.
     listen: Option<AbortHandle>,
+    /// Open until the standalone GET stream has its answer (or failed): requests wait for
+    /// it, because a server may send its requests to us on that stream only and drop them
+    /// while it is not there yet (the TypeScript SDK does).
+    listen_gate: Option<watch::Receiver<bool>>,
     next_task: u64,
     closed: bool,
 }
@@ -499,8 +506,18 @@ impl Inner {
         }
     }
 
-    /// One POST of one message, in its own task.
-    async fn run_post(self: Arc<Self>, message: OutboundMessage) {
+    /// One POST of one message, in its own task. `gate` holds it until the standalone GET
+    /// stream is up; `opened` is the gate to open once that stream answers (for
+    /// `notifications/initialized`).
+    async fn run_post(
+        self: Arc<Self>,
+        message: OutboundMessage,
+        gate: Option<watch::Receiver<bool>>,
+        opened: Option<watch::Sender<bool>>,
+    ) {
+        if let Some(mut gate) = gate {
+            let _ = tokio::time::timeout(LISTEN_GATE_WAIT, gate.wait_for(|up| *up)).await;
+        }
         let (id, method, headers) = match &message.kind {
             OutboundKind::Request {
                 id,
@@ -515,7 +532,7 @@ impl Inner {
         match self.post(&message.body, id, method, headers).await {
             Ok(()) => {
                 if method == Some("notifications/initialized") {
-                    self.start_listen();
+                    self.start_listen(opened);
                 }
             }
             Err(error) => match id {
@@ -696,8 +713,9 @@ impl Inner {
         }
     }
 
-    /// Opens the standalone GET stream of the current session (replacing an older one).
-    fn start_listen(self: &Arc<Self>) {
+    /// Opens the standalone GET stream of the current session (replacing an older one);
+    /// `opened` is told once the stream has its first answer.
+    fn start_listen(self: &Arc<Self>, opened: Option<watch::Sender<bool>>) {
         let mut state = self.state();
         if state.closed {
             return;
@@ -708,14 +726,14 @@ impl Inner {
         if let Some(old) = state.listen.take() {
             old.abort();
         }
-        let task = self.runtime.spawn(self.clone().listen(session));
+        let task = self.runtime.spawn(self.clone().listen(session, opened));
         state.listen = Some(task.abort_handle());
     }
 
     /// The standalone GET stream: server requests and notifications outside any request,
     /// reconnected (with `Last-Event-ID` when the server gave ids) until the server says it
     /// has none (405), forgets the session, or keeps failing.
-    async fn listen(self: Arc<Self>, session: String) {
+    async fn listen(self: Arc<Self>, session: String, mut opened: Option<watch::Sender<bool>>) {
         let mut parser = SseParser::new(self.base.max_message_bytes);
         let mut failures = 0u32;
         loop {
@@ -739,6 +757,9 @@ impl Inner {
                     rb
                 })
                 .await;
+            if let Some(gate) = opened.take() {
+                let _ = gate.send(true);
+            }
             match resp {
                 Ok(mut r) if r.status().is_success() => {
                     parser.reconnected();
@@ -803,6 +824,15 @@ impl Inner {
             }
             return;
         }
+        let gate = state.listen_gate.clone().filter(|g| !*g.borrow());
+        let opened = match &message.kind {
+            OutboundKind::Notification { method, .. } if method == "notifications/initialized" => {
+                let (tx, rx) = watch::channel(false);
+                state.listen_gate = Some(rx);
+                Some(tx)
+            }
+            _ => None,
+        };
         match &message.kind {
             OutboundKind::Request { id, .. } => {
                 let id = id.clone();
@@ -813,7 +843,7 @@ impl Inner {
                 // The lock is held until the task is registered, so its own removal (which
                 // takes the lock) cannot run before.
                 let task = self.runtime.spawn(async move {
-                    me.clone().run_post(message).await;
+                    me.clone().run_post(message, gate, None).await;
                     let mut state = me.state();
                     if state.requests.get(&key).is_some_and(|(s, _)| *s == seq) {
                         state.requests.remove(&key);
@@ -826,7 +856,9 @@ impl Inner {
             }
             _ => {
                 state.background.retain(|t| !t.is_finished());
-                let task = self.runtime.spawn(self.clone().run_post(message));
+                let task = self
+                    .runtime
+                    .spawn(self.clone().run_post(message, None, opened));
                 state.background.push(task.abort_handle());
             }
         }

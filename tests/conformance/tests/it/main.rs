@@ -1,6 +1,7 @@
 //! `conformance-server --stdio` against the official SDK clients (the conformance suite
 //! itself only speaks HTTP). The client scripts live in `tests/interop/`.
 
+mod client_suite;
 mod interop_http;
 #[allow(dead_code)]
 #[path = "../../../interop/support.rs"]
