@@ -62,6 +62,8 @@ pub(crate) struct ClientActor {
     /// Headers our answers to the server's requests carry (the negotiated protocol version).
     pub(crate) response_headers: Arc<arc_swap::ArcSwap<Vec<(String, String)>>>,
     pub(crate) name: String,
+    /// Set once the connection is gone (read by `Client::is_closed`).
+    pub(crate) closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Actor for ClientActor {
@@ -141,6 +143,7 @@ impl Actor for ClientActor {
                     task.abort();
                 }
                 let link = state.link.clone();
+                self.closed.store(true, std::sync::atomic::Ordering::Release);
                 fail_all(state, ClientError::Closed);
                 myself.stop(None);
                 tokio::spawn(async move {
@@ -178,6 +181,7 @@ impl ClientActor {
                 for (_, task) in state.serving.drain() {
                     task.abort();
                 }
+                self.closed.store(true, std::sync::atomic::Ordering::Release);
                 fail_all(state, ClientError::Transport(error));
             }
         }

@@ -250,7 +250,9 @@ impl ClientBuilder {
                 f(n);
             }
         }));
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let actor = ClientActor {
+            closed: closed.clone(),
             handlers,
             notices: notices.clone(),
             response_headers: response_headers.clone(),
@@ -275,6 +277,7 @@ impl ClientBuilder {
         let client = Client {
             inner: Arc::new(Inner {
                 actor: actor_ref,
+                closed,
                 next_id: AtomicI64::new(0),
                 info: self.info,
                 capabilities,
@@ -307,6 +310,7 @@ impl ClientBuilder {
 
 struct Inner {
     actor: ActorRef<ClientMsg>,
+    closed: Arc<std::sync::atomic::AtomicBool>,
     next_id: AtomicI64,
     info: Implementation,
     capabilities: ClientCapabilities,
@@ -403,6 +407,12 @@ impl Client {
     /// True when speaking the stateless 2026-07-28 generation.
     pub fn is_modern(&self) -> bool {
         self.protocol_version().is_some_and(|v| !v.is_legacy())
+    }
+
+    /// True once the connection is gone (the server exited, the transport failed, or
+    /// [`close`](Self::close) was called); every request then fails at once.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// The capabilities this client declares.
@@ -827,6 +837,13 @@ impl Client {
             tokio::select! {
                 answer = &mut reply_rx => {
                     guard.id = None;
+                    // The actor queues progress before it passes on the answer, but `select!`
+                    // may see both ready and pick the answer: deliver what is queued first.
+                    if let Some(f) = &opts.on_progress {
+                        while let Ok(progress) = progress_rx.try_recv() {
+                            f(&progress);
+                        }
+                    }
                     return answer.map_err(|_| ClientError::Closed)?;
                 }
                 Some(progress) = progress_rx.recv() => {
