@@ -21,6 +21,7 @@
 
 mod builder;
 pub mod client;
+pub mod host;
 mod config;
 mod controller;
 pub mod demo;

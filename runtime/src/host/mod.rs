@@ -1,0 +1,11 @@
+//! The plugin host: third-party MCP servers (local processes described by a manifest or a
+//! command, remote HTTP servers) as *sources*, each with a lifecycle (transient, singleton,
+//! pooled), supervised (restart with backoff, a circuit breaker, health probes), discovered,
+//! and re-exposed through a Toolyard server by the gateway.
+
+pub mod spec;
+
+pub use spec::{
+    EnvVar, FailureMode, Launch, Lifecycle, Naming, ProcessSpec, RemoteSpec, RemoteTransport,
+    SourceSpec, Supervision,
+};
