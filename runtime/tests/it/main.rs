@@ -1,7 +1,9 @@
 //! The `toolyard` crate's integration tests (one binary keeps link time low).
 
 mod client;
+mod client_cli;
 mod client_http;
+mod client_interop;
 mod client_oauth;
 mod client_stdio;
 mod core;
