@@ -70,6 +70,9 @@ pub struct ToolDef {
     pub(crate) task_support: Option<TaskSupport>,
     /// The handler decides when the task starts (`RequestContext::start_task`).
     pub(crate) deferred_task: bool,
+    /// Check arguments against the input schema before the handler runs (off for tools
+    /// whose handler forwards to a server that checks them itself).
+    pub(crate) validate_args: bool,
 }
 
 /// An argument mirrored into an `Mcp-Param-{header}` HTTP header (`x-mcp-header`).
@@ -141,7 +144,16 @@ impl ToolDef {
             handler,
             validator: std::sync::OnceLock::new(),
             required_capabilities: None,
+            validate_args: true,
         })
+    }
+
+    /// Leaves argument checking to the handler: for tools that forward to another server
+    /// (the gateway), which validates against its own schema, in whatever JSON Schema
+    /// dialect it uses.
+    pub fn without_validation(mut self) -> Self {
+        self.validate_args = false;
+        self
     }
 
     fn compiled(&self) -> &Result<jsonschema::Validator, String> {
@@ -241,6 +253,9 @@ impl ToolDef {
 
     /// Checks arguments against the input schema; the error names the offending field.
     pub(crate) fn validate(&self, args: &serde_json::Value) -> Result<(), HandlerError> {
+        if !self.validate_args {
+            return Ok(());
+        }
         let v = match self.compiled() {
             Ok(v) => v,
             Err(reason) => {

@@ -40,6 +40,9 @@ pub struct HttpConfig {
     pub keep_alive: Duration,
     /// Host / Origin checks and bearer tokens.
     pub security: Security,
+    /// More routes served beside MCP (e.g. the gateway's admin API), outside the MCP
+    /// endpoint's authentication: they bring their own.
+    pub extra_routes: Option<axum::Router>,
 }
 
 impl Default for HttpConfig {
@@ -51,6 +54,7 @@ impl Default for HttpConfig {
             session_idle_timeout: Duration::from_secs(30 * 60),
             keep_alive: Duration::from_secs(15),
             security: Security::loopback(),
+            extra_routes: None,
         }
     }
 }
@@ -123,6 +127,10 @@ async fn build(
             security::check,
         ))
         .with_state(state.clone());
+    let app = match &config.extra_routes {
+        Some(extra) => app.merge(extra.clone()),
+        None => app,
+    };
     Ok((app, state))
 }
 
