@@ -23,11 +23,23 @@
 //! description = "Greets someone"
 //! template = "Say hello to {name}."
 //! arguments = [{ name = "name", required = true }]
+//!
+//! [gateway]            # the plugin host's gateway (see `host::config`)
+//! separator = "__"
+//! admin_token = "${TOOLYARD_ADMIN_TOKEN}"
+//! failure_mode = "skip"
+//!
+//! [[sources]]          # an upstream MCP server: `plugin`, `command` or `url`
+//! name = "time"
+//! command = "uvx"
+//! args = ["mcp-server-time"]
+//! lifecycle = "transient"
 //! ```
 //!
 //! Command-line flags and their `TOOLYARD_*` environment variables override the file.
 
 use crate::builder::ServerBuilder;
+use crate::host::{GatewaySection, SourceConfig, SourceError, SourceSpec};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -148,6 +160,12 @@ pub struct Config {
     /// `[[prompts]]`.
     #[serde(default)]
     pub prompts: Vec<TemplatePrompt>,
+    /// `[gateway]`.
+    #[serde(default)]
+    pub gateway: GatewaySection,
+    /// `[[sources]]`.
+    #[serde(default)]
+    pub sources: Vec<SourceConfig>,
 }
 
 impl Config {
@@ -161,6 +179,13 @@ impl Config {
             path: path.to_owned(),
             message,
         })
+    }
+
+    /// Resolves `[[sources]]` (plugin manifests, `${VAR}`, commands on `PATH`) into specs;
+    /// `base_dir` is the config file's directory, against which `plugin`, `cwd` and relative
+    /// commands are resolved. Every problem is reported at once.
+    pub fn resolve_sources(&self, base_dir: &Path) -> Result<Vec<SourceSpec>, SourceError> {
+        crate::host::resolve_all(&self.sources, base_dir, &self.gateway)
     }
 
     /// Parses TOML text.
@@ -289,5 +314,27 @@ mod tests {
         .unwrap();
         assert_eq!(c.tools[0].name, "motd");
         assert!(c.prompts[0].arguments[0].required);
+    }
+
+    #[test]
+    fn gateway_and_sources_parse_and_reject_unknown_keys() {
+        let c = Config::parse(
+            r#"
+            [gateway]
+            separator = "."
+            [[sources]]
+            name = "time"
+            command = "uvx"
+            args = ["mcp-server-time"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.gateway.separator, ".");
+        assert_eq!(c.sources[0].command.as_deref(), Some("uvx"));
+        assert_eq!(Config::parse("").unwrap().gateway.separator, "__");
+        let err = Config::parse("[gateway]\nseperator = \".\"\n").unwrap_err();
+        assert!(err.contains("seperator"), "{err}");
+        let err = Config::parse("[[sources]]\nname = \"x\"\ncomand = \"npx\"\n").unwrap_err();
+        assert!(err.contains("comand"), "{err}");
     }
 }

@@ -3,9 +3,13 @@
 //! pooled), supervised (restart with backoff, a circuit breaker, health probes), discovered,
 //! and re-exposed through a Toolyard server by the gateway.
 
+pub mod config;
+pub mod manifest;
 pub mod spec;
 
 pub use spec::{
     EnvVar, FailureMode, Launch, Lifecycle, Naming, ProcessSpec, RemoteSpec, RemoteTransport,
     SourceSpec, Supervision,
 };
+pub use config::{resolve_all, resolve_source, GatewaySection, SourceConfig, SourceError};
+pub use manifest::{Manifest, ManifestError};
