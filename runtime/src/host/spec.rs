@@ -34,6 +34,21 @@ pub struct SourceSpec {
     pub naming: Naming,
 }
 
+impl SourceSpec {
+    /// A hash of everything that defines the source, secrets included (never shown), to
+    /// tell whether a reloaded configuration changed it.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{self:?}").hash(&mut h);
+        match &self.launch {
+            Launch::Process(p) => p.env.iter().for_each(|v| v.value.hash(&mut h)),
+            Launch::Remote(r) => r.headers.iter().for_each(|(_, v)| v.hash(&mut h)),
+        }
+        h.finish()
+    }
+}
+
 /// How to reach a source.
 #[derive(Debug, Clone)]
 pub enum Launch {
@@ -87,7 +102,7 @@ impl fmt::Debug for EnvVar {
 }
 
 /// A remote server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RemoteSpec {
     /// The endpoint.
     pub url: String,
@@ -95,6 +110,21 @@ pub struct RemoteSpec {
     pub transport: RemoteTransport,
     /// Extra headers (auth tokens): values are treated as secrets.
     pub headers: Vec<(String, String)>,
+}
+
+impl fmt::Debug for RemoteSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, _)| format!("{k}: <secret>"))
+            .collect();
+        f.debug_struct("RemoteSpec")
+            .field("url", &self.url)
+            .field("transport", &self.transport)
+            .field("headers", &headers)
+            .finish()
+    }
 }
 
 /// The wire of a remote source.
