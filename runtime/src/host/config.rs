@@ -951,20 +951,10 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugins")
     }
 
-    /// A directory with fake `npx`, `uvx`, `docker`, `python` and `node` executables, used
-    /// as `PATH` so tests never depend on what the machine has installed.
+    /// `PATH` for the tests: a fixture directory with stand-ins for `npx`, `uvx`, `docker`,
+    /// `python` and `node`, so tests never depend on what the machine has installed.
     fn fake_path() -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("toolyard-host-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for bin in ["npx", "uvx", "docker", "python", "node", "my-server"] {
-            let p = dir.join(bin);
-            if !p.exists() {
-                std::fs::write(&p, "#!/bin/sh\n").unwrap();
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-            }
-        }
-        dir
+        fixtures().join("fake-bin")
     }
 
     struct Env(HashMap<String, String>);
