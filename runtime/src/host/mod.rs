@@ -4,12 +4,16 @@
 //! and re-exposed through a Toolyard server by the gateway.
 
 pub mod config;
+pub mod error;
 pub mod manifest;
+pub mod pool;
 pub mod spec;
 
 pub use spec::{
     EnvVar, FailureMode, Launch, Lifecycle, Naming, ProcessSpec, RemoteSpec, RemoteTransport,
     SourceSpec, Supervision,
 };
+pub use error::HostError;
+pub use pool::{ClientFactory, HealthState, Lease, SourceHealth, SourcePool};
 pub use config::{resolve_all, resolve_source, GatewaySection, SourceConfig, SourceError};
 pub use manifest::{Manifest, ManifestError};
