@@ -153,6 +153,16 @@ impl Server {
         panic!("{last}");
     }
 
+    /// The server process's id (to signal it).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `http://127.0.0.1:PORT` (no path).
+    pub(crate) fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
     pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }

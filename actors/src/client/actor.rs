@@ -143,7 +143,8 @@ impl Actor for ClientActor {
                     task.abort();
                 }
                 let link = state.link.clone();
-                self.closed.store(true, std::sync::atomic::Ordering::Release);
+                self.closed
+                    .store(true, std::sync::atomic::Ordering::Release);
                 fail_all(state, ClientError::Closed);
                 myself.stop(None);
                 tokio::spawn(async move {
@@ -181,7 +182,8 @@ impl ClientActor {
                 for (_, task) in state.serving.drain() {
                     task.abort();
                 }
-                self.closed.store(true, std::sync::atomic::Ordering::Release);
+                self.closed
+                    .store(true, std::sync::atomic::Ordering::Release);
                 fail_all(state, ClientError::Transport(error));
             }
         }

@@ -7,6 +7,7 @@ mod client_interop;
 mod client_oauth;
 mod client_stdio;
 mod core;
+mod gateway;
 mod host_pool;
 mod http;
 mod http_auth;

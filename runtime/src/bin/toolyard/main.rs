@@ -160,8 +160,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .or(config.server.name.clone())
             .unwrap_or_else(|| "toolyard".into());
         let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
-        if !args.no_demo {
+        // A gateway serves its sources, not the demo.
+        let gateway_config = !config.sources.is_empty();
+        if !args.no_demo && !gateway_config {
             builder = toolyard::demo::demo(builder);
+        }
+        let base_dir = args
+            .config
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let specs = config
+            .resolve_sources(&base_dir)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let guard = toolyard::host::gateway::ListingGuard::default();
+        if gateway_config {
+            builder = builder.layer(std::sync::Arc::new(guard.clone()));
         }
         builder = builder.config(&config);
         let mut limits = Limits::default();
@@ -177,6 +192,34 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
         }
         let server = builder.start().await?;
+        let gateway = if gateway_config {
+            let gateway = toolyard::host::gateway::Gateway::new(&server, guard);
+            for spec in specs {
+                let name = spec.name.clone();
+                gateway
+                    .add_source(spec)
+                    .await
+                    .with_context(|| format!("starting source `{name}`"))?;
+            }
+            if let Some(path) = args.config.clone() {
+                reload_on_sighup(gateway.clone(), path);
+            }
+            Some(gateway)
+        } else {
+            None
+        };
+        let admin = match (
+            &gateway,
+            config
+                .gateway
+                .admin_token()
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ) {
+            (Some(g), Some(token)) => {
+                Some((g.clone(), token, base_dir.clone(), config.gateway.clone()))
+            }
+            _ => None,
+        };
         if args.stdio {
             let mut options = StdioOptions::default();
             if let Some(n) = args.max_message_bytes.or(config.server.max_message_bytes) {
@@ -184,7 +227,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }
             toolyard::serve_stdio(&server, options).await?;
         } else {
-            serve_http(&server, &args).await?;
+            serve_http(&server, &args, admin).await?;
+        }
+        if let Some(gateway) = gateway {
+            gateway.shutdown().await;
         }
         server.shutdown();
         Ok::<_, anyhow::Error>(())
@@ -194,8 +240,54 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The gateway's admin API: gateway, token, base directory, `[gateway]` section.
+type Admin = (
+    toolyard::host::gateway::Gateway,
+    String,
+    PathBuf,
+    toolyard::host::GatewaySection,
+);
+
+/// Re-reads the config file on SIGHUP and makes the gateway's sources match it.
+fn reload_on_sighup(gateway: toolyard::host::gateway::Gateway, path: PathBuf) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let base_dir = path
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            let specs = match Config::load(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.resolve_sources(&base_dir).map_err(|e| e.to_string()))
+            {
+                Ok(specs) => specs,
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: the config file is invalid; keeping the running sources");
+                    continue;
+                }
+            };
+            let errors = gateway.apply(specs).await;
+            for e in &errors {
+                tracing::error!(error = %e, "SIGHUP: a source could not be applied");
+            }
+            tracing::info!(sources = ?gateway.names(), failed = errors.len(), "SIGHUP: configuration reloaded");
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (gateway, path);
+}
+
 #[cfg(feature = "http")]
-async fn serve_http(server: &toolyard::Server, args: &ServeArgs) -> anyhow::Result<()> {
+async fn serve_http(
+    server: &toolyard::Server,
+    args: &ServeArgs,
+    admin: Option<Admin>,
+) -> anyhow::Result<()> {
     let addr = args
         .http
         .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
@@ -249,6 +341,9 @@ async fn serve_http(server: &toolyard::Server, args: &ServeArgs) -> anyhow::Resu
         max_sessions: args.max_sessions,
         session_idle_timeout: std::time::Duration::from_secs(args.session_idle_seconds),
         security,
+        extra_routes: admin.map(|(gateway, token, base_dir, section)| {
+            toolyard::host::admin::admin_router(gateway, token, base_dir, section)
+        }),
         ..Default::default()
     };
     eprintln!("toolyard: serving MCP on http://{addr}/mcp");
@@ -263,7 +358,11 @@ async fn serve_http(server: &toolyard::Server, args: &ServeArgs) -> anyhow::Resu
 }
 
 #[cfg(not(feature = "http"))]
-async fn serve_http(_server: &toolyard::Server, _args: &ServeArgs) -> anyhow::Result<()> {
+async fn serve_http(
+    _server: &toolyard::Server,
+    _args: &ServeArgs,
+    _admin: Option<Admin>,
+) -> anyhow::Result<()> {
     anyhow::bail!(
         "this build has no HTTP transport (built without the `http` feature); use --stdio"
     )
