@@ -212,6 +212,33 @@ pub struct SourceStatus {
     pub listed: bool,
 }
 
+/// The outcome of [`Gateway::execute`]: what the tool returned, or why it did not.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionResult {
+    /// The call completed and the tool did not report an error.
+    pub success: bool,
+    /// The tool's content (empty when the call failed).
+    pub content: Vec<toolyard_proto::ContentBlock>,
+    /// The tool's structured content.
+    pub structured_content: Option<Value>,
+    /// The tool answered with `isError: true`.
+    pub is_error: bool,
+    /// The tool's error text, or why the call failed (no secrets).
+    pub error: Option<String>,
+    /// From the lease to the answer.
+    #[serde(serialize_with = "millis")]
+    pub elapsed: Duration,
+    /// The source.
+    pub source: String,
+    /// The tool's upstream name.
+    pub tool: String,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
 /// The gateway over a running server.
 #[derive(Clone)]
 pub struct Gateway {
@@ -339,6 +366,56 @@ impl Gateway {
             }
         }
         errors
+    }
+
+    /// Calls `tool` (its upstream name) on `source` directly, for embedders that use the
+    /// host without going through MCP: the outcome, whatever it is, comes back as an
+    /// [`ExecutionResult`] rather than an error.
+    pub async fn execute(&self, source: &str, tool: &str, arguments: Value) -> ExecutionResult {
+        let started = Instant::now();
+        let finish = |success: bool, result: Option<CallToolResult>, error: Option<String>| {
+            let is_error = result.as_ref().is_some_and(CallToolResult::failed);
+            ExecutionResult {
+                success: success && !is_error,
+                content: result
+                    .as_ref()
+                    .map(|r| r.content.clone())
+                    .unwrap_or_default(),
+                structured_content: result.and_then(|r| r.structured_content),
+                is_error,
+                error,
+                elapsed: started.elapsed(),
+                source: source.to_owned(),
+                tool: tool.to_owned(),
+            }
+        };
+        let Some(src) = self.source(source) else {
+            return finish(false, None, Some(format!("no source named `{source}`")));
+        };
+        let lease = match src.pool.lease().await {
+            Ok(lease) => lease,
+            Err(e) => return finish(false, None, Some(e.to_string())),
+        };
+        match lease.call_tool(tool, arguments).await {
+            Ok(result) => {
+                let error = result.failed().then(|| {
+                    result
+                        .content
+                        .iter()
+                        .filter_map(|c| match c {
+                            toolyard_proto::ContentBlock::Text(t) => Some(t.text.as_str()),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+                finish(true, Some(result), error)
+            }
+            Err(e) => {
+                lease.report(&e);
+                finish(false, None, Some(e.to_string()))
+            }
+        }
     }
 
     /// The names of the registered sources.

@@ -235,6 +235,26 @@ async fn adding_and_removing_sources_fires_list_changed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_reports_success_tool_errors_and_failures_as_results() {
+    let (_server, gateway) = gateway_server().await;
+    gateway.add_source(toolyard_source("demo")).await.unwrap();
+    let ok = gateway
+        .execute("demo", "echo", json!({"message": "hi"}))
+        .await;
+    assert!(ok.success && !ok.is_error && ok.error.is_none(), "{ok:?}");
+    assert_eq!(text(&ok.content), "hi");
+    assert_eq!((ok.source.as_str(), ok.tool.as_str()), ("demo", "echo"));
+    let failed = gateway.execute("demo", "fail", json!({})).await;
+    assert!(
+        !failed.success && failed.is_error && failed.error.is_some(),
+        "{failed:?}"
+    );
+    let unknown = gateway.execute("nope", "echo", json!({})).await;
+    assert!(!unknown.success && unknown.error.unwrap().contains("nope"));
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_skip_source_is_left_out_and_a_broken_fail_source_is_refused() {
     let (server, gateway) = gateway_server().await;
     gateway.add_source(toolyard_source("good")).await.unwrap();
