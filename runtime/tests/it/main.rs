@@ -8,6 +8,7 @@ mod client_oauth;
 mod client_stdio;
 mod core;
 mod gateway;
+mod gateway_interop;
 mod host_pool;
 mod http;
 mod http_auth;
