@@ -772,6 +772,12 @@ fn on_upstream_notice(gateway: &Weak<GatewayInner>, source: &Weak<Source>, notic
         "notifications/tools/list_changed"
         | "notifications/resources/list_changed"
         | "notifications/prompts/list_changed" => {
+            // A transient source's process lives for one call: what it lists is what every
+            // fresh process lists (some announce a change right after they start), so its
+            // notifications would only start another process for nothing.
+            if source.spec.lifecycle == super::spec::Lifecycle::Transient {
+                return;
+            }
             if source.refresh_queued.swap(true, Ordering::AcqRel) {
                 return;
             }

@@ -194,12 +194,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let server = builder.start().await?;
         let gateway = if gateway_config {
             let gateway = toolyard::host::gateway::Gateway::new(&server, guard);
-            for spec in specs {
-                let name = spec.name.clone();
-                gateway
-                    .add_source(spec)
-                    .await
-                    .with_context(|| format!("starting source `{name}`"))?;
+            // Sources start side by side: start-up takes as long as the slowest one.
+            let started = futures_util::future::join_all(specs.into_iter().map(|spec| {
+                let gateway = gateway.clone();
+                async move {
+                    let name = spec.name.clone();
+                    gateway
+                        .add_source(spec)
+                        .await
+                        .with_context(|| format!("starting source `{name}`"))
+                }
+            }))
+            .await;
+            for outcome in started {
+                outcome?;
             }
             if let Some(path) = args.config.clone() {
                 reload_on_sighup(gateway.clone(), path);
