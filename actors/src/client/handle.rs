@@ -947,22 +947,12 @@ impl Client {
 
     /// Every tool, following cursors.
     pub async fn list_all_tools(&self) -> Result<Vec<Tool>, ClientError> {
-        let mut all = Vec::new();
-        let mut cursor = None;
-        let mut seen = std::collections::HashSet::new();
-        loop {
-            let page = self.list_tools(cursor).await?;
-            all.extend(page.tools);
-            match page.next_cursor {
-                Some(c) if seen.insert(c.clone()) => cursor = Some(c),
-                Some(c) => {
-                    return Err(ClientError::Protocol(format!(
-                        "tools/list repeated the cursor {c:?}"
-                    )))
-                }
-                None => return Ok(all),
-            }
-        }
+        self.all_pages(
+            "tools/list",
+            |cursor| self.list_tools(cursor),
+            |p: ListToolsResult| (p.tools, p.next_cursor),
+        )
+        .await
     }
 
     /// `tools/call`. A tool's failure is a result with `isError: true`, not an `Err`.
@@ -1038,17 +1028,12 @@ impl Client {
 
     /// Every resource, following cursors.
     pub async fn list_all_resources(&self) -> Result<Vec<Resource>, ClientError> {
-        let mut all = Vec::new();
-        let mut cursor = None;
-        for _ in 0..10_000 {
-            let page = self.list_resources(cursor).await?;
-            all.extend(page.resources);
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
-                None => return Ok(all),
-            }
-        }
-        Err(ClientError::Protocol("resources/list never ended".into()))
+        self.all_pages(
+            "resources/list",
+            |cursor| self.list_resources(cursor),
+            |p: ListResourcesResult| (p.resources, p.next_cursor),
+        )
+        .await
     }
 
     /// `resources/templates/list`, one page.
@@ -1066,19 +1051,12 @@ impl Client {
 
     /// Every resource template, following cursors.
     pub async fn list_all_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ClientError> {
-        let mut all = Vec::new();
-        let mut cursor = None;
-        for _ in 0..10_000 {
-            let page = self.list_resource_templates(cursor).await?;
-            all.extend(page.resource_templates);
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
-                None => return Ok(all),
-            }
-        }
-        Err(ClientError::Protocol(
-            "resources/templates/list never ended".into(),
-        ))
+        self.all_pages(
+            "resources/templates/list",
+            |cursor| self.list_resource_templates(cursor),
+            |p: ListResourceTemplatesResult| (p.resource_templates, p.next_cursor),
+        )
+        .await
     }
 
     /// `resources/read`.
@@ -1104,17 +1082,41 @@ impl Client {
 
     /// Every prompt, following cursors.
     pub async fn list_all_prompts(&self) -> Result<Vec<Prompt>, ClientError> {
+        self.all_pages(
+            "prompts/list",
+            |cursor| self.list_prompts(cursor),
+            |p: ListPromptsResult| (p.prompts, p.next_cursor),
+        )
+        .await
+    }
+
+    /// Follows a listing's cursors to the end; a cursor the server repeats is an error
+    /// (it would loop forever).
+    async fn all_pages<P, T, Fut>(
+        &self,
+        method: &str,
+        page: impl Fn(Option<String>) -> Fut,
+        split: impl Fn(P) -> (Vec<T>, Option<String>),
+    ) -> Result<Vec<T>, ClientError>
+    where
+        Fut: std::future::Future<Output = Result<P, ClientError>>,
+    {
         let mut all = Vec::new();
         let mut cursor = None;
-        for _ in 0..10_000 {
-            let page = self.list_prompts(cursor).await?;
-            all.extend(page.prompts);
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let (items, next) = split(page(cursor).await?);
+            all.extend(items);
+            match next {
+                Some(c) if seen.insert(c.clone()) => cursor = Some(c),
+                Some(c) => {
+                    return Err(ClientError::Protocol(format!(
+                        "{method} repeated the cursor {c:?}"
+                    )))
+                }
                 None => return Ok(all),
             }
         }
-        Err(ClientError::Protocol("prompts/list never ended".into()))
     }
 
     /// `prompts/get`.
