@@ -9,6 +9,7 @@ mod client_stdio;
 mod core;
 mod gateway;
 mod gateway_interop;
+mod gateway_faults;
 mod host_pool;
 mod http;
 mod http_auth;

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# mcpload over stdio through the gateway (issue 5): `toolyard serve --stdio --config gw.toml`,
+# whose one source is Toolyard's own stdio server (`serve --stdio --workers 1`, singleton,
+# `aliases = { echo = "echo" }` so mcpload's `echo` calls pass through), against that same
+# server called directly, interleaved in one run (c = 16, REPEATS rounds); then the cost of a
+# transient call (a `lifecycle = "transient"` source: a process per call) at c = 1 and 16.
+# Pinned like mcpload-stdio.sh: mcpload on core 0, the server side on core 1 (the gateway and
+# its upstream share that core). Prints medians (calls/s, p50, p99, server-side CPU per call)
+# and per-round ratios gateway/direct.
+# Needs ../shared/mcpload (the workplace's load generator).
+#   REPEATS=3 DURATION=3 CONC=16 TRANSIENT_REPEATS=2 TRANSIENT_DURATION=3 OUT=/tmp/x.jsonl
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
+MCPLOAD_TARGET=${MCPLOAD_TARGET:-/tmp/mcpload-target}
+(cd "$MCPLOAD_DIR" && CARGO_TARGET_DIR=$MCPLOAD_TARGET cargo build --release -q)
+cargo build --release -q -p toolyard --bins
+M=$MCPLOAD_TARGET/release/mcpload
+T=${CARGO_TARGET_DIR:-$PWD/target}/release/toolyard
+out=${OUT:-/tmp/toolyard-gateway-load.jsonl}
+conc=${CONC:-16}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+source_of() { # $1 = extra lines
+  printf '[[sources]]\nname = "up"\ncommand = "%s"\nargs = ["serve", "--stdio", "--workers", "1"]\naliases = { echo = "echo" }\n%s\n' "$T" "$1"
+}
+source_of '' > "$dir/gw.toml"
+source_of 'lifecycle = "transient"' > "$dir/gw-transient.toml"
+# Runs the server command and writes the CPU seconds of it and every process under it (the
+# gateway's upstreams, reparented to us if the gateway dies first: a child subreaper) to $1.
+cpu_wrapper='
+import ctypes, os, resource, signal, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+child = subprocess.Popen(sys.argv[2:])
+signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+child.wait()
+signal.alarm(5)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{ru.ru_utime + ru.ru_stime}\n")
+'
+run() { # label concurrency duration warmup server-command...
+  # Adds the server side's CPU seconds to mcpload's JSON line as server_cpu_s.
+  local label=$1 c=$2 d=$3 w=$4 line cpu; shift 4
+  rm -f "$dir/cpu"
+  line=$(timeout 120 taskset -c 0 "$M" --json --label "$label" -c "$c" -d "$d" --warmup "$w" \
+    stdio -- taskset -c 1 python3 -c "$cpu_wrapper" "$dir/cpu" "$@")
+  for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$dir/cpu" ] && break; sleep 0.2; done
+  cpu=$(cat "$dir/cpu" 2>/dev/null || true)
+  echo "${line%\}},\"server_cpu_s\":${cpu:-null}}" >> "$out"
+}
+: > "$out"
+# Singleton: direct and through the gateway (one worker, like the direct server, and the
+# default two), interleaved.
+for rep in $(seq "${REPEATS:-3}"); do
+  run direct "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --workers 1
+  run gateway "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --workers 1 --config "$dir/gw.toml"
+  run gateway-w2 "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --config "$dir/gw.toml"
+done
+# Transient: a process per call; direct at c = 1 for the per-call cost.
+for rep in $(seq "${TRANSIENT_REPEATS:-2}"); do
+  run direct 1 "${TRANSIENT_DURATION:-3}" 200 "$T" serve --stdio --workers 1
+  run transient 1 "${TRANSIENT_DURATION:-3}" 20 "$T" serve --stdio --workers 1 --config "$dir/gw-transient.toml"
+  run transient "$conc" "${TRANSIENT_DURATION:-3}" 20 "$T" serve --stdio --workers 1 --config "$dir/gw-transient.toml"
+done
+python3 - "$out" "$conc" <<'PY'
+import json, statistics as st, collections, sys
+d = collections.defaultdict(list)
+for l in open(sys.argv[1]):
+    r = json.loads(l); d[(r['label'], r['concurrency'])].append(r)
+conc = int(sys.argv[2])
+med = lambda rs, f: st.median(f(r) for r in rs)
+cpu = lambda r: r['server_cpu_s'] * 1e6 / r['issued'] if r.get('server_cpu_s') else float('nan')
+print(f"{'label':11} {'c':>3} {'calls/s':>9} {'p50':>8} {'p99':>8} {'cpu/call':>9} {'errors':>6}  calls/s per round")
+for (lab, c), rs in sorted(d.items(), key=lambda x: (x[0][1], x[0][0])):
+    print(f"{lab:11} {c:3} {med(rs, lambda r: r['calls_per_s']):9.0f} "
+          f"{med(rs, lambda r: r['latency_us']['p50']):6.0f}us {med(rs, lambda r: r['latency_us']['p99']):6.0f}us "
+          f"{med(rs, cpu):7.1f}us {sum(r['errors'] for r in rs):6}  "
+          + " ".join(f"{r['calls_per_s']:.0f}" for r in rs))
+for lab in ("gateway", "gateway-w2"):
+    pairs = list(zip(d[(lab, conc)], d[("direct", conc)]))
+    if not pairs:
+        continue
+    thr = [a['calls_per_s'] / b['calls_per_s'] for a, b in pairs]
+    p99 = [a['latency_us']['p99'] / b['latency_us']['p99'] for a, b in pairs]
+    print(f"{lab}/direct c={conc}: throughput ratio median {st.median(thr):.2f} "
+          f"(rounds {' '.join(f'{x:.2f}' for x in thr)}), p99 ratio median {st.median(p99):.2f} "
+          f"-> {'meets' if st.median(thr) >= 0.8 else 'misses'} the 80% goal")
+t1, d1 = d.get(("transient", 1)), d.get(("direct", 1))
+if t1 and d1:
+    extra = med(t1, lambda r: r['latency_us']['p50']) - med(d1, lambda r: r['latency_us']['p50'])
+    print(f"transient call cost at c=1: +{extra/1000:.1f} ms per call over a direct call (p50)")
+PY
