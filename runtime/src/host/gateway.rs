@@ -118,11 +118,18 @@ impl Drop for RelayGuard {
 /// An upstream call waiting for a modern caller's retry: the retry's `requestState`
 /// carries the key.
 struct Parked {
-    call: tokio::task::JoinHandle<Result<CallToolResult, ClientError>>,
+    call: tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>,
     questions: mpsc::UnboundedReceiver<Question>,
     pending: Question,
     asked: u32,
     since: Instant,
+}
+
+/// Why an upstream call produced no result: the source could not be reached (its error
+/// already names it) or the call itself failed.
+enum CallFailure {
+    Host(HostError),
+    Client(ClientError),
 }
 
 /// How long a parked upstream call waits for the caller's retry.
@@ -880,7 +887,7 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
                     for _ in 0..attempts {
                         let lease: Lease = match source.pool.lease().await {
                             Ok(lease) => lease,
-                            Err(e) => return Err(ClientError::Protocol(e.to_string())),
+                            Err(e) => return Err(CallFailure::Host(e)),
                         };
                         match lease
                             .call_tool_with(&upstream, arguments.clone(), &progress)
@@ -890,13 +897,13 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
                             Err(e) => {
                                 lease.report(&e);
                                 if !retryable(&e) {
-                                    return Err(e);
+                                    return Err(CallFailure::Client(e));
                                 }
                                 last = e;
                             }
                         }
                     }
-                    Err(last)
+                    Err(CallFailure::Client(last))
                 })
             };
             drive(&source, &ctx, call, questions, None, 0, started).await
@@ -910,7 +917,7 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
 async fn drive(
     source: &Arc<Source>,
     ctx: &RequestContext,
-    mut call: tokio::task::JoinHandle<Result<CallToolResult, ClientError>>,
+    mut call: tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>,
     mut questions: mpsc::UnboundedReceiver<Question>,
     mut pending: Option<Question>,
     mut asked: u32,
@@ -965,7 +972,8 @@ async fn drive(
             done = &mut call => {
                 return match done {
                     Ok(Ok(result)) => Ok(annotate(result, &name, started)),
-                    Ok(Err(e)) => Err(client_failure(&name, e)),
+                    Ok(Err(CallFailure::Host(e))) => Err(host_failure(e)),
+                    Ok(Err(CallFailure::Client(e))) => Err(client_failure(&name, e)),
                     Err(_) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
                 };
             }

@@ -809,11 +809,9 @@ async fn only_read_only_or_idempotent_tools_are_retried_after_the_upstream_dies(
 }
 
 /// `toolyard serve --stdio --config` ended by SIGTERM (how supervisors and load generators
-/// stop a stdio server) should stop its sources like stdin EOF does. Today it dies by the
-/// signal's default action: `Gateway::shutdown` never runs, and an upstream that ignores
-/// EOF and SIGTERM is orphaned (with `--http`, SIGTERM drains and stops the sources).
+/// stop a stdio server) stops its sources like stdin EOF does, even an upstream that ignores
+/// EOF and SIGTERM (regression: it used to die by the signal's default action, orphaning it).
 #[test]
-#[ignore = "bug: serve --stdio does not handle SIGTERM; sources are left to stdin EOF"]
 fn sigterm_on_a_stdio_gateway_stops_its_sources() {
     let scratch = Scratch::new("sigterm");
     let script = fixtures().join("fault_server.py");

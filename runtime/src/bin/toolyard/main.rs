@@ -233,7 +233,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             if let Some(n) = args.max_message_bytes.or(config.server.max_message_bytes) {
                 options.max_message_bytes = n;
             }
-            toolyard::serve_stdio(&server, options).await?;
+            // SIGTERM ends a stdio server too, and the gateway's sources with it (stdin EOF
+            // is the usual end; a supervisor may signal instead).
+            tokio::select! {
+                served = toolyard::serve_stdio(&server, options) => served?,
+                () = terminated() => tracing::info!("SIGTERM: stopping"),
+            }
         } else {
             serve_http(&server, &args, admin).await?;
         }
@@ -255,6 +260,17 @@ type Admin = (
     PathBuf,
     toolyard::host::GatewaySection,
 );
+
+/// Resolves on SIGTERM (never where there is none).
+async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        term.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await
+}
 
 /// Re-reads the config file on SIGHUP and makes the gateway's sources match it.
 fn reload_on_sighup(gateway: toolyard::host::gateway::Gateway, path: PathBuf) {
