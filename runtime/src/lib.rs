@@ -21,10 +21,10 @@
 
 mod builder;
 pub mod client;
-pub mod host;
 mod config;
 mod controller;
 pub mod demo;
+pub mod host;
 #[cfg(feature = "http")]
 pub mod http;
 mod memory;
