@@ -493,7 +493,7 @@ impl Client {
 
     async fn discover_with(&self, opts: RequestOptions) -> Result<DiscoverResult, ClientError> {
         let raw = self
-            .round_trip("server/discover", Map::new(), &opts, Era::Modern)
+            .round_trip("server/discover", &Map::new(), &opts, Era::Modern)
             .await?;
         let result: DiscoverResult = parse_result("server/discover", &raw)?;
         if !result
@@ -531,7 +531,7 @@ impl Client {
         params.insert("clientInfo".into(), to_value(&self.inner.info));
         let opts = RequestOptions::default().timeout(self.inner.handshake_timeout);
         let raw = self
-            .round_trip("initialize", params, &opts, Era::Handshake)
+            .round_trip("initialize", &params, &opts, Era::Handshake)
             .await
             .map_err(|e| match e {
                 e @ (ClientError::Transport(_) | ClientError::Auth(_) | ClientError::Closed) => e,
@@ -625,14 +625,14 @@ impl Client {
         let mut header_retry = true;
         loop {
             let raw = match self
-                .round_trip(method, params.clone(), opts, Era::Negotiated)
+                .round_trip(method, &params, opts, Era::Negotiated)
                 .await
             {
                 Err(ClientError::Transport(TransportError::SessionExpired))
                     if !self.is_modern() =>
                 {
                     self.reinitialize().await?;
-                    self.round_trip(method, params.clone(), opts, Era::Negotiated)
+                    self.round_trip(method, &params, opts, Era::Negotiated)
                         .await?
                 }
                 Err(ClientError::Rpc(e))
@@ -719,14 +719,11 @@ impl Client {
     async fn round_trip(
         &self,
         method: &str,
-        params: Map<String, Value>,
+        params: &Map<String, Value>,
         opts: &RequestOptions,
         era: Era,
     ) -> Result<Box<RawValue>, ClientError> {
-        match self
-            .round_trip_once(method, params.clone(), opts, era)
-            .await
-        {
+        match self.round_trip_once(method, params, opts, era).await {
             Err(ClientError::Rpc(e))
                 if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION
                     && era != Era::Handshake
@@ -750,7 +747,7 @@ impl Client {
     async fn round_trip_once(
         &self,
         method: &str,
-        mut params: Map<String, Value>,
+        params: &Map<String, Value>,
         opts: &RequestOptions,
         era: Era,
     ) -> Result<Box<RawValue>, ClientError> {
@@ -761,8 +758,8 @@ impl Client {
             Era::Handshake => false,
             Era::Negotiated => self.is_modern(),
         };
-        let mut meta = match params.remove("_meta") {
-            Some(Value::Object(m)) => m,
+        let mut meta = match params.get("_meta") {
+            Some(Value::Object(m)) => m.clone(),
             _ => Map::new(),
         };
         if let Some(extra) = &opts.meta {
@@ -797,14 +794,20 @@ impl Client {
                 headers.push(("Mcp-Name".to_owned(), header_value(name)));
             }
             if method == "tools/call" {
-                self.param_headers(&params, &mut headers);
+                self.param_headers(params, &mut headers);
             }
         } else if era == Era::Negotiated {
             headers.extend(inner.response_headers.load().iter().cloned());
         }
-        params.insert("_meta".into(), Value::Object(meta));
-        let body = toolyard_proto::jsonrpc::request_bytes(&id, method, &params)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let body = toolyard_proto::jsonrpc::request_bytes(
+            &id,
+            method,
+            &WithMeta {
+                params,
+                meta: &meta,
+            },
+        )
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
         inner
@@ -889,7 +892,7 @@ impl Client {
         let mut cursor = None;
         for _ in 0..1000 {
             let raw = self
-                .round_trip("tools/list", cursor_params(cursor), opts, Era::Negotiated)
+                .round_trip("tools/list", &cursor_params(cursor), opts, Era::Negotiated)
                 .await?;
             let mut page: ListToolsResult = parse_result("tools/list", &raw)?;
             self.learn_tools(&mut page.tools);
@@ -1153,7 +1156,7 @@ impl Client {
         if self.is_modern() {
             self.round_trip(
                 "server/discover",
-                Map::new(),
+                &Map::new(),
                 &RequestOptions::default(),
                 Era::Modern,
             )
@@ -1162,7 +1165,7 @@ impl Client {
         } else {
             self.round_trip(
                 "ping",
-                Map::new(),
+                &Map::new(),
                 &RequestOptions::default(),
                 Era::Negotiated,
             )
@@ -1182,7 +1185,7 @@ impl Client {
         params.insert("level".into(), to_value(&level));
         self.round_trip(
             "logging/setLevel",
-            params,
+            &params,
             &RequestOptions::default(),
             Era::Negotiated,
         )
@@ -1204,7 +1207,7 @@ impl Client {
             let listen = tokio::spawn(async move {
                 let opts = RequestOptions::default().timeout(Duration::from_secs(365 * 24 * 3600));
                 client
-                    .round_trip("subscriptions/listen", params, &opts, Era::Negotiated)
+                    .round_trip("subscriptions/listen", &params, &opts, Era::Negotiated)
                     .await
             });
             // The server acknowledges before anything else on the stream.
@@ -1240,7 +1243,7 @@ impl Client {
             params.insert("uri".into(), uri.as_str().into());
             self.round_trip(
                 "resources/subscribe",
-                params,
+                &params,
                 &RequestOptions::default(),
                 Era::Negotiated,
             )
@@ -1267,6 +1270,27 @@ enum Probe {
     Modern,
     Legacy(ProtocolVersion),
     Failed(ClientError),
+}
+
+/// A request's params with our `_meta` in place of the caller's, serialized without
+/// copying the params (tool arguments can be large).
+struct WithMeta<'a> {
+    params: &'a Map<String, Value>,
+    meta: &'a Map<String, Value>,
+}
+
+impl serde::Serialize for WithMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in self.params {
+            if k != "_meta" {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.serialize_entry("_meta", self.meta)?;
+        map.end()
+    }
 }
 
 /// Which generation's `_meta` and headers a request carries.
@@ -1317,7 +1341,7 @@ impl Drop for Subscription {
                     let _ = client
                         .round_trip(
                             "resources/unsubscribe",
-                            params,
+                            &params,
                             &RequestOptions::default(),
                             Era::Negotiated,
                         )
