@@ -73,6 +73,9 @@ const TARGET: &str = "toolyard::client::stdio";
 const KEPT_ENV: [&str; 2] = ["PATH", "HOME"];
 /// The longest stderr line logged; the rest of the line is dropped.
 const MAX_STDERR_LINE: usize = 4 * 1024;
+/// How much of the last stderr line an exit error quotes.
+const LAST_STDERR_CHARS: usize = 300;
+
 /// stderr lines logged per second at most; the others are counted and reported.
 const STDERR_LINES_PER_SEC: u32 = 100;
 /// How long to wait for the reader to deliver what a process wrote before it exited, and
@@ -267,6 +270,7 @@ impl StdioTransport {
         let ident = Ident {
             name: self.server_name().into(),
             pid: child.id().unwrap_or_default(),
+            last_stderr: Arc::default(),
         };
         let pgid = Pid::from_raw(i32::try_from(ident.pid).unwrap_or(0));
         let mut guard = GroupGuard {
@@ -352,6 +356,8 @@ impl Transport for StdioTransport {
 struct Ident {
     name: Arc<str>,
     pid: u32,
+    /// The server's last stderr line (shortened), quoted when it exits: usually the reason.
+    last_stderr: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// The client's handle: queues messages for the writer, asks the driver to close.
@@ -605,10 +611,20 @@ async fn drain_stderr(stderr: ChildStderr, ident: Ident) {
 
 fn log_stderr(line: &[u8], truncated: bool, limit: &mut RateLimit, ident: &Ident) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.is_empty() || !limit.allow(ident) {
+    if line.trim_ascii().is_empty() {
         return;
     }
     let text = String::from_utf8_lossy(line);
+    {
+        let mut last: String = text.trim().chars().take(LAST_STDERR_CHARS).collect();
+        if text.trim().chars().count() > LAST_STDERR_CHARS {
+            last.push('…');
+        }
+        *ident.last_stderr.lock().unwrap_or_else(|p| p.into_inner()) = Some(last);
+    }
+    if !limit.allow(ident) {
+        return;
+    }
     let more = if truncated { " […]" } else { "" };
     tracing::info!(target: TARGET, server = %ident.name, pid = ident.pid, "stderr: {text}{more}");
 }
@@ -705,6 +721,10 @@ impl Driver {
             }
         };
 
+        let failure = match failure {
+            Some(error) => Some(self.with_last_stderr(error).await),
+            None => None,
+        };
         if let Some(error) = &failure {
             tracing::info!(target: TARGET, server = %self.ident.name, pid = self.ident.pid,
                 "connection ended: {error}");
@@ -724,9 +744,10 @@ impl Driver {
         }
         // Let stderr's last lines be logged; the group is dead, so EOF is near unless the
         // server handed its stderr to a process outside the group.
-        if tokio::time::timeout(SETTLE, &mut self.stderr)
-            .await
-            .is_err()
+        if !self.stderr.is_finished()
+            && tokio::time::timeout(SETTLE, &mut self.stderr)
+                .await
+                .is_err()
         {
             self.stderr.abort();
         }
@@ -743,6 +764,28 @@ impl Driver {
             Ok(status) => describe(status),
             Err(e) => format!("unknown status: {e}"),
         }
+    }
+
+    /// An exit quotes the server's last stderr line, usually the reason: the stderr reader
+    /// gets a moment to reach EOF first (the group is gone, so it comes at once unless a
+    /// process outside the group holds the pipe).
+    async fn with_last_stderr(&mut self, error: TransportError) -> TransportError {
+        let TransportError::Exited(how) = error else {
+            return error;
+        };
+        if !self.stderr.is_finished() {
+            let _ = tokio::time::timeout(SETTLE, &mut self.stderr).await;
+        }
+        let last = self
+            .ident
+            .last_stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        TransportError::Exited(match last {
+            Some(line) => format!("{how}; its last stderr line: {line}"),
+            None => how,
+        })
     }
 
     /// Why the connection ended, once the server exited with `status`: lets the reader

@@ -248,6 +248,23 @@ async fn exit_mid_request_is_reported_with_the_status() {
     c.link.close().await;
 }
 
+/// A server that refuses to start usually says why on stderr: the exit error quotes it
+/// (the gateway shows it as the source's last error).
+#[tokio::test]
+async fn an_exit_error_quotes_the_last_stderr_line() {
+    let mut c = start(StdioTransport::new("sh").args([
+        "-c",
+        "echo 'starting' >&2; echo 'fatal: no API key' >&2; exit 2",
+    ]))
+    .await;
+    let e = c.closed().await;
+    assert!(
+        matches!(&e, TransportError::Exited(s) if s == "exit status 2; its last stderr line: fatal: no API key"),
+        "{e:?}"
+    );
+    c.link.close().await;
+}
+
 #[tokio::test]
 async fn a_server_ignoring_sigterm_is_killed() {
     let mut c = start(fixture("ignore-sigterm")).await;
