@@ -436,7 +436,21 @@ impl Client {
             },
             ProtocolChoice::Auto => match self.probe().await {
                 Probe::Modern => Ok(()),
-                Probe::Legacy(v) => self.initialize(v).await,
+                Probe::Legacy(v) => match self.initialize(v).await {
+                    // A modern server whose answer to the probe came too late (a slow
+                    // start) refuses `initialize` with -32022: it is modern after all.
+                    Err(ClientError::Rpc(e))
+                        if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION =>
+                    {
+                        self.discover().await.map(drop).map_err(|d| {
+                            ClientError::Initialization(format!(
+                                "the server refused initialize ({}) and server/discover ({d})",
+                                e.message
+                            ))
+                        })
+                    }
+                    other => other,
+                },
                 Probe::Failed(e) => Err(e),
             },
         }
@@ -535,6 +549,11 @@ impl Client {
             .await
             .map_err(|e| match e {
                 e @ (ClientError::Transport(_) | ClientError::Auth(_) | ClientError::Closed) => e,
+                ClientError::Rpc(e)
+                    if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION =>
+                {
+                    ClientError::Rpc(e)
+                }
                 other => ClientError::Initialization(other.to_string()),
             })?;
         let result: InitializeResult = parse_result("initialize", &raw)?;

@@ -33,7 +33,7 @@ const WAIT: Duration = Duration::from_secs(60);
 // --- where scripts/install-test-deps put the servers ---------------------------------------
 
 /// A file of the cache, or a failure that says how to install it.
-fn installed(relative: &str) -> PathBuf {
+pub(crate) fn installed(relative: &str) -> PathBuf {
     let path = cache().join(relative);
     assert!(
         path.exists(),
@@ -267,10 +267,10 @@ async fn notice(
 }
 
 /// A temporary folder, removed when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub(crate) fn new(tag: &str) -> TempDir {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let path = std::env::temp_dir().join(format!(
             "toolyard-interop-{tag}-{}-{}",
@@ -283,11 +283,11 @@ impl TempDir {
         TempDir(path.canonicalize().expect("canonicalize the temp dir"))
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 
-    fn uri(&self) -> String {
+    pub(crate) fn uri(&self) -> String {
         format!("file://{}", self.0.display())
     }
 }
@@ -1126,7 +1126,7 @@ const GENERATIONS: [ProtocolChoice; 2] = [
     ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
 ];
 
-fn git(dir: &Path, args: &[&str]) {
+pub(crate) fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -1246,6 +1246,27 @@ fn check_generation(client: &Client, protocol: ProtocolChoice) {
         ProtocolChoice::Legacy(v) => assert_eq!(client.protocol_version(), Some(v)),
         ProtocolChoice::Modern => assert!(client.is_modern()),
     }
+}
+
+/// Regression: a modern server whose answer to the `server/discover` probe comes after the
+/// probe timeout (a slow start on a loaded machine) refuses the fallback `initialize` with
+/// -32022; the client must then speak 2026-07-28 instead of failing.
+#[tokio::test]
+async fn a_late_answer_to_the_probe_still_ends_modern() {
+    let python = venv_python("mcp_server_time");
+    let seen = Arc::new(Seen::default());
+    let client = builder(&seen, Vec::new(), ProtocolChoice::Auto)
+        .probe_timeout(Duration::from_millis(1))
+        .connect(
+            StdioTransport::new(&python)
+                .args(["-m", "mcp_server_time", "--local-timezone", "UTC"])
+                .name("mcp-server-time"),
+        )
+        .await
+        .expect("connect after a timed-out probe");
+    assert!(client.is_modern());
+    call_ok(&client, "get_current_time", json!({"timezone": "UTC"})).await;
+    client.close().await;
 }
 
 #[tokio::test]

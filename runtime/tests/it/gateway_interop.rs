@@ -44,6 +44,7 @@
 //!
 //! Without `scripts/install-test-deps`' cache these tests fail and say so.
 
+use crate::client_interop::{git, installed, TempDir};
 use crate::interop_support::{cache, repo, Server};
 use serde_json::{json, Value};
 use std::net::{TcpListener, TcpStream};
@@ -64,19 +65,6 @@ const WAIT: Duration = Duration::from_secs(60);
 /// the test can find the upstream processes of its own gateways (and only those).
 const TAG_VAR: &str = "TOOLYARD_GWI_FIXTURE";
 
-/// A file of the cache, or a failure that says how to install it.
-fn installed(relative: &str) -> PathBuf {
-    let path = cache().join(relative);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/install-test-deps (it installs the interop servers and the \
-         Python SDK into $TOOLYARD_CACHE, default ~/.cache/toolyard)",
-        path.display()
-    );
-    path
-}
-
-/// The venv's Python, after checking each of `modules` is installed in it.
 fn venv_python(modules: &[&str]) -> PathBuf {
     let python = installed("venv/bin/python");
     let lib = installed("venv/lib");
@@ -92,34 +80,6 @@ fn venv_python(modules: &[&str]) -> PathBuf {
         );
     }
     python
-}
-
-/// A temporary folder, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "toolyard-gwi-{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create a temp dir");
-        // The servers resolve symlinks (e.g. a /tmp that is one); so do we.
-        TempDir(path.canonicalize().expect("canonicalize the temp dir"))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// server-everything in Streamable HTTP mode on a free loopback port, killed (and reaped)
@@ -184,31 +144,6 @@ impl EverythingHttp {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=Toolyard Test",
-            "-c",
-            "user.email=test@toolyard.invalid",
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A TOML basic string.
 fn toml_str(s: &str) -> String {
     serde_json::to_string(s).expect("a JSON string is a TOML basic string")
 }
