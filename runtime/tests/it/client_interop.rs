@@ -299,13 +299,11 @@ impl Drop for TempDir {
 }
 
 /// A server process on a free loopback port, killed (and reaped) when dropped.
-#[cfg(feature = "client-http")]
-struct HttpServer {
+pub(crate) struct HttpServer {
     child: Child,
     port: u16,
 }
 
-#[cfg(feature = "client-http")]
 impl Drop for HttpServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -313,11 +311,11 @@ impl Drop for HttpServer {
     }
 }
 
-#[cfg(feature = "client-http")]
+#[cfg_attr(not(feature = "client-http"), allow(dead_code))]
 impl HttpServer {
     /// Starts server-everything in `mode` (`streamableHttp` or `sse`; it takes its port from
     /// `PORT`) and waits until the port accepts connections.
-    fn everything(mode: &str) -> HttpServer {
+    pub(crate) fn everything(mode: &str) -> HttpServer {
         use std::net::{TcpListener, TcpStream};
         let js = everything_js();
         let mut last = String::new();
@@ -357,7 +355,7 @@ impl HttpServer {
         panic!("{last}");
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 }

@@ -44,12 +44,11 @@
 //!
 //! Without `scripts/install-test-deps`' cache these tests fail and say so.
 
-use crate::client_interop::{git, installed, TempDir};
+use crate::client_interop::{git, installed, HttpServer, TempDir};
 use crate::interop_support::{cache, repo, Server};
 use serde_json::{json, Value};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -82,68 +81,6 @@ fn venv_python(modules: &[&str]) -> PathBuf {
     python
 }
 
-/// server-everything in Streamable HTTP mode on a free loopback port, killed (and reaped)
-/// when dropped.
-struct EverythingHttp {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for EverythingHttp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl EverythingHttp {
-    fn start() -> EverythingHttp {
-        let js =
-            installed("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-        let mut last = String::new();
-        // The port is free when we look, but another process may take it first: then the
-        // server exits at once, and we try another port.
-        for _ in 0..3 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("bind a free loopback port")
-                .port();
-            let child = Command::new("node")
-                .arg(&js)
-                .arg("streamableHttp")
-                .env("PORT", port.to_string())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start node");
-            let mut server = EverythingHttp { child, port };
-            let deadline = Instant::now() + WAIT;
-            loop {
-                if let Some(status) = server.child.try_wait().expect("poll the server") {
-                    last = format!(
-                        "server-everything streamableHttp exited with {status} on port {port}"
-                    );
-                    break;
-                }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return server;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "server-everything streamableHttp did not listen on port {port} within {WAIT:?}"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        panic!("{last}");
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-}
-
 fn toml_str(s: &str) -> String {
     serde_json::to_string(s).expect("a JSON string is a TOML basic string")
 }
@@ -155,7 +92,7 @@ struct Fixture {
     config: PathBuf,
     fs_dir: PathBuf,
     repo_dir: PathBuf,
-    _everything_http: EverythingHttp,
+    _everything_http: HttpServer,
     _dirs: Vec<TempDir>,
 }
 
@@ -190,7 +127,7 @@ impl Fixture {
         git(git_repo.path(), &["add", "README.md"]);
         git(git_repo.path(), &["commit", "-q", "-m", "first commit"]);
         std::fs::write(git_repo.path().join("untracked.txt"), "new\n").unwrap();
-        let everything_http = EverythingHttp::start();
+        let everything_http = HttpServer::everything("streamableHttp");
 
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let tag_value = format!(
@@ -251,7 +188,7 @@ env = {{ {mark} }}
             plugin = toml_str(&fixtures.join("everything-plugin").to_string_lossy()),
             registry = toml_str(&fixtures.join("everything-registry").to_string_lossy()),
             npm = toml_str(&npm.to_string_lossy()),
-            url = toml_str(&everything_http.url()),
+            url = toml_str(&everything_http.url("/mcp")),
             filesystem = toml_str(&filesystem.to_string_lossy()),
             fs_dir = toml_str(&fs.path().to_string_lossy()),
             python = toml_str(&python.to_string_lossy()),
