@@ -191,6 +191,12 @@ impl RequestContext {
         self.inner.cancel.cancelled().await
     }
 
+    /// Whether the caller asked for progress (sent a `progressToken`): work that would only
+    /// produce progress, such as relaying it from elsewhere, can be skipped otherwise.
+    pub fn wants_progress(&self) -> bool {
+        self.inner.progress_token.is_some()
+    }
+
     /// Reports progress, when the caller asked for it with a `progressToken`.
     pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let Some(token) = &self.inner.progress_token else {

@@ -37,6 +37,10 @@ impl ToolArgs {
     pub fn value(&self) -> &serde_json::Value {
         &self.0
     }
+    /// The arguments as JSON, owned (a forwarding tool passes them on without a copy).
+    pub fn into_value(self) -> serde_json::Value {
+        self.0
+    }
 }
 
 /// An invalid tool definition.

@@ -130,6 +130,8 @@ struct Parked {
 enum CallFailure {
     Host(HostError),
     Client(ClientError),
+    /// The parked call's task was stopped (it expired, or the gateway is shutting down).
+    Aborted,
 }
 
 /// How long a parked upstream call waits for the caller's retry.
@@ -849,10 +851,10 @@ fn progress_to(ctx: &RequestContext) -> RequestOptions {
 
 fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard_actors::ToolFn {
     let source = Arc::downgrade(source);
+    let upstream: Arc<str> = upstream.into();
     Arc::new(move |ctx: RequestContext, args| {
         let source = source.upgrade();
         let upstream = upstream.clone();
-        let arguments = args.value().clone();
         Box::pin(async move {
             let source = source.ok_or_else(|| HandlerError::failed("the source was removed"))?;
             let started = Instant::now();
@@ -865,10 +867,11 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
                         source.spec.name
                     ))
                 })?;
+                let call: UpstreamCall = Box::pin(AbortOnDrop(parked.call));
                 return drive(
                     &source,
                     &ctx,
-                    parked.call,
+                    call,
                     parked.questions,
                     Some(parked.pending),
                     parked.asked,
@@ -877,53 +880,102 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
                 .await;
             }
             let (questions_tx, questions) = mpsc::unbounded_channel();
-            let progress = progress_to(&ctx);
-            let call = {
-                let source = source.clone();
-                tokio::spawn(async move {
-                    let _relay = source.relay.enter(questions_tx);
-                    let attempts = if retry { 2 } else { 1 };
-                    let mut last = ClientError::Closed;
-                    for _ in 0..attempts {
-                        let lease: Lease = match source.pool.lease().await {
-                            Ok(lease) => lease,
-                            Err(e) => return Err(CallFailure::Host(e)),
-                        };
-                        match lease
-                            .call_tool_with(&upstream, arguments.clone(), &progress)
-                            .await
-                        {
-                            Ok(result) => return Ok(result),
-                            Err(e) => {
-                                lease.report(&e);
-                                if !retryable(&e) {
-                                    return Err(CallFailure::Client(e));
-                                }
-                                last = e;
-                            }
-                        }
-                    }
-                    Err(CallFailure::Client(last))
-                })
+            // Progress travels only when our caller asked for it.
+            let progress = if ctx.wants_progress() {
+                progress_to(&ctx)
+            } else {
+                RequestOptions::default()
             };
+            let call: UpstreamCall = Box::pin(call_upstream(
+                source.clone(),
+                upstream,
+                args.into_value(),
+                retry,
+                progress,
+                questions_tx,
+            ));
             drive(&source, &ctx, call, questions, None, 0, started).await
         })
     })
 }
 
+/// An upstream `tools/call` under way: driven in place by the caller's handler, and moved
+/// into a task of its own only when it is parked for a modern caller's retry.
+type UpstreamCall = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<CallToolResult, CallFailure>> + Send>,
+>;
+
+/// The upstream call itself: a lease, the call, and one more try (on a fresh connection)
+/// for read-only or idempotent tools whose call never reached a live server.
+async fn call_upstream(
+    source: Arc<Source>,
+    upstream: Arc<str>,
+    mut arguments: Value,
+    retry: bool,
+    progress: RequestOptions,
+    questions: mpsc::UnboundedSender<Question>,
+) -> Result<CallToolResult, CallFailure> {
+    let _relay = source.relay.enter(questions);
+    let attempts = if retry { 2 } else { 1 };
+    let mut last = ClientError::Closed;
+    for attempt in 1..=attempts {
+        let lease: Lease = source.pool.lease().await.map_err(CallFailure::Host)?;
+        // The last attempt takes the arguments; only a retry needs a copy.
+        let args = if attempt < attempts {
+            arguments.clone()
+        } else {
+            std::mem::take(&mut arguments)
+        };
+        match lease.call_tool_with(&upstream, args, &progress).await {
+            Ok(result) => return Ok(result),
+            Err(e) => {
+                lease.report(&e);
+                if !retryable(&e) {
+                    return Err(CallFailure::Client(e));
+                }
+                last = e;
+            }
+        }
+    }
+    Err(CallFailure::Client(last))
+}
+
+/// A parked call's task, awaited again by the retry: dropping it (the retry gave up or was
+/// cancelled) stops the upstream call.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>);
+
+impl std::future::Future for AbortOnDrop {
+    type Output = Result<CallToolResult, CallFailure>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|joined| joined.unwrap_or(Err(CallFailure::Aborted)))
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Waits for an upstream call, putting the questions it asks to our caller. A modern
-/// caller cannot answer mid-call: the call is parked and the round ends with
-/// `InputRequired`; the caller's retry resumes it here.
+/// caller cannot answer mid-call: the call is parked (moved into a task of its own) and
+/// the round ends with `InputRequired`; the caller's retry resumes it here. Dropping this
+/// future (the caller cancelled) drops the call, which cancels it upstream.
 async fn drive(
     source: &Arc<Source>,
     ctx: &RequestContext,
-    mut call: tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>,
+    mut call: UpstreamCall,
     mut questions: mpsc::UnboundedReceiver<Question>,
     mut pending: Option<Question>,
     mut asked: u32,
     started: Instant,
 ) -> Result<CallToolResult, HandlerError> {
-    let name = source.spec.name.clone();
+    let name = &source.spec.name;
     loop {
         if let Some(question) = pending.take() {
             let key = format!("upstream-{asked}");
@@ -952,7 +1004,7 @@ async fn drive(
                     parked.insert(
                         parked_key,
                         Parked {
-                            call,
+                            call: tokio::spawn(call),
                             questions,
                             pending: question,
                             asked,
@@ -971,17 +1023,14 @@ async fn drive(
         tokio::select! {
             done = &mut call => {
                 return match done {
-                    Ok(Ok(result)) => Ok(annotate(result, &name, started)),
-                    Ok(Err(CallFailure::Host(e))) => Err(host_failure(e)),
-                    Ok(Err(CallFailure::Client(e))) => Err(client_failure(&name, e)),
-                    Err(_) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
+                    Ok(result) => Ok(annotate(result, name, started)),
+                    Err(CallFailure::Host(e)) => Err(host_failure(e)),
+                    Err(CallFailure::Client(e)) => Err(client_failure(name, e)),
+                    Err(CallFailure::Aborted) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
                 };
             }
             Some(question) = questions.recv() => pending = Some(question),
-            () = ctx.cancelled() => {
-                call.abort();
-                return Err(HandlerError::failed("cancelled"));
-            }
+            () = ctx.cancelled() => return Err(HandlerError::failed("cancelled")),
         }
     }
 }
