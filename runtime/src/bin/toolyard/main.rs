@@ -7,6 +7,12 @@ use toolyard::{Config, Limits, ServerBuilder, StdioOptions};
 
 mod client;
 
+/// Messages are many small allocations handed between tasks and threads, which glibc's
+/// allocator serves slowly (its free lists consolidate on every larger request).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Toolyard: an actor-based runtime for the Model Context Protocol.
 #[derive(Parser, Debug)]
 #[command(name = "toolyard", version, about, long_about = None)]
