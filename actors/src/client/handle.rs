@@ -7,7 +7,9 @@ use super::cache::{cacheable, ResponseCache};
 use super::error::ClientError;
 use super::handlers::{ElicitHandler, Handlers, Notice, RootsHandler, SampleHandler};
 use super::headers::{header_value, tool_header_params};
-use super::transport::{OutboundKind, OutboundMessage, Transport, TransportError};
+use super::transport::{
+    EventSink, LateLink, OutboundKind, OutboundMessage, Transport, TransportError, TransportLink,
+};
 use crate::tool::HeaderParam;
 use arc_swap::ArcSwap;
 use ractor::{Actor, ActorRef};
@@ -231,12 +233,6 @@ impl ClientBuilder {
 
     /// [`connect`](Self::connect) for a boxed transport.
     pub async fn connect_boxed(self, transport: Box<dyn Transport>) -> Result<Client, ClientError> {
-        let (events_tx, mut events_rx) = mpsc::unbounded_channel();
-        let link = tokio::time::timeout(self.handshake_timeout, transport.start(events_tx))
-            .await
-            .map_err(|_| {
-                ClientError::Initialization("the transport did not start in time".into())
-            })??;
         let (notices, _) = broadcast::channel(256);
         let response_headers = Arc::new(ArcSwap::from_pointee(Vec::new()));
         let cache = Arc::new(Mutex::new(ResponseCache::default()));
@@ -258,17 +254,27 @@ impl ClientBuilder {
             response_headers: response_headers.clone(),
             name: self.info.name.clone(),
         };
-        let (actor_ref, _) = Actor::spawn(None, actor, link.clone()).await.map_err(|e| {
-            ClientError::Initialization(format!("could not start the client actor: {e}"))
-        })?;
-        let forward = actor_ref.clone();
-        tokio::spawn(async move {
-            while let Some(event) = events_rx.recv().await {
-                if forward.cast(ClientMsg::Event(event)).is_err() {
-                    break;
-                }
+        // The actor first: the transport reports straight into its mailbox.
+        let link = Arc::new(LateLink::default());
+        let (actor_ref, _) = Actor::spawn(None, actor, link.clone() as Arc<dyn TransportLink>)
+            .await
+            .map_err(|e| {
+                ClientError::Initialization(format!("could not start the client actor: {e}"))
+            })?;
+        let started = tokio::time::timeout(
+            self.handshake_timeout,
+            transport.start(EventSink::actor(actor_ref.clone())),
+        )
+        .await
+        .map_err(|_| ClientError::Initialization("the transport did not start in time".into()))
+        .and_then(|started| started.map_err(ClientError::from));
+        match started {
+            Ok(started) => link.set(started),
+            Err(e) => {
+                actor_ref.stop(None);
+                return Err(e);
             }
-        });
+        }
         let mut capabilities = self.capabilities.clone();
         let declared = self.handlers.capabilities();
         capabilities.elicitation = capabilities.elicitation.or(declared.elicitation);

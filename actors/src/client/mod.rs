@@ -22,5 +22,6 @@ pub use handlers::{
     NoticeCallback, ProgressCallback, RootsHandler, SampleHandler,
 };
 pub use transport::{
-    OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
+    ClientGone, EventSink, OutboundKind, OutboundMessage, Transport, TransportError,
+    TransportEvent, TransportLink,
 };

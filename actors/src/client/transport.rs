@@ -2,14 +2,17 @@
 //! JSON-RPC messages and knows nothing of MCP beyond what its wire needs (HTTP headers,
 //! sessions, stream resumption).
 //!
-//! A transport is started once with a channel for what it receives, and hands back a
-//! [`TransportLink`] the client actor writes through. Everything a transport learns after
-//! that (a message, a request that failed on the wire, the end of the connection) arrives as a
-//! [`TransportEvent`], in order, on that channel. The client actor owns the pending table;
+//! A transport is started once with an [`EventSink`] for what it receives (the client
+//! actor's mailbox itself: no forwarding task), and hands back a [`TransportLink`] the client
+//! actor writes through. Everything a transport learns after that (a message, a request that
+//! failed on the wire, the end of the connection) arrives as a [`TransportEvent`], in order,
+//! through that sink. The client actor owns the pending table;
 //! a transport never answers a request itself, it only reports what happened to it.
 
+use super::actor::ClientMsg;
 use crate::tool::BoxFuture;
-use std::sync::Arc;
+use ractor::ActorRef;
+use std::sync::{Arc, OnceLock};
 use tokio::sync::mpsc;
 use toolyard_proto::RequestId;
 
@@ -118,6 +121,91 @@ pub trait Transport: Send + 'static {
     /// from now on goes to `events`.
     fn start(
         self: Box<Self>,
-        events: mpsc::UnboundedSender<TransportEvent>,
+        events: EventSink,
     ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>>;
+}
+
+/// Where a transport reports what it receives: straight into its client actor's mailbox,
+/// in order (no forwarding task between them), or into a channel for code that drives a
+/// transport without a client (tests, bridges).
+#[derive(Clone)]
+pub struct EventSink(Target);
+
+#[derive(Clone)]
+enum Target {
+    Actor(ActorRef<ClientMsg>),
+    Channel(mpsc::UnboundedSender<TransportEvent>),
+}
+
+/// The client behind an [`EventSink`] has stopped: nobody reads events any more.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the client is gone")]
+pub struct ClientGone;
+
+impl EventSink {
+    pub(crate) fn actor(actor: ActorRef<ClientMsg>) -> Self {
+        EventSink(Target::Actor(actor))
+    }
+
+    /// Hands one event to the client.
+    pub fn send(&self, event: TransportEvent) -> Result<(), ClientGone> {
+        match &self.0 {
+            Target::Actor(a) => a.cast(ClientMsg::Event(event)).map_err(|_| ClientGone),
+            Target::Channel(c) => c.send(event).map_err(|_| ClientGone),
+        }
+    }
+
+    /// True once the client has stopped.
+    pub fn is_closed(&self) -> bool {
+        match &self.0 {
+            Target::Actor(a) => matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            ),
+            Target::Channel(c) => c.is_closed(),
+        }
+    }
+}
+
+impl From<mpsc::UnboundedSender<TransportEvent>> for EventSink {
+    fn from(channel: mpsc::UnboundedSender<TransportEvent>) -> Self {
+        EventSink(Target::Channel(channel))
+    }
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventSink")
+    }
+}
+
+/// The client actor starts before its transport (the transport reports into the actor's
+/// mailbox), so its link is filled in once the transport is up. Nothing is sent before
+/// then: the client is not handed out until the transport has started.
+#[derive(Default)]
+pub(crate) struct LateLink(OnceLock<Arc<dyn TransportLink>>);
+
+impl LateLink {
+    pub(crate) fn set(&self, link: Arc<dyn TransportLink>) {
+        let _ = self.0.set(link);
+    }
+}
+
+impl TransportLink for LateLink {
+    fn send(&self, message: OutboundMessage) {
+        if let Some(link) = self.0.get() {
+            link.send(message);
+        }
+    }
+    fn cancel(&self, id: &RequestId) {
+        if let Some(link) = self.0.get() {
+            link.cancel(id);
+        }
+    }
+    fn close(&self) -> BoxFuture<()> {
+        match self.0.get() {
+            Some(link) => link.close(),
+            None => Box::pin(async {}),
+        }
+    }
 }

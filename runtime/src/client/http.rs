@@ -37,10 +37,11 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use toolyard_actors::client::{
-    OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
+    EventSink, OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent,
+    TransportLink,
 };
 use toolyard_actors::BoxFuture;
 use toolyard_proto::RequestId;
@@ -158,7 +159,7 @@ impl StreamableHttpTransport {
 impl Transport for StreamableHttpTransport {
     fn start(
         self: Box<Self>,
-        events: mpsc::UnboundedSender<TransportEvent>,
+        events: EventSink,
     ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>> {
         Box::pin(async move {
             let base = HttpBase::new(&self.url, self.config)?;
@@ -366,11 +367,7 @@ impl Peek {
 
 /// Reports the message(s) in `bytes` (a JSON array is a batch: one event per element);
 /// returns whether one of them answers `until`.
-pub(crate) fn deliver(
-    events: &mpsc::UnboundedSender<TransportEvent>,
-    bytes: Vec<u8>,
-    until: Option<&RequestId>,
-) -> bool {
+pub(crate) fn deliver(events: &EventSink, bytes: Vec<u8>, until: Option<&RequestId>) -> bool {
     let is_batch = bytes
         .iter()
         .find(|b| !b.is_ascii_whitespace())
@@ -395,7 +392,7 @@ pub(crate) fn deliver(
 /// `until` is answered: returns (answered, whether anything arrived). An oversized event is
 /// an error; a broken connection just ends the stream.
 pub(crate) async fn pump(
-    events: &mpsc::UnboundedSender<TransportEvent>,
+    events: &EventSink,
     resp: &mut Response,
     parser: &mut SseParser,
     until: Option<&RequestId>,
@@ -431,7 +428,7 @@ pub(crate) async fn pump(
 /// The started transport.
 struct Inner {
     base: HttpBase,
-    events: mpsc::UnboundedSender<TransportEvent>,
+    events: EventSink,
     runtime: tokio::runtime::Handle,
     state: Mutex<State>,
 }

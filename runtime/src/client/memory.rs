@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use toolyard_actors::client::{
-    OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
+    EventSink, OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
 };
 use toolyard_actors::{BoxFuture, ConnectionHandle, Server, Sink};
 use toolyard_proto::RequestId;
@@ -33,7 +33,7 @@ struct MemoryLink {
 impl Transport for MemoryTransport {
     fn start(
         self: Box<Self>,
-        events: mpsc::UnboundedSender<TransportEvent>,
+        events: EventSink,
     ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>> {
         Box::pin(async move {
             let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();

@@ -15,10 +15,10 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::Method;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use toolyard_actors::client::{
-    OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
+    EventSink, OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent,
+    TransportLink,
 };
 use toolyard_actors::BoxFuture;
 use toolyard_proto::RequestId;
@@ -98,7 +98,7 @@ impl SseTransport {
 impl Transport for SseTransport {
     fn start(
         self: Box<Self>,
-        events: mpsc::UnboundedSender<TransportEvent>,
+        events: EventSink,
     ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>> {
         Box::pin(async move {
             let base = HttpBase::new(&self.url, self.config)?;
@@ -141,7 +141,7 @@ impl Transport for SseTransport {
 async fn open(
     base: &HttpBase,
     parser: &mut SseParser,
-    events: &mpsc::UnboundedSender<TransportEvent>,
+    events: &EventSink,
 ) -> Result<(reqwest::Response, url::Url), TransportError> {
     let mut resp = base
         .exchange(Method::GET, &base.url, 1, |rb| {
@@ -208,7 +208,7 @@ fn resolve(sse_url: &url::Url, data: &[u8]) -> Result<url::Url, TransportError> 
 struct SseInner {
     base: HttpBase,
     endpoint: url::Url,
-    events: mpsc::UnboundedSender<TransportEvent>,
+    events: EventSink,
     runtime: tokio::runtime::Handle,
     state: Mutex<SseState>,
 }

@@ -62,7 +62,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolyard_actors::client::{
-    OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
+    EventSink, OutboundMessage, Transport, TransportError, TransportEvent, TransportLink,
 };
 use toolyard_actors::BoxFuture;
 use toolyard_proto::RequestId;
@@ -234,10 +234,7 @@ impl StdioTransport {
         }
     }
 
-    fn spawn(
-        self,
-        events: mpsc::UnboundedSender<TransportEvent>,
-    ) -> Result<Arc<dyn TransportLink>, TransportError> {
+    fn spawn(self, events: EventSink) -> Result<Arc<dyn TransportLink>, TransportError> {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .stdin(Stdio::piped())
@@ -345,7 +342,7 @@ impl StdioTransport {
 impl Transport for StdioTransport {
     fn start(
         self: Box<Self>,
-        events: mpsc::UnboundedSender<TransportEvent>,
+        events: EventSink,
     ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>> {
         Box::pin(async move { self.spawn(events) })
     }
@@ -460,7 +457,7 @@ enum ReaderEnd {
 /// Reads newline-delimited messages from stdout and forwards each as an event.
 async fn read_stdout(
     stdout: ChildStdout,
-    events: mpsc::UnboundedSender<TransportEvent>,
+    events: EventSink,
     max: usize,
     ident: Ident,
 ) -> ReaderEnd {
@@ -519,11 +516,7 @@ async fn read_stdout(
 
 /// Checks one line and forwards it. Empty lines are skipped; anything that is not JSON is an
 /// error that ends the connection.
-fn deliver(
-    mut line: Vec<u8>,
-    events: &mpsc::UnboundedSender<TransportEvent>,
-    ident: &Ident,
-) -> Result<(), TransportError> {
+fn deliver(mut line: Vec<u8>, events: &EventSink, ident: &Ident) -> Result<(), TransportError> {
     if line.last() == Some(&b'\r') {
         line.pop();
     }
@@ -676,7 +669,7 @@ struct Driver {
     reader: Option<JoinHandle<ReaderEnd>>,
     writer: Option<JoinHandle<Result<(), String>>>,
     stderr: JoinHandle<()>,
-    events: mpsc::UnboundedSender<TransportEvent>,
+    events: EventSink,
     close: CancellationToken,
     writer_stop: CancellationToken,
     done: watch::Sender<bool>,

@@ -114,7 +114,7 @@ impl Conn {
 
     async fn try_start(transport: impl Transport) -> Result<Conn, TransportError> {
         let (tx, events) = mpsc::unbounded_channel();
-        let link = Box::new(transport).start(tx).await?;
+        let link = Box::new(transport).start(tx.into()).await?;
         Ok(Conn { link, events })
     }
 

@@ -1408,12 +1408,12 @@ async fn toolyard_serve_stdio_in_both_generations() {
 /// on its last step.
 struct BurstServer;
 
-struct BurstLink(tokio::sync::mpsc::UnboundedSender<toolyard::client::TransportEvent>);
+struct BurstLink(toolyard::client::EventSink);
 
 impl toolyard::client::Transport for BurstServer {
     fn start(
         self: Box<Self>,
-        events: tokio::sync::mpsc::UnboundedSender<toolyard::client::TransportEvent>,
+        events: toolyard::client::EventSink,
     ) -> toolyard::BoxFuture<
         Result<Arc<dyn toolyard::client::TransportLink>, toolyard::client::TransportError>,
     > {

@@ -45,7 +45,7 @@ struct Conn {
 async fn start(transport: StdioTransport) -> Conn {
     let (tx, events) = mpsc::unbounded_channel();
     let link = Box::new(transport)
-        .start(tx)
+        .start(tx.into())
         .await
         .expect("the transport starts");
     Conn { link, events }
@@ -455,7 +455,7 @@ fn runtime_shutdown_kills_and_reaps_the_group() {
 async fn a_bad_command_fails_to_start_naming_it() {
     let (tx, _rx) = mpsc::unbounded_channel();
     let err = match Box::new(StdioTransport::new("/no/such/mcp-server").arg("--flag"))
-        .start(tx)
+        .start(tx.into())
         .await
     {
         Ok(_) => panic!("started a command that does not exist"),
