@@ -783,28 +783,26 @@ impl Client {
             Era::Handshake => false,
             Era::Negotiated => self.is_modern(),
         };
-        let mut meta = match params.get("_meta") {
-            Some(Value::Object(m)) => m.clone(),
-            _ => Map::new(),
+        let log_level = if modern {
+            *lock(&inner.log_level)
+        } else {
+            None
         };
-        if let Some(extra) = &opts.meta {
-            meta.extend(extra.clone());
-        }
-        meta.insert("progressToken".into(), to_value(&id));
+        let meta = OurMeta {
+            caller: match params.get("_meta") {
+                Some(Value::Object(m)) => Some(m),
+                _ => None,
+            },
+            extra: opts.meta.as_ref(),
+            progress_token: &id,
+            modern: modern.then_some(ModernMeta {
+                capabilities: &inner.capabilities,
+                info: &inner.info,
+                log_level,
+            }),
+        };
         let mut headers = Vec::new();
         if modern {
-            meta.insert(
-                meta::PROTOCOL_VERSION.into(),
-                ProtocolVersion::V2026_07_28.as_str().into(),
-            );
-            meta.insert(
-                meta::CLIENT_CAPABILITIES.into(),
-                to_value(&inner.capabilities),
-            );
-            meta.insert(meta::CLIENT_INFO.into(), to_value(&inner.info));
-            if let Some(level) = *lock(&inner.log_level) {
-                meta.insert(meta::LOG_LEVEL.into(), to_value(&level));
-            }
             headers.push((
                 "MCP-Protocol-Version".to_owned(),
                 ProtocolVersion::V2026_07_28.as_str().to_owned(),
@@ -1301,7 +1299,7 @@ enum Probe {
 /// copying the params (tool arguments can be large).
 struct WithMeta<'a> {
     params: &'a Map<String, Value>,
-    meta: &'a Map<String, Value>,
+    meta: &'a OurMeta<'a>,
 }
 
 impl serde::Serialize for WithMeta<'_> {
@@ -1314,6 +1312,68 @@ impl serde::Serialize for WithMeta<'_> {
             }
         }
         map.serialize_entry("_meta", self.meta)?;
+        map.end()
+    }
+}
+
+/// A request's `_meta`: the caller's members, then the request options' (which win), then
+/// ours (which win over both): the progress token, and in the modern generation the
+/// protocol version, capabilities, client info and log level. Written straight to the
+/// wire, without building a map per request.
+struct OurMeta<'a> {
+    caller: Option<&'a Map<String, Value>>,
+    extra: Option<&'a Map<String, Value>>,
+    progress_token: &'a RequestId,
+    modern: Option<ModernMeta<'a>>,
+}
+
+struct ModernMeta<'a> {
+    capabilities: &'a ClientCapabilities,
+    info: &'a Implementation,
+    log_level: Option<LoggingLevel>,
+}
+
+impl OurMeta<'_> {
+    fn is_ours(&self, key: &str) -> bool {
+        key == "progressToken"
+            || (self.modern.is_some()
+                && matches!(
+                    key,
+                    meta::PROTOCOL_VERSION
+                        | meta::CLIENT_CAPABILITIES
+                        | meta::CLIENT_INFO
+                        | meta::LOG_LEVEL
+                ))
+    }
+}
+
+impl serde::Serialize for OurMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        let extra_has = |k: &str| self.extra.is_some_and(|e| e.contains_key(k));
+        for (k, v) in self.caller.into_iter().flatten() {
+            if !self.is_ours(k) && !extra_has(k) {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        for (k, v) in self.extra.into_iter().flatten() {
+            if !self.is_ours(k) {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.serialize_entry("progressToken", self.progress_token)?;
+        if let Some(m) = &self.modern {
+            map.serialize_entry(
+                meta::PROTOCOL_VERSION,
+                ProtocolVersion::V2026_07_28.as_str(),
+            )?;
+            map.serialize_entry(meta::CLIENT_CAPABILITIES, m.capabilities)?;
+            map.serialize_entry(meta::CLIENT_INFO, m.info)?;
+            if let Some(level) = &m.log_level {
+                map.serialize_entry(meta::LOG_LEVEL, level)?;
+            }
+        }
         map.end()
     }
 }
@@ -1393,4 +1453,53 @@ fn parse_result<T: DeserializeOwned>(method: &str, raw: &RawValue) -> Result<T, 
     serde_json::from_str(raw.get()).map_err(|e| {
         ClientError::Protocol(format!("`{method}` returned an unreadable result: {e}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn our_meta_members_win_and_no_key_is_written_twice() {
+        let caller = obj(serde_json::json!({ "a": 1, "x": "caller", "progressToken": "theirs" }));
+        let extra = obj(serde_json::json!({ "x": "extra", "traceparent": "00-1-2-01" }));
+        let params = obj(serde_json::json!({ "name": "echo", "_meta": caller.clone() }));
+        let id = RequestId::Number(7);
+        let capabilities = ClientCapabilities::default();
+        let info = Implementation::new("t", "1");
+        let meta = OurMeta {
+            caller: Some(&caller),
+            extra: Some(&extra),
+            progress_token: &id,
+            modern: Some(ModernMeta {
+                capabilities: &capabilities,
+                info: &info,
+                log_level: None,
+            }),
+        };
+        let text = serde_json::to_string(&WithMeta {
+            params: &params,
+            meta: &meta,
+        })
+        .unwrap_or_default();
+        assert_eq!(text.matches("\"x\"").count(), 1, "{text}");
+        assert_eq!(text.matches("progressToken").count(), 1, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        let m = &v["_meta"];
+        assert_eq!(v["name"], "echo");
+        assert_eq!(m["a"], 1);
+        assert_eq!(m["x"], "extra");
+        assert_eq!(m["traceparent"], "00-1-2-01");
+        assert_eq!(m["progressToken"], 7);
+        assert_eq!(m[meta::PROTOCOL_VERSION], "2026-07-28");
+        assert_eq!(m[meta::CLIENT_INFO]["name"], "t");
+        assert!(m.get(meta::LOG_LEVEL).is_none());
+    }
 }
