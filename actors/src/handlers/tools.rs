@@ -156,14 +156,16 @@ fn call(state: &ToolState, params: CallParams, ctx: RequestContext, reply: Reply
         match tasks::plan_call(state.tasks.as_ref(), &def, params.task.as_ref(), &ctx) {
             Ok(Some((plan, ctx))) => {
                 let plan = Some(Box::new(plan));
-                tokio::spawn(run_call(def, params, ctx, reply, sealer, plan));
+                tokio::spawn(Box::pin(run_call(def, params, ctx, reply, sealer, plan)));
                 return;
             }
             Ok(None) => {}
             Err(e) => return reply.err(e),
         }
     }
-    tokio::spawn(run_call(def, params, ctx, reply, sealer, None));
+    // Boxed: the call's future is large, and a task moves its future several times on the
+    // way in and overwrites it with the output at the end; a box makes those moves small.
+    tokio::spawn(Box::pin(run_call(def, params, ctx, reply, sealer, None)));
 }
 
 async fn run_call(
