@@ -25,9 +25,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn main() {
-    let order = Path::new(&env::var("CARGO_MANIFEST_DIR").expect("set by cargo"))
-        .join("link")
-        .join("startup.order");
+    // Cargo always sets it for build scripts; without it there is nothing to order.
+    let Some(manifest_dir) = env::var_os("CARGO_MANIFEST_DIR") else {
+        return;
+    };
+    let order = Path::new(&manifest_dir).join("link").join("startup.order");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={}", order.display());
     println!("cargo:rerun-if-env-changed=TOOLYARD_NO_SYMBOL_ORDERING");
