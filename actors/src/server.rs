@@ -493,7 +493,7 @@ impl Server {
         let view: Arc<ArcSwapOption<SessionView>> = Arc::default();
         let args = ConnectionArgs {
             core: self.core.clone(),
-            sink,
+            sink: sink.clone(),
             session_id,
             principal,
             view: view.clone(),
@@ -502,7 +502,7 @@ impl Server {
             .await
             .map_err(|e| StartError(e.to_string()))?;
         self.core.connections.fetch_add(1, Ordering::Relaxed);
-        Ok(ConnectionHandle { actor, view })
+        Ok(ConnectionHandle { actor, view, sink })
     }
 
     /// Serves a modern (2026-07-28) request that needs no connection: its answer and
@@ -639,6 +639,8 @@ impl Server {
 pub struct ConnectionHandle {
     actor: ActorRef<ConnMsg>,
     view: Arc<ArcSwapOption<SessionView>>,
+    /// The connection's own sink: where directly launched requests answer.
+    sink: Sink,
 }
 
 impl std::fmt::Debug for ConnectionHandle {
@@ -648,9 +650,26 @@ impl std::fmt::Debug for ConnectionHandle {
 }
 
 impl ConnectionHandle {
-    /// Parses one message from the client and hands it to the connection.
+    /// Parses one message from the client and hands it to the connection. An ordinary
+    /// request of an initialized legacy session is launched straight to its handler (its
+    /// answer goes to the connection's sink); everything else goes through the connection.
     pub fn receive(&self, bytes: &[u8]) {
         let msg = match jsonrpc::parse(bytes) {
+            Ok(Incoming::Request(req)) => match self.view.load().as_ref() {
+                Some(view) => {
+                    let delivery = Delivery {
+                        sink: self.sink.clone(),
+                        cancel: tokio_util::sync::CancellationToken::new(),
+                        track: true,
+                        principal: None,
+                    };
+                    match view.launch(req, delivery) {
+                        Ok(()) => return,
+                        Err((req, _)) => ConnMsg::Inbound(Incoming::Request(req), None),
+                    }
+                }
+                None => ConnMsg::Inbound(Incoming::Request(req), None),
+            },
             Ok(m) => ConnMsg::Inbound(m, None),
             Err(r) => ConnMsg::Rejected(r),
         };
