@@ -19,7 +19,7 @@ use arc_swap::ArcSwapOption;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +66,8 @@ pub(crate) struct ConnectionArgs {
     pub(crate) session_id: Option<Arc<str>>,
     pub(crate) principal: Option<Arc<str>>,
     pub(crate) view: Arc<ArcSwapOption<SessionView>>,
+    /// Messages cast to the actor and not yet handled (see [`ConnState::queued`]).
+    pub(crate) queued: Arc<AtomicUsize>,
 }
 
 /// What a request of an initialized legacy connection needs, published once `initialize`
@@ -160,6 +162,11 @@ enum Phase {
 }
 
 pub(crate) struct ConnState {
+    /// How many client messages wait in (or are being handled from) this actor's mailbox. A
+    /// transport launches a request directly only when it is zero, so a request never
+    /// overtakes an earlier message (a pipelined `logging/setLevel`, `notifications/cancelled`)
+    /// that the actor has not handled yet.
+    queued: Arc<AtomicUsize>,
     core: Arc<ServerCore>,
     sink: Sink,
     phase: Phase,
@@ -293,6 +300,7 @@ impl Actor for Connection {
             listens: HashMap::new(),
             current: None,
             view: args.view,
+            queued: args.queued,
         })
     }
 
@@ -302,6 +310,7 @@ impl Actor for Connection {
         msg: ConnMsg,
         state: &mut ConnState,
     ) -> Result<(), ActorProcessingErr> {
+        let from_client = matches!(msg, ConnMsg::Inbound(..) | ConnMsg::Rejected(_));
         match msg {
             ConnMsg::Inbound(Incoming::Request(req), delivery) => {
                 state.current = delivery;
@@ -326,6 +335,11 @@ impl Actor for Connection {
                     .send(jsonrpc::error_bytes(r.id.as_ref(), &r.error));
             }
             ConnMsg::Closed => myself.stop(Some("transport closed".into())),
+        }
+        if from_client {
+            // Handled (synchronously, above): its effects (a log level, a cancellation, an
+            // in-flight entry) are in place before a later request may skip the mailbox.
+            state.queued.fetch_sub(1, Ordering::AcqRel);
         }
         Ok(())
     }

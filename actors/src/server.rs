@@ -491,7 +491,9 @@ impl Server {
         principal: Option<Arc<str>>,
     ) -> Result<ConnectionHandle, StartError> {
         let view: Arc<ArcSwapOption<SessionView>> = Arc::default();
+        let queued: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let args = ConnectionArgs {
+            queued: queued.clone(),
             core: self.core.clone(),
             sink: sink.clone(),
             session_id,
@@ -502,7 +504,12 @@ impl Server {
             .await
             .map_err(|e| StartError(e.to_string()))?;
         self.core.connections.fetch_add(1, Ordering::Relaxed);
-        Ok(ConnectionHandle { actor, view, sink })
+        Ok(ConnectionHandle {
+            actor,
+            view,
+            sink,
+            queued,
+        })
     }
 
     /// Serves a modern (2026-07-28) request that needs no connection: its answer and
@@ -641,6 +648,8 @@ pub struct ConnectionHandle {
     view: Arc<ArcSwapOption<SessionView>>,
     /// The connection's own sink: where directly launched requests answer.
     sink: Sink,
+    /// Client messages the actor has not handled yet; see `ConnState::queued`.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for ConnectionHandle {
@@ -652,11 +661,13 @@ impl std::fmt::Debug for ConnectionHandle {
 impl ConnectionHandle {
     /// Parses one message from the client and hands it to the connection. An ordinary
     /// request of an initialized legacy session is launched straight to its handler (its
-    /// answer goes to the connection's sink); everything else goes through the connection.
+    /// answer goes to the connection's sink) when nothing from the client still waits in the
+    /// connection's mailbox, so it never overtakes an earlier message; everything else goes
+    /// through the connection, in order.
     pub fn receive(&self, bytes: &[u8]) {
         let msg = match jsonrpc::parse(bytes) {
             Ok(Incoming::Request(req)) => match self.view.load().as_ref() {
-                Some(view) => {
+                Some(view) if self.queued.load(std::sync::atomic::Ordering::Acquire) == 0 => {
                     let delivery = Delivery {
                         sink: self.sink.clone(),
                         cancel: tokio_util::sync::CancellationToken::new(),
@@ -668,19 +679,30 @@ impl ConnectionHandle {
                         Err((req, _)) => ConnMsg::Inbound(Incoming::Request(req), None),
                     }
                 }
-                None => ConnMsg::Inbound(Incoming::Request(req), None),
+                _ => ConnMsg::Inbound(Incoming::Request(req), None),
             },
             Ok(m) => ConnMsg::Inbound(m, None),
             Err(r) => ConnMsg::Rejected(r),
         };
-        let _ = self.actor.cast(msg);
+        self.cast_from_client(msg);
+    }
+
+    /// Casts a client message to the connection, counted until the actor has handled it.
+    fn cast_from_client(&self, msg: ConnMsg) -> bool {
+        use std::sync::atomic::Ordering;
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        let sent = self.actor.cast(msg).is_ok();
+        if !sent {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        sent
     }
 
     /// Hands an already parsed message to the connection; a request's answer and
     /// notifications go to `delivery` (an HTTP response stream) instead of the connection's
     /// sink. Returns false when the connection is gone.
     pub fn deliver(&self, message: Incoming, delivery: Option<Delivery>) -> bool {
-        self.actor.cast(ConnMsg::Inbound(message, delivery)).is_ok()
+        self.cast_from_client(ConnMsg::Inbound(message, delivery))
     }
 
     /// Hands a request to the connection, launching it directly when the connection is an
@@ -710,9 +732,7 @@ impl ConnectionHandle {
 
     /// Answers a message that could not even be read (e.g. over the size limit).
     pub fn reject(&self, error: toolyard_proto::ErrorObject) {
-        let _ = self
-            .actor
-            .cast(ConnMsg::Rejected(jsonrpc::Rejected { id: None, error }));
+        self.cast_from_client(ConnMsg::Rejected(jsonrpc::Rejected { id: None, error }));
     }
 
     /// The transport closed: cancels in-flight calls and stops the connection.

@@ -276,3 +276,41 @@ fn stdin_pipe_with_stdout_to_a_file_is_served() {
     let _ = std::fs::remove_file(&path);
     assert_eq!(written.trim(), r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
 }
+
+/// Requests of an initialized session may skip the connection actor, but never overtake an
+/// earlier message it has not handled: a `logging/setLevel` written in the same burst as the
+/// calls after it applies to them (regression test for the direct launch over stdio).
+#[test]
+fn a_pipelined_set_level_applies_to_the_calls_right_after_it() {
+    let mut p = Proc::spawn(&["serve", "--stdio"]);
+    p.initialize();
+    echo(&mut p, 1);
+    for round in 0..20 {
+        let base = 100 + round * 10;
+        // Calls already launched directly, so the next ones would skip the mailbox if the
+        // connection did not know a setLevel was still waiting in it.
+        let burst = [
+            json!({"jsonrpc":"2.0","id":base,"method":"tools/call","params":{"name":"echo","arguments":{"message":"x"}}}),
+            json!({"jsonrpc":"2.0","id":base + 1,"method":"logging/setLevel","params":{"level":"error"}}),
+            json!({"jsonrpc":"2.0","id":base + 2,"method":"tools/call","params":{"name":"slow","arguments":{"steps":1,"delay_ms":1}}}),
+            json!({"jsonrpc":"2.0","id":base + 3,"method":"tools/call","params":{"name":"slow","arguments":{"steps":1,"delay_ms":1}}}),
+        ];
+        let text: Vec<String> = burst.iter().map(Value::to_string).collect();
+        p.send_raw(text.join("\n").as_bytes());
+        let mut answered = 0;
+        while answered < 4 {
+            let m = p.recv();
+            assert_ne!(
+                m["method"], "notifications/message",
+                "round {round}: a call after setLevel(error) logged at info: {m}"
+            );
+            if m.get("id").is_some() {
+                assert!(m.get("error").is_none(), "{m}");
+                answered += 1;
+            }
+        }
+        p.send(json!({"jsonrpc":"2.0","id":base + 4,"method":"logging/setLevel","params":{"level":"info"}}));
+        p.answer(json!(base + 4));
+    }
+    assert!(p.close_and_wait().success());
+}
