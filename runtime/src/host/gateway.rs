@@ -841,8 +841,12 @@ fn client_failure(source: &str, e: ClientError) -> HandlerError {
     }
 }
 
-/// Progress from upstream goes to the downstream caller.
+/// Progress from upstream goes to the downstream caller, when it asked for it (otherwise
+/// nothing is relayed, and no callback is set up per call).
 fn progress_to(ctx: &RequestContext) -> RequestOptions {
+    if !ctx.wants_progress() {
+        return RequestOptions::default();
+    }
     let ctx = ctx.clone();
     RequestOptions::default().on_progress(move |p| {
         ctx.progress(p.progress, p.total, p.message.as_deref());
@@ -880,18 +884,12 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
                 .await;
             }
             let (questions_tx, questions) = mpsc::unbounded_channel();
-            // Progress travels only when our caller asked for it.
-            let progress = if ctx.wants_progress() {
-                progress_to(&ctx)
-            } else {
-                RequestOptions::default()
-            };
             let call: UpstreamCall = Box::pin(call_upstream(
                 source.clone(),
                 upstream,
                 args.into_value(),
                 retry,
-                progress,
+                progress_to(&ctx),
                 questions_tx,
             ));
             drive(&source, &ctx, call, questions, None, 0, started).await
