@@ -9,6 +9,7 @@
 
 use crate::context::{Caller, Channel, ContextInner, LegacyConn, RequestContext, Round};
 use crate::event_bus::{next_listener_id, BusMsg, Filter, Listener, ListenerId};
+use crate::handlers::tools::CallParams;
 use crate::middleware::{RequestInfo, Watch};
 use crate::outbound::Outbound;
 use crate::reply::{InflightRelease, Reply};
@@ -68,6 +69,10 @@ pub(crate) struct ConnectionArgs {
     pub(crate) view: Arc<ArcSwapOption<SessionView>>,
     /// Messages cast to the actor and not yet handled (see [`ConnState::queued`]).
     pub(crate) queued: Arc<AtomicUsize>,
+    /// Shared with the handle for direct launches.
+    pub(crate) inflight: Arc<Inflight>,
+    /// Cancelled when the connection stops.
+    pub(crate) closing: CancellationToken,
 }
 
 /// What a request of an initialized legacy connection needs, published once `initialize`
@@ -101,32 +106,40 @@ impl SessionView {
         if !DIRECT.contains(&req.method.as_str()) {
             return Err((req, d));
         }
-        let head: Head = match jsonrpc::params(req.params.as_deref()) {
-            Ok(h) => h,
-            Err(_) => return Err((req, d)),
-        };
-        let meta = head.meta.unwrap_or_default();
-        if meta.protocol_version.is_some() {
+        match Edge::read(&req) {
+            Some(edge) if edge.meta.protocol_version.is_none() => self.launch_legacy(req, edge, d),
+            _ => Err((req, d)),
+        }
+    }
+
+    fn launch_legacy(
+        &self,
+        req: Request,
+        edge: Edge,
+        d: Delivery,
+    ) -> Result<(), (Request, Delivery)> {
+        if !self
+            .inflight
+            .enter(&req.id, &d.cancel, self.core.limits.max_in_flight)
+        {
+            // The connection answers these with the right error.
             return Err((req, d));
         }
-        {
-            let mut table = self.inflight.table();
-            if table.contains_key(&req.id) || table.len() >= self.core.limits.max_in_flight {
-                // The connection answers these with the right error.
-                return Err((req, d));
-            }
-            table.insert(req.id.clone(), d.cancel.clone());
+        if self.legacy.closing.is_cancelled() {
+            // Entered after the connection cancelled its table on stopping.
+            d.cancel.cancel();
         }
         launch(
             &self.core,
             Launch {
                 req,
+                call: edge.call,
                 version: self.version,
                 caller: self.caller.clone(),
                 channel: Channel::Legacy {
                     conn: self.legacy.clone(),
                 },
-                meta,
+                meta: edge.meta,
                 modern: false,
                 out: d.sink,
                 cancel: d.cancel,
@@ -138,11 +151,126 @@ impl SessionView {
     }
 }
 
+/// What a transport needs to launch a modern (2026-07-28) request of a stdio or in-memory
+/// connection without a hop through the connection actor: modern requests carry their
+/// version and capabilities in `_meta`, so nothing of the connection's lifecycle is needed,
+/// only its in-flight table (for `notifications/cancelled` and closing).
+pub(crate) struct DirectModern {
+    pub(crate) core: Arc<ServerCore>,
+    pub(crate) inflight: Arc<Inflight>,
+    /// Cancelled when the connection stops; no direct launch after that.
+    pub(crate) closing: CancellationToken,
+    pub(crate) principal: Option<Arc<str>>,
+}
+
+/// Launches an ordinary request of either generation straight to its handler, or gives it
+/// back for the connection actor (anything unusual: lifecycle methods, `_meta` problems,
+/// duplicate ids, a legacy request before `initialize`), which answers it as before.
+pub(crate) fn launch_direct(
+    direct: &DirectModern,
+    view: Option<&SessionView>,
+    req: Request,
+    d: Delivery,
+) -> Result<(), (Request, Delivery)> {
+    if !DIRECT.contains(&req.method.as_str()) || direct.closing.is_cancelled() {
+        return Err((req, d));
+    }
+    let Some(edge) = Edge::read(&req) else {
+        return Err((req, d));
+    };
+    let Some(requested) = edge.meta.protocol_version.as_deref() else {
+        return match view {
+            Some(view) => view.launch_legacy(req, edge, d),
+            None => Err((req, d)),
+        };
+    };
+    let version = match ProtocolVersion::parse(requested) {
+        Some(v) if !v.is_legacy() => v,
+        _ => return Err((req, d)),
+    };
+    let Some(capabilities) = edge.meta.client_capabilities.clone() else {
+        return Err((req, d));
+    };
+    if !direct
+        .inflight
+        .enter(&req.id, &d.cancel, direct.core.limits.max_in_flight)
+    {
+        return Err((req, d));
+    }
+    if direct.closing.is_cancelled() {
+        // Entered after the connection cancelled its table on stopping.
+        d.cancel.cancel();
+    }
+    let caller = Arc::new(Caller {
+        capabilities,
+        info: edge.meta.client_info.clone(),
+        principal: d.principal.clone().or_else(|| direct.principal.clone()),
+    });
+    let channel = Channel::Modern {
+        log_level: edge.meta.log_level,
+        round: Mutex::new(Round::default()),
+    };
+    launch(
+        &direct.core,
+        Launch {
+            req,
+            call: edge.call,
+            version,
+            caller,
+            channel,
+            meta: edge.meta,
+            modern: true,
+            out: d.sink,
+            cancel: d.cancel,
+            session_id: None,
+            release: Some(direct.inflight.clone()),
+        },
+    );
+    Ok(())
+}
+
+/// A request's `_meta` and, for `tools/call`, its params, read in one pass over the params
+/// (a direct launch would otherwise read them once for `_meta` and again in the handler).
+struct Edge {
+    meta: RequestMeta,
+    call: Option<CallParams>,
+}
+
+impl Edge {
+    /// `None` when the params do not parse: the connection actor answers with the error.
+    fn read(req: &Request) -> Option<Edge> {
+        if req.method == "tools/call" {
+            let mut call: CallParams = jsonrpc::params(req.params.as_deref()).ok()?;
+            Some(Edge {
+                meta: call.meta.take().unwrap_or_default(),
+                call: Some(call),
+            })
+        } else {
+            let head: Head = jsonrpc::params(req.params.as_deref()).ok()?;
+            Some(Edge {
+                meta: head.meta.unwrap_or_default(),
+                call: None,
+            })
+        }
+    }
+}
+
 /// The in-flight requests of a connection, by id.
 #[derive(Default)]
 pub(crate) struct Inflight(Mutex<HashMap<RequestId, CancellationToken>>);
 
 impl Inflight {
+    /// Enters a request unless its id is already in flight or the table is full (the
+    /// connection actor then answers with the matching error).
+    fn enter(&self, id: &RequestId, cancel: &CancellationToken, max: usize) -> bool {
+        let mut table = self.table();
+        if table.contains_key(id) || table.len() >= max {
+            return false;
+        }
+        table.insert(id.clone(), cancel.clone());
+        true
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -266,7 +394,7 @@ impl Actor for Connection {
         _myself: ActorRef<ConnMsg>,
         args: ConnectionArgs,
     ) -> Result<ConnState, ActorProcessingErr> {
-        let closing = CancellationToken::new();
+        let closing = args.closing.clone();
         // 2025-11-25 tasks belong to the authenticated principal, else to the session (or
         // the stdio connection) that created them.
         let task_owner = match (&args.principal, &args.session_id) {
@@ -294,7 +422,7 @@ impl Actor for Connection {
             phase: Phase::Fresh,
             principal: args.principal,
             session_id: args.session_id,
-            inflight: Arc::default(),
+            inflight: args.inflight,
             closing,
             listener: None,
             listens: HashMap::new(),
@@ -715,6 +843,7 @@ impl ConnState {
             &self.core,
             Launch {
                 req,
+                call: None,
                 version,
                 caller,
                 channel,
@@ -732,6 +861,8 @@ impl ConnState {
 /// A request that passed its connection's (or the HTTP edge's) checks, ready to run.
 pub(crate) struct Launch {
     pub(crate) req: Request,
+    /// `tools/call` params already read at the edge (then `req.params` is not read again).
+    pub(crate) call: Option<CallParams>,
     pub(crate) version: ProtocolVersion,
     pub(crate) caller: Arc<Caller>,
     pub(crate) channel: Channel,
@@ -748,6 +879,7 @@ pub(crate) struct Launch {
 pub(crate) fn launch(core: &ServerCore, l: Launch) {
     let Launch {
         req,
+        call,
         version,
         caller,
         channel,
@@ -799,8 +931,10 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             task: None,
         }),
     };
-    let routes = core.routes();
-    route(&routes, &req.method, req.params, ctx, reply);
+    match call {
+        Some(params) => crate::handlers::tools::call(core.call_site(), params, ctx, reply),
+        None => route(core, &core.routes(), &req.method, req.params, ctx, reply),
+    }
 }
 
 /// Serves a modern request without a connection actor (sessionless HTTP): the edge already
@@ -856,6 +990,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
         core,
         Launch {
             req,
+            call: None,
             version,
             caller,
             channel,

@@ -12,6 +12,26 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use toolyard_proto::{ErrorObject, InputRequiredResult, InputResponses, ResultType};
 
+/// Runs a request's future: polled once right here, and spawned as a task only when it is
+/// not finished by then. Most tools answer without awaiting anything; for them this saves
+/// a task and a wake-up per call (ARCHITECTURE.md, hot-path rule 3). The first poll uses a
+/// no-op waker: a future that is not ready registers it and is polled again at once by its
+/// new task, which registers the real waker, so no wake-up is lost. A panic never unwinds
+/// into the caller: the tool's own panics are caught inside [`run`], and anything else is
+/// caught here, where dropping the future answers its `Reply` with an internal error.
+pub(crate) fn start(mut fut: std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
+        Ok(std::task::Poll::Ready(())) => {}
+        Ok(std::task::Poll::Pending) => {
+            tokio::spawn(fut);
+        }
+        Err(panic) => {
+            tracing::error!(target: "toolyard", "request panicked before its handler ran: {}", panic_message(&*panic));
+        }
+    }
+}
+
 /// What a round's `requestState` is bound to.
 pub(crate) struct Binding {
     pub(crate) method: &'static str,

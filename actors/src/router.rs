@@ -151,6 +151,7 @@ struct Paginated {
 
 /// Routes a request both generations share to its handler actor.
 pub(crate) fn route(
+    core: &ServerCore,
     routes: &Routes,
     method: &str,
     params: Option<Box<RawValue>>,
@@ -174,7 +175,7 @@ pub(crate) fn route(
     match method {
         "tools/call" => {
             if let Some((params, reply)) = parsed::<CallParams>(&params, reply) {
-                let _ = routes.tools.cast(ToolMsg::Call { params, ctx, reply });
+                crate::handlers::tools::call(core.call_site(), params, ctx, reply);
             }
         }
         "tools/list" => {

@@ -5,7 +5,9 @@
 //! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
 
-use crate::connection::{ConnMsg, Connection, ConnectionArgs, Delivery, SessionView};
+use crate::connection::{
+    ConnMsg, Connection, ConnectionArgs, Delivery, DirectModern, Inflight, SessionView,
+};
 use crate::event_bus::{BusMsg, Event, EventBus};
 use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
 use crate::handlers::prompts::{PromptHandler, PromptMsg, PromptState};
@@ -152,6 +154,15 @@ pub(crate) struct ServerCore {
 }
 
 impl ServerCore {
+    /// What a `tools/call` needs to start without the ToolHandler actor.
+    pub(crate) fn call_site(&self) -> crate::handlers::tools::CallSite<'_> {
+        crate::handlers::tools::CallSite {
+            registry: &self.tools,
+            sealer: &self.sealer,
+            tasks: self.tasks.as_ref(),
+        }
+    }
+
     /// The current routing table. Set before any connection exists.
     pub(crate) fn routes(&self) -> Arc<Routes> {
         match self.routes.load_full() {
@@ -192,10 +203,8 @@ impl SupState {
             ToolHandler,
             ToolState {
                 registry: self.core.tools.clone(),
-                sealer: self.core.sealer.clone(),
                 bus,
                 list: self.core.list,
-                tasks: self.core.tasks.clone(),
             },
             sup,
         )
@@ -492,8 +501,18 @@ impl Server {
     ) -> Result<ConnectionHandle, StartError> {
         let view: Arc<ArcSwapOption<SessionView>> = Arc::default();
         let queued: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let inflight: Arc<Inflight> = Arc::default();
+        let closing = tokio_util::sync::CancellationToken::new();
+        let direct = Arc::new(DirectModern {
+            core: self.core.clone(),
+            inflight: inflight.clone(),
+            closing: closing.clone(),
+            principal: principal.clone(),
+        });
         let args = ConnectionArgs {
             queued: queued.clone(),
+            inflight,
+            closing,
             core: self.core.clone(),
             sink: sink.clone(),
             session_id,
@@ -507,6 +526,7 @@ impl Server {
         Ok(ConnectionHandle {
             actor,
             view,
+            direct,
             sink,
             queued,
         })
@@ -646,6 +666,8 @@ impl Server {
 pub struct ConnectionHandle {
     actor: ActorRef<ConnMsg>,
     view: Arc<ArcSwapOption<SessionView>>,
+    /// For direct launches of modern requests.
+    direct: Arc<DirectModern>,
     /// The connection's own sink: where directly launched requests answer.
     sink: Sink,
     /// Client messages the actor has not handled yet; see `ConnState::queued`.
@@ -660,27 +682,28 @@ impl std::fmt::Debug for ConnectionHandle {
 
 impl ConnectionHandle {
     /// Parses one message from the client and hands it to the connection. An ordinary
-    /// request of an initialized legacy session is launched straight to its handler (its
-    /// answer goes to the connection's sink) when nothing from the client still waits in the
-    /// connection's mailbox, so it never overtakes an earlier message; everything else goes
-    /// through the connection, in order.
+    /// request (a modern one, or one of an initialized legacy session) is launched straight
+    /// to its handler (its answer goes to the connection's sink) when nothing from the client
+    /// still waits in the connection's mailbox, so it never overtakes an earlier message;
+    /// everything else goes through the connection, in order.
     pub fn receive(&self, bytes: &[u8]) {
         let msg = match jsonrpc::parse(bytes) {
-            Ok(Incoming::Request(req)) => match self.view.load().as_ref() {
-                Some(view) if self.queued.load(std::sync::atomic::Ordering::Acquire) == 0 => {
-                    let delivery = Delivery {
-                        sink: self.sink.clone(),
-                        cancel: tokio_util::sync::CancellationToken::new(),
-                        track: true,
-                        principal: None,
-                    };
-                    match view.launch(req, delivery) {
-                        Ok(()) => return,
-                        Err((req, _)) => ConnMsg::Inbound(Incoming::Request(req), None),
-                    }
+            Ok(Incoming::Request(req))
+                if self.queued.load(std::sync::atomic::Ordering::Acquire) == 0 =>
+            {
+                let delivery = Delivery {
+                    sink: self.sink.clone(),
+                    cancel: tokio_util::sync::CancellationToken::new(),
+                    track: true,
+                    principal: None,
+                };
+                let view = self.view.load();
+                match crate::connection::launch_direct(&self.direct, view.as_deref(), req, delivery)
+                {
+                    Ok(()) => return,
+                    Err((req, _)) => ConnMsg::Inbound(Incoming::Request(req), None),
                 }
-                _ => ConnMsg::Inbound(Incoming::Request(req), None),
-            },
+            }
             Ok(m) => ConnMsg::Inbound(m, None),
             Err(r) => ConnMsg::Rejected(r),
         };

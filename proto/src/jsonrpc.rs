@@ -149,25 +149,33 @@ pub struct Rejected {
     pub error: ErrorObject,
 }
 
+/// The members of a message, borrowed from the input: only `params` (and `result`) are
+/// copied out, so a request costs two allocations at the edge (method and params).
 #[derive(Deserialize)]
-struct Envelope {
-    #[serde(default)]
-    jsonrpc: Option<Box<RawValue>>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Box<RawValue>>,
-    #[serde(default)]
-    method: Option<Box<RawValue>>,
-    #[serde(default)]
-    params: Option<Box<RawValue>>,
-    #[serde(default)]
-    result: Option<Box<RawValue>>,
-    #[serde(default)]
-    error: Option<Box<RawValue>>,
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
 }
 
 /// Keeps an explicit `null` as `Some("null")`, so `"id": null` is told apart from no id.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
+/// A JSON string's contents when it needs no unescaping (the usual method name).
+fn plain_str(raw: &str) -> Option<&str> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
 }
 
 /// The deepest nesting of arrays and objects a message may have. serde_json skips over raw
@@ -175,6 +183,16 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::
 pub const MAX_DEPTH: usize = 128;
 
 fn too_deep(bytes: &[u8]) -> bool {
+    // Nesting deeper than MAX_DEPTH needs more than MAX_DEPTH opening brackets. Counting them
+    // is a branch-free loop the compiler vectorizes; only messages with that many brackets
+    // (in strings or not) pay for the exact scan below.
+    let openers = bytes
+        .iter()
+        .map(|&b| usize::from(b == b'{' || b == b'['))
+        .sum::<usize>();
+    if openers <= MAX_DEPTH {
+        return false;
+    }
     let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
     for &b in bytes {
         if in_str {
@@ -256,7 +274,17 @@ fn invalid(id: Option<RequestId>, msg: impl Into<std::borrow::Cow<'static, str>>
     }
 }
 
-fn classify(env: Envelope) -> Result<Incoming, Rejected> {
+/// A request id from its raw JSON: integers without a detour through serde.
+fn parse_id(raw: &str) -> Result<RequestId, serde_json::Error> {
+    if !raw.is_empty() && raw.len() <= 18 && raw.bytes().all(|b| b.is_ascii_digit()) {
+        if let Ok(n) = raw.parse::<i64>() {
+            return Ok(RequestId::Number(n));
+        }
+    }
+    serde_json::from_str(raw)
+}
+
+fn classify(env: Envelope<'_>) -> Result<Incoming, Rejected> {
     // Recover the id first so every later complaint can be addressed to it.
     let id = match &env.id {
         None => None,
@@ -266,12 +294,12 @@ fn classify(env: Envelope) -> Result<Incoming, Rejected> {
                 "request id must be a string or an integer, not null",
             ))
         }
-        Some(raw) => match serde_json::from_str::<RequestId>(raw.get()) {
+        Some(raw) => match parse_id(raw.get()) {
             Ok(id) => Some(id),
             Err(_) => return Err(invalid(None, "request id must be a string or an integer")),
         },
     };
-    match env.jsonrpc.as_deref().map(RawValue::get) {
+    match env.jsonrpc.map(RawValue::get) {
         Some("\"2.0\"") => {}
         Some(_) => {
             return Err(invalid(
@@ -282,8 +310,11 @@ fn classify(env: Envelope) -> Result<Incoming, Rejected> {
         None => return Err(invalid(id, "missing \"jsonrpc\": \"2.0\"")),
     }
     if let Some(method) = env.method {
-        let method: String = serde_json::from_str(method.get())
-            .map_err(|_| invalid(id.clone(), "\"method\" must be a string"))?;
+        let method: String = match plain_str(method.get()) {
+            Some(m) => m.to_owned(),
+            None => serde_json::from_str(method.get())
+                .map_err(|_| invalid(id.clone(), "\"method\" must be a string"))?,
+        };
         if let Some(p) = &env.params {
             let first = p.get().as_bytes().first();
             if !matches!(first, Some(b'{') | Some(b'[')) {
@@ -294,17 +325,20 @@ fn classify(env: Envelope) -> Result<Incoming, Rejected> {
             Some(id) => Incoming::Request(Request {
                 id,
                 method,
-                params: env.params,
+                params: env.params.map(RawValue::to_owned),
             }),
             None => Incoming::Notification(Notification {
                 method,
-                params: env.params,
+                params: env.params.map(RawValue::to_owned),
             }),
         });
     }
     match (env.result, env.error) {
         (Some(result), None) => match id {
-            Some(id) => Ok(Incoming::Response(Response { id, result })),
+            Some(id) => Ok(Incoming::Response(Response {
+                id,
+                result: result.to_owned(),
+            })),
             None => Err(invalid(None, "a response needs an id")),
         },
         (None, Some(error)) => {
@@ -357,15 +391,31 @@ pub fn write_result(buf: &mut Vec<u8>, id: &RequestId, result: &[u8], result_typ
     buf.push(b'}');
 }
 
-/// Serializes a success response to a fresh buffer; see [`write_result`].
+/// Serializes a success response to a fresh buffer; see [`write_result`]. The result is
+/// serialized in place (no intermediate buffer).
 pub fn result_bytes<T: Serialize + ?Sized>(
     id: &RequestId,
     result: &T,
     result_type: Option<&str>,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    let body = serde_json::to_vec(result)?;
-    let mut buf = Vec::with_capacity(body.len() + 64);
-    write_result(&mut buf, id, &body, result_type);
+    let mut buf = Vec::with_capacity(256);
+    open_with_id(&mut buf, Some(id));
+    buf.extend_from_slice(b",\"result\":");
+    let start = buf.len();
+    serde_json::to_writer(&mut buf, result)?;
+    if let Some(rt) = result_type {
+        if buf.get(start) == Some(&b'{') {
+            let mut member = Vec::with_capacity(rt.len() + 16);
+            member.extend_from_slice(b"\"resultType\":\"");
+            member.extend_from_slice(rt.as_bytes());
+            member.push(b'"');
+            if buf.get(start + 1) != Some(&b'}') {
+                member.push(b',');
+            }
+            buf.splice(start + 1..start + 1, member);
+        }
+    }
+    buf.push(b'}');
     Ok(buf)
 }
 
@@ -450,6 +500,47 @@ mod tests {
             "]".repeat(10_000)
         );
         assert_eq!(code_of(&deep), code::PARSE_ERROR);
+    }
+
+    #[test]
+    fn many_brackets_are_fine_when_shallow_or_inside_strings() {
+        // More than MAX_DEPTH brackets in all (the quick count), but never deep.
+        let wide = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{{\"a\":[{}],\"s\":\"{}\"}}}}",
+            vec!["[]"; 300].join(","),
+            "{[".repeat(300)
+        );
+        assert!(matches!(parse(wide.as_bytes()), Ok(Incoming::Request(_))));
+        // Exactly MAX_DEPTH levels pass, one more does not.
+        let nest = |n: usize| {
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{}{}}}",
+                "[".repeat(n - 1),
+                "]".repeat(n - 1)
+            )
+        };
+        assert!(parse(nest(MAX_DEPTH).as_bytes()).is_ok());
+        assert_eq!(code_of(&nest(MAX_DEPTH + 1)), code::PARSE_ERROR);
+    }
+
+    #[test]
+    fn escaped_method_names_and_string_ids_are_read_exactly() {
+        let m = parse(br#"{"jsonrpc":"2.0","id":"a\"b","method":"tools\/call"}"#).unwrap();
+        match m {
+            Incoming::Request(r) => {
+                assert_eq!(r.method, "tools/call");
+                assert_eq!(r.id, RequestId::from("a\"b"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let big = parse(br#"{"jsonrpc":"2.0","id":9223372036854775807,"method":"x"}"#).unwrap();
+        assert!(matches!(
+            big,
+            Incoming::Request(Request {
+                id: RequestId::Number(i64::MAX),
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -101,6 +101,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
     max: usize,
 ) -> io::Result<()> {
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    // Holds a message only while it spans reads; a message that is whole in the read
+    // buffer (the usual case) is handed on from there without a copy.
     let mut line: Vec<u8> = Vec::with_capacity(4096);
     let mut discarding = false;
     loop {
@@ -111,42 +113,59 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             return Ok(());
         }
-        let (chunk, found_newline) = match memchr(b'\n', buf) {
-            Some(i) => (&buf[..i], true),
-            None => (buf, false),
-        };
-        let used = chunk.len() + usize::from(found_newline);
-        if !discarding {
-            if line.len() + chunk.len() > max {
-                discarding = true;
+        let mut used = 0;
+        // Every complete line in the buffer.
+        while let Some(i) = memchr::memchr(b'\n', &buf[used..]) {
+            let chunk = &buf[used..used + i];
+            used += i + 1;
+            if discarding {
+                discarding = false;
+                continue;
+            }
+            let message = if line.is_empty() {
+                chunk
+            } else if line.len() + chunk.len() > max {
                 line.clear();
-                handle.reject(ErrorObject::invalid_request(format!(
-                    "message exceeds the limit of {max} bytes; it was discarded"
-                )));
+                reject_oversized(handle, max);
+                continue;
             } else {
                 line.extend_from_slice(chunk);
-            }
-        }
-        reader.consume(used);
-        if found_newline {
-            if !discarding {
-                let text = trim_cr(&line);
+                &line[..]
+            };
+            if message.len() > max {
+                reject_oversized(handle, max);
+            } else {
+                let text = trim_cr(message);
                 if !text.iter().all(u8::is_ascii_whitespace) {
                     handle.receive(text);
                 }
             }
             line.clear();
-            discarding = false;
         }
+        // The start of a message that continues in the next read.
+        let rest = &buf[used..];
+        if !discarding && !rest.is_empty() {
+            if line.len() + rest.len() > max {
+                discarding = true;
+                line.clear();
+                reject_oversized(handle, max);
+            } else {
+                line.extend_from_slice(rest);
+            }
+        }
+        let consumed = buf.len();
+        reader.consume(consumed);
     }
+}
+
+fn reject_oversized(handle: &toolyard_actors::ConnectionHandle, max: usize) {
+    handle.reject(ErrorObject::invalid_request(format!(
+        "message exceeds the limit of {max} bytes; it was discarded"
+    )));
 }
 
 fn trim_cr(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
-}
-
-fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|b| *b == needle)
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(

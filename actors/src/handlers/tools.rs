@@ -35,19 +35,14 @@ pub(crate) struct CallParams {
     /// 2025-11-25: run the call as a task.
     #[serde(default)]
     pub task: Option<TaskHint>,
+    /// The request's `_meta`, when the edge reads it together with the rest (a direct
+    /// launch); taken out before the call runs.
+    #[serde(rename = "_meta", default)]
+    pub meta: Option<toolyard_proto::RequestMeta>,
 }
 
 /// Messages of the ToolHandler.
 pub(crate) enum ToolMsg {
-    /// Run a tool.
-    Call {
-        /// Parsed params.
-        params: CallParams,
-        /// Request context.
-        ctx: RequestContext,
-        /// Where the answer goes.
-        reply: Reply,
-    },
     /// `tools/list`.
     List {
         /// Pagination cursor.
@@ -68,10 +63,8 @@ pub(crate) struct ToolHandler;
 
 pub(crate) struct ToolState {
     pub(crate) registry: Arc<Registry<ToolDef>>,
-    pub(crate) sealer: StateSealer,
     pub(crate) bus: ActorRef<BusMsg>,
     pub(crate) list: ListSettings,
-    pub(crate) tasks: Option<Arc<Tasks>>,
 }
 
 impl Actor for ToolHandler {
@@ -94,7 +87,6 @@ impl Actor for ToolHandler {
         state: &mut ToolState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolMsg::Call { params, ctx, reply } => call(state, params, ctx, reply),
             ToolMsg::List { cursor, reply } => list(state, cursor.as_deref(), reply),
             ToolMsg::Register(defs) => {
                 if state
@@ -132,8 +124,19 @@ fn list(state: &ToolState, cursor: Option<&str>, reply: Reply) {
     }
 }
 
-fn call(state: &ToolState, params: CallParams, ctx: RequestContext, reply: Reply) {
-    let Some(def) = state.registry.get(&params.name) else {
+/// What starting a `tools/call` needs: the registry snapshot source, the MRTR sealer and
+/// the task store. These are shared, read-mostly values, so a call starts in the caller's
+/// own task (the transport's reader or an HTTP handler) without a hop through the
+/// ToolHandler actor, which stays the registry's only writer and answers `tools/list`.
+pub(crate) struct CallSite<'a> {
+    pub(crate) registry: &'a Registry<ToolDef>,
+    pub(crate) sealer: &'a StateSealer,
+    pub(crate) tasks: Option<&'a Arc<Tasks>>,
+}
+
+/// Starts a tool call: checks run here, the tool's own code runs in [`exec::start`].
+pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, reply: Reply) {
+    let Some(def) = site.registry.get(&params.name) else {
         return reply.err(ErrorObject::invalid_params(format!(
             "Unknown tool: {}",
             params.name
@@ -150,10 +153,10 @@ fn call(state: &ToolState, params: CallParams, ctx: RequestContext, reply: Reply
             );
         }
     }
-    let sealer = state.sealer.clone();
+    let sealer = site.sealer.clone();
     // Only task-capable tools, and calls asking for a task, look further.
     if def.task_support.is_some() || params.task.is_some() {
-        match tasks::plan_call(state.tasks.as_ref(), &def, params.task.as_ref(), &ctx) {
+        match tasks::plan_call(site.tasks, &def, params.task.as_ref(), &ctx) {
             Ok(Some((plan, ctx))) => {
                 let plan = Some(Box::new(plan));
                 tokio::spawn(Box::pin(run_call(def, params, ctx, reply, sealer, plan)));
@@ -163,9 +166,7 @@ fn call(state: &ToolState, params: CallParams, ctx: RequestContext, reply: Reply
             Err(e) => return reply.err(e),
         }
     }
-    // Boxed: the call's future is large, and a task moves its future several times on the
-    // way in and overwrites it with the output at the end; a box makes those moves small.
-    tokio::spawn(Box::pin(run_call(def, params, ctx, reply, sealer, None)));
+    exec::start(Box::pin(run_call(def, params, ctx, reply, sealer, None)));
 }
 
 async fn run_call(

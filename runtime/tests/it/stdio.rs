@@ -314,3 +314,40 @@ fn a_pipelined_set_level_applies_to_the_calls_right_after_it() {
     }
     assert!(p.close_and_wait().success());
 }
+
+/// Modern requests over stdio are launched from the reader without the connection actor;
+/// they must still be cancellable by id, refuse a duplicate id in flight, and whatever the
+/// direct launch does not accept must still get the connection's exact errors (regression
+/// test for the direct modern launch).
+#[test]
+fn modern_direct_launches_keep_cancellation_and_errors() {
+    let mut p = Proc::spawn(&["serve", "--stdio"]);
+    let meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"it","version":"0"}});
+    let slow = json!({"_meta":meta,"name":"slow","arguments":{"steps":1000,"delay_ms":50}});
+    p.send(json!({"jsonrpc":"2.0","id":"s","method":"tools/call","params":slow}));
+    // The same id again while the first is running: refused, the first goes on.
+    p.send(json!({"jsonrpc":"2.0","id":"s","method":"tools/call","params":slow}));
+    assert_eq!(code(&p.answer(json!("s"))), -32600);
+    // Unsupported version, missing capabilities, bad params: the connection's errors.
+    let mut old = meta.clone();
+    old["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    p.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":old,"name":"echo","arguments":{"message":"m"}}}));
+    let e = p.answer(json!(1));
+    assert_eq!(code(&e), -32022);
+    assert!(e["error"]["data"]["supported"].is_array(), "{e}");
+    p.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"name":"echo","arguments":{"message":"m"}}}));
+    assert_eq!(code(&p.answer(json!(2))), -32602);
+    p.send(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":meta,"name":7}}));
+    assert_eq!(code(&p.answer(json!(3))), -32602);
+    // The running call is cancelled by id: no answer comes for it, later calls are served.
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"s"}}));
+    p.send(json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"_meta":meta,"name":"echo","arguments":{"message":"after"}}}));
+    let r = p.answer(json!(4));
+    assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
+    std::thread::sleep(Duration::from_millis(300));
+    // The id is free again once the cancelled call has ended.
+    p.send(json!({"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"_meta":meta,"name":"echo","arguments":{"message":"again"}}}));
+    let again = p.answer(json!("s"));
+    assert_eq!(again["result"]["content"][0]["text"], "again", "{again}");
+    assert!(p.close_and_wait().success());
+}
