@@ -26,7 +26,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolyard_proto::jsonrpc::{self, Incoming, Notification, Rejected, Request};
 use toolyard_proto::{
-    ClientCapabilities, ErrorObject, Implementation, InitializeResult, LoggingLevel,
+    ClientCapabilities, ErrorObject, Implementation, InitializeResult, LoggingLevel, ProgressToken,
     ProtocolVersion, RequestId, RequestMeta,
 };
 
@@ -107,7 +107,7 @@ impl SessionView {
             return Err((req, d));
         }
         match Edge::read(&req) {
-            Some(edge) if edge.meta.protocol_version.is_none() => self.launch_legacy(req, edge, d),
+            Some(edge) if edge.version().is_none() => self.launch_legacy(req, edge, d),
             _ => Err((req, d)),
         }
     }
@@ -139,7 +139,7 @@ impl SessionView {
                 channel: Channel::Legacy {
                     conn: self.legacy.clone(),
                 },
-                meta: edge.meta,
+                meta: LaunchMeta::of(edge.meta),
                 modern: false,
                 out: d.sink,
                 cancel: d.cancel,
@@ -178,7 +178,7 @@ pub(crate) fn launch_direct(
     let Some(edge) = Edge::read(&req) else {
         return Err((req, d));
     };
-    let Some(requested) = edge.meta.protocol_version.as_deref() else {
+    let Some(requested) = edge.version() else {
         return match view {
             Some(view) => view.launch_legacy(req, edge, d),
             None => Err((req, d)),
@@ -188,7 +188,10 @@ pub(crate) fn launch_direct(
         Some(v) if !v.is_legacy() => v,
         _ => return Err((req, d)),
     };
-    let Some(capabilities) = edge.meta.client_capabilities.clone() else {
+    let Some(meta) = edge.meta.as_deref() else {
+        return Err((req, d));
+    };
+    let Some(capabilities) = meta.client_capabilities.clone() else {
         return Err((req, d));
     };
     if !direct
@@ -203,11 +206,11 @@ pub(crate) fn launch_direct(
     }
     let caller = Arc::new(Caller {
         capabilities,
-        info: edge.meta.client_info.clone(),
+        info: meta.client_info.clone(),
         principal: d.principal.clone().or_else(|| direct.principal.clone()),
     });
     let channel = Channel::Modern {
-        log_level: edge.meta.log_level,
+        log_level: meta.log_level,
         round: Mutex::new(Round::default()),
     };
     launch(
@@ -218,7 +221,7 @@ pub(crate) fn launch_direct(
             version,
             caller,
             channel,
-            meta: edge.meta,
+            meta: LaunchMeta::of(edge.meta),
             modern: true,
             out: d.sink,
             cancel: d.cancel,
@@ -232,23 +235,29 @@ pub(crate) fn launch_direct(
 /// A request's `_meta` and, for `tools/call`, its params, read in one pass over the params
 /// (a direct launch would otherwise read them once for `_meta` and again in the handler).
 struct Edge {
-    meta: RequestMeta,
+    /// Boxed: most legacy requests have none, and it is large to move.
+    meta: Option<Box<RequestMeta>>,
     call: Option<CallParams>,
 }
 
 impl Edge {
+    /// The modern protocol version the request asks for, if any.
+    fn version(&self) -> Option<&str> {
+        self.meta.as_ref()?.protocol_version.as_deref()
+    }
+
     /// `None` when the params do not parse: the connection actor answers with the error.
     fn read(req: &Request) -> Option<Edge> {
         if req.method == "tools/call" {
             let mut call: CallParams = jsonrpc::params(req.params.as_deref()).ok()?;
             Some(Edge {
-                meta: call.meta.take().unwrap_or_default(),
+                meta: call.meta.take(),
                 call: Some(call),
             })
         } else {
             let head: Head = jsonrpc::params(req.params.as_deref()).ok()?;
             Some(Edge {
-                meta: head.meta.unwrap_or_default(),
+                meta: head.meta.map(Box::new),
                 call: None,
             })
         }
@@ -257,7 +266,10 @@ impl Edge {
 
 /// The in-flight requests of a connection, by id.
 #[derive(Default)]
-pub(crate) struct Inflight(Mutex<HashMap<RequestId, CancellationToken>>);
+///
+/// Hashed with FxHash: ids are the client's own, and the table is bounded by
+/// `max_in_flight`, so a client choosing colliding ids can only slow its own connection.
+pub(crate) struct Inflight(Mutex<rustc_hash::FxHashMap<RequestId, CancellationToken>>);
 
 impl Inflight {
     /// Enters a request unless its id is already in flight or the table is full (the
@@ -271,7 +283,9 @@ impl Inflight {
         true
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+    fn table(
+        &self,
+    ) -> std::sync::MutexGuard<'_, rustc_hash::FxHashMap<RequestId, CancellationToken>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -847,7 +861,7 @@ impl ConnState {
                 version,
                 caller,
                 channel,
-                meta,
+                meta: LaunchMeta::from_meta(meta),
                 modern,
                 out: self.out(),
                 cancel,
@@ -855,6 +869,30 @@ impl ConnState {
                 release,
             },
         );
+    }
+}
+
+/// The parts of a request's `_meta` a running request still needs.
+pub(crate) struct LaunchMeta {
+    pub(crate) progress_token: Option<ProgressToken>,
+    pub(crate) traceparent: Option<String>,
+}
+
+impl LaunchMeta {
+    /// What an edge read of `_meta` leaves for the context.
+    fn of(meta: Option<Box<RequestMeta>>) -> Option<Box<LaunchMeta>> {
+        meta.and_then(|m| Self::from_meta(*m))
+    }
+
+    /// `None` when the request has neither (the usual case: no allocation).
+    fn from_meta(meta: RequestMeta) -> Option<Box<LaunchMeta>> {
+        if meta.progress_token.is_none() && meta.traceparent.is_none() {
+            return None;
+        }
+        Some(Box::new(LaunchMeta {
+            progress_token: meta.progress_token,
+            traceparent: meta.traceparent,
+        }))
     }
 }
 
@@ -866,7 +904,9 @@ pub(crate) struct Launch {
     pub(crate) version: ProtocolVersion,
     pub(crate) caller: Arc<Caller>,
     pub(crate) channel: Channel,
-    pub(crate) meta: RequestMeta,
+    /// What the request's context keeps of its `_meta` (the rest was read at the edge):
+    /// boxed, so the launch stays small to move.
+    pub(crate) meta: Option<Box<LaunchMeta>>,
     pub(crate) modern: bool,
     pub(crate) out: Sink,
     pub(crate) cancel: CancellationToken,
@@ -900,7 +940,10 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             protocol_version: Some(version),
             session_id: session_id.clone(),
             principal: caller.principal.clone(),
-            traceparent: meta.traceparent.as_deref().map(Into::into),
+            traceparent: meta
+                .as_ref()
+                .and_then(|m| m.traceparent.as_deref())
+                .map(Into::into),
             started: Instant::now(),
         };
         match core.layers.start(&info) {
@@ -924,7 +967,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             version,
             caller,
             cancel,
-            progress_token: meta.progress_token,
+            progress_token: meta.and_then(|m| m.progress_token),
             sink: out,
             channel,
             session_id,
@@ -994,7 +1037,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
             version,
             caller,
             channel,
-            meta,
+            meta: LaunchMeta::from_meta(meta),
             modern: true,
             out: d.sink,
             cancel: d.cancel,

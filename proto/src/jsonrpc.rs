@@ -249,7 +249,18 @@ pub fn parse(bytes: &[u8]) -> Result<Incoming, Rejected> {
             });
         }
     }
-    let env: Envelope = match serde_json::from_slice(bytes) {
+    // One UTF-8 check of the whole message; parsing from `str` then validates nothing twice
+    // (from bytes, every raw member would be checked again when borrowed).
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(Rejected {
+                id: None,
+                error: ErrorObject::parse_error(format_args!("message is not UTF-8: {e}")),
+            })
+        }
+    };
+    let env: Envelope = match serde_json::from_str(text) {
         Ok(env) => env,
         Err(e) if e.is_data() => {
             return Err(Rejected {

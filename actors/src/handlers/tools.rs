@@ -38,7 +38,7 @@ pub(crate) struct CallParams {
     /// The request's `_meta`, when the edge reads it together with the rest (a direct
     /// launch); taken out before the call runs.
     #[serde(rename = "_meta", default)]
-    pub meta: Option<toolyard_proto::RequestMeta>,
+    pub meta: Option<Box<toolyard_proto::RequestMeta>>,
 }
 
 /// Messages of the ToolHandler.
