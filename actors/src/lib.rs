@@ -41,7 +41,9 @@ pub use resource::{
     TemplateDef,
 };
 pub use router::MethodFn;
-pub use server::{ConnectionHandle, Limits, ListSettings, Server, ServerConfig, StartError};
+pub use server::{
+    ConnectionHandle, Limits, ListSettings, Server, ServerConfig, StartError, UnknownToolFn,
+};
 pub use sink::{MessageSink, Sink};
 pub use tasks::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,

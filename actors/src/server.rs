@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use toolyard_proto::jsonrpc::Request;
+use toolyard_proto::ErrorObject;
 use toolyard_proto::{jsonrpc, Incoming, RequestMeta};
 use toolyard_proto::{
     CacheScope, Implementation, ListChangedCapability, ResourcesCapability, ServerCapabilities,
@@ -151,7 +152,13 @@ pub(crate) struct ServerCore {
     prompts: Arc<Registry<PromptDef>>,
     connections: AtomicU64,
     pub(crate) tasks: Option<Arc<Tasks>>,
+    /// Explains calls to tools that are not registered (see [`Server::explain_unknown_tools`]).
+    unknown_tools: ArcSwapOption<UnknownToolFn>,
 }
+
+/// Turns the name of a tool that is not registered into the error its caller gets, or
+/// `None` for the generic "Unknown tool".
+pub type UnknownToolFn = Box<dyn Fn(&str) -> Option<ErrorObject> + Send + Sync>;
 
 impl ServerCore {
     /// What a `tools/call` needs to start without the ToolHandler actor.
@@ -160,6 +167,7 @@ impl ServerCore {
             registry: &self.tools,
             sealer: &self.sealer,
             tasks: self.tasks.as_ref(),
+            unknown: &self.unknown_tools,
         }
     }
 
@@ -450,6 +458,7 @@ impl Server {
             templates: Arc::default(),
             prompts: Arc::default(),
             connections: AtomicU64::new(0),
+            unknown_tools: ArcSwapOption::empty(),
         });
         core.tools.insert(
             config
@@ -561,6 +570,14 @@ impl Server {
             .routes()
             .tools
             .cast(ToolMsg::Register(tools.into_iter().map(Arc::new).collect()));
+    }
+
+    /// Answers calls to tools that are not registered with the error `explain` returns for
+    /// their name, instead of the generic "Unknown tool" (when it returns one). A gateway
+    /// uses it to say why a source's tools are gone (the source is unhealthy) rather than
+    /// pretending they never existed. Replaces an earlier one.
+    pub fn explain_unknown_tools(&self, explain: UnknownToolFn) {
+        self.core.unknown_tools.store(Some(Arc::new(explain)));
     }
 
     /// Removes tools by name.

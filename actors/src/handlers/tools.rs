@@ -132,15 +132,20 @@ pub(crate) struct CallSite<'a> {
     pub(crate) registry: &'a Registry<ToolDef>,
     pub(crate) sealer: &'a StateSealer,
     pub(crate) tasks: Option<&'a Arc<Tasks>>,
+    pub(crate) unknown: &'a arc_swap::ArcSwapOption<crate::server::UnknownToolFn>,
 }
 
 /// Starts a tool call: checks run here, the tool's own code runs in [`exec::start`].
 pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, reply: Reply) {
     let Some(def) = site.registry.get(&params.name) else {
-        return reply.err(ErrorObject::invalid_params(format!(
-            "Unknown tool: {}",
-            params.name
-        )));
+        let explained = site
+            .unknown
+            .load()
+            .as_ref()
+            .and_then(|explain| explain(&params.name));
+        return reply.err(explained.unwrap_or_else(|| {
+            ErrorObject::invalid_params(format!("Unknown tool: {}", params.name))
+        }));
     };
     if let Some(required) = &def.required_capabilities {
         if !ctx.client_capabilities().satisfies(required) {

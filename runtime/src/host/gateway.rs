@@ -282,6 +282,14 @@ impl Gateway {
                 sources: Mutex::new(BTreeMap::new()),
             }),
         };
+        let weak = Arc::downgrade(&gateway.inner);
+        server.explain_unknown_tools(Box::new(move |name| {
+            let inner = weak.upgrade()?;
+            let sources = lock(&inner.sources);
+            sources
+                .values()
+                .find_map(|source| explain_missing_tool(source, name))
+        }));
         gateway.watch_health();
         gateway
     }
@@ -699,6 +707,41 @@ impl Gateway {
             }
         });
     }
+}
+
+/// Why `name` is not served, when it is one of `source`'s tools that left the listing (an
+/// unhealthy `skip` source, or one not reachable yet): a clear error naming the source and
+/// its last failure, instead of "Unknown tool".
+fn explain_missing_tool(source: &Source, name: &str) -> Option<ErrorObject> {
+    if source.listed.load(Ordering::Relaxed) {
+        return None;
+    }
+    let naming = &source.spec.naming;
+    let ours = lock(&source.catalog).tools.iter().any(|t| t == name)
+        || naming.aliases.iter().any(|(_, exposed)| exposed == name)
+        || name
+            .strip_prefix(naming.prefix.as_str())
+            .is_some_and(|rest| rest.starts_with(naming.separator.as_str()));
+    if !ours {
+        return None;
+    }
+    let health = source.pool.health();
+    let why = match (&health.state, &health.last_error) {
+        (super::pool::HealthState::Unhealthy, Some(e)) => {
+            format!(
+                "is unhealthy (circuit open after {} crashes; last: {e})",
+                health.crashes_in_window
+            )
+        }
+        (super::pool::HealthState::Unhealthy, None) => "is unhealthy (circuit open)".to_owned(),
+        (_, Some(e)) => format!("is not available (last: {e})"),
+        (_, None) => "is not available".to_owned(),
+    };
+    Some(ErrorObject::invalid_params(format!(
+        "Tool `{name}` is unavailable: its source `{}` {why}; its tools return once a health \
+         probe succeeds",
+        source.spec.name
+    )))
 }
 
 /// The code of "no call is in flight to take this question" (a JSON-RPC internal error).

@@ -332,7 +332,8 @@ async fn a_plugin_killed_mid_call_fails_that_call_naming_it_and_the_next_call_re
 /// A plugin that crashes on every start opens its circuit after `max_crashes` tries (and is
 /// then left alone until a probe); a plugin that ran and then crashes for good does the
 /// same, after which calls to its tools fail fast, and its tools leave the listing
-/// (`failure_mode = "skip"`); a healthy source keeps working throughout.
+/// (`failure_mode = "skip"`), calls to them then naming the unhealthy source rather than
+/// an unknown tool; a healthy source keeps working throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_crashing_on_every_start_turns_unhealthy_fails_fast_and_leaves_the_listing() {
     let scratch = Scratch::new("crashing");
@@ -430,8 +431,16 @@ async fn a_plugin_crashing_on_every_start_turns_unhealthy_fails_fast_and_leaves_
     let (unlisted, took) = call(&client, "flaky__echo", json!({"x": 3})).await;
     let message = unlisted.expect_err("an unlisted tool's call fails");
     assert!(took < Duration::from_secs(2), "{took:?}");
-    assert!(message.contains("flaky"), "{message}");
+    // Not "Unknown tool": the caller learns which source is down and why.
+    assert!(
+        message.contains("source `flaky` is unhealthy") && !message.contains("Unknown tool"),
+        "{message}"
+    );
+    // A tool no source has is still simply unknown.
+    let (unknown, _) = call(&client, "nobody__echo", json!({})).await;
     eprintln!("an unlisted source's call fails in {took:?} with: {message}");
+    let unknown = unknown.expect_err("an unknown tool's call fails");
+    assert!(unknown.contains("Unknown tool"), "{unknown}");
     let (good, _) = call(&client, "good__echo", json!({"message": "still here"})).await;
     assert_eq!(good.as_deref(), Ok("still here"));
     assert_eq!(status(&gateway, "flaky").await["listed"], false);
