@@ -285,6 +285,7 @@ impl ClientBuilder {
                 actor: actor_ref,
                 closed,
                 next_id: AtomicI64::new(0),
+                modern_identity: ModernIdentity::of(&capabilities, &self.info),
                 info: self.info,
                 capabilities,
                 handlers: self.handlers,
@@ -318,6 +319,8 @@ struct Inner {
     actor: ActorRef<ClientMsg>,
     closed: Arc<std::sync::atomic::AtomicBool>,
     next_id: AtomicI64,
+    /// `capabilities` and `info` as JSON, serialized once: every modern request carries both.
+    modern_identity: ModernIdentity,
     info: Implementation,
     capabilities: ClientCapabilities,
     handlers: Handlers,
@@ -796,8 +799,7 @@ impl Client {
             extra: opts.meta.as_ref(),
             progress_token: &id,
             modern: modern.then_some(ModernMeta {
-                capabilities: &inner.capabilities,
-                info: &inner.info,
+                identity: &inner.modern_identity,
                 log_level,
             }),
         };
@@ -1328,9 +1330,26 @@ struct OurMeta<'a> {
 }
 
 struct ModernMeta<'a> {
-    capabilities: &'a ClientCapabilities,
-    info: &'a Implementation,
+    identity: &'a ModernIdentity,
     log_level: Option<LoggingLevel>,
+}
+
+/// The client's capabilities and identity, serialized once per client.
+struct ModernIdentity {
+    capabilities: Box<RawValue>,
+    info: Box<RawValue>,
+}
+
+impl ModernIdentity {
+    fn of(capabilities: &ClientCapabilities, info: &Implementation) -> Self {
+        // Serializing these plain structs cannot fail; `null` would be the fallback.
+        let raw =
+            |v: serde_json::Result<String>| v.and_then(RawValue::from_string).unwrap_or_default();
+        ModernIdentity {
+            capabilities: raw(serde_json::to_string(capabilities)),
+            info: raw(serde_json::to_string(info)),
+        }
+    }
 }
 
 impl OurMeta<'_> {
@@ -1368,8 +1387,8 @@ impl serde::Serialize for OurMeta<'_> {
                 meta::PROTOCOL_VERSION,
                 ProtocolVersion::V2026_07_28.as_str(),
             )?;
-            map.serialize_entry(meta::CLIENT_CAPABILITIES, m.capabilities)?;
-            map.serialize_entry(meta::CLIENT_INFO, m.info)?;
+            map.serialize_entry(meta::CLIENT_CAPABILITIES, &*m.identity.capabilities)?;
+            map.serialize_entry(meta::CLIENT_INFO, &*m.identity.info)?;
             if let Some(level) = &m.log_level {
                 map.serialize_entry(meta::LOG_LEVEL, level)?;
             }
@@ -1472,15 +1491,16 @@ mod tests {
         let extra = obj(serde_json::json!({ "x": "extra", "traceparent": "00-1-2-01" }));
         let params = obj(serde_json::json!({ "name": "echo", "_meta": caller.clone() }));
         let id = RequestId::Number(7);
-        let capabilities = ClientCapabilities::default();
-        let info = Implementation::new("t", "1");
+        let identity = ModernIdentity::of(
+            &ClientCapabilities::default(),
+            &Implementation::new("t", "1"),
+        );
         let meta = OurMeta {
             caller: Some(&caller),
             extra: Some(&extra),
             progress_token: &id,
             modern: Some(ModernMeta {
-                capabilities: &capabilities,
-                info: &info,
+                identity: &identity,
                 log_level: None,
             }),
         };
@@ -1500,6 +1520,7 @@ mod tests {
         assert_eq!(m["progressToken"], 7);
         assert_eq!(m[meta::PROTOCOL_VERSION], "2026-07-28");
         assert_eq!(m[meta::CLIENT_INFO]["name"], "t");
+        assert!(m[meta::CLIENT_CAPABILITIES].is_object(), "{text}");
         assert!(m.get(meta::LOG_LEVEL).is_none());
     }
 }
