@@ -149,7 +149,8 @@ struct Paginated {
     cursor: Option<String>,
 }
 
-/// Routes a request both generations share to its handler actor.
+/// Routes a request both generations share to its handler actor (`tools/call` starts
+/// right here, from the shared registry: see `handlers::tools::call`).
 pub(crate) fn route(
     core: &ServerCore,
     routes: &Routes,
