@@ -173,6 +173,16 @@ impl RequestContext {
     pub fn principal(&self) -> Option<&str> {
         self.inner.caller.principal.as_deref()
     }
+    /// Where the request came from: equal for the requests of one legacy session or of
+    /// one stdio or in-memory connection, distinct for each stateless request over HTTP.
+    /// Two requests with one peer id reach the same answerer with their questions
+    /// (elicitation, sampling, roots); a gateway relies on that.
+    pub fn peer_id(&self) -> u64 {
+        match &self.inner.channel {
+            Channel::Legacy { conn } => Arc::as_ptr(conn) as usize as u64,
+            Channel::Modern { .. } => self.inner.sink.identity(),
+        }
+    }
     /// The legacy session id, if any.
     pub fn session_id(&self) -> Option<&str> {
         self.inner.session_id.as_deref()

@@ -54,6 +54,9 @@ struct NoArgs {}
 struct SummarizeArgs {
     /// The text to summarize.
     text: String,
+    /// Milliseconds to wait before asking the model (to overlap other calls).
+    #[serde(default)]
+    delay_ms: u64,
 }
 
 fn text_of(content: &SamplingMessageContent) -> String {
@@ -111,6 +114,12 @@ async fn ask_name(ctx: RequestContext, _a: NoArgs) -> Result<String, HandlerErro
 }
 
 async fn summarize(ctx: RequestContext, a: SummarizeArgs) -> Result<String, HandlerError> {
+    if a.delay_ms > 0 {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(a.delay_ms)) => {}
+            _ = ctx.cancelled() => return Err(HandlerError::failed("cancelled")),
+        }
+    }
     let params = CreateMessageRequestParams {
         messages: vec![SamplingMessage {
             role: Role::User,

@@ -4,7 +4,7 @@
 //! run in spawned tasks that answer straight through the link.
 
 use super::error::ClientError;
-use super::handlers::{Handlers, Notice};
+use super::handlers::{Handlers, Notice, Questions};
 use super::transport::{
     OutboundKind, OutboundMessage, TransportError, TransportEvent, TransportLink,
 };
@@ -31,6 +31,7 @@ pub(crate) enum ClientMsg {
         message: OutboundMessage,
         reply: ReplyTx,
         progress: Option<mpsc::UnboundedSender<ProgressNotificationParams>>,
+        questions: Option<Questions>,
     },
     /// Send a notification.
     Notify(OutboundMessage),
@@ -46,6 +47,9 @@ struct Pending {
     method: String,
     reply: ReplyTx,
     progress: Option<mpsc::UnboundedSender<ProgressNotificationParams>>,
+    /// Who answers the server's questions for this request, and when it was sent (the
+    /// newest of one group takes an unattributed question).
+    questions: Option<(Questions, u64)>,
 }
 
 pub(crate) struct ClientState {
@@ -54,6 +58,33 @@ pub(crate) struct ClientState {
     /// The server's requests we are answering, so `notifications/cancelled` can stop them.
     serving: HashMap<RequestId, tokio::task::AbortHandle>,
     closed: Option<ClientError>,
+    /// Counts requests sent with `Questions`.
+    sent_with_questions: u64,
+}
+
+impl ClientState {
+    /// Who answers a question that arrived on `related`'s stream (that request's own
+    /// handlers), or with no link to a request (the newest request's handlers when every
+    /// request with handlers is in one group; see [`Questions`]). `None` leaves it to the
+    /// client's handlers.
+    fn questions_for(&self, related: Option<&RequestId>) -> Option<Questions> {
+        if let Some(id) = related {
+            return self
+                .pending
+                .get(id)
+                .and_then(|p| p.questions.as_ref())
+                .map(|q| q.0.clone());
+        }
+        let mut newest: Option<&(Questions, u64)> = None;
+        for q in self.pending.values().filter_map(|p| p.questions.as_ref()) {
+            match newest {
+                Some(n) if n.0.group != q.0.group => return None,
+                Some(n) if n.1 > q.1 => {}
+                _ => newest = Some(q),
+            }
+        }
+        newest.map(|q| q.0.clone())
+    }
 }
 
 pub(crate) struct ClientActor {
@@ -81,6 +112,7 @@ impl Actor for ClientActor {
             pending: HashMap::new(),
             serving: HashMap::new(),
             closed: None,
+            sent_with_questions: 0,
         })
     }
 
@@ -97,17 +129,23 @@ impl Actor for ClientActor {
                 message,
                 reply,
                 progress,
+                questions,
             } => {
                 if let Some(error) = &state.closed {
                     let _ = reply.send(Err(error.clone()));
                     return Ok(());
                 }
+                let questions = questions.map(|q| {
+                    state.sent_with_questions += 1;
+                    (q, state.sent_with_questions)
+                });
                 state.pending.insert(
                     id,
                     Pending {
                         method,
                         reply,
                         progress,
+                        questions,
                     },
                 );
                 state.link.send(message);
@@ -167,7 +205,10 @@ fn fail_all(state: &mut ClientState, error: ClientError) {
 impl ClientActor {
     fn on_event(&self, event: TransportEvent, state: &mut ClientState) {
         match event {
-            TransportEvent::Message(bytes) => self.on_message(&bytes, state),
+            TransportEvent::Message(bytes) => self.on_message(&bytes, None, state),
+            TransportEvent::Related { message, request } => {
+                self.on_message(&message, Some(&request), state)
+            }
             TransportEvent::RequestFailed { id, error } => {
                 if let Some(p) = state.pending.remove(&id) {
                     let error = match error {
@@ -189,7 +230,7 @@ impl ClientActor {
         }
     }
 
-    fn on_message(&self, bytes: &[u8], state: &mut ClientState) {
+    fn on_message(&self, bytes: &[u8], related: Option<&RequestId>, state: &mut ClientState) {
         match jsonrpc::parse(bytes) {
             Ok(Incoming::Response(r)) => match state.pending.remove(&r.id) {
                 Some(p) => {
@@ -208,7 +249,7 @@ impl ClientActor {
                 }
             },
             Ok(Incoming::Notification(n)) => self.on_notification(n, state),
-            Ok(Incoming::Request(r)) => self.on_request(r, state),
+            Ok(Incoming::Request(r)) => self.on_request(r, related, state),
             Err(rejected) => {
                 tracing::warn!(client = %self.name, error = %rejected.error.message, "unreadable message from the server");
             }
@@ -267,13 +308,24 @@ impl ClientActor {
         let _ = self.notices.send(notice);
     }
 
-    fn on_request(&self, r: jsonrpc::Request, state: &mut ClientState) {
+    fn on_request(
+        &self,
+        r: jsonrpc::Request,
+        related: Option<&RequestId>,
+        state: &mut ClientState,
+    ) {
         let params: Value = r
             .params
             .as_deref()
             .and_then(|p| serde_json::from_str(p.get()).ok())
             .unwrap_or(Value::Null);
-        let answer = self.handlers.answer(&r.method, params);
+        let answer = match Questions::answers(&r.method)
+            .then(|| state.questions_for(related))
+            .flatten()
+        {
+            Some(questions) => (questions.handler)(&r.method, params),
+            None => self.handlers.answer(&r.method, params),
+        };
         let link = state.link.clone();
         let headers = self.response_headers.clone();
         let id = r.id.clone();

@@ -66,6 +66,8 @@ pub struct RequestOptions {
     pub on_progress: Option<super::handlers::ProgressCallback>,
     /// Extra `_meta` members (e.g. `traceparent`).
     pub meta: Option<Map<String, Value>>,
+    /// Answers the server's questions for this request instead of the client's handlers.
+    pub questions: Option<super::handlers::Questions>,
 }
 
 impl std::fmt::Debug for RequestOptions {
@@ -80,6 +82,12 @@ impl RequestOptions {
     /// Sets the timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Has `questions` answer what the server asks while this request is in flight.
+    pub fn questions(mut self, questions: super::handlers::Questions) -> Self {
+        self.questions = Some(questions);
         self
     }
 
@@ -686,7 +694,7 @@ impl Client {
                 }
                 let ask: InputRequiredResult = parse_result(method, &raw)?;
                 let responses = self
-                    .answer_inputs(ask.input_requests.unwrap_or_default())
+                    .answer_inputs(ask.input_requests.unwrap_or_default(), opts)
                     .await?;
                 params.insert("inputResponses".into(), Value::Object(responses));
                 match ask.request_state {
@@ -705,6 +713,7 @@ impl Client {
     async fn answer_inputs(
         &self,
         requests: toolyard_proto::InputRequests,
+        opts: &RequestOptions,
     ) -> Result<Map<String, Value>, ClientError> {
         let mut answers = Map::new();
         for (key, request) in requests {
@@ -714,17 +723,16 @@ impl Client {
                 InputRequest::CreateMessage(p) => to_value(&p),
                 InputRequest::ListRoots(p) => p.map(|p| to_value(&p)).unwrap_or(Value::Null),
             };
-            let answer = self
-                .inner
-                .handlers
-                .answer(method, params)
-                .await
-                .map_err(|e| {
-                    ClientError::Protocol(format!(
-                        "the server asked for `{method}`, which this client cannot answer: {}",
-                        e.message
-                    ))
-                })?;
+            let answer = match &opts.questions {
+                Some(q) => (q.handler)(method, params),
+                None => self.inner.handlers.answer(method, params),
+            };
+            let answer = answer.await.map_err(|e| {
+                ClientError::Protocol(format!(
+                    "the server asked for `{method}`, which this client cannot answer: {}",
+                    e.message
+                ))
+            })?;
             answers.insert(key, answer);
         }
         Ok(answers)
@@ -850,6 +858,7 @@ impl Client {
                 },
                 reply: reply_tx,
                 progress: Some(progress_tx),
+                questions: opts.questions.clone(),
             })
             .map_err(|_| ClientError::Closed)?;
         let mut guard = CancelOnDrop {
@@ -1089,10 +1098,20 @@ impl Client {
 
     /// `resources/read`.
     pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, ClientError> {
+        self.read_resource_with(uri, &RequestOptions::default())
+            .await
+    }
+
+    /// `resources/read` with options (timeout, progress, who answers the server's
+    /// questions).
+    pub async fn read_resource_with(
+        &self,
+        uri: &str,
+        opts: &RequestOptions,
+    ) -> Result<ReadResourceResult, ClientError> {
         let mut params = Map::new();
         params.insert("uri".into(), uri.into());
-        self.typed("resources/read", params, &RequestOptions::default())
-            .await
+        self.typed("resources/read", params, opts).await
     }
 
     /// `prompts/list`, one page.
@@ -1153,13 +1172,23 @@ impl Client {
         name: &str,
         arguments: Value,
     ) -> Result<GetPromptResult, ClientError> {
+        self.get_prompt_with(name, arguments, &RequestOptions::default())
+            .await
+    }
+
+    /// `prompts/get` with options.
+    pub async fn get_prompt_with(
+        &self,
+        name: &str,
+        arguments: Value,
+        opts: &RequestOptions,
+    ) -> Result<GetPromptResult, ClientError> {
         let mut params = Map::new();
         params.insert("name".into(), name.into());
         if !arguments.is_null() {
             params.insert("arguments".into(), arguments);
         }
-        self.typed("prompts/get", params, &RequestOptions::default())
-            .await
+        self.typed("prompts/get", params, opts).await
     }
 
     /// `completion/complete`.

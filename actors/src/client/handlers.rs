@@ -37,6 +37,52 @@ pub struct Notice {
     pub params: Value,
 }
 
+/// Answers one question a server asks (`elicitation/create`, `sampling/createMessage` or
+/// `roots/list`, with its raw params) on behalf of one request: see [`Questions`].
+pub type QuestionHandler =
+    Arc<dyn Fn(&str, Value) -> BoxFuture<Result<Value, ErrorObject>> + Send + Sync>;
+
+/// Who answers the questions a server asks while one request is in flight, in place of the
+/// client's own handlers (a gateway relays them to the caller the request is made for).
+///
+/// Which request a question belongs to is known for a modern server (the question is part
+/// of the request's own `InputRequiredResult`) and over Streamable HTTP (it arrives on the
+/// request's response stream). Over stdio a legacy server's question carries no link to a
+/// request: it goes to the only request in flight that has `Questions`, or to the newest of
+/// them when all of them are in one `group` (e.g. they were made for one downstream
+/// session, so any of them reaches the same answerer); otherwise to the client's own
+/// handlers, since guessing could hand one caller's question to another.
+#[derive(Clone)]
+pub struct Questions {
+    pub(crate) group: u64,
+    pub(crate) handler: QuestionHandler,
+}
+
+impl Questions {
+    /// Questions for this request go to `handler`; `group` says which other requests'
+    /// handlers would reach the same answerer.
+    pub fn new(group: u64, handler: QuestionHandler) -> Self {
+        Self { group, handler }
+    }
+
+    /// True for the methods these handlers answer (`ping` and anything else stay with the
+    /// client).
+    pub(crate) fn answers(method: &str) -> bool {
+        matches!(
+            method,
+            "elicitation/create" | "sampling/createMessage" | "roots/list"
+        )
+    }
+}
+
+impl std::fmt::Debug for Questions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Questions")
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Called with each progress notification.
 pub type ProgressCallback = Arc<dyn Fn(&ProgressNotificationParams) + Send + Sync>;
 /// Called with each log message.

@@ -19,7 +19,7 @@ pub use handle::{
 };
 pub use handlers::{
     elicit_handler, fixed_roots, sample_handler, ElicitHandler, LogCallback, Notice,
-    NoticeCallback, ProgressCallback, RootsHandler, SampleHandler,
+    NoticeCallback, ProgressCallback, QuestionHandler, Questions, RootsHandler, SampleHandler,
 };
 pub use transport::{
     ClientGone, EventSink, OutboundKind, OutboundMessage, Transport, TransportError,

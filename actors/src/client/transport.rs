@@ -57,6 +57,14 @@ pub enum OutboundKind {
 pub enum TransportEvent {
     /// One whole JSON-RPC message (a response, a notification or a server request).
     Message(Vec<u8>),
+    /// A message that arrived on the response stream of one of our requests (Streamable
+    /// HTTP): a server request in it belongs to that request.
+    Related {
+        /// The message.
+        message: Vec<u8>,
+        /// Our request whose stream carried it.
+        request: RequestId,
+    },
     /// The transport gave up on one request (an HTTP error status, a broken stream that
     /// cannot be resumed): the client fails that request with this error.
     RequestFailed {

@@ -378,14 +378,26 @@ pub(crate) fn deliver(events: &EventSink, bytes: Vec<u8>, until: Option<&Request
             for item in items {
                 let one = item.get().as_bytes().to_vec();
                 answered |= until.is_some() && Peek::answer_to(&one).as_ref() == until;
-                let _ = events.send(TransportEvent::Message(one));
+                let _ = events.send(on_stream_of(one, until));
             }
             return answered;
         }
     }
     let answered = until.is_some() && Peek::answer_to(&bytes).as_ref() == until;
-    let _ = events.send(TransportEvent::Message(bytes));
+    let _ = events.send(on_stream_of(bytes, until));
     answered
+}
+
+/// A message, tied to the request whose response stream carried it (the client gives a
+/// server request found there to that request's own question handlers).
+fn on_stream_of(message: Vec<u8>, request: Option<&RequestId>) -> TransportEvent {
+    match request {
+        Some(request) => TransportEvent::Related {
+            message,
+            request: request.clone(),
+        },
+        None => TransportEvent::Message(message),
+    }
 }
 
 /// Reads SSE events off `resp`, reporting each message event, until the stream ends or

@@ -13,8 +13,11 @@
 //!   are read-only or idempotent are retried after a transport failure.
 //! - **Failure modes**: an unhealthy `skip` source drops out of listings until it recovers;
 //!   an unhealthy `fail` source makes listings fail with an error naming it.
-//! - **Upstream requests** (elicitation, sampling, roots) go to the downstream caller whose
-//!   call is in flight on that source: for a legacy caller as server-to-client requests.
+//! - **Upstream requests** (elicitation, sampling, roots) go to the downstream call they
+//!   belong to (each upstream request brings its own question handlers; a legacy stdio
+//!   upstream's unattributed question is answered only when one caller's calls are on that
+//!   connection): for a legacy caller as server-to-client requests, for a modern caller as
+//!   an `InputRequiredResult` with the upstream call parked until the retry.
 
 use super::error::HostError;
 use super::pool::{ClientFactory, Lease, SourceHealth, SourcePool};
@@ -28,14 +31,15 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use toolyard_actors::client::{
-    elicit_handler, sample_handler, ClientBuilder, ClientError, Notice, RequestOptions,
+    elicit_handler, fixed_roots, sample_handler, ClientBuilder, ClientError, Notice, Questions,
+    RequestOptions,
 };
 use toolyard_actors::{
     HandlerError, Layer, PromptDef, RequestContext, ResourceDef, Server, TemplateDef, ToolDef,
 };
 use toolyard_proto::{
-    CallToolResult, ErrorObject, GetPromptResult, Implementation, ListRootsResult, Prompt,
-    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Tool,
+    CallToolResult, ErrorObject, GetPromptResult, Implementation, Prompt, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, Tool,
 };
 
 /// A source could not be added, removed or refreshed.
@@ -77,44 +81,6 @@ struct Question {
     answer: oneshot::Sender<Result<Value, ErrorObject>>,
 }
 
-/// Downstream calls in flight on a source, each with the channel its upstream's questions
-/// go to.
-#[derive(Default)]
-struct Relay {
-    active: Mutex<Vec<(u64, mpsc::UnboundedSender<Question>)>>,
-    next: AtomicU64,
-}
-
-struct RelayGuard {
-    relay: Arc<Relay>,
-    id: u64,
-}
-
-impl Relay {
-    fn enter(self: &Arc<Self>, questions: mpsc::UnboundedSender<Question>) -> RelayGuard {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.active).push((id, questions));
-        RelayGuard {
-            relay: self.clone(),
-            id,
-        }
-    }
-
-    /// The most recent call in flight. With several calls in flight on one upstream
-    /// connection there is no telling which one an upstream request belongs to (stdio
-    /// carries no correlation); the newest is the best guess, and `pooled` or `transient`
-    /// lifecycles remove the ambiguity.
-    fn current(&self) -> Option<mpsc::UnboundedSender<Question>> {
-        lock(&self.active).last().map(|(_, c)| c.clone())
-    }
-}
-
-impl Drop for RelayGuard {
-    fn drop(&mut self) {
-        lock(&self.relay.active).retain(|(id, _)| *id != self.id);
-    }
-}
-
 /// An upstream call waiting for a modern caller's retry: the retry's `requestState`
 /// carries the key.
 struct Parked {
@@ -152,7 +118,8 @@ struct Source {
     spec: Arc<SourceSpec>,
     pool: SourcePool,
     catalog: Mutex<Catalog>,
-    relay: Arc<Relay>,
+    /// Numbers parked calls.
+    next_park: AtomicU64,
     /// Upstream calls parked for a modern caller's retry, by key.
     parked: Mutex<HashMap<String, Parked>>,
     /// A refresh is queued (list_changed notifications are coalesced).
@@ -307,7 +274,7 @@ impl Gateway {
             pool: SourcePool::new(spec.clone(), self.factory(weak.clone())),
             spec: spec.clone(),
             catalog: Mutex::new(Catalog::default()),
-            relay: Arc::new(Relay::default()),
+            next_park: AtomicU64::new(0),
             parked: Mutex::new(HashMap::new()),
             refresh_queued: AtomicBool::new(false),
             listed: AtomicBool::new(false),
@@ -473,41 +440,23 @@ impl Gateway {
         lock(&self.inner.sources).get(name).cloned()
     }
 
-    /// The client every connection of a source is built from: our identity, the relay of
-    /// upstream requests to the caller, and change notifications.
+    /// The client every connection of a source is built from: our identity, change
+    /// notifications, and the capabilities to be asked questions. The questions themselves
+    /// go to the handlers each call brings ([`relay_to`]); the client's own handlers take
+    /// only those no single call can be named for.
     fn factory(&self, source: Weak<Source>) -> ClientFactory {
         let gateway = Arc::downgrade(&self.inner);
         Arc::new(move || {
-            let elicit_source = source.clone();
-            let sample_source = source.clone();
-            let roots_source = source.clone();
             let notice_source = source.clone();
             let notice_gateway = gateway.clone();
             ClientBuilder::new(Implementation::new(
                 "toolyard-gateway",
                 env!("CARGO_PKG_VERSION"),
             ))
-            .on_elicit(elicit_handler(move |params| {
-                ask_caller(&elicit_source, "elicitation/create", to_json(&params))
-            }))
-            .on_sample(sample_handler(move |params| {
-                ask_caller(&sample_source, "sampling/createMessage", to_json(&params))
-            }))
-            .on_roots(Arc::new(move || {
-                let asked = ask_caller::<ListRootsResult>(&roots_source, "roots/list", Value::Null);
-                Box::pin(async move {
-                    match asked.await {
-                        Ok(roots) => Ok(roots),
-                        // Outside any call (e.g. at start-up) the gateway has no roots.
-                        Err(e) if e.code == NO_CALLER => Ok(ListRootsResult {
-                            roots: Vec::new(),
-                            meta: None,
-                            result_type: None,
-                        }),
-                        Err(e) => Err(e),
-                    }
-                })
-            }))
+            .on_elicit(elicit_handler(|_| async { Err(unattributed()) }))
+            .on_sample(sample_handler(|_| async { Err(unattributed()) }))
+            // Outside any single call (e.g. at start-up) the gateway has no roots.
+            .on_roots(fixed_roots(Vec::new()))
             .on_notification(move |notice: &Notice| {
                 on_upstream_notice(&notice_gateway, &notice_source, notice)
             })
@@ -744,41 +693,47 @@ fn explain_missing_tool(source: &Source, name: &str) -> Option<ErrorObject> {
     )))
 }
 
-/// The code of "no call is in flight to take this question" (a JSON-RPC internal error).
-const NO_CALLER: i32 = -32603;
+/// The answer to an upstream question no single downstream call can be named for: none
+/// is in flight on that connection, or calls of more than one caller are (a legacy upstream
+/// over stdio does not say which call a question belongs to, and guessing could show one
+/// caller another's question).
+fn unattributed() -> ErrorObject {
+    ErrorObject::internal(
+        "the gateway cannot tell which of its callers this request is for: no call is in \
+         flight on this connection, or calls of several callers are (give the source \
+         `lifecycle = \"pooled\"` with `max_concurrency = 1`, or `transient`, so that each \
+         call has a connection of its own)",
+    )
+}
 
 fn to_json<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-/// Sends an upstream's question to the caller of the call in flight and waits for the
-/// answer.
-fn ask_caller<T: serde::de::DeserializeOwned + Send + 'static>(
-    source: &Weak<Source>,
-    method: &'static str,
-    params: Value,
-) -> toolyard_actors::BoxFuture<Result<T, ErrorObject>> {
-    let channel = source.upgrade().and_then(|s| s.relay.current());
-    Box::pin(async move {
-        let channel = channel.ok_or_else(|| {
-            ErrorObject::new(
-                NO_CALLER,
-                "no caller is waiting on the gateway for this request",
-            )
-        })?;
-        let (answer, wait) = oneshot::channel();
-        channel
-            .send(Question {
+/// The handlers that take an upstream's questions for one downstream call to that call's
+/// loop (`drive` or `answering`), which puts them to the caller.
+fn relay_to(ctx: &RequestContext, questions: mpsc::UnboundedSender<Question>) -> Questions {
+    Questions::new(
+        ctx.peer_id(),
+        Arc::new(move |method: &str, params: Value| {
+            let method = match method {
+                "elicitation/create" => "elicitation/create",
+                "sampling/createMessage" => "sampling/createMessage",
+                _ => "roots/list",
+            };
+            let (answer, wait) = oneshot::channel();
+            let sent = questions.send(Question {
                 method,
                 params,
                 answer,
+            });
+            Box::pin(async move {
+                let gone = || ErrorObject::internal("the gateway's caller is gone");
+                sent.map_err(|_| gone())?;
+                wait.await.map_err(|_| gone())?
             })
-            .map_err(|_| ErrorObject::internal("the gateway's caller is gone"))?;
-        let value = wait
-            .await
-            .map_err(|_| ErrorObject::internal("the gateway's caller is gone"))??;
-        serde_json::from_value(value).map_err(|e| ErrorObject::internal(e.to_string()))
-    })
+        }),
+    )
 }
 
 /// Puts an upstream's question to our caller: a server-to-client request for a legacy
@@ -884,14 +839,19 @@ fn client_failure(source: &str, e: ClientError) -> HandlerError {
     }
 }
 
-/// Progress from upstream goes to the downstream caller, when it asked for it (otherwise
-/// nothing is relayed, and no callback is set up per call).
-fn progress_to(ctx: &RequestContext) -> RequestOptions {
+/// The options of an upstream request made for `ctx`: its questions go to `questions`;
+/// its progress goes to the downstream caller when it asked for it (otherwise no callback
+/// is set up).
+fn upstream_options(
+    ctx: &RequestContext,
+    questions: mpsc::UnboundedSender<Question>,
+) -> RequestOptions {
+    let opts = RequestOptions::default().questions(relay_to(ctx, questions));
     if !ctx.wants_progress() {
-        return RequestOptions::default();
+        return opts;
     }
     let ctx = ctx.clone();
-    RequestOptions::default().on_progress(move |p| {
+    opts.on_progress(move |p| {
         ctx.progress(p.progress, p.total, p.message.as_deref());
     })
 }
@@ -932,8 +892,7 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
                 upstream,
                 args.into_value(),
                 retry,
-                progress_to(&ctx),
-                questions_tx,
+                upstream_options(&ctx, questions_tx),
             ));
             drive(&source, &ctx, call, questions, None, 0, started).await
         })
@@ -953,10 +912,8 @@ async fn call_upstream(
     upstream: Arc<str>,
     mut arguments: Value,
     retry: bool,
-    progress: RequestOptions,
-    questions: mpsc::UnboundedSender<Question>,
+    opts: RequestOptions,
 ) -> Result<CallToolResult, CallFailure> {
-    let _relay = source.relay.enter(questions);
     let attempts = if retry { 2 } else { 1 };
     let mut last = ClientError::Closed;
     for attempt in 1..=attempts {
@@ -967,7 +924,7 @@ async fn call_upstream(
         } else {
             std::mem::take(&mut arguments)
         };
-        match lease.call_tool_with(&upstream, args, &progress).await {
+        match lease.call_tool_with(&upstream, args, &opts).await {
             Ok(result) => return Ok(result),
             Err(e) => {
                 lease.report(&e);
@@ -1028,7 +985,7 @@ async fn drive(
                 Err(toolyard_actors::InputError::InputRequired) => {
                     let parked_key = format!(
                         "{name}-{}",
-                        source.relay.next.fetch_add(1, Ordering::Relaxed)
+                        source.next_park.fetch_add(1, Ordering::Relaxed)
                     );
                     ctx.set_state(&ParkKey {
                         parked: parked_key.clone(),
@@ -1104,8 +1061,11 @@ fn forward_read(source: &Arc<Source>) -> toolyard_actors::ResourceFn {
                 })?
                 .to_owned();
             let lease = source.pool.lease().await.map_err(host_failure)?;
-            let result: Result<ReadResourceResult, ClientError> =
-                answering(&source, &ctx, lease.read_resource(&upstream)).await;
+            let result: Result<ReadResourceResult, ClientError> = answering(&ctx, |opts| {
+                let lease = &lease;
+                async move { lease.read_resource_with(&upstream, &opts).await }
+            })
+            .await;
             match result {
                 Ok(read) => Ok(read
                     .contents
@@ -1123,13 +1083,15 @@ fn forward_read(source: &Arc<Source>) -> toolyard_actors::ResourceFn {
 
 /// Runs an upstream request, putting the questions it asks to our caller (no parking: a
 /// modern caller's questions are refused, since reads and prompts are not parked).
-async fn answering<T>(
-    source: &Arc<Source>,
+async fn answering<T, F>(
     ctx: &RequestContext,
-    request: impl std::future::Future<Output = Result<T, ClientError>>,
-) -> Result<T, ClientError> {
+    request: impl FnOnce(RequestOptions) -> F,
+) -> Result<T, ClientError>
+where
+    F: std::future::Future<Output = Result<T, ClientError>>,
+{
     let (tx, mut questions) = mpsc::unbounded_channel();
-    let _relay = source.relay.enter(tx);
+    let request = request(upstream_options(ctx, tx));
     tokio::pin!(request);
     let mut asked = 0u32;
     loop {
@@ -1161,8 +1123,11 @@ fn forward_prompt(source: &Arc<Source>, upstream: String) -> toolyard_actors::Pr
             let source = source.ok_or_else(|| HandlerError::failed("the source was removed"))?;
             let name = source.spec.name.clone();
             let lease = source.pool.lease().await.map_err(host_failure)?;
-            let result: Result<GetPromptResult, ClientError> =
-                answering(&source, &ctx, lease.get_prompt(&upstream, json!(args))).await;
+            let result: Result<GetPromptResult, ClientError> = answering(&ctx, |opts| {
+                let lease = &lease;
+                async move { lease.get_prompt_with(&upstream, json!(args), &opts).await }
+            })
+            .await;
             result
                 .map(|mut prompt| {
                     prompt.result_type = None;

@@ -130,7 +130,7 @@ impl Conn {
         let mut before = Vec::new();
         loop {
             match self.event().await {
-                TransportEvent::Message(bytes) => {
+                TransportEvent::Message(bytes) | TransportEvent::Related { message: bytes, .. } => {
                     let m: Value = serde_json::from_slice(&bytes).unwrap();
                     if m["id"] == json!(id) && m.get("method").is_none() {
                         return (before, m);
@@ -149,7 +149,7 @@ impl Conn {
                 assert_eq!(failed, RequestId::Number(id));
                 error
             }
-            TransportEvent::Message(m) => {
+            TransportEvent::Message(m) | TransportEvent::Related { message: m, .. } => {
                 panic!("expected a failure, got {}", String::from_utf8_lossy(&m))
             }
             TransportEvent::Closed(e) => panic!("expected a failure, got Closed({e})"),
@@ -387,8 +387,13 @@ async fn cancel_closes_the_stream_of_a_modern_call() {
             ("Mcp-Name", "slow"),
         ],
     );
+    // What arrives on a request's stream is tied to that request.
     match c.event().await {
-        TransportEvent::Message(b) => {
+        TransportEvent::Related {
+            message: b,
+            request,
+        } => {
+            assert_eq!(request, RequestId::Number(1));
             let p: Value = serde_json::from_slice(&b).unwrap();
             assert_eq!(p["method"], "notifications/progress", "{p}");
         }
@@ -602,7 +607,11 @@ async fn a_broken_stream_resumes_with_last_event_id_after_retry() {
     // A stream that ends without any event id fails its request.
     c.request(2, "tools/call", json!({}), &[]);
     match c.event().await {
-        TransportEvent::Message(m) => {
+        TransportEvent::Related {
+            message: m,
+            request,
+        } => {
+            assert_eq!(request, RequestId::Number(2));
             assert!(String::from_utf8_lossy(&m).contains("notifications/message"))
         }
         other => panic!("expected the notification, got {other:?}"),

@@ -419,3 +419,108 @@ async fn the_admin_api_and_sighup_manage_sources_of_a_running_gateway() {
     drop(gateway);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A legacy client whose sampling answers carry `name`.
+async fn sampling_client(server: &Server, name: &'static str) -> toolyard::client::Client {
+    ClientBuilder::new(Implementation::new(name, "1"))
+        .protocol(ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25))
+        .on_sample(toolyard::client::sample_handler(move |_p| async move {
+            Ok(toolyard::proto::CreateMessageResult {
+                role: toolyard::proto::Role::Assistant,
+                content: toolyard::proto::SamplingMessageContent::Single(
+                    toolyard::proto::SamplingMessageContentBlock::Text(
+                        toolyard::proto::TextContent::new(format!("from {name}")),
+                    ),
+                ),
+                model: "m".into(),
+                stop_reason: None,
+                meta: None,
+                result_type: None,
+            })
+        }))
+        .connect(MemoryTransport::new(server))
+        .await
+        .unwrap()
+}
+
+/// Caller `a` starts a call whose upstream asks for sampling after 600 ms; caller `b` starts
+/// a slow call on the same source meanwhile. Returns what `a`'s call gave.
+async fn question_while_another_call_runs(
+    a: &toolyard::client::Client,
+    b: &toolyard::client::Client,
+) -> Result<toolyard::proto::CallToolResult, toolyard::client::ClientError> {
+    let asking = a.call_tool("demo__summarize", json!({"text": "long", "delay_ms": 600}));
+    let other = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        b.call_tool("demo__slow", json!({"steps": 1, "delay_ms": 1500}))
+            .await
+    };
+    let (asked, other) = tokio::join!(asking, other);
+    assert!(!other.unwrap().failed());
+    asked
+}
+
+/// Regression: an upstream's question went to the newest call in flight on the whole source,
+/// whichever connection it came from and whoever made that call, so one caller could be
+/// shown (and answer) another caller's sampling request. Now it goes to the call on the
+/// connection that asked; on a shared connection it goes to a call only when every call
+/// there is one caller's, and otherwise is refused with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_question_reaches_only_the_caller_whose_call_asked() {
+    let (server, gateway) = gateway_server().await;
+    // A legacy upstream over stdio: its questions carry no link to a call.
+    let mut pooled = toolyard_source("demo");
+    pooled.protocol = ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25);
+    pooled.lifecycle = Lifecycle::Pooled {
+        size: 2,
+        min_idle: 0,
+        max_concurrency: 1,
+        idle: Duration::from_secs(60),
+    };
+    gateway.add_source(pooled.clone()).await.unwrap();
+    let alice = sampling_client(&server, "alice").await;
+    let bob = sampling_client(&server, "bob").await;
+    let asked = question_while_another_call_runs(&alice, &bob)
+        .await
+        .unwrap();
+    assert_eq!(text(&asked.content), "Summary: from alice", "pooled");
+    gateway.remove_source("demo").await.unwrap();
+
+    // A singleton shares one connection: with two callers' calls on it, nobody is guessed.
+    let mut singleton = pooled;
+    singleton.lifecycle = Lifecycle::Singleton;
+    gateway.add_source(singleton).await.unwrap();
+    wait_for(|| {
+        let c = alice.clone();
+        async move {
+            c.list_all_tools()
+                .await
+                .unwrap()
+                .iter()
+                .any(|t| t.name == "demo__summarize")
+        }
+    })
+    .await;
+    let refused = question_while_another_call_runs(&alice, &bob).await;
+    let message = match refused {
+        Ok(result) => {
+            assert!(result.failed(), "{result:?}");
+            text(&result.content)
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        message.contains("cannot tell which of its callers"),
+        "{message}"
+    );
+    // Both calls of one caller: its own question reaches it whichever call takes it.
+    let asked = question_while_another_call_runs(&alice, &alice)
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&asked.content),
+        "Summary: from alice",
+        "singleton, one caller"
+    );
+    gateway.shutdown().await;
+}
