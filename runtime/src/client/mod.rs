@@ -9,6 +9,7 @@ pub mod http;
 pub mod memory;
 #[cfg(feature = "client-http")]
 pub mod oauth;
+pub mod orphans;
 pub mod registry;
 #[cfg(feature = "client-http")]
 pub mod sse;

@@ -42,7 +42,8 @@
 //!   sends SIGTERM to the group, then SIGKILL, each after the grace period, and reaps the
 //!   child. Dropping the link without closing runs the same sequence; if the tokio runtime
 //!   itself goes away, the group gets SIGTERM at once and a plain thread sends SIGKILL after
-//!   the grace period and reaps the child.
+//!   the grace period and reaps the child. If our process is killed outright, an optional
+//!   watchdog process stops the groups it leaves ([`super::orphans`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -294,6 +295,7 @@ impl StdioTransport {
                 ident.name
             )));
         }
+        super::orphans::tell(pgid, true);
         tracing::debug!(target: TARGET, server = %ident.name, pid = ident.pid,
             command = %self.command_line(), "started the server");
 
@@ -893,7 +895,7 @@ fn describe(status: ExitStatus) -> String {
 /// Whether any live process of the group is left. Zombies do not count: once their parent
 /// (the server) is gone they are init's to reap, or nobody's in a container without an init,
 /// and waiting for them would only burn the grace period.
-fn group_alive(pgid: Pid) -> bool {
+pub(crate) fn group_alive(pgid: Pid) -> bool {
     if matches!(killpg(pgid, None), Err(Errno::ESRCH)) {
         return false;
     }
@@ -937,6 +939,7 @@ struct GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if self.finished || (self.leader_reaped && !group_alive(self.pgid)) {
+            super::orphans::tell(self.pgid, false);
             return;
         }
         let _ = killpg(self.pgid, Signal::SIGTERM);
@@ -949,6 +952,7 @@ impl Drop for GroupGuard {
             if !leader_reaped {
                 let _ = waitpid(pgid, None);
             }
+            super::orphans::tell(pgid, false);
         }
     }
 }
@@ -975,4 +979,5 @@ fn reap_group(pgid: Pid, grace: Duration, mut leader_reaped: bool) {
     if !leader_reaped {
         let _ = waitpid(pgid, None);
     }
+    super::orphans::tell(pgid, false);
 }

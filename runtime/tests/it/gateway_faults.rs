@@ -239,7 +239,14 @@ fn descendants(root: u32) -> Vec<Proc> {
             out.push(c.clone());
         }
     }
+    // The gateway's orphan watchdog (one per gateway process, started with its first
+    // upstream) is not an upstream.
+    out.retain(|p| !is_watchdog(p));
     out
+}
+
+fn is_watchdog(p: &Proc) -> bool {
+    p.cmdline.contains(toolyard::client::orphans::WATCHDOG_ARG)
 }
 
 fn kill9(pid: u32) {
@@ -886,4 +893,95 @@ fn sigterm_on_a_stdio_gateway_stops_its_sources() {
         !orphaned,
         "upstream {upstream} outlived the gateway's SIGTERM"
     );
+}
+
+/// Kills a process with SIGKILL when dropped (a test that fails must not leave it behind).
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Alive and not a zombie.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = &stat[stat.rfind(')')? + 1..];
+            after.split_whitespace().next().map(|s| s != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// A gateway killed with SIGKILL runs no clean-up, and an upstream that ignores both the
+/// end of its stdin and SIGTERM (here a shell with SIGTERM ignored that goes on to `sleep`
+/// once its `toolyard serve --stdio` ends) used to run on as an orphan. The gateway's
+/// watchdog sees the gateway's end and stops the upstream's whole process group (SIGTERM,
+/// then SIGKILL after its grace period).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_killed_outright_leaves_no_upstream_running() {
+    let scratch = Scratch::new("orphans");
+    let pidfile = scratch.path("upstream.pid");
+    let script = format!(
+        "trap '' TERM; echo $$ > '{}'; '{}' serve --stdio; exec sleep 300",
+        pidfile.display(),
+        bin()
+    );
+    let config = write_config(
+        &scratch,
+        &format!(
+            "[[sources]]\nname = \"stubborn\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n",
+            q(&script)
+        ),
+    );
+    let gateway = start_gateway(&config).await;
+    let client = connect(&gateway).await;
+    let (echoed, _) = call(&client, "stubborn__echo", json!({"message": "hi"})).await;
+    assert_eq!(echoed.as_deref(), Ok("hi"));
+    let upstream: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _cleanup = KillOnDrop(upstream);
+    assert!(running(upstream));
+    let mut everything = Vec::new();
+    let mut queue = vec![gateway.pid()];
+    while let Some(p) = queue.pop() {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            if after.split_whitespace().nth(1) == Some(&p.to_string()) {
+                let pid: u32 = entry.file_name().to_str().unwrap().parse().unwrap();
+                let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+                everything.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+                queue.push(pid);
+            }
+        }
+    }
+    assert_eq!(
+        everything
+            .iter()
+            .filter(|c| c.contains(toolyard::client::orphans::WATCHDOG_ARG))
+            .count(),
+        1,
+        "one watchdog: {everything:?}"
+    );
+    client.close().await;
+    kill9(gateway.pid());
+    eventually(
+        "the orphaned upstream is stopped",
+        Duration::from_secs(20),
+        || async { !running(upstream) },
+    )
+    .await;
 }

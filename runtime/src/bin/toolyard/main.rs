@@ -27,6 +27,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Run one MCP operation against a server and print the result as JSON.
     Client(Box<client::ClientArgs>),
+    /// The orphan watchdog (started by Toolyard itself; see `toolyard::client::orphans`).
+    #[command(name = toolyard::client::orphans::WATCHDOG_ARG, hide = true)]
+    ReapOrphans,
 }
 
 #[derive(clap::Args, Debug)]
@@ -108,10 +111,18 @@ struct ServeArgs {
     log: String,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<std::process::ExitCode> {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::ReapOrphans) {
+        // The stdio servers this process starts (gateway sources, `client --stdio`) are
+        // stopped even if it is killed outright.
+        if let Ok(me) = std::env::current_exe() {
+            toolyard::client::orphans::reap_orphans_with(me);
+        }
+    }
     match cli.command {
-        Command::Serve(args) => serve(*args),
+        Command::ReapOrphans => Ok(toolyard::client::orphans::run_watchdog()),
+        Command::Serve(args) => serve(*args).map(|()| std::process::ExitCode::SUCCESS),
         Command::Client(args) => {
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
@@ -126,7 +137,7 @@ fn main() -> anyhow::Result<()> {
                 .context("starting the tokio runtime")?;
             let outcome = runtime.block_on(client::run(*args));
             runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-            outcome
+            outcome.map(|()| std::process::ExitCode::SUCCESS)
         }
     }
 }
