@@ -524,3 +524,35 @@ async fn an_upstream_question_reaches_only_the_caller_whose_call_asked() {
     );
     gateway.shutdown().await;
 }
+
+/// Over Streamable HTTP a legacy upstream's question travels on the response stream of the
+/// request it belongs to, so even on one shared connection with two callers' calls in
+/// flight it reaches the right caller (over stdio the same situation is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_an_upstream_question_follows_its_request_stream_to_the_right_caller() {
+    let upstream = tokio::task::spawn_blocking(|| {
+        crate::interop_support::Server::start(env!("CARGO_BIN_EXE_toolyard"), &["serve"])
+    })
+    .await
+    .unwrap();
+    let (server, gateway) = gateway_server().await;
+    let mut remote = toolyard_source("demo");
+    remote.launch = Launch::Remote(toolyard::host::RemoteSpec {
+        url: upstream.url(),
+        transport: toolyard::host::RemoteTransport::StreamableHttp,
+        headers: Vec::new(),
+    });
+    remote.protocol = ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25);
+    gateway.add_source(remote).await.unwrap();
+    let alice = sampling_client(&server, "alice").await;
+    let bob = sampling_client(&server, "bob").await;
+    let asked = question_while_another_call_runs(&alice, &bob)
+        .await
+        .unwrap();
+    assert_eq!(text(&asked.content), "Summary: from alice");
+    let asked = question_while_another_call_runs(&bob, &alice)
+        .await
+        .unwrap();
+    assert_eq!(text(&asked.content), "Summary: from bob");
+    gateway.shutdown().await;
+}
