@@ -88,6 +88,7 @@ fn failure(e: GatewayError) -> Response {
     let status = match e {
         GatewayError::Duplicate(_) => StatusCode::CONFLICT,
         GatewayError::Unknown(_) => StatusCode::NOT_FOUND,
+        GatewayError::Actor(_) => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::BAD_GATEWAY,
     };
     json_body(status, json!({"error": e.to_string()}))

@@ -20,6 +20,7 @@
 //!   an `InputRequiredResult` with the upstream call parked until the retry.
 
 use super::error::HostError;
+use super::parked::{Parkable, ParkingLot};
 use super::pool::{ClientFactory, Lease, SourceHealth, SourcePool};
 use super::spec::{FailureMode, SourceSpec};
 use arc_swap::ArcSwap;
@@ -51,6 +52,9 @@ pub enum GatewayError {
     /// No source has this name.
     #[error("no source named `{0}`")]
     Unknown(String),
+    /// The source's actors could not be started.
+    #[error("cannot start the source's actors: {0}")]
+    Actor(String),
     /// The source's discovery failed (and its failure mode is `fail`).
     #[error(transparent)]
     Host(#[from] HostError),
@@ -88,7 +92,12 @@ struct Parked {
     questions: mpsc::UnboundedReceiver<Question>,
     pending: Question,
     asked: u32,
-    since: Instant,
+}
+
+impl Parkable for Parked {
+    fn abort(&mut self) {
+        self.call.abort();
+    }
 }
 
 /// Why an upstream call produced no result: the source could not be reached (its error
@@ -102,6 +111,8 @@ enum CallFailure {
 
 /// How long a parked upstream call waits for the caller's retry.
 const PARK_TTL: Duration = Duration::from_secs(600);
+/// How often expired parked calls are looked for.
+const PARK_SWEEP: Duration = Duration::from_secs(5);
 
 #[derive(Serialize, serde::Deserialize)]
 struct ParkKey {
@@ -120,8 +131,8 @@ struct Source {
     catalog: Mutex<Catalog>,
     /// Numbers parked calls.
     next_park: AtomicU64,
-    /// Upstream calls parked for a modern caller's retry, by key.
-    parked: Mutex<HashMap<String, Parked>>,
+    /// Upstream calls parked for a modern caller's retry, by key (an actor).
+    parked: ParkingLot<Parked>,
     /// A refresh is queued (list_changed notifications are coalesced).
     refresh_queued: AtomicBool,
     /// Whether the source's items are in the server's registry right now.
@@ -270,12 +281,15 @@ impl Gateway {
             return Err(GatewayError::Duplicate(name));
         }
         let spec = Arc::new(spec);
+        let parked = ParkingLot::start(PARK_TTL, PARK_SWEEP)
+            .await
+            .map_err(|e| GatewayError::Actor(e.to_string()))?;
         let source = Arc::new_cyclic(|weak: &Weak<Source>| Source {
             pool: SourcePool::new(spec.clone(), self.factory(weak.clone())),
             spec: spec.clone(),
             catalog: Mutex::new(Catalog::default()),
             next_park: AtomicU64::new(0),
-            parked: Mutex::new(HashMap::new()),
+            parked,
             refresh_queued: AtomicBool::new(false),
             listed: AtomicBool::new(false),
         });
@@ -867,7 +881,7 @@ fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> toolyard
             let started = Instant::now();
             // A modern caller's retry: resume the parked upstream call.
             if let Some(key) = ctx.state::<ParkKey>() {
-                let parked = lock(&source.parked).remove(&key.parked);
+                let parked = source.parked.take(key.parked).await;
                 let parked = parked.ok_or_else(|| {
                     HandlerError::failed(format!(
                         "source `{}`: the upstream call waiting for this answer expired",
@@ -991,22 +1005,13 @@ async fn drive(
                         parked: parked_key.clone(),
                         asked,
                     });
-                    let mut parked = lock(&source.parked);
-                    parked.retain(|_, p| {
-                        let live = p.since.elapsed() < PARK_TTL;
-                        if !live {
-                            p.call.abort();
-                        }
-                        live
-                    });
-                    parked.insert(
+                    source.parked.park(
                         parked_key,
                         Parked {
                             call: tokio::spawn(call),
                             questions,
                             pending: question,
                             asked,
-                            since: Instant::now(),
                         },
                     );
                     return Err(HandlerError::Input(

@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod gateway;
 pub mod manifest;
+mod parked;
 pub mod pool;
 pub mod spec;
 
