@@ -322,6 +322,7 @@ impl Gateway {
             .ok_or_else(|| GatewayError::Unknown(name.to_owned()))?;
         self.unlist(&source);
         self.update_guard();
+        source.parked.stop();
         source.pool.shutdown().await;
         Ok(())
     }
@@ -447,6 +448,9 @@ impl Gateway {
         let sources: Vec<Arc<Source>> = std::mem::take(&mut *lock(&self.inner.sources))
             .into_values()
             .collect();
+        for source in &sources {
+            source.parked.stop();
+        }
         futures_util::future::join_all(sources.iter().map(|s| s.pool.shutdown())).await;
     }
 

@@ -128,9 +128,17 @@ impl<T: Parkable> ParkingLot<T> {
     }
 }
 
+impl<T: Parkable> ParkingLot<T> {
+    /// Stops the actor, aborting every call still parked (a parked call may hold what owns
+    /// the lot, so waiting for the drop could take until it expires).
+    pub(crate) fn stop(&self) {
+        self.actor.stop(None);
+    }
+}
+
 impl<T: Parkable> Drop for ParkingLot<T> {
     fn drop(&mut self) {
-        self.actor.stop(None);
+        self.stop();
     }
 }
 
