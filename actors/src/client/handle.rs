@@ -397,7 +397,7 @@ impl Drop for CancelOnDrop {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct ResultHead {
     #[serde(rename = "resultType", default)]
     result_type: Option<String>,
@@ -684,9 +684,15 @@ impl Client {
                 }
                 other => other?,
             };
-            let head: ResultHead = serde_json::from_str(raw.get()).map_err(|e| {
-                ClientError::Protocol(format!("`{method}` returned an unreadable result: {e}"))
-            })?;
+            // The head matters for a cacheable result (`ttlMs`) or an input round; any other
+            // result (a tool call's, above all) is read once, by its typed parse.
+            let head: ResultHead = if cache_key.is_some() || raw.get().contains("input_required") {
+                serde_json::from_str(raw.get()).map_err(|e| {
+                    ClientError::Protocol(format!("`{method}` returned an unreadable result: {e}"))
+                })?
+            } else {
+                ResultHead::default()
+            };
             if head.result_type.as_deref() == Some("input_required") {
                 rounds += 1;
                 if rounds > self.inner.max_input_rounds {
