@@ -194,8 +194,16 @@ struct Proc {
     cmdline: String,
 }
 
-/// Every descendant of `root` (children, their children, ...), zombies included.
+/// Every upstream process under `root`: its descendants but the orphan watchdog (one per
+/// gateway process, started with its first upstream), which is not an upstream.
 fn descendants(root: u32) -> Vec<Proc> {
+    let mut all = all_descendants(root);
+    all.retain(|p| !is_watchdog(p));
+    all
+}
+
+/// Every descendant of `root` (children, their children, ...), zombies included.
+fn all_descendants(root: u32) -> Vec<Proc> {
     let mut children: HashMap<u32, Vec<Proc>> = HashMap::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry
@@ -239,9 +247,6 @@ fn descendants(root: u32) -> Vec<Proc> {
             out.push(c.clone());
         }
     }
-    // The gateway's orphan watchdog (one per gateway process, started with its first
-    // upstream) is not an upstream.
-    out.retain(|p| !is_watchdog(p));
     out
 }
 
@@ -950,29 +955,9 @@ async fn a_gateway_killed_outright_leaves_no_upstream_running() {
         .unwrap();
     let _cleanup = KillOnDrop(upstream);
     assert!(running(upstream));
-    let mut everything = Vec::new();
-    let mut queue = vec![gateway.pid()];
-    while let Some(p) = queue.pop() {
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-                continue;
-            };
-            if after.split_whitespace().nth(1) == Some(&p.to_string()) {
-                let pid: u32 = entry.file_name().to_str().unwrap().parse().unwrap();
-                let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-                everything.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
-                queue.push(pid);
-            }
-        }
-    }
+    let everything = all_descendants(gateway.pid());
     assert_eq!(
-        everything
-            .iter()
-            .filter(|c| c.contains(toolyard::client::orphans::WATCHDOG_ARG))
-            .count(),
+        everything.iter().filter(|p| is_watchdog(p)).count(),
         1,
         "one watchdog: {everything:?}"
     );
