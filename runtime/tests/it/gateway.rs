@@ -64,6 +64,37 @@ fn text(blocks: &[ContentBlock]) -> String {
     }
 }
 
+/// A sampling answer whose text is `text`.
+fn model_answer(text: String) -> toolyard::proto::CreateMessageResult {
+    toolyard::proto::CreateMessageResult {
+        role: toolyard::proto::Role::Assistant,
+        content: toolyard::proto::SamplingMessageContent::Single(
+            toolyard::proto::SamplingMessageContentBlock::Text(toolyard::proto::TextContent::new(
+                text,
+            )),
+        ),
+        model: "m".into(),
+        stop_reason: None,
+        meta: None,
+        result_type: None,
+    }
+}
+
+/// Waits until `client` lists a tool named `name`.
+async fn wait_for_tool(client: &toolyard::client::Client, name: &'static str) {
+    wait_for(|| {
+        let c = client.clone();
+        async move {
+            c.list_all_tools()
+                .await
+                .unwrap()
+                .iter()
+                .any(|t| t.name == name)
+        }
+    })
+    .await;
+}
+
 async fn wait_for<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F) {
     for _ in 0..100 {
         if f().await {
@@ -155,18 +186,7 @@ async fn an_upstream_elicitation_reaches_the_caller_in_every_generation_pairing(
                     Ok(answer)
                 }))
                 .on_sample(toolyard::client::sample_handler(|_p| async {
-                    Ok(toolyard::proto::CreateMessageResult {
-                        role: toolyard::proto::Role::Assistant,
-                        content: toolyard::proto::SamplingMessageContent::Single(
-                            toolyard::proto::SamplingMessageContentBlock::Text(
-                                toolyard::proto::TextContent::new("brief"),
-                            ),
-                        ),
-                        model: "m".into(),
-                        stop_reason: None,
-                        meta: None,
-                        result_type: None,
-                    })
+                    Ok(model_answer("brief".into()))
                 }))
                 .connect(MemoryTransport::new(&server))
                 .await
@@ -399,17 +419,7 @@ async fn the_admin_api_and_sighup_manage_sources_of_a_running_gateway() {
         .status()
         .unwrap();
     assert!(status.success());
-    wait_for(|| {
-        let c = client.clone();
-        async move {
-            c.list_all_tools()
-                .await
-                .unwrap()
-                .iter()
-                .any(|t| t.name == "third__echo")
-        }
-    })
-    .await;
+    wait_for_tool(&client, "third__echo").await;
     let echoed = client
         .call_tool("third__echo", json!({"message": "reloaded"}))
         .await
@@ -425,18 +435,7 @@ async fn sampling_client(server: &Server, name: &'static str) -> toolyard::clien
     ClientBuilder::new(Implementation::new(name, "1"))
         .protocol(ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25))
         .on_sample(toolyard::client::sample_handler(move |_p| async move {
-            Ok(toolyard::proto::CreateMessageResult {
-                role: toolyard::proto::Role::Assistant,
-                content: toolyard::proto::SamplingMessageContent::Single(
-                    toolyard::proto::SamplingMessageContentBlock::Text(
-                        toolyard::proto::TextContent::new(format!("from {name}")),
-                    ),
-                ),
-                model: "m".into(),
-                stop_reason: None,
-                meta: None,
-                result_type: None,
-            })
+            Ok(model_answer(format!("from {name}")))
         }))
         .connect(MemoryTransport::new(server))
         .await
@@ -490,17 +489,7 @@ async fn an_upstream_question_reaches_only_the_caller_whose_call_asked() {
     let mut singleton = pooled;
     singleton.lifecycle = Lifecycle::Singleton;
     gateway.add_source(singleton).await.unwrap();
-    wait_for(|| {
-        let c = alice.clone();
-        async move {
-            c.list_all_tools()
-                .await
-                .unwrap()
-                .iter()
-                .any(|t| t.name == "demo__summarize")
-        }
-    })
-    .await;
+    wait_for_tool(&alice, "demo__summarize").await;
     let refused = question_while_another_call_runs(&alice, &bob).await;
     let message = match refused {
         Ok(result) => {
