@@ -135,7 +135,9 @@ impl Server {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
             let mut server = Server { child, port };
-            let deadline = Instant::now() + Duration::from_secs(10);
+            // A bound on waiting, not on speed: a gateway discovers its sources (`npx`,
+            // `uvx` start-ups) before it serves, which on a loaded 2-core box took over 10 s.
+            let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 if let Some(status) = server.child.try_wait().expect("poll the server") {
                     last = format!("{bin} exited with {status} before /healthz answered");
@@ -145,7 +147,7 @@ impl Server {
                     return server;
                 }
                 if Instant::now() > deadline {
-                    panic!("{bin} on port {port}: GET /healthz did not answer 200 within 10 s");
+                    panic!("{bin} on port {port}: GET /healthz did not answer 200 within 60 s");
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
