@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 MT=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && CARGO_TARGET_DIR=$MT cargo build --release -q)
-cargo build --release -q -p toolyard --bins --example client_load
+cargo build --release -q -p toolyard-cli --bins --example client_load
 R=${CARGO_TARGET_DIR:-$PWD/target}/release
 M=$MT/release/mcpload; B=$MT/release/rmcp-echo; T=$R/toolyard; C=$R/examples/client_load
 out=${OUT:-/tmp/toolyard-client-load.jsonl}; D=${DURATION:-5}

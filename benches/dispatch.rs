@@ -12,7 +12,8 @@
 use criterion::{criterion_main, Criterion};
 use serde_json::json;
 use std::sync::Arc;
-use toolyard::{MemoryClient, ServerBuilder};
+use toolyard::ServerBuilder;
+use toolyard_testkit::RawClient;
 
 fn bench(c: &mut Criterion) {
     let msg = br#"{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"echo","arguments":{"message":"0123456789012345678901234567890123456789012345678901234567890123"}}}"#;
@@ -26,11 +27,11 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let client = rt.block_on(async {
-        let server = toolyard::demo::demo(ServerBuilder::new("bench", "0"))
+        let server = toolyard_testkit::demo(ServerBuilder::new("bench", "0"))
             .start()
             .await
             .expect("server");
-        let client = MemoryClient::connect(&server).await.expect("client");
+        let client = RawClient::connect(&server).await.expect("client");
         client.initialize(json!({})).await.expect("initialize");
         Arc::new(client)
     });

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 MCPLOAD_TARGET=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && CARGO_TARGET_DIR=$MCPLOAD_TARGET cargo build --release -q)
-cargo build --release -q -p toolyard --bins
+cargo build --release -q -p toolyard-cli --bins
 M=$MCPLOAD_TARGET/release/mcpload
 T=${CARGO_TARGET_DIR:-$PWD/target}/release/toolyard
 out=${OUT:-/tmp/toolyard-gateway-load.jsonl}

@@ -8,7 +8,7 @@ MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && cargo build --release -q)
 unset CARGO_TARGET_DIR
-cargo build --release -q -p toolyard --bins
+cargo build --release -q -p toolyard-cli --bins
 M=${MCPLOAD_TARGET:-/tmp/mcpload-target}/release; T=$PWD/target/release/toolyard; out=${OUT:-/tmp/toolyard-mcpload-http.jsonl}
 : > "$out"; port=19500
 for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && cargo build --release -q)
-cargo build --release -q -p toolyard --bins
+cargo build --release -q -p toolyard-cli --bins
 M=$CARGO_TARGET_DIR/release; T=$PWD/target/release/toolyard; out=${OUT:-/tmp/toolyard-mcpload.jsonl}
 : > "$out"
 for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do

@@ -13,7 +13,7 @@
 //! in `taskset -c 1` (the child inherits our affinity otherwise).
 //!
 //! ```sh
-//! cargo build --release -p toolyard --example client_load
+//! cargo build --release -p toolyard-cli --example client_load
 //! taskset -c 0 target/release/examples/client_load --stdio "taskset -c 1 target/release/toolyard serve --stdio --workers 1"
 //! taskset -c 0 target/release/examples/client_load --url http://127.0.0.1:8080/mcp --protocol 2026-07-28
 //! ```
@@ -27,8 +27,8 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use toolyard::client::http::StreamableHttpTransport;
-use toolyard::client::stdio::StdioTransport;
+use toolyard::client::StdioTransport;
+use toolyard::client::StreamableHttpTransport;
 use toolyard::client::{Client, ClientBuilder, ProtocolChoice};
 use toolyard::proto::{ContentBlock, Implementation, ProtocolVersion};
 

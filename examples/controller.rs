@@ -1,7 +1,7 @@
 //! A controller with tools, resources and prompts, served over stdio.
 //!
 //! ```sh
-//! cargo run -p toolyard --example controller
+//! cargo run --example controller
 //! ```
 //! Then speak MCP on stdin (or point any MCP client at the command).
 

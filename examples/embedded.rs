@@ -1,7 +1,10 @@
-//! Embedding a Toolyard server in another tokio program through the in-memory transport.
+//! Embedding a Toolyard server in another tokio program: the typed client talks to it through
+//! the in-memory transport (no sockets; real JSON on the same edge code as stdio).
 
 use serde_json::json;
-use toolyard::{tool_fn, MemoryClient, ServerBuilder};
+use toolyard::client::ClientBuilder;
+use toolyard::proto::{ContentBlock, Implementation};
+use toolyard::{tool_fn, MemoryTransport, ServerBuilder};
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Greet {
@@ -19,14 +22,14 @@ async fn main() -> anyhow::Result<()> {
         ))
         .start()
         .await?;
-    let client = MemoryClient::connect(&server).await?;
-    client.initialize(json!({})).await?;
-    let result = client
-        .request(
-            "tools/call",
-            json!({"name": "greet", "arguments": {"name": "world"}}),
-        )
+    let client = ClientBuilder::new(Implementation::new("embedder", "1.0"))
+        .connect(MemoryTransport::new(&server))
         .await?;
-    println!("{}", result["content"][0]["text"]);
+    let result = client.call_tool("greet", json!({"name": "world"})).await?;
+    for block in &result.content {
+        if let ContentBlock::Text(t) = block {
+            println!("{}", t.text);
+        }
+    }
     Ok(())
 }

@@ -1,56 +1,64 @@
-//! The actors of a Toolyard MCP server.
+//! The server engine of Toolyard: the actors of an MCP server and the request path.
 //!
-//! A [`Server`] is a supervisor over a Router, one handler actor per feature (tools,
-//! resources, prompts, completion), an EventBus and ParkedCalls. Each transport connection is
-//! a Connection actor. Requests are cast from the connection straight to the handler with a
-//! [`Reply`] that writes to the connection's [`Sink`]; user code runs in tasks with a
-//! [`RequestContext`]. Tools may run as tasks ([`tasks`]). `docs/semantics.md` in the
-//! repository is the contract.
+//! A [`Server`] is a supervisor over a Router (custom methods), one handler actor per feature
+//! (tools, resources, prompts, completion) owning its registry, and an EventBus. Each stdio or
+//! in-memory connection and each legacy HTTP session is a Connection actor. Requests do not
+//! cross actors on the hot path: a connection launches `tools/call` straight from the shared
+//! registry snapshot with a [`Reply`] that writes to the connection's [`Sink`]; user code runs
+//! in tasks with a [`RequestContext`]. Tools may run as tasks ([`TaskStore`]).
+//! `docs/semantics.md` is the contract and `docs/architecture.md` the map.
+//!
+//! Transport authors (stdio, HTTP, NATS) find what they need in [`transport`].
 
-pub mod client;
-pub(crate) mod connection;
+mod connection;
 mod context;
 mod error;
 mod event_bus;
 mod exec;
 mod handlers;
-pub mod middleware;
+mod middleware;
 mod mrtr;
 mod outbound;
-mod parked;
 mod registry;
 mod reply;
 mod resource;
 mod router;
 mod server;
 mod sink;
-pub mod tasks;
+mod tasks;
 mod tool;
 mod uri_template;
 
-pub use connection::Delivery;
+pub mod transport {
+    //! What a transport author needs, and only they: a [`ConnectionHandle`] to feed a
+    //! connection's bytes in, a [`Sink`] (or your own [`MessageSink`]) that takes its
+    //! answers out, [`Delivery`] for stateless requests served through
+    //! [`Server::serve_stateless`](crate::Server::serve_stateless), and the [`Reply`] every
+    //! request is answered through.
+    pub use crate::connection::Delivery;
+    pub use crate::reply::Reply;
+    pub use crate::server::ConnectionHandle;
+    pub use crate::sink::{MessageSink, Sink};
+}
+
 pub use context::{Caller, InputError, RequestContext};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::Event;
 pub use middleware::{Completion, Layer, Layers, Outcome, RequestInfo};
 pub use mrtr::StateSealer;
-pub use parked::ParkedMsg;
-pub use reply::Reply;
 pub use resource::{
     CompleteFn, CompletionTarget, PromptDef, PromptFn, ResourceDef, ResourceFn, ResourceRequest,
     TemplateDef,
 };
 pub use router::MethodFn;
-pub use server::{
-    ConnectionHandle, Limits, ListSettings, Server, ServerConfig, StartError, UnknownToolFn,
-};
-pub use sink::{MessageSink, Sink};
+pub use server::{Limits, ListSettings, Server, ServerConfig, StartError, UnknownToolFn};
 pub use tasks::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,
     TaskSettings, TaskStore, TaskStoreError, TaskUpdate,
 };
 pub use tool::{
-    empty_object_schema, BoxFuture, DefinitionError, HeaderParam, IntoCallToolResult, Json,
-    ToolArgs, ToolDef, ToolFn,
+    empty_object_schema, BoxFuture, DefinitionError, IntoCallToolResult, Json, ToolArgs, ToolDef,
+    ToolFn,
 };
+pub use toolyard_proto::headers::HeaderParam;
 pub use uri_template::UriTemplate;

@@ -12,7 +12,6 @@ use crate::handlers::completion::{CompleteParams, CompletionMsg};
 use crate::handlers::prompts::{GetParams, PromptMsg};
 use crate::handlers::resources::{ReadParams, ResourceMsg};
 use crate::handlers::tools::{CallParams, ToolMsg};
-use crate::parked::ParkedMsg;
 use crate::reply::Reply;
 use crate::server::ServerCore;
 use crate::tasks::Tasks;
@@ -33,7 +32,6 @@ pub(crate) struct Routes {
     pub(crate) prompts: ActorRef<PromptMsg>,
     pub(crate) completion: ActorRef<CompletionMsg>,
     pub(crate) bus: ActorRef<BusMsg>,
-    pub(crate) parked: ActorRef<ParkedMsg>,
     /// Present when the server has a task store.
     pub(crate) tasks: Option<Arc<Tasks>>,
 }

@@ -1,6 +1,6 @@
 //! The ServerSupervisor and the [`Server`] handle users hold.
 //!
-//! The supervisor spawns the Router, the handler actors, the EventBus and ParkedCalls linked
+//! The supervisor spawns the Router, the handler actors, the EventBus linked
 //! to itself. When one fails it is restarted with the same registry (registries live outside
 //! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
@@ -15,7 +15,6 @@ use crate::handlers::resources::{ResourceHandler, ResourceMsg, ResourceState};
 use crate::handlers::tools::{ToolHandler, ToolMsg, ToolState};
 use crate::middleware::Layers;
 use crate::mrtr::StateSealer;
-use crate::parked::{ParkedCalls, ParkedMsg};
 use crate::registry::Registry;
 use crate::resource::{CompleteFn, CompletionTarget, PromptDef, ResourceDef, TemplateDef};
 use crate::router::{MethodFn, Router, RouterMsg, RouterState, Routes};
@@ -290,7 +289,6 @@ impl Actor for Supervisor {
         if let Some(tasks) = &state.core.tasks {
             tasks.set_bus(bus.clone());
         }
-        let (parked, _) = Actor::spawn_linked(None, ParkedCalls, (), sup.clone()).await?;
         let routes = Routes {
             router: spawn_router(state.methods.clone(), sup.clone()).await?,
             tools: state.spawn_tools(bus.clone(), sup.clone()).await?,
@@ -298,7 +296,6 @@ impl Actor for Supervisor {
             prompts: state.spawn_prompts(bus.clone(), sup.clone()).await?,
             completion: state.spawn_completion(sup.clone()).await?,
             bus,
-            parked,
             tasks: state.core.tasks.clone(),
         };
         state.core.routes.store(Some(Arc::new(routes)));
@@ -354,9 +351,6 @@ impl Actor for Supervisor {
                 tasks.set_bus(bus.clone());
             }
             routes.bus = bus;
-        } else if routes.parked.get_id() == dead {
-            let (parked, _) = Actor::spawn_linked(None, ParkedCalls, (), sup).await?;
-            routes.parked = parked;
         } else {
             return Ok(());
         }
@@ -670,11 +664,6 @@ impl Server {
     /// Stops every actor of the server.
     pub fn shutdown(&self) {
         let _ = self.supervisor.cast(SupMsg::Stop);
-    }
-
-    /// Parks a call until a retry resumes it (see [`crate::parked`]).
-    pub fn parked(&self) -> ActorRef<ParkedMsg> {
-        self.core.routes().parked.clone()
     }
 }
 

@@ -6,12 +6,11 @@ use crate::exec::Judge;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
+use toolyard_proto::headers::{header_params, HeaderParam};
 use toolyard_proto::{CallToolResult, ContentBlock, JsonObject, TaskSupport, Tool, ToolExecution};
 
-/// A boxed, sendable future.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub use toolyard_proto::BoxFuture;
 
 /// The handler of a tool.
 pub type ToolFn = Arc<
@@ -77,41 +76,6 @@ pub struct ToolDef {
     /// Check arguments against the input schema before the handler runs (off for tools
     /// whose handler forwards to a server that checks them itself).
     pub(crate) validate_args: bool,
-}
-
-/// An argument mirrored into an `Mcp-Param-{header}` HTTP header (`x-mcp-header`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeaderParam {
-    /// The chain of `properties` keys from the schema root to the argument.
-    pub path: Vec<String>,
-    /// The `{name}` of `Mcp-Param-{name}`.
-    pub header: String,
-}
-
-/// Collects `x-mcp-header` annotations reachable through `properties` chains only.
-pub(crate) fn header_params(schema: &JsonObject) -> Vec<HeaderParam> {
-    fn walk(schema: &JsonObject, path: &mut Vec<String>, out: &mut Vec<HeaderParam>) {
-        let Some(serde_json::Value::Object(props)) = schema.get("properties") else {
-            return;
-        };
-        for (key, sub) in props {
-            let serde_json::Value::Object(sub) = sub else {
-                continue;
-            };
-            path.push(key.clone());
-            if let Some(serde_json::Value::String(h)) = sub.get("x-mcp-header") {
-                out.push(HeaderParam {
-                    path: path.clone(),
-                    header: h.clone(),
-                });
-            }
-            walk(sub, path, out);
-            path.pop();
-        }
-    }
-    let mut out = Vec::new();
-    walk(schema, &mut Vec::new(), &mut out);
-    out
 }
 
 impl std::fmt::Debug for ToolDef {

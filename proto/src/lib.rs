@@ -6,6 +6,7 @@
 //! as legacy and share the 2025-11-25 types.
 
 pub mod error;
+pub mod headers;
 pub mod jsonrpc;
 pub mod meta;
 mod types;
@@ -16,3 +17,7 @@ pub use jsonrpc::{Incoming, RequestId};
 pub use meta::RequestMeta;
 pub use types::*;
 pub use version::ProtocolVersion;
+
+/// A boxed, sendable future: what the server's and the client's callbacks return (tool
+/// handlers, transports, question handlers). Defined once here so both crates name one type.
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;

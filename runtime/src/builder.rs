@@ -80,7 +80,7 @@ where
 }
 
 /// Shell-style glob: `*` matches any run of characters, `?` one character.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
     fn go(p: &[u8], n: &[u8]) -> bool {
         match (p.first(), n.first()) {
             (None, None) => true,

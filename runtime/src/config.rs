@@ -24,22 +24,15 @@
 //! template = "Say hello to {name}."
 //! arguments = [{ name = "name", required = true }]
 //!
-//! [gateway]            # the plugin host's gateway (see `host::config`)
-//! separator = "__"
-//! admin_token = "${TOOLYARD_ADMIN_TOKEN}"
-//! failure_mode = "skip"
-//!
-//! [[sources]]          # an upstream MCP server: `plugin`, `command` or `url`
-//! name = "time"
-//! command = "uvx"
-//! args = ["mcp-server-time"]
-//! lifecycle = "transient"
 //! ```
 //!
-//! Command-line flags and their `TOOLYARD_*` environment variables override the file.
+//! Each crate owns its sections: this one the server's (above), plugin crates theirs (the
+//! gateway's `[gateway]` and `[[sources]]`, ...), and the binary composes the file: it names
+//! the plugins' sections to [`Config::parse_with`], which still rejects any other unknown
+//! section, and hands the same text to each plugin to parse its own. Command-line flags and
+//! their `TOOLYARD_*` environment variables override the file.
 
 use crate::builder::ServerBuilder;
-use crate::host::{GatewaySection, SourceConfig, SourceError, SourceSpec};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,9 +137,9 @@ pub struct PromptArgSpec {
     pub required: bool,
 }
 
-/// The whole file.
+/// The server's sections of the file. Unknown top-level keys are refused by
+/// [`Config::parse_with`] (serde would otherwise skip them: plugin sections share the file).
 #[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Config {
     /// `[server]`.
     #[serde(default)]
@@ -160,36 +153,52 @@ pub struct Config {
     /// `[[prompts]]`.
     #[serde(default)]
     pub prompts: Vec<TemplatePrompt>,
-    /// `[gateway]`.
-    #[serde(default)]
-    pub gateway: GatewaySection,
-    /// `[[sources]]`.
-    #[serde(default)]
-    pub sources: Vec<SourceConfig>,
 }
 
+/// The top-level keys [`Config`] owns.
+const SECTIONS: [&str; 4] = ["server", "tools", "resources", "prompts"];
+
 impl Config {
-    /// Reads and parses a file.
+    /// Reads and parses a file that holds only the server's sections.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = Self::read(path)?;
         Self::parse(&text).map_err(|message| ConfigError::Parse {
             path: path.to_owned(),
             message,
         })
     }
 
-    /// Resolves `[[sources]]` (plugin manifests, `${VAR}`, commands on `PATH`) into specs;
-    /// `base_dir` is the config file's directory, against which `plugin`, `cwd` and relative
-    /// commands are resolved. Every problem is reported at once.
-    pub fn resolve_sources(&self, base_dir: &Path) -> Result<Vec<SourceSpec>, SourceError> {
-        crate::host::resolve_all(&self.sources, base_dir, &self.gateway)
+    /// Reads a config file's text, for [`Config::parse_with`] and the plugins' parsers.
+    pub fn read(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })
     }
 
-    /// Parses TOML text.
+    /// Parses TOML text that holds only the server's sections.
     pub fn parse(text: &str) -> Result<Config, String> {
+        Self::parse_with(text, &[])
+    }
+
+    /// Parses the server's sections of TOML text whose other top-level keys must be among
+    /// `plugin_sections` (they are left for the plugin crates that own them to parse).
+    pub fn parse_with(text: &str, plugin_sections: &[&str]) -> Result<Config, String> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(key) = table
+            .keys()
+            .find(|k| !SECTIONS.contains(&k.as_str()) && !plugin_sections.contains(&k.as_str()))
+        {
+            let known: Vec<String> = SECTIONS
+                .iter()
+                .chain(plugin_sections)
+                .map(|k| format!("`{k}`"))
+                .collect();
+            return Err(format!(
+                "unknown section `{key}`, expected one of {}",
+                known.join(", ")
+            ));
+        }
         toml::from_str(text).map_err(|e| e.to_string())
     }
 
@@ -317,24 +326,15 @@ mod tests {
     }
 
     #[test]
-    fn gateway_and_sources_parse_and_reject_unknown_keys() {
-        let c = Config::parse(
-            r#"
-            [gateway]
-            separator = "."
-            [[sources]]
-            name = "time"
-            command = "uvx"
-            args = ["mcp-server-time"]
-            "#,
-        )
-        .unwrap();
-        assert_eq!(c.gateway.separator, ".");
-        assert_eq!(c.sources[0].command.as_deref(), Some("uvx"));
-        assert_eq!(Config::parse("").unwrap().gateway.separator, "__");
-        let err = Config::parse("[gateway]\nseperator = \".\"\n").unwrap_err();
-        assert!(err.contains("seperator"), "{err}");
-        let err = Config::parse("[[sources]]\nname = \"x\"\ncomand = \"npx\"\n").unwrap_err();
-        assert!(err.contains("comand"), "{err}");
+    fn unknown_sections_are_rejected_unless_a_plugin_owns_them() {
+        let err = Config::parse("[gateway]\nseparator = \".\"\n").unwrap_err();
+        assert!(err.contains("unknown section `gateway`"), "{err}");
+        let c = Config::parse_with("[gateway]\nseparator = \".\"\n", &["gateway"]).unwrap();
+        assert!(c.tools.is_empty());
+        let err = Config::parse_with("[gatway]\n", &["gateway"]).unwrap_err();
+        assert!(
+            err.contains("`gatway`") && err.contains("`gateway`"),
+            "{err}"
+        );
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Build a server from tools, resources and prompts — written as `#[tool]` / `#[resource]` /
 //! `#[prompt]` methods of controllers, as plain closures, or fully dynamically — then serve it
-//! over stdio ([`serve_stdio`]) or embed it in-process ([`MemoryClient`]). Both MCP
+//! over stdio ([`serve_stdio`]), HTTP (`http`) or in-process (a [`client::Client`] over a
+//! [`MemoryTransport`]). Both MCP
 //! generations are served side by side: the stateless 2026-07-28 revision and the
 //! session-based ones (2025-11-25 and older).
 //!
@@ -20,33 +21,38 @@
 //! ```
 
 mod builder;
-pub mod client;
 mod config;
 mod controller;
-pub mod demo;
-pub mod host;
 #[cfg(feature = "http")]
 pub mod http;
-mod memory;
+#[cfg(feature = "client")]
+mod memory_transport;
 mod stdio;
 
-pub use builder::{glob_match, schema_for, tool_fn, BuildError, ServerBuilder};
-pub use config::{Config, ConfigError};
+pub use builder::{schema_for, tool_fn, BuildError, ServerBuilder};
+pub use config::{
+    Config, ConfigError, PromptArgSpec, ServerSection, StaticResource, StaticTool, TemplatePrompt,
+};
 pub use controller::{Controller, IntoPromptResult, IntoResourceContents};
-pub use memory::{ClientError, MemoryClient};
+#[cfg(feature = "client")]
+pub use memory_transport::MemoryTransport;
 pub use stdio::{serve_io, serve_stdio, StdioOptions};
 
+pub use toolyard_actors::transport;
 pub use toolyard_actors::{
-    empty_object_schema, middleware, BoxFuture, Caller, CompleteFn, CompletionTarget,
-    ConnectionHandle, DefinitionError, Event, HandlerError, InputError, IntoCallToolResult, Json,
-    Layer, Layers, Limits, ListSettings, MessageSink, MethodFn, Outcome, PromptDef, PromptFn,
-    RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig,
-    Sink, StateSealer, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UriTemplate,
+    empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget,
+    DefinitionError, Event, HandlerError, HeaderParam, InputError, IntoCallToolResult, Json, Layer,
+    Layers, Limits, ListSettings, MethodFn, Outcome, PromptDef, PromptFn, RequestContext,
+    RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, StartError,
+    StateSealer, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,
     TaskSettings, TaskStore, TaskStoreError, TaskUpdate,
 };
+/// The MCP client (the `toolyard-client` crate).
+#[cfg(feature = "client")]
+pub use toolyard_client as client;
 pub use toolyard_macros::{controller, prompt, resource, tool};
 /// The protocol types.
 pub use toolyard_proto as proto;

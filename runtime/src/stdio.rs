@@ -17,7 +17,8 @@ use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
-use toolyard_actors::{Server, Sink};
+use toolyard_actors::transport::Sink;
+use toolyard_actors::Server;
 use toolyard_proto::ErrorObject;
 
 /// Options of the stdio transport.
@@ -118,7 +119,7 @@ where
 
 async fn read_loop<R: AsyncRead + Unpin>(
     reader: R,
-    handle: &toolyard_actors::ConnectionHandle,
+    handle: &toolyard_actors::transport::ConnectionHandle,
     max: usize,
     answer_every: usize,
 ) -> io::Result<()> {
@@ -195,7 +196,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     }
 }
 
-fn reject_oversized(handle: &toolyard_actors::ConnectionHandle, max: usize) {
+fn reject_oversized(handle: &toolyard_actors::transport::ConnectionHandle, max: usize) {
     handle.reject(ErrorObject::invalid_request(format!(
         "message exceeds the limit of {max} bytes; it was discarded"
     )));
@@ -249,7 +250,18 @@ mod tests {
     /// and the answers are written, serving ends.
     #[tokio::test(flavor = "current_thread")]
     async fn messages_split_across_reads_and_writer_turns_are_each_answered_once() {
-        let server = crate::demo::demo(crate::ServerBuilder::new("t", "0"))
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        struct Echo {
+            message: String,
+        }
+        let echo = crate::tool_fn(
+            "echo",
+            "Echoes",
+            |_ctx, a: Echo| async move { Ok(a.message) },
+        )
+        .unwrap();
+        let server = crate::ServerBuilder::new("t", "0")
+            .tool(echo)
             .start()
             .await
             .unwrap();

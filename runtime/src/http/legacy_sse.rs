@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use toolyard_actors::Sink;
+use toolyard_actors::transport::Sink;
 use toolyard_proto::jsonrpc;
 
 struct Closer {

@@ -71,7 +71,7 @@ pub(crate) struct HttpState {
     pub(crate) server: Server,
     pub(crate) config: HttpConfig,
     pub(crate) sessions: streamable::Sessions,
-    pub(crate) stateless: toolyard_actors::ConnectionHandle,
+    pub(crate) stateless: toolyard_actors::transport::ConnectionHandle,
     pub(crate) counters: Counters,
     /// The OAuth resource server, when `config.security.oauth` is set.
     pub(crate) auth: Option<Arc<auth::OAuth>>,
@@ -96,7 +96,7 @@ async fn build(
         None => None,
     };
     let stateless = server
-        .connect(toolyard_actors::Sink::new(streamable::NullSink))
+        .connect(toolyard_actors::transport::Sink::new(streamable::NullSink))
         .await?;
     let state = Arc::new(HttpState {
         sessions: streamable::Sessions::default(),

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolyard_actors::{ConnectionHandle, Delivery, MessageSink, Sink};
+use toolyard_actors::transport::{ConnectionHandle, Delivery, MessageSink, Sink};
 use toolyard_proto::error::code;
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
 use toolyard_proto::{ErrorObject, ProtocolVersion, RequestId, RequestMeta};

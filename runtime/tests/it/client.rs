@@ -8,7 +8,6 @@ use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toolyard::client::memory::MemoryTransport;
 use toolyard::client::{
     elicit_handler, fixed_roots, sample_handler, Client, ClientBuilder, ClientError,
     ProtocolChoice, RequestOptions,
@@ -18,13 +17,14 @@ use toolyard::proto::{
     ElicitAction, ElicitResult, LoggingLevel, PromptReference, ProtocolVersion, Role, Root,
     SamplingMessageContent, SamplingMessageContentBlock, SubscriptionFilter, TextContent,
 };
+use toolyard::MemoryTransport;
 use toolyard::{tool_fn, ListSettings, RequestContext, Server, ServerBuilder};
 
 #[derive(Deserialize, JsonSchema)]
 struct NoArgs {}
 
 async fn demo_server(page_size: usize) -> Server {
-    toolyard::demo::demo(ServerBuilder::new("demo", "1.0"))
+    toolyard_testkit::demo(ServerBuilder::new("demo", "1.0"))
         .list_settings(ListSettings {
             page_size,
             ..ListSettings::default()
@@ -445,61 +445,4 @@ async fn clones_share_one_connection_and_the_last_drop_closes_it() {
     for (i, call) in calls.enumerate() {
         assert_eq!(text(&call.await.unwrap().unwrap()), i.to_string());
     }
-}
-
-#[tokio::test]
-async fn a_registry_connects_named_servers_and_looks_them_up() {
-    use toolyard::client::registry::{ClientRegistry, ClientsConfig};
-    let bin = env!("CARGO_BIN_EXE_toolyard");
-    let config: ClientsConfig = toml::from_str(&format!(
-        r#"
-        [[clients]]
-        name = "modern"
-        transport = "stdio"
-        command = "{bin}"
-        args = ["serve", "--stdio"]
-        [[clients]]
-        name = "legacy"
-        transport = "stdio"
-        command = "{bin}"
-        args = ["serve", "--stdio"]
-        protocol = "2025-06-18"
-        timeout_ms = 5000
-        "#
-    ))
-    .unwrap();
-    let registry = ClientRegistry::connect(
-        &config.clients,
-        toolyard::proto::Implementation::new("t", "1"),
-    )
-    .await
-    .unwrap();
-    assert_eq!(registry.names(), ["modern", "legacy"]);
-    assert!(registry.get("modern").unwrap().is_modern());
-    assert_eq!(
-        registry.get("legacy").unwrap().protocol_version(),
-        Some(ProtocolVersion::V2025_06_18)
-    );
-    let echoed = registry
-        .get("legacy")
-        .unwrap()
-        .call_tool("echo", json!({"message": "named"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&echoed), "named");
-    assert!(registry.get("missing").is_none());
-    registry.close().await;
-    let bad: ClientsConfig = toml::from_str(
-        r#"
-        [[clients]]
-        name = "nothing-here"
-        transport = "stdio"
-        command = "/no/such/program"
-        "#,
-    )
-    .unwrap();
-    let e = ClientRegistry::connect(&bad.clients, toolyard::proto::Implementation::new("t", "1"))
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("nothing-here"), "{e}");
 }

@@ -1,7 +1,7 @@
 //! The MCP client's HTTP transports (`client::http`, `client::sse`) against real HTTP on
 //! 127.0.0.1: our own server (`toolyard::http` with the demo tools) in-process, and tiny
 //! axum handlers for what our server never does (a stream that breaks on purpose).
-#![cfg(all(feature = "http", feature = "client-http"))]
+#![cfg(feature = "http")]
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
@@ -10,16 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use toolyard::client::auth::StaticToken;
-use toolyard::client::http::StreamableHttpTransport;
-use toolyard::client::sse::SseTransport;
-use toolyard::http::{HttpConfig, Security};
-use toolyard::proto::{ContentBlock, Implementation, ProtocolVersion, RequestId};
-use toolyard::ServerBuilder;
-use toolyard_actors::client::{
+use toolyard::client::SseTransport;
+use toolyard::client::StaticToken;
+use toolyard::client::StreamableHttpTransport;
+use toolyard::client::{
     Client, ClientBuilder, ClientError, OutboundKind, OutboundMessage, ProtocolChoice,
     RequestOptions, Transport, TransportError, TransportEvent, TransportLink,
 };
+use toolyard::http::{HttpConfig, Security};
+use toolyard::proto::{ContentBlock, Implementation, ProtocolVersion, RequestId};
+use toolyard::ServerBuilder;
 
 struct TestServer {
     port: u16,
@@ -67,7 +67,7 @@ impl TestServer {
 async fn start_server(bearer_tokens: &[&str]) -> TestServer {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let server = toolyard::demo::demo(ServerBuilder::new("client-http-test", "0"))
+    let server = toolyard_testkit::demo(ServerBuilder::new("client-http-test", "0"))
         .start()
         .await
         .unwrap();

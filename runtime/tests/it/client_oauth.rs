@@ -2,7 +2,7 @@
 //! authorization server and a fake protected resource written here with axum on 127.0.0.1:
 //! each test drives the [`AuthProvider`] the way the HTTP transport does (a refusal, then
 //! the header for the retry) and checks what reached the servers.
-#![cfg(all(feature = "client-http", feature = "http"))]
+#![cfg(feature = "http")]
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -21,12 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use toolyard::client::auth::{AuthChallenge, AuthProvider};
-use toolyard::client::http::StreamableHttpTransport;
 use toolyard::client::oauth::{
     AuthorizationHandler, CrossAppAccess, Grant, HeadlessRedirect, LoopbackRedirect, OAuthClient,
     PreRegisteredClient, SigningKey,
 };
+use toolyard::client::StreamableHttpTransport;
+use toolyard::client::{AuthChallenge, AuthProvider};
 use toolyard::client::{ClientBuilder, ProtocolChoice};
 use toolyard::http::{HttpConfig, JwksSource, OAuthConfig, Security};
 use toolyard::proto::{ContentBlock, Implementation, ProtocolVersion};

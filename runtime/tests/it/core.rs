@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use toolyard::proto::{ElicitRequestParams, JsonObject};
-use toolyard::{tool_fn, Layer, MemoryClient, Outcome, RequestContext, RequestInfo, ServerBuilder};
+use toolyard::{tool_fn, Layer, Outcome, RequestContext, RequestInfo, ServerBuilder};
+use toolyard_testkit::RawClient;
 
 #[derive(Deserialize, JsonSchema)]
 struct NoArgs {}
@@ -42,7 +43,7 @@ async fn a_hundred_calls_on_one_connection_run_concurrently_and_a_panic_fails_on
         .start()
         .await
         .unwrap();
-    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    let client = Arc::new(RawClient::connect(&server).await.unwrap());
     client.initialize(json!({})).await.unwrap();
     let mut calls = Vec::new();
     for _ in 0..100 {
@@ -53,7 +54,7 @@ async fn a_hundred_calls_on_one_connection_run_concurrently_and_a_panic_fails_on
     }
     let boom = client.request("tools/call", json!({"name":"boom"})).await;
     match boom {
-        Err(toolyard::ClientError::Rpc(e)) => {
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => {
             assert_eq!(e.code, -32603);
             assert!(e.message.contains("tool exploded"), "{e}");
         }
@@ -67,11 +68,11 @@ async fn a_hundred_calls_on_one_connection_run_concurrently_and_a_panic_fails_on
 
 #[tokio::test]
 async fn a_crashed_handler_actor_is_restarted_and_requests_go_on() {
-    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
         .start()
         .await
         .unwrap();
-    let client = MemoryClient::connect(&server).await.unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
     client.initialize(json!({})).await.unwrap();
     server.crash_handler("tools");
     // Whatever races the crash gets an answer (an error or a result), never silence.
@@ -123,7 +124,7 @@ async fn cancelled_notification_stops_the_tool_and_no_response_is_sent() {
         .start()
         .await
         .unwrap();
-    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    let client = Arc::new(RawClient::connect(&server).await.unwrap());
     client.initialize(json!({})).await.unwrap();
     let c = client.clone();
     let hung = tokio::spawn(async move {
@@ -189,7 +190,7 @@ async fn modern_elicitation_takes_rounds_and_rejects_tampered_state() {
         .start()
         .await
         .unwrap();
-    let client = MemoryClient::connect(&server).await.unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
     let m = meta(json!({"elicitation":{}}));
     let r1 = client
         .request("tools/call", json!({"_meta":m,"name":"two_questions"}))
@@ -208,7 +209,7 @@ async fn modern_elicitation_takes_rounds_and_rejects_tampered_state() {
         )
         .await;
     assert!(
-        matches!(bad, Err(toolyard::ClientError::Rpc(ref e)) if e.code == -32602),
+        matches!(bad, Err(toolyard_testkit::RawClientError::Rpc(ref e)) if e.code == -32602),
         "{bad:?}"
     );
 
@@ -241,7 +242,7 @@ async fn modern_elicitation_takes_rounds_and_rejects_tampered_state() {
         )
         .await;
     match e {
-        Err(toolyard::ClientError::Rpc(e)) => {
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => {
             assert_eq!(e.code, -32021);
             assert_eq!(
                 e.data.unwrap()["requiredCapabilities"],
@@ -254,11 +255,11 @@ async fn modern_elicitation_takes_rounds_and_rejects_tampered_state() {
 
 #[tokio::test]
 async fn legacy_elicitation_is_a_request_to_the_client() {
-    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
         .start()
         .await
         .unwrap();
-    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    let client = Arc::new(RawClient::connect(&server).await.unwrap());
     client.initialize(json!({"elicitation":{}})).await.unwrap();
     let c = client.clone();
     let call =
@@ -275,11 +276,11 @@ async fn legacy_elicitation_is_a_request_to_the_client() {
 
 #[tokio::test]
 async fn listen_acknowledges_first_and_tags_only_requested_notifications() {
-    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
         .start()
         .await
         .unwrap();
-    let client = Arc::new(MemoryClient::connect(&server).await.unwrap());
+    let client = Arc::new(RawClient::connect(&server).await.unwrap());
     let c = client.clone();
     let _listen = tokio::spawn(async move {
         c.request_with_id(
@@ -310,11 +311,11 @@ async fn listen_acknowledges_first_and_tags_only_requested_notifications() {
 
 #[tokio::test]
 async fn legacy_subscribe_delivers_resource_updates_and_progress_flows() {
-    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
         .start()
         .await
         .unwrap();
-    let client = MemoryClient::connect(&server).await.unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
     client.initialize(json!({})).await.unwrap();
     client
         .request("resources/subscribe", json!({"uri":"demo://readme"}))
@@ -351,7 +352,7 @@ struct Counting(Arc<AtomicUsize>, Arc<std::sync::Mutex<Vec<Outcome>>>);
 
 struct Done(Arc<std::sync::Mutex<Vec<Outcome>>>);
 
-impl toolyard::middleware::Completion for Done {
+impl toolyard::Completion for Done {
     fn finish(self: Box<Self>, _info: &RequestInfo, outcome: &Outcome) {
         self.0.lock().unwrap().push(outcome.clone());
     }
@@ -361,8 +362,7 @@ impl Layer for Counting {
     fn start(
         &self,
         info: &RequestInfo,
-    ) -> Result<Option<Box<dyn toolyard::middleware::Completion>>, toolyard::proto::ErrorObject>
-    {
+    ) -> Result<Option<Box<dyn toolyard::Completion>>, toolyard::proto::ErrorObject> {
         self.0.fetch_add(1, Ordering::SeqCst);
         if &*info.method == "prompts/list" {
             return Err(toolyard::proto::ErrorObject::new(
@@ -378,12 +378,12 @@ impl Layer for Counting {
 async fn a_layer_sees_every_request_and_its_outcome_and_may_reject() {
     let seen = Arc::new(AtomicUsize::new(0));
     let outcomes = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let server = toolyard::demo::demo(ServerBuilder::new("t", "0"))
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
         .layer(Arc::new(Counting(seen.clone(), outcomes.clone())))
         .start()
         .await
         .unwrap();
-    let client = MemoryClient::connect(&server).await.unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
     client.initialize(json!({})).await.unwrap();
     client
         .request(
@@ -418,7 +418,7 @@ async fn lists_paginate_with_opaque_cursors() {
         ));
     }
     let server = b.start().await.unwrap();
-    let client = MemoryClient::connect(&server).await.unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
     client.initialize(json!({})).await.unwrap();
     let mut names = Vec::new();
     let mut cursor: Option<String> = None;
@@ -443,5 +443,5 @@ async fn lists_paginate_with_opaque_cursors() {
     let bad = client
         .request("tools/list", json!({"cursor":"not-a-cursor"}))
         .await;
-    assert!(matches!(bad, Err(toolyard::ClientError::Rpc(ref e)) if e.code == -32602));
+    assert!(matches!(bad, Err(toolyard_testkit::RawClientError::Rpc(ref e)) if e.code == -32602));
 }

@@ -5,9 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use toolyard::{
-    controller, tool, HandlerError, Json, MemoryClient, RequestContext, Server, ServerBuilder,
-};
+use toolyard::{controller, tool, HandlerError, Json, RequestContext, Server, ServerBuilder};
+use toolyard_testkit::RawClient;
 
 #[derive(Deserialize, JsonSchema)]
 struct DivArgs {
@@ -191,7 +190,7 @@ pub(crate) fn loud(text: String) -> String {
     text.to_uppercase()
 }
 
-async fn start() -> (Server, MemoryClient) {
+async fn start() -> (Server, RawClient) {
     let server = ServerBuilder::new("macros", "0")
         .controller(Calc {
             offset: 0,
@@ -204,7 +203,7 @@ async fn start() -> (Server, MemoryClient) {
         .start()
         .await
         .unwrap();
-    let client = MemoryClient::connect(&server).await.unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
     client
         .request(
             "initialize",
@@ -218,7 +217,7 @@ async fn start() -> (Server, MemoryClient) {
     (server, client)
 }
 
-async fn tools(client: &MemoryClient) -> Vec<Value> {
+async fn tools(client: &RawClient) -> Vec<Value> {
     let r = client.request("tools/list", json!({})).await.unwrap();
     r["tools"].as_array().unwrap().clone()
 }
@@ -230,7 +229,7 @@ fn find<'a>(tools: &'a [Value], name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no tool `{name}` in {tools:?}"))
 }
 
-async fn call(client: &MemoryClient, name: &str, args: Value) -> Value {
+async fn call(client: &RawClient, name: &str, args: Value) -> Value {
     client
         .request("tools/call", json!({"name": name, "arguments": args}))
         .await
@@ -420,11 +419,11 @@ async fn a_tool_requiring_a_capability_is_refused_without_it() {
         .await;
     // The test client declared no capabilities; the tool requires elicitation.
     match r {
-        Err(toolyard::ClientError::Rpc(e)) => assert_eq!(e.code, -32021, "{e}"),
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => assert_eq!(e.code, -32021, "{e}"),
         other => panic!("expected -32021, got {other:?}"),
     }
     let (_server2, _) = start().await;
-    let capable = MemoryClient::connect(&_server2).await.unwrap();
+    let capable = RawClient::connect(&_server2).await.unwrap();
     capable
         .initialize(json!({"elicitation": {}}))
         .await
@@ -477,7 +476,7 @@ async fn resources_and_templates_are_listed_and_read() {
         .request("resources/read", json!({"uri": "calc://constants/tau"}))
         .await;
     match r {
-        Err(toolyard::ClientError::Rpc(e)) => assert!(e.message.contains("tau"), "{e}"),
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => assert!(e.message.contains("tau"), "{e}"),
         other => panic!("expected an error, got {other:?}"),
     }
 }

@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use toolyard::proto::{ElicitRequestParams, ErrorObject, JsonObject, TaskSupport};
-use toolyard::{
-    tool_fn, ClientError, HandlerError, MemoryClient, RequestContext, Server, ServerBuilder,
-};
+use toolyard::{tool_fn, HandlerError, RequestContext, Server, ServerBuilder};
+use toolyard_testkit::{RawClient, RawClientError as ClientError};
 
 const EXT: &str = "io.modelcontextprotocol/tasks";
 
@@ -183,13 +182,13 @@ async fn fixture() -> Fixture {
     }
 }
 
-async fn call(client: &MemoryClient, tool: &str, meta: Value) -> Result<Value, ClientError> {
+async fn call(client: &RawClient, tool: &str, meta: Value) -> Result<Value, ClientError> {
     client
         .request("tools/call", json!({"name": tool, "_meta": meta}))
         .await
 }
 
-async fn get(client: &MemoryClient, id: &str, meta: Value) -> Value {
+async fn get(client: &RawClient, id: &str, meta: Value) -> Value {
     client
         .request("tasks/get", json!({"taskId": id, "_meta": meta}))
         .await
@@ -197,7 +196,7 @@ async fn get(client: &MemoryClient, id: &str, meta: Value) -> Value {
 }
 
 /// Polls `tasks/get` until the status is `want` (or terminal).
-async fn poll(client: &MemoryClient, id: &str, meta: Value, want: &str) -> Value {
+async fn poll(client: &RawClient, id: &str, meta: Value, want: &str) -> Value {
     for _ in 0..200 {
         let t = get(client, id, meta.clone()).await;
         let s = t["status"].as_str().unwrap_or_default().to_owned();
@@ -210,7 +209,7 @@ async fn poll(client: &MemoryClient, id: &str, meta: Value, want: &str) -> Value
 }
 
 /// The next notification with this method, skipping others.
-async fn notification(client: &MemoryClient, method: &str) -> Value {
+async fn notification(client: &RawClient, method: &str) -> Value {
     loop {
         let n = client
             .next_notification()
@@ -227,7 +226,7 @@ async fn notification(client: &MemoryClient, method: &str) -> Value {
 #[tokio::test]
 async fn tasks_extension_is_advertised_only_with_a_store() {
     let f = fixture().await;
-    let client = MemoryClient::connect(&f.server).await.unwrap();
+    let client = RawClient::connect(&f.server).await.unwrap();
     let d = client
         .request("server/discover", json!({"_meta": plain_meta()}))
         .await
@@ -236,7 +235,7 @@ async fn tasks_extension_is_advertised_only_with_a_store() {
     assert!(d["capabilities"].get("tasks").is_none(), "{d}");
 
     let bare = ServerBuilder::new("t", "0").start().await.unwrap();
-    let client = MemoryClient::connect(&bare).await.unwrap();
+    let client = RawClient::connect(&bare).await.unwrap();
     let d = client
         .request("server/discover", json!({"_meta": plain_meta()}))
         .await
@@ -251,7 +250,7 @@ async fn tasks_extension_is_advertised_only_with_a_store() {
 #[tokio::test]
 async fn tasks_extension_creates_polls_to_completion_and_notifies_listeners() {
     let f = fixture().await;
-    let client = Arc::new(MemoryClient::connect(&f.server).await.unwrap());
+    let client = Arc::new(RawClient::connect(&f.server).await.unwrap());
     let created = call(&client, "gated", ext_meta()).await.unwrap();
     assert_eq!(created["resultType"], "task", "{created}");
     assert_eq!(created["status"], "working");
@@ -297,7 +296,7 @@ async fn tasks_extension_creates_polls_to_completion_and_notifies_listeners() {
 #[tokio::test]
 async fn tasks_extension_cancel_is_acknowledged_idempotent_and_stops_the_handler() {
     let f = fixture().await;
-    let client = MemoryClient::connect(&f.server).await.unwrap();
+    let client = RawClient::connect(&f.server).await.unwrap();
     let id = call(&client, "forever", ext_meta()).await.unwrap()["taskId"]
         .as_str()
         .unwrap()
@@ -338,7 +337,7 @@ async fn tasks_extension_cancel_is_acknowledged_idempotent_and_stops_the_handler
 #[tokio::test]
 async fn tasks_extension_failures_and_gating() {
     let f = fixture().await;
-    let client = MemoryClient::connect(&f.server).await.unwrap();
+    let client = RawClient::connect(&f.server).await.unwrap();
 
     // A tool error completes the task with isError; a JSON-RPC error or a panic fails it.
     let id = call(&client, "tool_error", ext_meta()).await.unwrap()["taskId"]
@@ -419,7 +418,7 @@ async fn tasks_extension_failures_and_gating() {
 #[tokio::test]
 async fn tasks_extension_input_required_is_answered_with_tasks_update() {
     let f = fixture().await;
-    let client = MemoryClient::connect(&f.server).await.unwrap();
+    let client = RawClient::connect(&f.server).await.unwrap();
     let id = call(&client, "confirm", ext_meta()).await.unwrap()["taskId"]
         .as_str()
         .unwrap()
@@ -444,7 +443,7 @@ async fn tasks_extension_input_required_is_answered_with_tasks_update() {
 #[tokio::test]
 async fn tasks_extension_deferred_task_asks_first_then_becomes_a_task() {
     let f = fixture().await;
-    let client = MemoryClient::connect(&f.server).await.unwrap();
+    let client = RawClient::connect(&f.server).await.unwrap();
     let round1 = call(&client, "two_phase", ext_meta()).await.unwrap();
     assert_eq!(round1["resultType"], "input_required", "{round1}");
     assert!(round1.get("taskId").is_none());
@@ -469,8 +468,8 @@ async fn tasks_extension_deferred_task_asks_first_then_becomes_a_task() {
 
 // --- 2025-11-25 experimental tasks
 
-async fn legacy_client(server: &Server) -> MemoryClient {
-    let client = MemoryClient::connect(server).await.unwrap();
+async fn legacy_client(server: &Server) -> RawClient {
+    let client = RawClient::connect(server).await.unwrap();
     let init = client.initialize(json!({"elicitation": {}})).await.unwrap();
     assert_eq!(
         init["capabilities"]["tasks"],
@@ -480,7 +479,7 @@ async fn legacy_client(server: &Server) -> MemoryClient {
     client
 }
 
-async fn legacy_call(client: &MemoryClient, tool: &str) -> Result<Value, ClientError> {
+async fn legacy_call(client: &RawClient, tool: &str) -> Result<Value, ClientError> {
     client
         .request("tools/call", json!({"name": tool, "task": {"ttl": 60_000}}))
         .await
@@ -651,7 +650,7 @@ async fn legacy_task_elicits_over_the_connection_with_related_task() {
 #[tokio::test]
 async fn legacy_sessions_before_2025_11_25_get_no_tasks() {
     let f = fixture().await;
-    let client = MemoryClient::connect(&f.server).await.unwrap();
+    let client = RawClient::connect(&f.server).await.unwrap();
     let init = client
         .request(
             "initialize",

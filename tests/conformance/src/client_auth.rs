@@ -8,11 +8,11 @@
 use anyhow::Context as _;
 use serde_json::Value;
 use std::sync::Arc;
-use toolyard::client::auth::AuthProvider;
 use toolyard::client::oauth::{
     CrossAppAccess, Grant, HeadlessRedirect, JwtAssertion, OAuthClient, PreRegisteredClient,
     SigningKey,
 };
+use toolyard::client::AuthProvider;
 
 /// The Client ID Metadata Document URL the suite expects (`auth/basic-cimd`). Nothing is
 /// served there: the suite's authorization server does not fetch it.

@@ -11,7 +11,7 @@
 use anyhow::{bail, Context};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
-use toolyard::client::http::StreamableHttpTransport;
+use toolyard::client::StreamableHttpTransport;
 use toolyard::client::{
     elicit_handler, fixed_roots, sample_handler, Client, ClientBuilder, ClientError, ProtocolChoice,
 };

@@ -4,7 +4,7 @@
 //! clients and their checks (`--profile conformance`) live in `tests/interop/`;
 //! `scripts/install-test-deps` installs them.
 
-use crate::interop_support::{run_client, Server, Target};
+use toolyard_testkit::{run_client, ServerProcess as Server, Target};
 
 /// One fresh `conformance-server --http` per test, the conformance profile.
 fn conformance(script: &str, protocol: &str, transport: &str) {

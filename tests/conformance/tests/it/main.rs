@@ -3,12 +3,9 @@
 
 mod client_suite;
 mod interop_http;
-#[allow(dead_code)]
-#[path = "../../../interop/support.rs"]
-mod interop_support;
 mod suite;
 
-use interop_support::{run_client, Target};
+use toolyard_testkit::{run_client, Target};
 
 const SERVER: &[&str] = &[env!("CARGO_BIN_EXE_conformance-server"), "--stdio"];
 

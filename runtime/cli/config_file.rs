@@ -1,0 +1,70 @@
+//! The config file, composed: each crate owns and parses its own sections (`[server]`,
+//! `[[tools]]`, `[[resources]]` and `[[prompts]]` belong to `toolyard`, `[gateway]` and
+//! `[[sources]]` to `toolyard-gateway`), and only the binary knows the whole file. A key no
+//! crate owns is refused, naming the sections that exist.
+
+use std::path::Path;
+use toolyard::{Config, ConfigError};
+use toolyard_gateway::GatewayConfig;
+
+/// Every section of a `toolyard serve --config` file.
+#[derive(Debug, Default)]
+pub(crate) struct ConfigFile {
+    /// The server's sections.
+    pub(crate) server: Config,
+    /// The gateway's sections.
+    pub(crate) gateway: GatewayConfig,
+}
+
+impl ConfigFile {
+    /// Reads and parses a file.
+    pub(crate) fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = Config::read(path)?;
+        Self::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text.
+    pub(crate) fn parse(text: &str) -> Result<ConfigFile, String> {
+        Ok(ConfigFile {
+            server: Config::parse_with(text, &GatewayConfig::SECTIONS)?,
+            gateway: GatewayConfig::parse(text)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_crate_reads_its_own_sections_of_one_file() {
+        let file = ConfigFile::parse(
+            r#"
+            [server]
+            name = "x"
+            [gateway]
+            separator = "."
+            [[sources]]
+            name = "time"
+            command = "uvx"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(file.server.server.name.as_deref(), Some("x"));
+        assert_eq!(file.gateway.gateway.separator, ".");
+        assert_eq!(file.gateway.sources[0].name, "time");
+    }
+
+    #[test]
+    fn a_key_no_crate_owns_is_refused_and_so_is_a_typo_inside_a_section() {
+        let err = ConfigFile::parse("[sever]\nname = \"x\"\n").unwrap_err();
+        assert!(err.contains("unknown section `sever`"), "{err}");
+        let err = ConfigFile::parse("[gateway]\nseperator = \".\"\n").unwrap_err();
+        assert!(err.contains("seperator"), "{err}");
+        let err = ConfigFile::parse("[server]\nnmae = \"x\"\n").unwrap_err();
+        assert!(err.contains("nmae"), "{err}");
+    }
+}

@@ -1,0 +1,409 @@
+//! The `toolyard` binary: a thin command line over the library.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use config_file::ConfigFile;
+use std::path::PathBuf;
+use toolyard::{Limits, ServerBuilder, StdioOptions};
+
+mod client;
+mod config_file;
+
+/// Messages are many small allocations handed between tasks and threads, which glibc's
+/// allocator serves slowly (its free lists consolidate on every larger request).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Toolyard: an actor-based runtime for the Model Context Protocol.
+#[derive(Parser, Debug)]
+#[command(name = "toolyard", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the demo tools, resources and prompts plus whatever the config file adds.
+    Serve(Box<ServeArgs>),
+    /// Run one MCP operation against a server and print the result as JSON.
+    Client(Box<client::ClientArgs>),
+    /// The orphan watchdog (started by Toolyard itself; see `toolyard::client::orphans`).
+    #[command(name = toolyard_client::orphans::WATCHDOG_ARG, hide = true)]
+    ReapOrphans,
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Serve one connection on stdin/stdout (newline-delimited JSON-RPC).
+    #[arg(long, conflicts_with = "http")]
+    stdio: bool,
+    /// Serve Streamable HTTP (and HTTP+SSE) on this address; the default transport.
+    #[arg(long, env = "TOOLYARD_HTTP", value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// Host names the HTTP server answers to (DNS-rebinding protection); repeatable.
+    /// Default for a loopback address: localhost, 127.0.0.1, [::1].
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// Allowed Origin values (scheme://host); repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+    /// Origins browsers may call from (CORS), e.g. https://app.example.com, or * ; repeatable.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+    /// Static bearer tokens HTTP clients must send; repeatable.
+    #[arg(
+        long = "bearer-token",
+        env = "TOOLYARD_BEARER_TOKEN",
+        hide_env_values = true
+    )]
+    bearer_tokens: Vec<String>,
+    /// OAuth 2.1 resource server: this server's canonical URI (the token audience, RFC 8707),
+    /// e.g. https://mcp.example.com/mcp. Needs --oauth-issuer and --oauth-jwks.
+    #[arg(long, env = "TOOLYARD_OAUTH_RESOURCE", requires_all = ["oauth_issuer", "oauth_jwks"])]
+    oauth_resource: Option<String>,
+    /// OAuth: the authorization server's issuer identifier tokens must carry.
+    #[arg(long, env = "TOOLYARD_OAUTH_ISSUER")]
+    oauth_issuer: Option<String>,
+    /// OAuth: the issuer's keys, a JWKS file path or an https URL.
+    #[arg(long, env = "TOOLYARD_OAUTH_JWKS")]
+    oauth_jwks: Option<String>,
+    /// OAuth: a scope every request needs; repeatable.
+    #[arg(long = "oauth-required-scope", value_name = "SCOPE")]
+    oauth_required_scopes: Vec<String>,
+    /// OAuth: scopes one tool needs, as TOOL=SCOPE; repeatable.
+    #[arg(long = "oauth-tool-scope", value_name = "TOOL=SCOPE")]
+    oauth_tool_scopes: Vec<String>,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long, env = "TOOLYARD_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Live legacy HTTP sessions at most.
+    #[arg(long, env = "TOOLYARD_MAX_SESSIONS", default_value_t = 10_000)]
+    max_sessions: usize,
+    /// Seconds after which an idle legacy HTTP session is closed.
+    #[arg(long, env = "TOOLYARD_SESSION_IDLE_SECONDS", default_value_t = 1800)]
+    session_idle_seconds: u64,
+    /// Seconds in-flight HTTP requests get to finish after SIGTERM / Ctrl-C.
+    #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
+    drain_seconds: u64,
+    /// A TOML config file (see the README); flags and TOOLYARD_* variables override it.
+    #[arg(long, env = "TOOLYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Server name reported in serverInfo.
+    #[arg(long, env = "TOOLYARD_NAME")]
+    name: Option<String>,
+    /// Largest accepted message, in bytes.
+    #[arg(long, env = "TOOLYARD_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<usize>,
+    /// Requests in flight per connection before new ones are refused.
+    #[arg(long, env = "TOOLYARD_MAX_IN_FLIGHT")]
+    max_in_flight: Option<usize>,
+    /// Secret that signs modern requestState (share it between replicas).
+    #[arg(long, env = "TOOLYARD_STATE_SECRET", hide_env_values = true)]
+    state_secret: Option<String>,
+    /// Leave out the built-in demo set.
+    #[arg(long)]
+    no_demo: bool,
+    /// Tokio worker threads (1 = a single-threaded runtime).
+    #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 2)]
+    workers: usize,
+    /// Log filter (tracing syntax), written to stderr.
+    #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
+    log: String,
+}
+
+fn main() -> anyhow::Result<std::process::ExitCode> {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::ReapOrphans) {
+        // The stdio servers this process starts (gateway sources, `client --stdio`) are
+        // stopped even if it is killed outright.
+        if let Ok(me) = std::env::current_exe() {
+            toolyard_client::orphans::reap_orphans_with(me);
+        }
+    }
+    match cli.command {
+        Command::ReapOrphans => Ok(toolyard_client::orphans::run_watchdog()),
+        Command::Serve(args) => serve(*args).map(|()| std::process::ExitCode::SUCCESS),
+        Command::Client(args) => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .with_env_filter(tracing_subscriber::EnvFilter::new(
+                    std::env::var("TOOLYARD_LOG").unwrap_or_else(|_| "warn".into()),
+                ))
+                .init();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the tokio runtime")?;
+            let outcome = runtime.block_on(client::run(*args));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            outcome.map(|()| std::process::ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    // A bare level needs no directive parser (which would also cost memory at start-up).
+    match args.log.parse::<tracing_subscriber::filter::LevelFilter>() {
+        Ok(level) => logs.with_max_level(level).init(),
+        Err(_) => logs
+            .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+            .init(),
+    }
+    let ConfigFile {
+        server: config,
+        gateway: gateway_file,
+    } = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    // One worker: a current-thread runtime (no work-stealing machinery, and the stdio writer
+    // batches naturally: producers run before it). More: a multi-thread runtime.
+    let runtime = if args.workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.workers)
+            .enable_all()
+            .build()
+    }
+    .context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let name = args
+            .name
+            .clone()
+            .or(config.server.name.clone())
+            .unwrap_or_else(|| "toolyard".into());
+        let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
+        // A gateway serves its sources, not the demo.
+        let gateway_config = !gateway_file.sources.is_empty();
+        if !args.no_demo && !gateway_config {
+            builder = toolyard_demo::demo(builder);
+        }
+        let base_dir = args
+            .config
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let specs = gateway_file
+            .resolve_sources(&base_dir)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let guard = toolyard_gateway::ListingGuard::default();
+        if gateway_config {
+            builder = builder.layer(std::sync::Arc::new(guard.clone()));
+        }
+        builder = builder.config(&config);
+        let mut limits = Limits::default();
+        if let Some(n) = args.max_in_flight.or(config.server.max_in_flight) {
+            limits.max_in_flight = n;
+        }
+        builder = builder.limits(limits);
+        if let Some(secret) = args
+            .state_secret
+            .clone()
+            .or(config.server.state_secret.clone())
+        {
+            builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
+        }
+        let server = builder.start().await?;
+        let gateway = if gateway_config {
+            let gateway = toolyard_gateway::Gateway::new(&server, guard);
+            // Sources start side by side: start-up takes as long as the slowest one.
+            let started = futures_util::future::join_all(specs.into_iter().map(|spec| {
+                let gateway = gateway.clone();
+                async move {
+                    let name = spec.name.clone();
+                    gateway
+                        .add_source(spec)
+                        .await
+                        .with_context(|| format!("starting source `{name}`"))
+                }
+            }))
+            .await;
+            for outcome in started {
+                outcome?;
+            }
+            if let Some(path) = args.config.clone() {
+                reload_on_sighup(gateway.clone(), path);
+            }
+            Some(gateway)
+        } else {
+            None
+        };
+        let admin = match (
+            &gateway,
+            gateway_file
+                .gateway
+                .admin_token()
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ) {
+            (Some(g), Some(token)) => Some((
+                g.clone(),
+                token,
+                base_dir.clone(),
+                gateway_file.gateway.clone(),
+            )),
+            _ => None,
+        };
+        if args.stdio {
+            let mut options = StdioOptions::default();
+            if let Some(n) = args.max_message_bytes.or(config.server.max_message_bytes) {
+                options.max_message_bytes = n;
+            }
+            // SIGTERM ends a stdio server too, and the gateway's sources with it (stdin EOF
+            // is the usual end; a supervisor may signal instead).
+            tokio::select! {
+                served = toolyard::serve_stdio(&server, options) => served?,
+                () = terminated() => tracing::info!("SIGTERM: stopping"),
+            }
+        } else {
+            serve_http(&server, &args, admin).await?;
+        }
+        if let Some(gateway) = gateway {
+            gateway.shutdown().await;
+        }
+        server.shutdown();
+        Ok::<_, anyhow::Error>(())
+    })?;
+    // Blocking stdin reads may still hold a runtime thread; do not wait for them.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(())
+}
+
+/// The gateway's admin API: gateway, token, base directory, `[gateway]` section.
+type Admin = (
+    toolyard_gateway::Gateway,
+    String,
+    PathBuf,
+    toolyard_gateway::GatewaySection,
+);
+
+/// Resolves on SIGTERM (never where there is none).
+async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        term.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await
+}
+
+/// Re-reads the config file on SIGHUP and makes the gateway's sources match it.
+fn reload_on_sighup(gateway: toolyard_gateway::Gateway, path: PathBuf) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let base_dir = path
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            let specs = match ConfigFile::load(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|c| {
+                    c.gateway
+                        .resolve_sources(&base_dir)
+                        .map_err(|e| e.to_string())
+                }) {
+                Ok(specs) => specs,
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: the config file is invalid; keeping the running sources");
+                    continue;
+                }
+            };
+            let errors = gateway.apply(specs).await;
+            for e in &errors {
+                tracing::error!(error = %e, "SIGHUP: a source could not be applied");
+            }
+            tracing::info!(sources = ?gateway.names(), failed = errors.len(), "SIGHUP: configuration reloaded");
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (gateway, path);
+}
+
+async fn serve_http(
+    server: &toolyard::Server,
+    args: &ServeArgs,
+    admin: Option<Admin>,
+) -> anyhow::Result<()> {
+    let addr = args
+        .http
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
+    let mut security = if addr.ip().is_loopback() {
+        toolyard::http::Security::loopback()
+    } else {
+        toolyard::http::Security::open()
+    };
+    if !args.allow_hosts.is_empty() {
+        security.allowed_hosts = args.allow_hosts.clone();
+    }
+    if !args.allow_origins.is_empty() {
+        security.allowed_origins = args.allow_origins.clone();
+    }
+    security.bearer_tokens = args.bearer_tokens.clone();
+    if let (Some(resource), Some(issuer), Some(jwks)) =
+        (&args.oauth_resource, &args.oauth_issuer, &args.oauth_jwks)
+    {
+        let source = if jwks.starts_with("https://") || jwks.starts_with("http://") {
+            toolyard::http::JwksSource::Url(jwks.clone())
+        } else {
+            toolyard::http::JwksSource::File(jwks.into())
+        };
+        let mut oauth = toolyard::http::OAuthConfig::new(resource, issuer, source);
+        oauth.required_scopes = args.oauth_required_scopes.clone();
+        for pair in &args.oauth_tool_scopes {
+            let Some((tool, scope)) = pair.split_once('=') else {
+                anyhow::bail!("--oauth-tool-scope wants TOOL=SCOPE, got `{pair}`");
+            };
+            oauth
+                .tool_scopes
+                .entry(tool.to_owned())
+                .or_default()
+                .push(scope.to_owned());
+        }
+        oauth.scopes_supported = oauth
+            .required_scopes
+            .iter()
+            .chain(oauth.tool_scopes.values().flatten())
+            .cloned()
+            .collect();
+        oauth.scopes_supported.sort();
+        oauth.scopes_supported.dedup();
+        security.oauth = Some(oauth);
+    }
+    if !args.cors_origins.is_empty() {
+        security = security.with_cors(args.cors_origins.clone());
+    }
+    let http = toolyard::http::HttpConfig {
+        max_body_bytes: args.max_body_bytes,
+        max_sessions: args.max_sessions,
+        session_idle_timeout: std::time::Duration::from_secs(args.session_idle_seconds),
+        security,
+        extra_routes: admin.map(|(gateway, token, base_dir, section)| {
+            toolyard_gateway::admin_router(gateway, token, base_dir, section)
+        }),
+        ..Default::default()
+    };
+    eprintln!("toolyard: serving MCP on http://{addr}/mcp");
+    toolyard::http::serve_http(
+        server.clone(),
+        addr,
+        http,
+        std::time::Duration::from_secs(args.drain_seconds),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! The MCP client, whole: a `Client` actor per connection and a cheap, cloneable [`Client`]
+//! handle, the transports ([`StdioTransport`] spawns a server, [`StreamableHttpTransport`],
+//! [`SseTransport`]), OAuth 2.1 ([`oauth`]), the named [`ClientRegistry`] and the orphan
+//! watchdog ([`orphans`]).
+//!
+//! The actor owns the transport link and the pending table (request id -> reply); callers
+//! await their reply in their own task, where timeouts, progress and multi-round-trip retries
+//! are handled, so the actor's loop only routes messages.
+//!
+//! This crate depends on `toolyard-proto` only, not on the server engine: an agent or a NATS
+//! bridge can hold clients without carrying a server. The in-memory transport, which joins a
+//! client to a server in the same process, lives with the server in the `toolyard` crate.
+
+mod actor;
+#[cfg(feature = "http")]
+mod auth;
+mod cache;
+mod error;
+mod handle;
+mod handlers;
+#[cfg(feature = "http")]
+mod http;
+#[cfg(feature = "http")]
+pub mod oauth;
+pub mod orphans;
+mod registry;
+#[cfg(feature = "http")]
+mod sse;
+mod stdio;
+mod transport;
+
+#[cfg(feature = "http")]
+pub use auth::{AuthChallenge, AuthError, AuthProvider, StaticToken};
+#[cfg(feature = "http")]
+pub use http::{StreamableHttpTransport, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
+pub use registry::{ClientEntry, ClientRegistry, ClientsConfig, RegistryError};
+#[cfg(feature = "http")]
+pub use sse::{SseTransport, DEFAULT_ENDPOINT_TIMEOUT};
+pub use stdio::StdioTransport;
+
+pub use error::ClientError;
+pub use handle::{
+    Client, ClientBuilder, ProtocolChoice, RequestOptions, ServerSession, Subscription,
+};
+pub use handlers::{
+    elicit_handler, fixed_roots, sample_handler, ElicitHandler, LogCallback, Notice,
+    NoticeCallback, ProgressCallback, QuestionHandler, Questions, RootsHandler, SampleHandler,
+};
+pub use transport::{
+    ClientGone, EventSink, OutboundKind, OutboundMessage, Transport, TransportError,
+    TransportEvent, TransportLink,
+};

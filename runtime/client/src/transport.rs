@@ -1,0 +1,219 @@
+//! The seam between a [`Client`](super::Client) and the bytes: a transport moves whole
+//! JSON-RPC messages and knows nothing of MCP beyond what its wire needs (HTTP headers,
+//! sessions, stream resumption).
+//!
+//! A transport is started once with an [`EventSink`] for what it receives (the client
+//! actor's mailbox itself: no forwarding task), and hands back a [`TransportLink`] the client
+//! actor writes through. Everything a transport learns after that (a message, a request that
+//! failed on the wire, the end of the connection) arrives as a [`TransportEvent`], in order,
+//! through that sink. The client actor owns the pending table;
+//! a transport never answers a request itself, it only reports what happened to it.
+
+use super::actor::ClientMsg;
+use ractor::ActorRef;
+use std::sync::{Arc, OnceLock};
+use tokio::sync::mpsc;
+use toolyard_proto::BoxFuture;
+use toolyard_proto::RequestId;
+
+/// One outgoing JSON-RPC message, serialized, with what a transport may need to route it.
+#[derive(Debug, Clone)]
+pub struct OutboundMessage {
+    /// The message, serialized (no trailing newline).
+    pub body: Vec<u8>,
+    /// What the message is.
+    pub kind: OutboundKind,
+}
+
+/// The kind of an [`OutboundMessage`].
+#[derive(Debug, Clone)]
+pub enum OutboundKind {
+    /// A request: exactly one response (or a [`TransportEvent::RequestFailed`]) follows.
+    Request {
+        /// The request id.
+        id: RequestId,
+        /// The method name.
+        method: String,
+        /// HTTP headers the request must carry (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`,
+        /// `MCP-Protocol-Version`); stream transports ignore them.
+        headers: Vec<(String, String)>,
+    },
+    /// A notification.
+    Notification {
+        /// The method name.
+        method: String,
+        /// As for requests.
+        headers: Vec<(String, String)>,
+    },
+    /// Our answer to a request the server sent us.
+    Response {
+        /// As for requests.
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// What a transport reports to its client.
+#[derive(Debug)]
+pub enum TransportEvent {
+    /// One whole JSON-RPC message (a response, a notification or a server request).
+    Message(Vec<u8>),
+    /// A message that arrived on the response stream of one of our requests (Streamable
+    /// HTTP): a server request in it belongs to that request.
+    Related {
+        /// The message.
+        message: Vec<u8>,
+        /// Our request whose stream carried it.
+        request: RequestId,
+    },
+    /// The transport gave up on one request (an HTTP error status, a broken stream that
+    /// cannot be resumed): the client fails that request with this error.
+    RequestFailed {
+        /// The request.
+        id: RequestId,
+        /// Why.
+        error: TransportError,
+    },
+    /// The connection is gone for good (process exited, stdout closed, server unreachable):
+    /// every pending request fails with this error at once.
+    Closed(TransportError),
+}
+
+/// A transport-level failure.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransportError {
+    /// I/O failed (spawn, read, write, connect).
+    #[error("transport I/O failed: {0}")]
+    Io(String),
+    /// The peer sent something that is not a JSON-RPC message.
+    #[error("malformed message from the server: {0}")]
+    Malformed(String),
+    /// The server process exited.
+    #[error("server process exited ({0})")]
+    Exited(String),
+    /// The server answered with an HTTP status we cannot use.
+    #[error("HTTP {status}: {body}")]
+    Http {
+        /// The status code.
+        status: u16,
+        /// The start of the response body.
+        body: String,
+    },
+    /// The legacy session is unknown to the server (HTTP 404 with a session id): the client
+    /// initializes again.
+    #[error("the server no longer knows this session")]
+    SessionExpired,
+    /// The server wants credentials (HTTP 401/403) that we could not provide.
+    #[error("authorization failed: {0}")]
+    Auth(String),
+    /// The connection was closed by us.
+    #[error("transport closed")]
+    Closed,
+}
+
+/// The client's side of a started transport.
+pub trait TransportLink: Send + Sync + 'static {
+    /// Queues a message. Failures are reported as events, never returned here, so the
+    /// client actor never waits on I/O.
+    fn send(&self, message: OutboundMessage);
+    /// The client no longer wants the answer to `id` (timeout, cancellation, caller gone):
+    /// a transport with a stream per request (HTTP) closes it; others do nothing.
+    fn cancel(&self, id: &RequestId);
+    /// Closes the connection (stdio: close stdin, SIGTERM, SIGKILL after a grace period, for
+    /// the whole process group); resolves when it is closed.
+    fn close(&self) -> BoxFuture<()>;
+}
+
+/// Something a [`Client`](super::Client) can be connected over.
+pub trait Transport: Send + 'static {
+    /// Starts the transport (spawns the process, prepares the HTTP client); what arrives
+    /// from now on goes to `events`.
+    fn start(
+        self: Box<Self>,
+        events: EventSink,
+    ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>>;
+}
+
+/// Where a transport reports what it receives: straight into its client actor's mailbox,
+/// in order (no forwarding task between them), or into a channel for code that drives a
+/// transport without a client (tests, bridges).
+#[derive(Clone)]
+pub struct EventSink(Target);
+
+#[derive(Clone)]
+enum Target {
+    Actor(ActorRef<ClientMsg>),
+    Channel(mpsc::UnboundedSender<TransportEvent>),
+}
+
+/// The client behind an [`EventSink`] has stopped: nobody reads events any more.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the client is gone")]
+pub struct ClientGone;
+
+impl EventSink {
+    pub(crate) fn actor(actor: ActorRef<ClientMsg>) -> Self {
+        EventSink(Target::Actor(actor))
+    }
+
+    /// Hands one event to the client.
+    pub fn send(&self, event: TransportEvent) -> Result<(), ClientGone> {
+        match &self.0 {
+            Target::Actor(a) => a.cast(ClientMsg::Event(event)).map_err(|_| ClientGone),
+            Target::Channel(c) => c.send(event).map_err(|_| ClientGone),
+        }
+    }
+
+    /// True once the client has stopped.
+    pub fn is_closed(&self) -> bool {
+        match &self.0 {
+            Target::Actor(a) => matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            ),
+            Target::Channel(c) => c.is_closed(),
+        }
+    }
+}
+
+impl From<mpsc::UnboundedSender<TransportEvent>> for EventSink {
+    fn from(channel: mpsc::UnboundedSender<TransportEvent>) -> Self {
+        EventSink(Target::Channel(channel))
+    }
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventSink")
+    }
+}
+
+/// The client actor starts before its transport (the transport reports into the actor's
+/// mailbox), so its link is filled in once the transport is up. Nothing is sent before
+/// then: the client is not handed out until the transport has started.
+#[derive(Default)]
+pub(crate) struct LateLink(OnceLock<Arc<dyn TransportLink>>);
+
+impl LateLink {
+    pub(crate) fn set(&self, link: Arc<dyn TransportLink>) {
+        let _ = self.0.set(link);
+    }
+}
+
+impl TransportLink for LateLink {
+    fn send(&self, message: OutboundMessage) {
+        if let Some(link) = self.0.get() {
+            link.send(message);
+        }
+    }
+    fn cancel(&self, id: &RequestId) {
+        if let Some(link) = self.0.get() {
+            link.cancel(id);
+        }
+    }
+    fn close(&self) -> BoxFuture<()> {
+        match self.0.get() {
+            Some(link) => link.close(),
+            None => Box::pin(async {}),
+        }
+    }
+}

@@ -1,0 +1,547 @@
+//! The gateway: sources' tools, resources and prompts re-exposed through our server, with
+//! namespacing, URI rewriting, list_changed, upstream requests relayed to the caller, and
+//! failure modes. Upstreams are real processes (`toolyard serve --stdio`).
+
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use toolyard::client::{elicit_handler, ClientBuilder, ProtocolChoice};
+use toolyard::proto::{
+    ContentBlock, ElicitAction, ElicitResult, Implementation, ProtocolVersion, ResourceContents,
+    SubscriptionFilter,
+};
+use toolyard::MemoryTransport;
+use toolyard::{Server, ServerBuilder};
+use toolyard_gateway::{
+    FailureMode, Launch, Lifecycle, Naming, ProcessSpec, SourceSpec, Supervision,
+};
+use toolyard_gateway::{Gateway, ListingGuard};
+
+fn process_source(name: &str, command: &str, args: &[&str]) -> SourceSpec {
+    SourceSpec {
+        name: name.into(),
+        version: None,
+        description: None,
+        launch: Launch::Process(ProcessSpec {
+            command: command.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: Vec::new(),
+            cwd: None,
+        }),
+        lifecycle: Lifecycle::Singleton,
+        call_timeout: Duration::from_secs(20),
+        startup_timeout: Duration::from_secs(20),
+        protocol: ProtocolChoice::Auto,
+        supervision: Supervision {
+            max_crashes: 2,
+            backoff_initial: Duration::from_millis(50),
+            ..Supervision::default()
+        },
+        failure_mode: FailureMode::Skip,
+        naming: Naming::for_source(name),
+    }
+}
+
+fn toolyard_source(name: &str) -> SourceSpec {
+    process_source(name, env!("CARGO_BIN_EXE_toolyard"), &["serve", "--stdio"])
+}
+
+async fn gateway_server() -> (Server, Gateway) {
+    let guard = ListingGuard::default();
+    let server = ServerBuilder::new("gateway", "1.0")
+        .layer(Arc::new(guard.clone()))
+        .start()
+        .await
+        .unwrap();
+    let gateway = Gateway::new(&server, guard);
+    (server, gateway)
+}
+
+fn text(blocks: &[ContentBlock]) -> String {
+    match &blocks[0] {
+        ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// A sampling answer whose text is `text`.
+fn model_answer(text: String) -> toolyard::proto::CreateMessageResult {
+    toolyard::proto::CreateMessageResult {
+        role: toolyard::proto::Role::Assistant,
+        content: toolyard::proto::SamplingMessageContent::Single(
+            toolyard::proto::SamplingMessageContentBlock::Text(toolyard::proto::TextContent::new(
+                text,
+            )),
+        ),
+        model: "m".into(),
+        stop_reason: None,
+        meta: None,
+        result_type: None,
+    }
+}
+
+/// Waits until `client` lists a tool named `name`.
+async fn wait_for_tool(client: &toolyard::client::Client, name: &'static str) {
+    wait_for(|| {
+        let c = client.clone();
+        async move {
+            c.list_all_tools()
+                .await
+                .unwrap()
+                .iter()
+                .any(|t| t.name == name)
+        }
+    })
+    .await;
+}
+
+async fn wait_for<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F) {
+    for _ in 0..100 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("condition not met within 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sources_tools_resources_and_prompts_are_namespaced_and_forwarded() {
+    let (server, gateway) = gateway_server().await;
+    gateway.add_source(toolyard_source("demo")).await.unwrap();
+    for protocol in [
+        ProtocolChoice::Auto,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let client = ClientBuilder::new(Implementation::new("t", "1"))
+            .protocol(protocol)
+            .connect(MemoryTransport::new(&server))
+            .await
+            .unwrap();
+        let tools = client.list_all_tools().await.unwrap();
+        assert!(tools.iter().any(|t| t.name == "demo__echo"), "{tools:?}");
+        assert!(tools.iter().all(|t| t.name.starts_with("demo__")));
+        let echoed = client
+            .call_tool("demo__echo", json!({"message": "through"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&echoed.content), "through");
+        let meta = echoed.meta.unwrap();
+        assert_eq!(meta["io.toolyard/source"]["name"], "demo");
+        // A tool's own failure passes through as a result, not an error.
+        let failed = client.call_tool("demo__fail", json!({})).await.unwrap();
+        assert!(failed.failed());
+        let resources = client.list_all_resources().await.unwrap();
+        assert!(
+            resources.iter().any(|r| r.uri == "demo+demo://readme"),
+            "{resources:?}"
+        );
+        let read = client.read_resource("demo+demo://readme").await.unwrap();
+        match &read.contents[0] {
+            ResourceContents::Text(t) => {
+                assert_eq!(t.uri, "demo+demo://readme");
+                assert!(t.text.contains("Toolyard demo"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let templates = client.list_all_resource_templates().await.unwrap();
+        assert!(templates
+            .iter()
+            .any(|t| t.uri_template == "demo+demo://users/{id}"));
+        let user = client.read_resource("demo+demo://users/7").await.unwrap();
+        assert_eq!(user.contents.len(), 1);
+        let prompt = client
+            .get_prompt("demo__greet", json!({"name": "Ada"}))
+            .await
+            .unwrap();
+        assert!(!prompt.messages.is_empty());
+        client.close().await;
+    }
+    gateway.shutdown().await;
+}
+
+/// An upstream's elicitation (a server-to-client request from a legacy upstream, an
+/// input round from a modern one) reaches the gateway's caller: as a server-to-client
+/// request for a legacy caller, as an `InputRequiredResult` for a modern one (the upstream
+/// call parked until the retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_elicitation_reaches_the_caller_in_every_generation_pairing() {
+    for upstream in [
+        ProtocolChoice::Auto,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let (server, gateway) = gateway_server().await;
+        let mut spec = toolyard_source("demo");
+        spec.protocol = upstream;
+        gateway.add_source(spec).await.unwrap();
+        for downstream in [
+            ProtocolChoice::Auto,
+            ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+        ] {
+            let client = ClientBuilder::new(Implementation::new("t", "1"))
+                .protocol(downstream)
+                .on_elicit(elicit_handler(|_p| async {
+                    let mut answer = ElicitResult::new(ElicitAction::Accept);
+                    answer.content = Some(json!({"name": "Grace"}).as_object().unwrap().clone());
+                    Ok(answer)
+                }))
+                .on_sample(toolyard::client::sample_handler(|_p| async {
+                    Ok(model_answer("brief".into()))
+                }))
+                .connect(MemoryTransport::new(&server))
+                .await
+                .unwrap();
+            let hello = client.call_tool("demo__ask_name", json!({})).await.unwrap();
+            assert_eq!(
+                text(&hello.content),
+                "Hello, Grace!",
+                "upstream {upstream:?}, downstream {downstream:?}"
+            );
+            let summary = client
+                .call_tool("demo__summarize", json!({"text": "long"}))
+                .await
+                .unwrap();
+            assert_eq!(
+                text(&summary.content),
+                "Summary: brief",
+                "upstream {upstream:?}, downstream {downstream:?}"
+            );
+            client.close().await;
+        }
+        gateway.shutdown().await;
+    }
+}
+
+async fn next_tools_changed(sub: &mut toolyard::client::Subscription) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while sub.next().await.unwrap().method != "notifications/tools/list_changed" {}
+    })
+    .await
+    .expect("a tools list_changed notification");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_and_removing_sources_fires_list_changed() {
+    let (server, gateway) = gateway_server().await;
+    let client = ClientBuilder::new(Implementation::new("t", "1"))
+        .cache(false)
+        .connect(MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    let mut sub = client
+        .subscribe(SubscriptionFilter {
+            tools_list_changed: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    gateway.add_source(toolyard_source("one")).await.unwrap();
+    next_tools_changed(&mut sub).await;
+    assert!(client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .any(|t| t.name == "one__echo"));
+    gateway.remove_source("one").await.unwrap();
+    next_tools_changed(&mut sub).await;
+    wait_for(|| {
+        let c = client.clone();
+        async move { c.list_all_tools().await.unwrap().is_empty() }
+    })
+    .await;
+    let gone = client.call_tool("one__echo", json!({"message": "x"})).await;
+    assert!(gone.is_err() || gone.unwrap().failed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_reports_success_tool_errors_and_failures_as_results() {
+    let (_server, gateway) = gateway_server().await;
+    gateway.add_source(toolyard_source("demo")).await.unwrap();
+    let ok = gateway
+        .execute("demo", "echo", json!({"message": "hi"}))
+        .await;
+    assert!(ok.success && !ok.is_error && ok.error.is_none(), "{ok:?}");
+    assert_eq!(text(&ok.content), "hi");
+    assert_eq!((ok.source.as_str(), ok.tool.as_str()), ("demo", "echo"));
+    let failed = gateway.execute("demo", "fail", json!({})).await;
+    assert!(
+        !failed.success && failed.is_error && failed.error.is_some(),
+        "{failed:?}"
+    );
+    let unknown = gateway.execute("nope", "echo", json!({})).await;
+    assert!(!unknown.success && unknown.error.unwrap().contains("nope"));
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_skip_source_is_left_out_and_a_broken_fail_source_is_refused() {
+    let (server, gateway) = gateway_server().await;
+    gateway.add_source(toolyard_source("good")).await.unwrap();
+    gateway
+        .add_source(process_source("broken", "false", &[]))
+        .await
+        .expect("a skip source that cannot start is kept, not fatal");
+    let client = ClientBuilder::new(Implementation::new("t", "1"))
+        .connect(MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "good__echo"));
+    assert!(!tools.iter().any(|t| t.name.starts_with("broken__")));
+    let mut fail = process_source("fatal", "false", &[]);
+    fail.failure_mode = FailureMode::Fail;
+    let e = gateway.add_source(fail).await.unwrap_err();
+    assert!(e.to_string().contains("fatal"), "{e}");
+    let status = gateway.status();
+    let broken = status.iter().find(|s| s.name == "broken").unwrap();
+    assert!(!broken.listed);
+    gateway.shutdown().await;
+}
+
+/// `toolyard serve --config` as a gateway: the admin API (behind its own token) adds,
+/// refreshes and removes sources, and SIGHUP applies an edited config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_and_sighup_manage_sources_of_a_running_gateway() {
+    use toolyard_testkit::ServerProcess as Process;
+    let bin = env!("CARGO_BIN_EXE_toolyard");
+    let dir = std::env::temp_dir().join(format!("toolyard-gw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    let source = |name: &str| {
+        format!("[[sources]]\nname = \"{name}\"\ncommand = \"{bin}\"\nargs = [\"serve\", \"--stdio\"]\n")
+    };
+    std::fs::write(
+        &config,
+        format!("[gateway]\nadmin_token = \"adm1n\"\n\n{}", source("demo")),
+    )
+    .unwrap();
+    let gateway = tokio::task::spawn_blocking({
+        let config = config.clone();
+        move || Process::start(bin, &["serve", "--config", config.to_str().unwrap()])
+    })
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let admin = format!("{}/admin/sources", gateway.base_url());
+    let refused = http.get(&admin).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let wrong = http.get(&admin).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let list: serde_json::Value = serde_json::from_slice(
+        &http
+            .get(&admin)
+            .bearer_auth("adm1n")
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(list["sources"][0]["name"], "demo");
+    assert_eq!(list["sources"][0]["health"]["state"], "healthy");
+    let added = http
+        .post(&admin)
+        .bearer_auth("adm1n")
+        .body(json!({"name": "second", "command": bin, "args": ["serve", "--stdio"]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), 201, "{}", added.text().await.unwrap());
+    let duplicate = http
+        .post(&admin)
+        .bearer_auth("adm1n")
+        .body(json!({"name": "second", "command": bin}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(duplicate.status(), 409);
+    let client = ClientBuilder::new(Implementation::new("t", "1"))
+        .cache(false)
+        .connect(toolyard::client::StreamableHttpTransport::new(
+            gateway.url(),
+        ))
+        .await
+        .unwrap();
+    let names =
+        |tools: Vec<toolyard::proto::Tool>| tools.into_iter().map(|t| t.name).collect::<Vec<_>>();
+    let tools = names(client.list_all_tools().await.unwrap());
+    assert!(
+        tools.contains(&"demo__echo".to_string()) && tools.contains(&"second__echo".to_string()),
+        "{tools:?}"
+    );
+    let refreshed = http
+        .post(format!("{admin}/second/refresh"))
+        .bearer_auth("adm1n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refreshed.status(), 200);
+    let removed = http
+        .delete(format!("{admin}/second"))
+        .bearer_auth("adm1n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), 200);
+    let unknown = http
+        .delete(format!("{admin}/second"))
+        .bearer_auth("adm1n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    wait_for(|| {
+        let c = client.clone();
+        async move {
+            !c.list_all_tools()
+                .await
+                .unwrap()
+                .iter()
+                .any(|t| t.name.starts_with("second__"))
+        }
+    })
+    .await;
+    // SIGHUP: the edited file adds `third` and keeps `demo`.
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nadmin_token = \"adm1n\"\n\n{}\n{}",
+            source("demo"),
+            source("third")
+        ),
+    )
+    .unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &gateway.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for_tool(&client, "third__echo").await;
+    let echoed = client
+        .call_tool("third__echo", json!({"message": "reloaded"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echoed.content), "reloaded");
+    client.close().await;
+    drop(gateway);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A legacy client whose sampling answers carry `name`.
+async fn sampling_client(server: &Server, name: &'static str) -> toolyard::client::Client {
+    ClientBuilder::new(Implementation::new(name, "1"))
+        .protocol(ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25))
+        .on_sample(toolyard::client::sample_handler(move |_p| async move {
+            Ok(model_answer(format!("from {name}")))
+        }))
+        .connect(MemoryTransport::new(server))
+        .await
+        .unwrap()
+}
+
+/// Caller `a` starts a call whose upstream asks for sampling after 600 ms; caller `b` starts
+/// a slow call on the same source meanwhile. Returns what `a`'s call gave.
+async fn question_while_another_call_runs(
+    a: &toolyard::client::Client,
+    b: &toolyard::client::Client,
+) -> Result<toolyard::proto::CallToolResult, toolyard::client::ClientError> {
+    let asking = a.call_tool("demo__summarize", json!({"text": "long", "delay_ms": 600}));
+    let other = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        b.call_tool("demo__slow", json!({"steps": 1, "delay_ms": 1500}))
+            .await
+    };
+    let (asked, other) = tokio::join!(asking, other);
+    assert!(!other.unwrap().failed());
+    asked
+}
+
+/// Regression: an upstream's question went to the newest call in flight on the whole source,
+/// whichever connection it came from and whoever made that call, so one caller could be
+/// shown (and answer) another caller's sampling request. Now it goes to the call on the
+/// connection that asked; on a shared connection it goes to a call only when every call
+/// there is one caller's, and otherwise is refused with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_question_reaches_only_the_caller_whose_call_asked() {
+    let (server, gateway) = gateway_server().await;
+    // A legacy upstream over stdio: its questions carry no link to a call.
+    let mut pooled = toolyard_source("demo");
+    pooled.protocol = ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25);
+    pooled.lifecycle = Lifecycle::Pooled {
+        size: 2,
+        min_idle: 0,
+        max_concurrency: 1,
+        idle: Duration::from_secs(60),
+    };
+    gateway.add_source(pooled.clone()).await.unwrap();
+    let alice = sampling_client(&server, "alice").await;
+    let bob = sampling_client(&server, "bob").await;
+    let asked = question_while_another_call_runs(&alice, &bob)
+        .await
+        .unwrap();
+    assert_eq!(text(&asked.content), "Summary: from alice", "pooled");
+    gateway.remove_source("demo").await.unwrap();
+
+    // A singleton shares one connection: with two callers' calls on it, nobody is guessed.
+    let mut singleton = pooled;
+    singleton.lifecycle = Lifecycle::Singleton;
+    gateway.add_source(singleton).await.unwrap();
+    wait_for_tool(&alice, "demo__summarize").await;
+    let refused = question_while_another_call_runs(&alice, &bob).await;
+    let message = match refused {
+        Ok(result) => {
+            assert!(result.failed(), "{result:?}");
+            text(&result.content)
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        message.contains("cannot tell which of its callers"),
+        "{message}"
+    );
+    // Both calls of one caller: its own question reaches it whichever call takes it.
+    let asked = question_while_another_call_runs(&alice, &alice)
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&asked.content),
+        "Summary: from alice",
+        "singleton, one caller"
+    );
+    gateway.shutdown().await;
+}
+
+/// Over Streamable HTTP a legacy upstream's question travels on the response stream of the
+/// request it belongs to, so even on one shared connection with two callers' calls in
+/// flight it reaches the right caller (over stdio the same situation is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_an_upstream_question_follows_its_request_stream_to_the_right_caller() {
+    let upstream = tokio::task::spawn_blocking(|| {
+        toolyard_testkit::ServerProcess::start(env!("CARGO_BIN_EXE_toolyard"), &["serve"])
+    })
+    .await
+    .unwrap();
+    let (server, gateway) = gateway_server().await;
+    let mut remote = toolyard_source("demo");
+    remote.launch = Launch::Remote(toolyard_gateway::RemoteSpec {
+        url: upstream.url(),
+        transport: toolyard_gateway::RemoteTransport::StreamableHttp,
+        headers: Vec::new(),
+    });
+    remote.protocol = ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25);
+    gateway.add_source(remote).await.unwrap();
+    let alice = sampling_client(&server, "alice").await;
+    let bob = sampling_client(&server, "bob").await;
+    let asked = question_while_another_call_runs(&alice, &bob)
+        .await
+        .unwrap();
+    assert_eq!(text(&asked.content), "Summary: from alice");
+    let asked = question_while_another_call_runs(&bob, &alice)
+        .await
+        .unwrap();
+    assert_eq!(text(&asked.content), "Summary: from bob");
+    gateway.shutdown().await;
+}
