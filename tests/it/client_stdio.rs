@@ -667,7 +667,7 @@ fn stderr_is_logged_line_by_line_capped_and_rate_limited() {
         .lines()
         .find(|l| l.contains("hello from stderr"))
         .unwrap();
-    assert!(hello.contains("toolyard::client::stdio"), "{hello}");
+    assert!(hello.contains("toolyard_client::stdio"), "{hello}");
     assert!(hello.contains("server=chatty"), "{hello}");
     assert!(
         hello.contains("stderr: hello from stderr server="),

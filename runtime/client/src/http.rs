@@ -73,8 +73,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// ```no_run
 /// # use std::sync::Arc;
-/// use toolyard_client::auth::StaticToken;
-/// use toolyard_client::http::StreamableHttpTransport;
+/// use toolyard_client::StaticToken;
+/// use toolyard_client::StreamableHttpTransport;
 ///
 /// let transport = StreamableHttpTransport::new("http://127.0.0.1:8080/mcp")
 ///     .header("X-Tenant", "acme")

@@ -29,7 +29,7 @@ pub const DEFAULT_ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A client transport over the 2024-11-05 HTTP+SSE transport (see the [module docs](self)).
 ///
 /// ```no_run
-/// use toolyard_client::sse::SseTransport;
+/// use toolyard_client::SseTransport;
 ///
 /// let transport = SseTransport::new("http://127.0.0.1:8080/sse");
 /// ```

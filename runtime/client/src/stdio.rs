@@ -2,7 +2,7 @@
 //! newline-delimited JSON-RPC over its stdin and stdout.
 //!
 //! ```no_run
-//! # use toolyard_client::stdio::StdioTransport;
+//! # use toolyard_client::StdioTransport;
 //! # use std::time::Duration;
 //! let transport = StdioTransport::from_command_line("npx -y @modelcontextprotocol/server-everything")?
 //!     .env("API_KEY", "…")
