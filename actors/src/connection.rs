@@ -9,6 +9,7 @@
 
 use crate::context::{Caller, Channel, ContextInner, LegacyConn, RequestContext, Round};
 use crate::event_bus::{next_listener_id, BusMsg, Filter, Listener, ListenerId};
+use crate::gate;
 use crate::handlers::tools::CallParams;
 use crate::middleware::{RequestInfo, Watch};
 use crate::outbound::Outbound;
@@ -25,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolyard_proto::jsonrpc::{self, Incoming, Notification, Rejected, Request};
+use toolyard_proto::method;
 use toolyard_proto::{
     ClientCapabilities, ErrorObject, Implementation, InitializeResult, LoggingLevel, ProgressToken,
     ProtocolVersion, RequestId, RequestMeta,
@@ -88,22 +90,10 @@ pub(crate) struct SessionView {
     session_id: Option<Arc<str>>,
 }
 
-/// Methods a [`SessionView`] may launch directly: the ones `route` sends to handlers.
-const DIRECT: &[&str] = &[
-    "tools/call",
-    "tools/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-];
-
 impl SessionView {
     /// Launches `req` if it is an ordinary legacy request; gives it back otherwise.
     pub(crate) fn launch(&self, req: Request, d: Delivery) -> Result<(), (Request, Delivery)> {
-        if !DIRECT.contains(&req.method.as_str()) {
+        if !method::handled(&req.method) {
             return Err((req, d));
         }
         match Edge::read(&req) {
@@ -172,7 +162,7 @@ pub(crate) fn launch_direct(
     req: Request,
     d: Delivery,
 ) -> Result<(), (Request, Delivery)> {
-    if !DIRECT.contains(&req.method.as_str()) || direct.closing.is_cancelled() {
+    if !method::handled(&req.method) || direct.closing.is_cancelled() {
         return Err((req, d));
     }
     let Some(edge) = Edge::read(&req) else {
@@ -184,16 +174,14 @@ pub(crate) fn launch_direct(
             None => Err((req, d)),
         };
     };
-    let version = match ProtocolVersion::parse(requested) {
-        Some(v) if !v.is_legacy() => v,
-        _ => return Err((req, d)),
-    };
     let Some(meta) = edge.meta.as_deref() else {
         return Err((req, d));
     };
-    let Some(capabilities) = meta.client_capabilities.clone() else {
+    // Refused requests go back to the actor, which answers with the gate's error.
+    let Ok(version) = gate::modern(&req.method, requested, meta) else {
         return Err((req, d));
     };
+    let capabilities = meta.client_capabilities.clone().unwrap_or_default();
     if !direct
         .inflight
         .enter(&req.id, &d.cancel, direct.core.limits.max_in_flight)
@@ -248,7 +236,7 @@ impl Edge {
 
     /// `None` when the params do not parse: the connection actor answers with the error.
     fn read(req: &Request) -> Option<Edge> {
-        if req.method == "tools/call" {
+        if req.method == method::TOOLS_CALL {
             let mut call: CallParams = jsonrpc::params(req.params.as_deref()).ok()?;
             Some(Edge {
                 meta: call.meta.take(),
@@ -381,22 +369,8 @@ struct ListenParams {
     notifications: ListenFilter,
 }
 
-/// Methods that only exist in the legacy generation: 2026-07-28 removed them.
-const REMOVED_IN_MODERN: &[&str] = &[
-    "initialize",
-    "ping",
-    "logging/setLevel",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "tasks/list",
-    "tasks/result",
-];
-
 /// Numbers connections, to scope the 2025-11-25 tasks of unauthenticated stdio connections.
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
-
-/// Methods that only exist in the modern generation.
-const MODERN_ONLY: &[&str] = &["server/discover", "subscriptions/listen"];
 
 impl Actor for Connection {
     type Msg = ConnMsg;
@@ -540,8 +514,8 @@ impl ConnState {
         let method = req.method.as_str();
         match (&self.phase, method) {
             (_, "ping") => return self.ok(&req.id, &serde_json::json!({}), false),
-            (_, "initialize") => return self.initialize(req),
-            (Phase::Fresh, m) if MODERN_ONLY.contains(&m) => {
+            (_, method::INITIALIZE) => return self.initialize(req),
+            (Phase::Fresh, m) if method::modern_only(m) => {
                 return self.error(
                     &req.id,
                     ErrorObject::invalid_params(format!(
@@ -560,7 +534,7 @@ impl ConnState {
                     )),
                 )
             }
-            (Phase::Legacy(_), m) if MODERN_ONLY.contains(&m) => {
+            (Phase::Legacy(_), m) if method::modern_only(m) => {
                 return self.error(&req.id, ErrorObject::method_not_found(m))
             }
             _ => {}
@@ -569,18 +543,20 @@ impl ConnState {
             return;
         };
         match method {
-            "logging/setLevel" => match jsonrpc::params::<SetLevelParams>(req.params.as_deref()) {
-                Ok(p) => {
-                    self.legacy.log_level.set(p.level);
-                    self.ok(&req.id, &serde_json::json!({}), false)
+            method::LOGGING_SET_LEVEL => {
+                match jsonrpc::params::<SetLevelParams>(req.params.as_deref()) {
+                    Ok(p) => {
+                        self.legacy.log_level.set(p.level);
+                        self.ok(&req.id, &serde_json::json!({}), false)
+                    }
+                    Err(e) => self.error(&req.id, e),
                 }
-                Err(e) => self.error(&req.id, e),
-            },
-            "resources/subscribe" | "resources/unsubscribe" => {
+            }
+            method::RESOURCES_SUBSCRIBE | method::RESOURCES_UNSUBSCRIBE => {
                 match jsonrpc::params::<UriParams>(req.params.as_deref()) {
                     Ok(p) => {
                         let id = self.ensure_listener();
-                        let msg = if method == "resources/subscribe" {
+                        let msg = if method == method::RESOURCES_SUBSCRIBE {
                             BusMsg::Subscribe(id, p.uri)
                         } else {
                             BusMsg::Unsubscribe(id, p.uri)
@@ -665,33 +641,15 @@ impl ConnState {
     }
 
     fn modern(&mut self, req: Request, requested: String, meta: RequestMeta) {
-        let version = match ProtocolVersion::parse(&requested) {
-            Some(v) if !v.is_legacy() => v,
-            _ => return self.error(&req.id, ErrorObject::unsupported_version(&requested)),
+        let version = match gate::modern(&req.method, &requested, &meta) {
+            Ok(v) => v,
+            Err(e) => return self.error(&req.id, e.to_error()),
         };
-        let method = req.method.as_str();
-        if meta.client_capabilities.is_none() {
-            return self.error(
-                &req.id,
-                ErrorObject::invalid_params(format!(
-                    "`_meta` must carry `{}` on every 2026-07-28 request",
-                    toolyard_proto::meta::CLIENT_CAPABILITIES
-                )),
-            );
-        }
-        if REMOVED_IN_MODERN.contains(&method) {
-            return self.error(
-                &req.id,
-                ErrorObject::method_not_found(method).with_message(format!(
-                    "Method not found: `{method}` does not exist in protocol {version}"
-                )),
-            );
-        }
-        match method {
-            "server/discover" => {
+        match req.method.as_str() {
+            method::SERVER_DISCOVER => {
                 return self.ok(&req.id, &crate::router::discover(&self.core), true);
             }
-            "subscriptions/listen" => return self.listen(req, &meta),
+            method::SUBSCRIPTIONS_LISTEN => return self.listen(req, &meta),
             _ => {}
         }
         let caller = Arc::new(Caller {
@@ -987,25 +945,13 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
     let fail = |e: ErrorObject| {
         d.sink.send(jsonrpc::error_bytes(Some(&req.id), &e));
     };
-    let requested = meta.protocol_version.clone().unwrap_or_default();
-    let version = match ProtocolVersion::parse(&requested) {
-        Some(v) if !v.is_legacy() => v,
-        _ => return fail(ErrorObject::unsupported_version(&requested)),
+    let requested = meta.protocol_version.as_deref().unwrap_or_default();
+    let version = match gate::modern(&req.method, requested, &meta) {
+        Ok(v) => v,
+        Err(e) => return fail(e.to_error()),
     };
-    if meta.client_capabilities.is_none() {
-        return fail(ErrorObject::invalid_params(format!(
-            "`_meta` must carry `{}` on every 2026-07-28 request",
-            toolyard_proto::meta::CLIENT_CAPABILITIES
-        )));
-    }
-    let method = req.method.as_str();
-    if REMOVED_IN_MODERN.contains(&method) {
-        return fail(ErrorObject::method_not_found(method).with_message(format!(
-            "Method not found: `{method}` does not exist in protocol {version}"
-        )));
-    }
-    match method {
-        "server/discover" => {
+    match req.method.as_str() {
+        method::SERVER_DISCOVER => {
             if let Ok(b) =
                 jsonrpc::result_bytes(&req.id, &crate::router::discover(core), Some("complete"))
             {
@@ -1013,7 +959,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
             }
             return;
         }
-        "subscriptions/listen" => {
+        method::SUBSCRIPTIONS_LISTEN => {
             return fail(ErrorObject::internal(
                 "subscriptions/listen needs a connection",
             ))

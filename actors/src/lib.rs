@@ -15,6 +15,7 @@ mod context;
 mod error;
 mod event_bus;
 mod exec;
+mod gate;
 mod handlers;
 mod middleware;
 mod mrtr;
@@ -33,9 +34,11 @@ pub mod transport {
     //! What a transport author needs, and only they: a [`ConnectionHandle`] to feed a
     //! connection's bytes in, a [`Sink`] (or your own [`MessageSink`]) that takes its
     //! answers out, [`Delivery`] for stateless requests served through
-    //! [`Server::serve_stateless`](crate::Server::serve_stateless), and the [`Reply`] every
-    //! request is answered through.
+    //! [`Server::serve_stateless`](crate::Server::serve_stateless), the [`Reply`] every
+    //! request is answered through, and the request gate ([`modern_gate`]) a transport calls
+    //! when it must refuse a request in its own terms (an HTTP status) before handing it on.
     pub use crate::connection::Delivery;
+    pub use crate::gate::{modern as modern_gate, GateError};
     pub use crate::reply::Reply;
     pub use crate::server::ConnectionHandle;
     pub use crate::sink::{MessageSink, Sink};

@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::Arc;
+use toolyard_proto::method;
 use toolyard_proto::{jsonrpc, DiscoverResult, ErrorObject, ProtocolVersion};
 
 /// The handler actors of a server.
@@ -172,12 +173,12 @@ pub(crate) fn route(
     // A cast only fails when the actor is gone; the message (and its Reply) comes back and
     // is dropped, which answers the caller with an internal error.
     match method {
-        "tools/call" => {
+        method::TOOLS_CALL => {
             if let Some((params, reply)) = parsed::<CallParams>(&params, reply) {
                 crate::handlers::tools::call(core.call_site(), params, ctx, reply);
             }
         }
-        "tools/list" => {
+        method::TOOLS_LIST => {
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.tools.cast(ToolMsg::List {
                     cursor: p.cursor,
@@ -185,7 +186,7 @@ pub(crate) fn route(
                 });
             }
         }
-        "resources/list" => {
+        method::RESOURCES_LIST => {
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.resources.cast(ResourceMsg::List {
                     cursor: p.cursor,
@@ -193,7 +194,7 @@ pub(crate) fn route(
                 });
             }
         }
-        "resources/templates/list" => {
+        method::RESOURCES_TEMPLATES_LIST => {
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.resources.cast(ResourceMsg::ListTemplates {
                     cursor: p.cursor,
@@ -201,14 +202,14 @@ pub(crate) fn route(
                 });
             }
         }
-        "resources/read" => {
+        method::RESOURCES_READ => {
             if let Some((params, reply)) = parsed::<ReadParams>(&params, reply) {
                 let _ = routes
                     .resources
                     .cast(ResourceMsg::Read { params, ctx, reply });
             }
         }
-        "prompts/list" => {
+        method::PROMPTS_LIST => {
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.prompts.cast(PromptMsg::List {
                     cursor: p.cursor,
@@ -216,19 +217,23 @@ pub(crate) fn route(
                 });
             }
         }
-        "prompts/get" => {
+        method::PROMPTS_GET => {
             if let Some((params, reply)) = parsed::<GetParams>(&params, reply) {
                 let _ = routes.prompts.cast(PromptMsg::Get { params, ctx, reply });
             }
         }
-        "completion/complete" => {
+        method::COMPLETION_COMPLETE => {
             if let Some((params, reply)) = parsed::<CompleteParams>(&params, reply) {
                 let _ = routes
                     .completion
                     .cast(CompletionMsg::Complete { params, reply });
             }
         }
-        "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result" | "tasks/list"
+        method::TASKS_GET
+        | method::TASKS_UPDATE
+        | method::TASKS_CANCEL
+        | method::TASKS_RESULT
+        | method::TASKS_LIST
             if routes.tasks.is_some() =>
         {
             if let Some(tasks) = &routes.tasks {

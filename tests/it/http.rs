@@ -717,7 +717,10 @@ fn cors_preflight_and_responses_for_allowed_origins_only() {
 
 #[test]
 fn oauth_flags_turn_the_binary_into_a_resource_server() {
-    let jwks = concat!(env!("CARGO_MANIFEST_DIR"), "/runtime/tests/data/oauth-jwks.json");
+    let jwks = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/runtime/tests/data/oauth-jwks.json"
+    );
     let port = free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
     let addr = format!("127.0.0.1:{port}");

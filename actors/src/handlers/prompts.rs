@@ -12,6 +12,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use toolyard_proto::method;
 use toolyard_proto::{ErrorObject, InputResponses, ListPromptsResult};
 
 /// `prompts/get` params.
@@ -153,7 +154,7 @@ fn get(state: &PromptState, params: GetParams, ctx: RequestContext, reply: Reply
         let sorted: BTreeMap<_, _> = args.iter().collect();
         let canonical = serde_json::to_string(&sorted).unwrap_or_default();
         let binding = Binding {
-            method: "prompts/get",
+            method: method::PROMPTS_GET,
             digest: digest(&[params.name.as_bytes(), canonical.as_bytes()]),
             target: params.name,
         };

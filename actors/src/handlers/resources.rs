@@ -13,6 +13,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
 use std::sync::Arc;
 use toolyard_proto::error::code;
+use toolyard_proto::method;
 use toolyard_proto::{
     ErrorObject, InputResponses, ListResourceTemplatesResult, ListResourcesResult,
     ReadResourceResult,
@@ -196,7 +197,7 @@ fn read(state: &ResourceState, params: ReadParams, ctx: RequestContext, reply: R
     let list = state.list;
     tokio::spawn(async move {
         let binding = Binding {
-            method: "resources/read",
+            method: method::RESOURCES_READ,
             digest: digest(&[params.uri.as_bytes()]),
             target: params.uri.clone(),
         };

@@ -15,6 +15,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
+use toolyard_proto::method;
 use toolyard_proto::{CallToolResult, ErrorObject, InputResponses, ListToolsResult};
 
 /// `tools/call` params as parsed once at the edge; arguments stay raw until validated.
@@ -199,7 +200,7 @@ async fn run_call(
         Err(e) => return reply.ok(&CallToolResult::error_text(e.to_string())),
     }
     let binding = Binding {
-        method: "tools/call",
+        method: method::TOOLS_CALL,
         target: params.name,
         digest: String::new(),
     };

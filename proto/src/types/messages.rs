@@ -108,6 +108,113 @@ pub mod method {
     /// `notifications/tasks` (tasks extension, 2026-07-28): a task's full state, on the
     /// `subscriptions/listen` streams that asked for its id.
     pub const NOTIFICATIONS_TASKS: &str = "notifications/tasks";
+
+    /// Which generation of the protocol has a client-to-server request.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Generation {
+        /// Both: the session-based revisions and 2026-07-28.
+        Both,
+        /// Only the session-based revisions (2025-11-25 and older): 2026-07-28 removed it.
+        Legacy,
+        /// Only 2026-07-28.
+        Modern,
+    }
+
+    /// The params field a request's `Mcp-Name` HTTP header mirrors (SEP-2243).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum NameField {
+        /// `name` (tools, prompts).
+        Name,
+        /// `uri` (resources).
+        Uri,
+        /// `taskId` (tasks).
+        TaskId,
+    }
+
+    /// What the server needs to know of a client-to-server request method, in one place: the
+    /// request gate, the direct launch and the HTTP edge all read this table.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Spec {
+        /// The method name.
+        pub name: &'static str,
+        /// Which generation has it.
+        pub generation: Generation,
+        /// Served by a handler (tools, resources, prompts, completion) with no connection
+        /// state, so a transport may launch it without a hop through the connection actor.
+        pub handled: bool,
+        /// The field `Mcp-Name` mirrors, if the method has one.
+        pub mcp_name: Option<NameField>,
+    }
+
+    const fn spec(
+        name: &'static str,
+        generation: Generation,
+        handled: bool,
+        mcp_name: Option<NameField>,
+    ) -> Spec {
+        Spec {
+            name,
+            generation,
+            handled,
+            mcp_name,
+        }
+    }
+
+    /// Every client-to-server request method the server knows (custom methods aside).
+    pub const CLIENT_REQUESTS: &[Spec] = &[
+        spec(INITIALIZE, Generation::Legacy, false, None),
+        spec(PING, Generation::Legacy, false, None),
+        spec(LOGGING_SET_LEVEL, Generation::Legacy, false, None),
+        spec(RESOURCES_SUBSCRIBE, Generation::Legacy, false, None),
+        spec(RESOURCES_UNSUBSCRIBE, Generation::Legacy, false, None),
+        spec(TASKS_LIST, Generation::Legacy, false, None),
+        spec(TASKS_RESULT, Generation::Legacy, false, None),
+        spec(SERVER_DISCOVER, Generation::Modern, false, None),
+        spec(SUBSCRIPTIONS_LISTEN, Generation::Modern, false, None),
+        spec(TOOLS_LIST, Generation::Both, true, None),
+        spec(TOOLS_CALL, Generation::Both, true, Some(NameField::Name)),
+        spec(RESOURCES_LIST, Generation::Both, true, None),
+        spec(RESOURCES_TEMPLATES_LIST, Generation::Both, true, None),
+        spec(RESOURCES_READ, Generation::Both, true, Some(NameField::Uri)),
+        spec(PROMPTS_LIST, Generation::Both, true, None),
+        spec(PROMPTS_GET, Generation::Both, true, Some(NameField::Name)),
+        spec(COMPLETION_COMPLETE, Generation::Both, true, None),
+        spec(TASKS_GET, Generation::Both, false, Some(NameField::TaskId)),
+        spec(
+            TASKS_CANCEL,
+            Generation::Both,
+            false,
+            Some(NameField::TaskId),
+        ),
+        // The tasks extension of 2026-07-28; a legacy session reaches the router with it too,
+        // which answers by the task it names.
+        spec(
+            TASKS_UPDATE,
+            Generation::Both,
+            false,
+            Some(NameField::TaskId),
+        ),
+    ];
+
+    /// The table entry of a client-to-server request method; `None` for a custom method.
+    pub fn client_request(name: &str) -> Option<&'static Spec> {
+        CLIENT_REQUESTS.iter().find(|s| s.name == name)
+    }
+
+    /// Whether 2026-07-28 removed `name`.
+    pub fn removed_in_modern(name: &str) -> bool {
+        client_request(name).is_some_and(|s| s.generation == Generation::Legacy)
+    }
+
+    /// Whether only 2026-07-28 has `name`.
+    pub fn modern_only(name: &str) -> bool {
+        client_request(name).is_some_and(|s| s.generation == Generation::Modern)
+    }
+
+    /// Whether a transport may launch `name` straight to its handler ([`Spec::handled`]).
+    pub fn handled(name: &str) -> bool {
+        client_request(name).is_some_and(|s| s.handled)
+    }
 }
 
 method_enum! {

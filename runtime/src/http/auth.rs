@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+use toolyard_proto::method;
 
 /// The well-known path of Protected Resource Metadata (RFC 9728 §3).
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
@@ -639,7 +640,7 @@ impl OAuth {
         let Ok(peek) = serde_json::from_slice::<Peek>(body) else {
             return Ok(None);
         };
-        if peek.method.as_deref() != Some("tools/call") {
+        if peek.method.as_deref() != Some(method::TOOLS_CALL) {
             return Ok(None);
         }
         let Some(params) = peek.params else {

@@ -15,9 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolyard_actors::transport::{ConnectionHandle, Delivery, MessageSink, Sink};
+use toolyard_actors::transport::{
+    modern_gate, ConnectionHandle, Delivery, GateError, MessageSink, Sink,
+};
 use toolyard_proto::error::code;
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
+use toolyard_proto::method::{self, NameField};
 use toolyard_proto::{ErrorObject, ProtocolVersion, RequestId, RequestMeta};
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -464,25 +467,16 @@ fn check_modern(
             ));
         }
     }
-    match ProtocolVersion::parse(version) {
-        Some(v) if !v.is_legacy() => {}
-        _ => {
+    match modern_gate(&req.method, version, &meta) {
+        // A removed method is answered by the server after the header checks (404).
+        Ok(_) | Err(GateError::RemovedInModern { .. }) => {}
+        Err(e) => {
             return Err(json_error(
                 StatusCode::BAD_REQUEST,
                 Some(&req.id),
-                ErrorObject::unsupported_version(version),
+                e.to_error(),
             ))
         }
-    }
-    if meta.client_capabilities.is_none() {
-        return Err(json_error(
-            StatusCode::BAD_REQUEST,
-            Some(&req.id),
-            ErrorObject::invalid_params(format!(
-                "`_meta` must carry `{}`",
-                toolyard_proto::meta::CLIENT_CAPABILITIES
-            )),
-        ));
     }
     match header_str(headers, METHOD_HEADER) {
         None => {
@@ -502,12 +496,13 @@ fn check_modern(
         }
         _ => {}
     }
-    let named = match req.method.as_str() {
-        "tools/call" | "prompts/get" => Some(head.name.clone()),
-        "resources/read" => Some(head.uri.clone()),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some(head.task_id.clone()),
-        _ => None,
-    };
+    let named = method::client_request(&req.method)
+        .and_then(|spec| spec.mcp_name)
+        .map(|field| match field {
+            NameField::Name => head.name.clone(),
+            NameField::Uri => head.uri.clone(),
+            NameField::TaskId => head.task_id.clone(),
+        });
     if let Some(body) = named {
         let body = body.as_ref().and_then(|v| v.as_str());
         let header = match headers.get(NAME_HEADER) {
@@ -529,7 +524,7 @@ fn check_modern(
             }
         }
     }
-    if req.method == "tools/call" {
+    if req.method == method::TOOLS_CALL {
         check_param_headers(
             state,
             headers,
@@ -584,7 +579,7 @@ pub(crate) async fn post(
 
     if let Incoming::Request(req) = &message {
         // A modern request named `initialize` is a removed method, not a new session.
-        if req.method == "initialize" && session_id.is_none() && !has_protocol_meta(req) {
+        if req.method == method::INITIALIZE && session_id.is_none() && !has_protocol_meta(req) {
             return initialize(state, message, accept_json, principal).await;
         }
     }
@@ -641,7 +636,7 @@ pub(crate) async fn post(
             };
             // Only a listen stream needs the (shared) connection's listener table; every
             // other modern request is served without an actor hop.
-            let direct = (req.method != "subscriptions/listen").then_some(meta);
+            let direct = (req.method != method::SUBSCRIPTIONS_LISTEN).then_some(meta);
             respond(
                 &state,
                 &state.stateless,
@@ -801,7 +796,7 @@ async fn respond(
     let id = req.id.clone();
     // In-flight calls may finish during a graceful shutdown; a listen stream never
     // finishes, so it is the one thing shutdown ends.
-    let closing = if req.method == "subscriptions/listen" {
+    let closing = if req.method == method::SUBSCRIPTIONS_LISTEN {
         state.closing.clone()
     } else {
         CancellationToken::new()
