@@ -14,7 +14,7 @@ use crate::handlers::tools::CallParams;
 use crate::middleware::{RequestInfo, Watch};
 use crate::outbound::Outbound;
 use crate::reply::{InflightRelease, Reply};
-use crate::router::route;
+use crate::route::route;
 use crate::server::ServerCore;
 use crate::sink::Sink;
 use arc_swap::ArcSwapOption;
@@ -647,7 +647,7 @@ impl ConnState {
         };
         match req.method.as_str() {
             method::SERVER_DISCOVER => {
-                return self.ok(&req.id, &crate::router::discover(&self.core), true);
+                return self.ok(&req.id, &crate::route::discover(&self.core), true);
             }
             method::SUBSCRIPTIONS_LISTEN => return self.listen(req, &meta),
             _ => {}
@@ -953,7 +953,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
     match req.method.as_str() {
         method::SERVER_DISCOVER => {
             if let Ok(b) =
-                jsonrpc::result_bytes(&req.id, &crate::router::discover(core), Some("complete"))
+                jsonrpc::result_bytes(&req.id, &crate::route::discover(core), Some("complete"))
             {
                 d.sink.send(b);
             }

@@ -14,7 +14,7 @@ use toolyard_proto::{ErrorObject, InputRequiredResult, InputResponses, ResultTyp
 
 /// Runs a request's future: polled once right here, and spawned as a task only when it is
 /// not finished by then. Most tools answer without awaiting anything; for them this saves
-/// a task and a wake-up per call (ARCHITECTURE.md, hot-path rule 3). The first poll uses a
+/// a task and a wake-up per call (docs/architecture.md, hot-path rules). The first poll uses a
 /// no-op waker: a future that is not ready registers it and is polled again at once by its
 /// new task, which registers the real waker, so no wake-up is lost. A panic never unwinds
 /// into the caller: the tool's own panics are caught inside [`run`], and anything else is

@@ -1,7 +1,7 @@
 //! The server engine of Toolyard: the actors of an MCP server and the request path.
 //!
-//! A [`Server`] is a supervisor over a Router (custom methods), one handler actor per feature
-//! (tools, resources, prompts, completion) owning its registry, and an EventBus. Each stdio or
+//! A [`Server`] is a supervisor over one handler actor per feature (the tool, resource and
+//! prompt catalogs owning their registries, completion, custom methods) and an EventBus. Each stdio or
 //! in-memory connection and each legacy HTTP session is a Connection actor. Requests do not
 //! cross actors on the hot path: a connection launches `tools/call` straight from the shared
 //! registry snapshot with a [`Reply`] that writes to the connection's [`Sink`]; user code runs
@@ -23,7 +23,7 @@ mod outbound;
 mod registry;
 mod reply;
 mod resource;
-mod router;
+mod route;
 mod server;
 mod sink;
 mod tasks;
@@ -47,13 +47,13 @@ pub mod transport {
 pub use context::{Caller, InputError, RequestContext};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::Event;
+pub use handlers::custom::MethodFn;
 pub use middleware::{Completion, Layer, Layers, Outcome, RequestInfo};
 pub use mrtr::StateSealer;
 pub use resource::{
     CompleteFn, CompletionTarget, PromptDef, PromptFn, ResourceDef, ResourceFn, ResourceRequest,
     TemplateDef,
 };
-pub use router::MethodFn;
 pub use server::{Limits, ListSettings, Server, ServerConfig, StartError, UnknownToolFn};
 pub use tasks::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,

@@ -1,6 +1,7 @@
 //! The ServerSupervisor and the [`Server`] handle users hold.
 //!
-//! The supervisor spawns the Router, the handler actors, the EventBus linked
+//! The supervisor spawns the handler actors (tool, resource and prompt catalogs, completion,
+//! custom methods) and the EventBus linked
 //! to itself. When one fails it is restarted with the same registry (registries live outside
 //! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
@@ -10,14 +11,15 @@ use crate::connection::{
 };
 use crate::event_bus::{BusMsg, Event, EventBus};
 use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
+use crate::handlers::custom::{CustomMethods, CustomMsg, CustomState, MethodFn};
 use crate::handlers::prompts::{PromptHandler, PromptMsg, PromptState};
 use crate::handlers::resources::{ResourceHandler, ResourceMsg, ResourceState};
-use crate::handlers::tools::{ToolHandler, ToolMsg, ToolState};
+use crate::handlers::tools::{ToolCatalog, ToolMsg, ToolState};
 use crate::middleware::Layers;
 use crate::mrtr::StateSealer;
 use crate::registry::Registry;
 use crate::resource::{CompleteFn, CompletionTarget, PromptDef, ResourceDef, TemplateDef};
-use crate::router::{MethodFn, Router, RouterMsg, RouterState, Routes};
+use crate::route::Routes;
 use crate::sink::Sink;
 use crate::tasks::{TaskSettings, TaskStore, Tasks};
 use crate::tool::ToolDef;
@@ -160,7 +162,7 @@ pub(crate) struct ServerCore {
 pub type UnknownToolFn = Box<dyn Fn(&str) -> Option<ErrorObject> + Send + Sync>;
 
 impl ServerCore {
-    /// What a `tools/call` needs to start without the ToolHandler actor.
+    /// What a `tools/call` needs to start without the ToolCatalog actor.
     pub(crate) fn call_site(&self) -> crate::handlers::tools::CallSite<'_> {
         crate::handlers::tools::CallSite {
             registry: &self.tools,
@@ -191,11 +193,11 @@ struct SupState {
     methods: HashMap<String, MethodFn>,
 }
 
-async fn spawn_router(
+async fn spawn_custom_methods(
     methods: HashMap<String, MethodFn>,
     sup: ActorCell,
-) -> Result<ActorRef<RouterMsg>, ActorProcessingErr> {
-    let (r, _) = Actor::spawn_linked(None, Router, RouterState { methods }, sup).await?;
+) -> Result<ActorRef<CustomMsg>, ActorProcessingErr> {
+    let (r, _) = Actor::spawn_linked(None, CustomMethods, CustomState { methods }, sup).await?;
     Ok(r)
 }
 
@@ -207,7 +209,7 @@ impl SupState {
     ) -> Result<ActorRef<ToolMsg>, ActorProcessingErr> {
         let (r, _) = Actor::spawn_linked(
             None,
-            ToolHandler,
+            ToolCatalog,
             ToolState {
                 registry: self.core.tools.clone(),
                 bus,
@@ -290,7 +292,7 @@ impl Actor for Supervisor {
             tasks.set_bus(bus.clone());
         }
         let routes = Routes {
-            router: spawn_router(state.methods.clone(), sup.clone()).await?,
+            custom: spawn_custom_methods(state.methods.clone(), sup.clone()).await?,
             tools: state.spawn_tools(bus.clone(), sup.clone()).await?,
             resources: state.spawn_resources(bus.clone(), sup.clone()).await?,
             prompts: state.spawn_prompts(bus.clone(), sup.clone()).await?,
@@ -341,8 +343,8 @@ impl Actor for Supervisor {
             routes.prompts = state.spawn_prompts(routes.bus.clone(), sup).await?;
         } else if routes.completion.get_id() == dead {
             routes.completion = state.spawn_completion(sup).await?;
-        } else if routes.router.get_id() == dead {
-            routes.router = spawn_router(state.methods.clone(), sup).await?;
+        } else if routes.custom.get_id() == dead {
+            routes.custom = spawn_custom_methods(state.methods.clone(), sup).await?;
         } else if routes.bus.get_id() == dead {
             // Listeners are lost with the bus; connections re-register on their next
             // subscription. Handlers get the new bus on their next restart.
@@ -628,8 +630,8 @@ impl Server {
         let _ = self
             .core
             .routes()
-            .router
-            .cast(RouterMsg::AddMethod(name.into(), handler));
+            .custom
+            .cast(CustomMsg::AddMethod(name.into(), handler));
     }
 
     /// Publishes a change event to every listener.

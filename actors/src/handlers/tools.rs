@@ -1,5 +1,10 @@
-//! The ToolHandler actor: owns the tool registry, answers `tools/list`, and starts each
-//! `tools/call` in its own task (never in the actor's loop: one slow tool delays nothing).
+//! The tool catalog and the tool call.
+//!
+//! The ToolCatalog actor owns the tool registry: it registers and removes tools (and tells
+//! listeners `tools/list_changed`) and answers `tools/list`. A `tools/call` never passes
+//! through it: [`call`] starts from the registry's shared snapshot, right where the request
+//! was read, polled once in place and spawned only if it is not ready (`exec`), so a
+//! restarting catalog delays no call and one slow tool delays nothing.
 
 use crate::context::RequestContext;
 use crate::error::HandlerError;
@@ -42,7 +47,7 @@ pub(crate) struct CallParams {
     pub meta: Option<Box<toolyard_proto::RequestMeta>>,
 }
 
-/// Messages of the ToolHandler.
+/// Messages of the ToolCatalog.
 pub(crate) enum ToolMsg {
     /// `tools/list`.
     List {
@@ -60,7 +65,7 @@ pub(crate) enum ToolMsg {
     Crash,
 }
 
-pub(crate) struct ToolHandler;
+pub(crate) struct ToolCatalog;
 
 pub(crate) struct ToolState {
     pub(crate) registry: Arc<Registry<ToolDef>>,
@@ -68,7 +73,7 @@ pub(crate) struct ToolState {
     pub(crate) list: ListSettings,
 }
 
-impl Actor for ToolHandler {
+impl Actor for ToolCatalog {
     type Msg = ToolMsg;
     type State = ToolState;
     type Arguments = ToolState;
@@ -128,7 +133,7 @@ fn list(state: &ToolState, cursor: Option<&str>, reply: Reply) {
 /// What starting a `tools/call` needs: the registry snapshot source, the MRTR sealer and
 /// the task store. These are shared, read-mostly values, so a call starts in the caller's
 /// own task (the transport's reader or an HTTP handler) without a hop through the
-/// ToolHandler actor, which stays the registry's only writer and answers `tools/list`.
+/// ToolCatalog actor, which stays the registry's only writer and answers `tools/list`.
 pub(crate) struct CallSite<'a> {
     pub(crate) registry: &'a Registry<ToolDef>,
     pub(crate) sealer: &'a StateSealer,

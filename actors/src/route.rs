@@ -1,33 +1,33 @@
-//! The Router: method name -> handler actor, and the Router actor itself, which answers
-//! `server/discover` and user-defined custom methods.
+//! Routing: method name -> the handler that serves it ([`route`]), the shared table of
+//! handler actors ([`Routes`]), and the `server/discover` result.
 //!
 //! The routing table is read-mostly and shared ([`Routes`] behind an `ArcSwap`): the
-//! connection looks the handler up and casts the request straight to it, so the request path
-//! has no synchronous hop through the Router actor. When the supervisor restarts a handler it
-//! stores a new table.
+//! connection looks the handler up and casts the request straight to it (or, for
+//! `tools/call`, starts the call in place), so the request path has no hop through a routing
+//! actor. When the supervisor restarts a handler it stores a new table. Methods no built-in
+//! handler owns go to the [`CustomMethods`](crate::handlers::custom) actor.
 
 use crate::context::RequestContext;
 use crate::event_bus::BusMsg;
 use crate::handlers::completion::{CompleteParams, CompletionMsg};
+use crate::handlers::custom::CustomMsg;
 use crate::handlers::prompts::{GetParams, PromptMsg};
 use crate::handlers::resources::{ReadParams, ResourceMsg};
 use crate::handlers::tools::{CallParams, ToolMsg};
 use crate::reply::Reply;
 use crate::server::ServerCore;
 use crate::tasks::Tasks;
-use crate::tool::BoxFuture;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::ActorRef;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use std::collections::HashMap;
 use std::sync::Arc;
 use toolyard_proto::method;
-use toolyard_proto::{jsonrpc, DiscoverResult, ErrorObject, ProtocolVersion};
+use toolyard_proto::{jsonrpc, DiscoverResult, ProtocolVersion};
 
 /// The handler actors of a server.
 #[derive(Clone)]
 pub(crate) struct Routes {
-    pub(crate) router: ActorRef<RouterMsg>,
+    pub(crate) custom: ActorRef<CustomMsg>,
     pub(crate) tools: ActorRef<ToolMsg>,
     pub(crate) resources: ActorRef<ResourceMsg>,
     pub(crate) prompts: ActorRef<PromptMsg>,
@@ -35,90 +35,6 @@ pub(crate) struct Routes {
     pub(crate) bus: ActorRef<BusMsg>,
     /// Present when the server has a task store.
     pub(crate) tasks: Option<Arc<Tasks>>,
-}
-
-/// A user-defined method: raw params in, JSON result out.
-pub type MethodFn = Arc<
-    dyn Fn(
-            RequestContext,
-            Option<Box<RawValue>>,
-        ) -> BoxFuture<Result<serde_json::Value, ErrorObject>>
-        + Send
-        + Sync,
->;
-
-/// Messages of the Router actor.
-// Request variants are large and frequent, the others small and rare: boxing the frequent
-// one would add an allocation per request to save memory on rare messages.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum RouterMsg {
-    /// A method no built-in handler owns.
-    Other {
-        /// Method name.
-        method: String,
-        /// Raw params.
-        params: Option<Box<RawValue>>,
-        /// Context.
-        ctx: RequestContext,
-        /// Answer.
-        reply: Reply,
-    },
-    /// Add a custom method.
-    AddMethod(String, MethodFn),
-}
-
-pub(crate) struct Router;
-
-pub(crate) struct RouterState {
-    pub(crate) methods: HashMap<String, MethodFn>,
-}
-
-impl Actor for Router {
-    type Msg = RouterMsg;
-    type State = RouterState;
-    type Arguments = RouterState;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<RouterMsg>,
-        args: RouterState,
-    ) -> Result<RouterState, ActorProcessingErr> {
-        Ok(args)
-    }
-
-    async fn handle(
-        &self,
-        _myself: ActorRef<RouterMsg>,
-        msg: RouterMsg,
-        state: &mut RouterState,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            RouterMsg::AddMethod(name, f) => {
-                state.methods.insert(name, f);
-            }
-            RouterMsg::Other {
-                method,
-                params,
-                ctx,
-                reply,
-            } => match state.methods.get(&method) {
-                None => reply.err(ErrorObject::method_not_found(&method)),
-                Some(f) => {
-                    let fut = f(ctx.clone(), params);
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            r = fut => match r {
-                                Ok(v) => reply.ok(&v),
-                                Err(e) => reply.err(e),
-                            },
-                            _ = ctx.cancelled() => reply.cancelled(),
-                        }
-                    });
-                }
-            },
-        }
-        Ok(())
-    }
 }
 
 /// The `server/discover` result.
@@ -241,7 +157,7 @@ pub(crate) fn route(
             }
         }
         _ => {
-            let _ = routes.router.cast(RouterMsg::Other {
+            let _ = routes.custom.cast(CustomMsg::Other {
                 method: method.to_owned(),
                 params,
                 ctx,
