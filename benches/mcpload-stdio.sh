@@ -8,7 +8,7 @@ MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && cargo build --release -q)
 cargo build --release -q -p toolyard-cli --bins
-M=$CARGO_TARGET_DIR/release; T=$PWD/target/release/toolyard; out=${OUT:-/tmp/toolyard-mcpload.jsonl}
+M=$CARGO_TARGET_DIR/release; T=$CARGO_TARGET_DIR/release/toolyard; out=${OUT:-/tmp/toolyard-mcpload.jsonl}
 : > "$out"
 for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
   for s in "rmcp-pipes|$M/rmcp-echo --stdio-pipes|2025-06-18" "toolyard-legacy|$T serve --stdio --workers 1|2025-06-18" \
