@@ -1,0 +1,486 @@
+//! Request plumbing: [`RequestOptions`], notifications, and one request from the typed
+//! call down to the wire: the cache, the modern input rounds, the -32022 retry, headers
+//! (`x-mcp-header` arguments included), timeouts that progress extends, and cancellation
+//! when the caller gives up.
+
+use super::client::{lock, Client};
+use super::meta::{ModernMeta, OurMeta, WithMeta};
+use super::ops::cursor_params;
+use crate::actor::ClientMsg;
+use crate::cache::cacheable;
+use crate::error::ClientError;
+use crate::transport::{OutboundKind, OutboundMessage, TransportError};
+use ractor::ActorRef;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use toolyard_proto::headers::{header_value, tool_header_params};
+use toolyard_proto::{
+    InputRequest, InputRequiredResult, ListToolsResult, ProgressNotificationParams,
+    ProtocolVersion, RequestId, Tool,
+};
+
+/// Options of one request.
+#[derive(Clone, Default)]
+pub struct RequestOptions {
+    /// Overrides the client's request timeout.
+    pub timeout: Option<Duration>,
+    /// Called with each progress notification of this request.
+    pub on_progress: Option<crate::handlers::ProgressCallback>,
+    /// Extra `_meta` members (e.g. `traceparent`).
+    pub meta: Option<Map<String, Value>>,
+    /// Answers the server's questions for this request instead of the client's handlers.
+    pub questions: Option<crate::handlers::Questions>,
+}
+
+impl std::fmt::Debug for RequestOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestOptions")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RequestOptions {
+    /// Sets the timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Has `questions` answer what the server asks while this request is in flight.
+    pub fn questions(mut self, questions: crate::handlers::Questions) -> Self {
+        self.questions = Some(questions);
+        self
+    }
+
+    /// Sets the progress callback.
+    pub fn on_progress(
+        mut self,
+        f: impl Fn(&ProgressNotificationParams) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_progress = Some(Arc::new(f));
+        self
+    }
+}
+
+/// Tells the actor a request was given up on, unless disarmed (the answer arrived).
+struct CancelOnDrop {
+    actor: ActorRef<ClientMsg>,
+    id: Option<RequestId>,
+    reason: &'static str,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let _ = self.actor.cast(ClientMsg::Cancel {
+                id,
+                reason: self.reason.to_owned(),
+            });
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct ResultHead {
+    #[serde(rename = "resultType", default)]
+    result_type: Option<String>,
+    #[serde(rename = "ttlMs", default)]
+    ttl_ms: Option<u64>,
+}
+
+impl Client {
+    /// Sends a notification.
+    pub async fn notify(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+    ) -> Result<(), ClientError> {
+        let body = toolyard_proto::jsonrpc::notification_bytes(method, &params)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let mut headers = self.inner.response_headers.load().as_ref().clone();
+        if self.is_modern() {
+            headers.push(("Mcp-Method".into(), method.into()));
+        }
+        self.inner
+            .actor
+            .cast(ClientMsg::Notify(OutboundMessage {
+                body,
+                kind: OutboundKind::Notification {
+                    method: method.into(),
+                    headers,
+                },
+            }))
+            .map_err(|_| ClientError::Closed)
+    }
+
+    /// Sends any request (custom methods included) and returns its raw result; in the
+    /// modern generation input requests are answered and the request retried.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let params = match params {
+            Value::Object(m) => m,
+            Value::Null => Map::new(),
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "params must be an object, not {other}"
+                )))
+            }
+        };
+        let raw = self
+            .request_raw(method, params, &RequestOptions::default())
+            .await?;
+        parse_result(method, &raw)
+    }
+
+    /// One logical request: the cache, the modern input rounds, legacy re-initialization.
+    pub(crate) async fn request_raw(
+        &self,
+        method: &str,
+        mut params: Map<String, Value>,
+        opts: &RequestOptions,
+    ) -> Result<Box<RawValue>, ClientError> {
+        let cache_key = (self.inner.use_cache && cacheable(method))
+            .then(|| Value::Object(params.clone()).to_string());
+        if let Some(key) = &cache_key {
+            if let Some(hit) = lock(&self.inner.cache).get(method, key) {
+                return Ok(hit);
+            }
+        }
+        let mut rounds = 0;
+        let mut header_retry = true;
+        loop {
+            let raw = match self
+                .round_trip(method, &params, opts, Era::Negotiated)
+                .await
+            {
+                Err(ClientError::Transport(TransportError::SessionExpired))
+                    if !self.is_modern() =>
+                {
+                    self.reinitialize().await?;
+                    self.round_trip(method, &params, opts, Era::Negotiated)
+                        .await?
+                }
+                Err(ClientError::Rpc(e))
+                    if header_retry
+                        && method == "tools/call"
+                        && e.code == toolyard_proto::error::code::HEADER_MISMATCH =>
+                {
+                    // We may not know the tool's `x-mcp-header` arguments yet: learn them
+                    // and try once more.
+                    header_retry = false;
+                    self.relearn_tools(opts).await?;
+                    continue;
+                }
+                other => other?,
+            };
+            // The head matters for a cacheable result (`ttlMs`) or an input round; any other
+            // result (a tool call's, above all) is read once, by its typed parse.
+            let head: ResultHead = if cache_key.is_some() || raw.get().contains("input_required") {
+                serde_json::from_str(raw.get()).map_err(|e| {
+                    ClientError::Protocol(format!("`{method}` returned an unreadable result: {e}"))
+                })?
+            } else {
+                ResultHead::default()
+            };
+            if head.result_type.as_deref() == Some("input_required") {
+                rounds += 1;
+                if rounds > self.inner.max_input_rounds {
+                    return Err(ClientError::TooManyRounds(self.inner.max_input_rounds));
+                }
+                let ask: InputRequiredResult = parse_result(method, &raw)?;
+                let responses = self
+                    .answer_inputs(ask.input_requests.unwrap_or_default(), opts)
+                    .await?;
+                params.insert("inputResponses".into(), Value::Object(responses));
+                match ask.request_state {
+                    Some(state) => params.insert("requestState".into(), Value::String(state)),
+                    None => params.remove("requestState"),
+                };
+                continue;
+            }
+            if let (Some(key), Some(ttl)) = (cache_key, head.ttl_ms) {
+                lock(&self.inner.cache).put(method, key, Duration::from_millis(ttl), raw.clone());
+            }
+            return Ok(raw);
+        }
+    }
+
+    async fn answer_inputs(
+        &self,
+        requests: toolyard_proto::InputRequests,
+        opts: &RequestOptions,
+    ) -> Result<Map<String, Value>, ClientError> {
+        let mut answers = Map::new();
+        for (key, request) in requests {
+            let method = request.method();
+            let params = match request {
+                InputRequest::Elicit(p) => to_value(&p),
+                InputRequest::CreateMessage(p) => to_value(&p),
+                InputRequest::ListRoots(p) => p.map(|p| to_value(&p)).unwrap_or(Value::Null),
+            };
+            let answer = match &opts.questions {
+                Some(q) => (q.handler)(method, params),
+                None => self.inner.handlers.answer(method, params),
+            };
+            let answer = answer.await.map_err(|e| {
+                ClientError::Protocol(format!(
+                    "the server asked for `{method}`, which this client cannot answer: {}",
+                    e.message
+                ))
+            })?;
+            answers.insert(key, answer);
+        }
+        Ok(answers)
+    }
+
+    /// [`round_trip_once`](Self::round_trip_once), sent again once when a modern server
+    /// refuses the version with -32022 but lists 2026-07-28 as supported (the versioning
+    /// page: retry with a mutually supported version).
+    pub(super) async fn round_trip(
+        &self,
+        method: &str,
+        params: &Map<String, Value>,
+        opts: &RequestOptions,
+        era: Era,
+    ) -> Result<Box<RawValue>, ClientError> {
+        match self.round_trip_once(method, params, opts, era).await {
+            Err(ClientError::Rpc(e))
+                if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION
+                    && era != Era::Handshake
+                    && e.data
+                        .as_ref()
+                        .and_then(|d| d.get("supported"))
+                        .and_then(Value::as_array)
+                        .is_some_and(|s| {
+                            s.iter()
+                                .any(|v| v.as_str() == Some(ProtocolVersion::V2026_07_28.as_str()))
+                        }) =>
+            {
+                self.round_trip_once(method, params, opts, era).await
+            }
+            other => other,
+        }
+    }
+
+    /// Sends one JSON-RPC request and waits for its answer, with the timeout that progress
+    /// extends up to the hard maximum. Dropping the future cancels the request.
+    async fn round_trip_once(
+        &self,
+        method: &str,
+        params: &Map<String, Value>,
+        opts: &RequestOptions,
+        era: Era,
+    ) -> Result<Box<RawValue>, ClientError> {
+        let inner = &self.inner;
+        let id = RequestId::Number(inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let modern = match era {
+            Era::Modern => true,
+            Era::Handshake => false,
+            Era::Negotiated => self.is_modern(),
+        };
+        let log_level = if modern {
+            *lock(&inner.log_level)
+        } else {
+            None
+        };
+        let meta = OurMeta {
+            caller: match params.get("_meta") {
+                Some(Value::Object(m)) => Some(m),
+                _ => None,
+            },
+            extra: opts.meta.as_ref(),
+            progress_token: &id,
+            modern: modern.then_some(ModernMeta {
+                identity: &inner.modern_identity,
+                log_level,
+            }),
+        };
+        let mut headers = Vec::new();
+        if modern {
+            headers.push((
+                "MCP-Protocol-Version".to_owned(),
+                ProtocolVersion::V2026_07_28.as_str().to_owned(),
+            ));
+            headers.push(("Mcp-Method".to_owned(), method.to_owned()));
+            let name = match method {
+                "tools/call" | "prompts/get" => params.get("name"),
+                "resources/read" => params.get("uri"),
+                _ => None,
+            };
+            if let Some(Value::String(name)) = name {
+                headers.push(("Mcp-Name".to_owned(), header_value(name)));
+            }
+            if method == "tools/call" {
+                self.param_headers(params, &mut headers);
+            }
+        } else if era == Era::Negotiated {
+            headers.extend(inner.response_headers.load().iter().cloned());
+        }
+        let body = toolyard_proto::jsonrpc::request_bytes(
+            &id,
+            method,
+            &WithMeta {
+                params,
+                meta: &meta,
+            },
+        )
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let (reply_tx, mut reply_rx) = oneshot::channel();
+        let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+        inner
+            .actor
+            .cast(ClientMsg::Request {
+                id: id.clone(),
+                method: method.to_owned(),
+                message: OutboundMessage {
+                    body,
+                    kind: OutboundKind::Request {
+                        id: id.clone(),
+                        method: method.to_owned(),
+                        headers,
+                    },
+                },
+                reply: reply_tx,
+                progress: Some(progress_tx),
+                questions: opts.questions.clone(),
+            })
+            .map_err(|_| ClientError::Closed)?;
+        let mut guard = CancelOnDrop {
+            actor: inner.actor.clone(),
+            id: Some(id),
+            reason: "the caller stopped waiting",
+        };
+        let timeout = opts.timeout.unwrap_or(inner.request_timeout);
+        let started = Instant::now();
+        let hard = started + inner.max_request_timeout.max(timeout);
+        let mut deadline = (started + timeout).min(hard);
+        loop {
+            tokio::select! {
+                answer = &mut reply_rx => {
+                    guard.id = None;
+                    // The actor queues progress before it passes on the answer, but `select!`
+                    // may see both ready and pick the answer: deliver what is queued first.
+                    if let Some(f) = &opts.on_progress {
+                        while let Ok(progress) = progress_rx.try_recv() {
+                            f(&progress);
+                        }
+                    }
+                    return answer.map_err(|_| ClientError::Closed)?;
+                }
+                Some(progress) = progress_rx.recv() => {
+                    if let Some(f) = &opts.on_progress {
+                        f(&progress);
+                    }
+                    deadline = (Instant::now() + timeout).min(hard);
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    guard.reason = "timed out";
+                    return Err(ClientError::Timeout { method: method.to_owned(), after: started.elapsed() });
+                }
+            }
+        }
+    }
+
+    fn param_headers(&self, params: &Map<String, Value>, headers: &mut Vec<(String, String)>) {
+        let Some(Value::String(name)) = params.get("name") else {
+            return;
+        };
+        let Some(list) = lock(&self.inner.tool_headers).get(name).cloned() else {
+            return;
+        };
+        let args = params.get("arguments");
+        for p in list.iter() {
+            let mut value = args;
+            for key in &p.path {
+                value = value.and_then(|v| v.get(key));
+            }
+            let text = match value {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Bool(b)) => b.to_string(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => continue,
+            };
+            headers.push((format!("Mcp-Param-{}", p.header), header_value(&text)));
+        }
+    }
+
+    /// Lists every tool straight through `round_trip` (not through the cache or the input
+    /// rounds, which may be what asked for this) to learn their `x-mcp-header` arguments.
+    async fn relearn_tools(&self, opts: &RequestOptions) -> Result<(), ClientError> {
+        let mut cursor = None;
+        for _ in 0..1000 {
+            let raw = self
+                .round_trip("tools/list", &cursor_params(cursor), opts, Era::Negotiated)
+                .await?;
+            let mut page: ListToolsResult = parse_result("tools/list", &raw)?;
+            self.learn_tools(&mut page.tools);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Remembers each tool's `x-mcp-header` arguments, and drops the tools whose
+    /// annotations are invalid (they cannot be called faithfully).
+    pub(super) fn learn_tools(&self, tools: &mut Vec<Tool>) {
+        let mut map = lock(&self.inner.tool_headers);
+        tools.retain(|tool| match tool_header_params(&tool.input_schema) {
+            Ok(params) if params.is_empty() => {
+                map.remove(&tool.name);
+                true
+            }
+            Ok(params) => {
+                map.insert(tool.name.clone(), params.into());
+                true
+            }
+            Err(why) => {
+                tracing::warn!(tool = %tool.name, %why, "excluding a tool with an invalid x-mcp-header annotation");
+                map.remove(&tool.name);
+                false
+            }
+        });
+    }
+
+    pub(super) async fn typed<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        opts: &RequestOptions,
+    ) -> Result<T, ClientError> {
+        let raw = self.request_raw(method, params, opts).await?;
+        parse_result(method, &raw)
+    }
+}
+
+/// Which generation's `_meta` and headers a request carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Era {
+    /// Modern, whatever was negotiated (the probe).
+    Modern,
+    /// Legacy, before a version is negotiated (`initialize`).
+    Handshake,
+    /// What the handshake chose.
+    Negotiated,
+}
+
+pub(super) fn to_value<T: serde::Serialize + ?Sized>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+pub(super) fn parse_result<T: DeserializeOwned>(
+    method: &str,
+    raw: &RawValue,
+) -> Result<T, ClientError> {
+    serde_json::from_str(raw.get()).map_err(|e| {
+        ClientError::Protocol(format!("`{method}` returned an unreadable result: {e}"))
+    })
+}
