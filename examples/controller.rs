@@ -4,6 +4,10 @@
 //! cargo run --example controller
 //! ```
 //! Then speak MCP on stdin (or point any MCP client at the command).
+#![allow(
+    clippy::needless_pass_by_value,
+    reason = "#[tool], #[resource] and #[prompt] methods take their arguments by value, as users write them"
+)]
 
 use std::collections::HashMap;
 use std::sync::Mutex;

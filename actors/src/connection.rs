@@ -488,6 +488,10 @@ impl ConnState {
         }
     }
 
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     fn error(&self, id: &RequestId, e: ErrorObject) {
         self.out().send(jsonrpc::error_bytes(Some(id), &e));
     }
@@ -576,6 +580,10 @@ impl ConnState {
         }
     }
 
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     fn initialize(&mut self, req: Request) {
         let p: InitializeParams = match jsonrpc::params(req.params.as_deref()) {
             Ok(p) => p,
@@ -640,6 +648,10 @@ impl ConnState {
         id
     }
 
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     fn modern(&mut self, req: Request, requested: String, meta: RequestMeta) {
         let version = match gate::modern(&req.method, &requested, &meta) {
             Ok(v) => v,
@@ -740,6 +752,10 @@ impl ConnState {
         self.listens.insert(req.id, id);
     }
 
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     fn notification(&mut self, n: Notification) {
         match n.method.as_str() {
             "notifications/cancelled" => {

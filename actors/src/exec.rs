@@ -119,6 +119,10 @@ pub(crate) async fn run<T, F>(
 pub(crate) type Ran<T> = Option<std::thread::Result<Result<T, HandlerError>>>;
 
 /// Answers `reply` with what the handler's future produced (see [`run`]).
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 pub(crate) fn answer<T>(
     ctx: RequestContext,
     reply: Reply,

@@ -69,6 +69,10 @@ impl Reply {
         &self.sink
     }
 
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     fn finish(&mut self, bytes: Vec<u8>, outcome: Outcome) {
         self.done = true;
         if let Some(r) = self.release.take() {
@@ -99,6 +103,10 @@ impl Reply {
     }
 
     /// Answers with an error.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     pub fn err(mut self, error: ErrorObject) {
         let bytes = jsonrpc::error_bytes(Some(&self.id), &error);
         self.finish(bytes, Outcome::Error(error.code));

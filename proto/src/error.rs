@@ -98,6 +98,10 @@ impl ErrorObject {
         }))
     }
     /// -32021 with `data.requiredCapabilities`.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     pub fn missing_capability(required: Value) -> Self {
         Self::new(
             code::MISSING_REQUIRED_CLIENT_CAPABILITY,

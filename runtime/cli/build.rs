@@ -49,7 +49,7 @@ fn main() {
     }
     let args = [
         format!("-Wl,--symbol-ordering-file={}", order.display()),
-        "-Wl,--no-warn-symbol-ordering".to_string(),
+        "-Wl,--no-warn-symbol-ordering".to_owned(),
     ];
     if !linker_takes(&target, &args) {
         // Only where rust-lld is the default is its absence worth a word.

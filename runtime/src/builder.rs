@@ -198,6 +198,10 @@ impl ServerBuilder {
     }
 
     /// Adds everything a shared controller defines.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+    )]
     pub fn controller_arc<C: Controller>(mut self, controller: Arc<C>) -> Self {
         for t in controller.tools() {
             self = self.tool(t);

@@ -454,12 +454,11 @@ fn runtime_shutdown_kills_and_reaps_the_group() {
 #[tokio::test]
 async fn a_bad_command_fails_to_start_naming_it() {
     let (tx, _rx) = mpsc::unbounded_channel();
-    let err = match Box::new(StdioTransport::new("/no/such/mcp-server").arg("--flag"))
+    let Err(err) = Box::new(StdioTransport::new("/no/such/mcp-server").arg("--flag"))
         .start(tx.into())
         .await
-    {
-        Ok(_) => panic!("started a command that does not exist"),
-        Err(e) => e,
+    else {
+        panic!("started a command that does not exist")
     };
     let TransportError::Io(msg) = &err else {
         panic!("{err:?}")

@@ -369,7 +369,7 @@ async fn the_admin_api_and_sighup_manage_sources_of_a_running_gateway() {
         |tools: Vec<toolyard::proto::Tool>| tools.into_iter().map(|t| t.name).collect::<Vec<_>>();
     let tools = names(client.list_all_tools().await.unwrap());
     assert!(
-        tools.contains(&"demo__echo".to_string()) && tools.contains(&"second__echo".to_string()),
+        tools.contains(&"demo__echo".to_owned()) && tools.contains(&"second__echo".to_owned()),
         "{tools:?}"
     );
     let refreshed = http

@@ -1,5 +1,10 @@
 //! The `toolyard` binary's system tests: our own binary as a subprocess over stdio and HTTP,
 //! with the official SDK clients and third-party MCP servers (one binary keeps link time low).
+#![allow(
+    clippy::needless_pass_by_value,
+    clippy::match_wildcard_for_single_variants,
+    reason = "test helpers take what they check by value, and tests match only the variant they expect"
+)]
 
 mod client_cli;
 mod client_interop;

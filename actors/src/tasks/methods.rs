@@ -43,6 +43,10 @@ fn related_task(obj: &mut JsonObject, id: &str) {
 
 /// Serves `tasks/get`, `tasks/update`, `tasks/cancel` (both generations) and `tasks/result`,
 /// `tasks/list` (2025-11-25; the modern generation removed them before this is reached).
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 pub(crate) fn handle(
     tasks: &Arc<Tasks>,
     method: &str,

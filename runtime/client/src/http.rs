@@ -291,6 +291,10 @@ impl HttpBase {
 }
 
 /// A reqwest error as a transport error, with its causes (reqwest's own message is terse).
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 pub(crate) fn io_error(e: reqwest::Error) -> TransportError {
     let mut message = e.to_string();
     let mut source = std::error::Error::source(&e);

@@ -45,6 +45,10 @@ fn marker(attr: &Attribute) -> Option<Marker> {
 }
 
 /// The expansion of `#[controller] impl X { ... }`.
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     if !attr.is_empty() {
@@ -111,9 +115,8 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         let Some(info) = errors.ok(info) else {
             continue;
         };
-        let list = match errors.ok(opts::of_attr(&attr)) {
-            Some(l) => l,
-            None => continue,
+        let Some(list) = errors.ok(opts::of_attr(&attr)) else {
+            continue;
         };
         match kind {
             Marker::Tool => {

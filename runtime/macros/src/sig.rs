@@ -532,6 +532,10 @@ pub(crate) fn doc_string(attrs: &[Attribute]) -> Option<String> {
 }
 
 /// Reads one option list, calling `each` on every item.
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 pub(crate) fn each_opt(
     opts: Vec<Opt>,
     mut each: impl FnMut(&Opt) -> syn::Result<()>,

@@ -39,7 +39,7 @@ pub(crate) async fn open(State(state): State<Arc<HttpState>>, caller: Caller) ->
     let id = new_session_id();
     let (tx, rx) = mpsc::unbounded_channel();
     let sink = Arc::new(SessionSink::default());
-    let handle = match state
+    let Ok(handle) = state
         .server
         .connect_as(
             Sink::channel(tx),
@@ -47,9 +47,8 @@ pub(crate) async fn open(State(state): State<Arc<HttpState>>, caller: Caller) ->
             principal.clone(),
         )
         .await
-    {
-        Ok(h) => h,
-        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     state
         .sessions

@@ -259,6 +259,10 @@ pub(crate) fn spawn_reaper(state: &Arc<HttpState>) {
     });
 }
 
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 fn json_error(status: StatusCode, id: Option<&RequestId>, error: ErrorObject) -> Response {
     (
         status,
@@ -912,7 +916,7 @@ fn resumable(
 ) -> Response {
     let (stream_id, replay) = session.open_stream();
     let attached = replay.lock().unwrap_or_else(|p| p.into_inner()).attach(0);
-    let pump = replay.clone();
+    let pump = replay;
     tokio::spawn(async move {
         let _in_flight = in_flight;
         let mut next = Some(first);

@@ -37,6 +37,10 @@ pub enum Target<'a> {
 }
 
 /// Runs one client script and asserts every check of its report passed (at least 10).
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 pub fn run_client(script: &str, profile: &str, protocol: &str, target: Target<'_>) {
     let interpreter = if script.ends_with(".py") {
         cache().join("venv/bin/python")

@@ -123,7 +123,7 @@ mod tests {
     fn our_meta_members_win_and_no_key_is_written_twice() {
         let caller = obj(serde_json::json!({ "a": 1, "x": "caller", "progressToken": "theirs" }));
         let extra = obj(serde_json::json!({ "x": "extra", "traceparent": "00-1-2-01" }));
-        let params = obj(serde_json::json!({ "name": "echo", "_meta": caller.clone() }));
+        let params = obj(serde_json::json!({ "name": "echo", "_meta": caller }));
         let id = RequestId::Number(7);
         let identity = ModernIdentity::of(
             &ClientCapabilities::default(),
