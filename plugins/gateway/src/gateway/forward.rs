@@ -1,0 +1,361 @@
+//! The handlers that forward calls, reads and prompts to a source: a lease from its pool,
+//! progress and cancellation carried through, one retry for read-only or idempotent tools,
+//! and an upstream call parked while a modern caller answers its question.
+
+use super::questions::{put_to_caller, relay_error, relay_to, Question};
+use super::uri::{rename_contents, upstream_uri};
+use super::Source;
+use crate::error::HostError;
+use crate::parked::Parkable;
+use crate::pool::Lease;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use toolyard::{HandlerError, RequestContext};
+use toolyard_client::{ClientError, RequestOptions};
+use toolyard_proto::{CallToolResult, ErrorObject, GetPromptResult, ReadResourceResult};
+
+/// An upstream call waiting for a modern caller's retry: the retry's `requestState`
+/// carries the key.
+pub(super) struct Parked {
+    call: tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>,
+    questions: mpsc::UnboundedReceiver<Question>,
+    pending: Question,
+    asked: u32,
+}
+
+impl Parkable for Parked {
+    fn abort(&mut self) {
+        self.call.abort();
+    }
+}
+
+/// Why an upstream call produced no result: the source could not be reached (its error
+/// already names it) or the call itself failed.
+enum CallFailure {
+    Host(HostError),
+    Client(ClientError),
+    /// The parked call's task was stopped (it expired, or the gateway is shutting down).
+    Aborted,
+}
+
+/// How long a parked upstream call waits for the caller's retry.
+pub(super) const PARK_TTL: Duration = Duration::from_secs(600);
+/// How often expired parked calls are looked for.
+pub(super) const PARK_SWEEP: Duration = Duration::from_secs(5);
+
+#[derive(Serialize, serde::Deserialize)]
+struct ParkKey {
+    parked: String,
+    asked: u32,
+}
+
+/// Whether a failed call may be sent again: only when it never reached a live server
+/// connection (the process died or the connection broke), and only for tools declared
+/// read-only or idempotent.
+fn retryable(e: &ClientError) -> bool {
+    matches!(e, ClientError::Transport(_) | ClientError::Closed)
+}
+
+fn host_failure(e: HostError) -> HandlerError {
+    HandlerError::failed(e.to_string())
+}
+
+fn client_failure(source: &str, e: ClientError) -> HandlerError {
+    match e {
+        ClientError::Rpc(err) => HandlerError::Protocol(err),
+        ClientError::MethodNotFound(m) => HandlerError::Protocol(ErrorObject::method_not_found(&m)),
+        other => HandlerError::failed(format!("source `{source}`: {other}")),
+    }
+}
+
+/// The options of an upstream request made for `ctx`: its questions go to `questions`;
+/// its progress goes to the downstream caller when it asked for it (otherwise no callback
+/// is set up).
+fn upstream_options(
+    ctx: &RequestContext,
+    questions: mpsc::UnboundedSender<Question>,
+) -> RequestOptions {
+    let opts = RequestOptions::default().questions(relay_to(ctx, questions));
+    if !ctx.wants_progress() {
+        return opts;
+    }
+    let ctx = ctx.clone();
+    opts.on_progress(move |p| {
+        ctx.progress(p.progress, p.total, p.message.as_deref());
+    })
+}
+
+pub(super) fn forward_tool(
+    source: &Arc<Source>,
+    upstream: String,
+    retry: bool,
+) -> toolyard::ToolFn {
+    let source = Arc::downgrade(source);
+    let upstream: Arc<str> = upstream.into();
+    Arc::new(move |ctx: RequestContext, args| {
+        let source = source.upgrade();
+        let upstream = upstream.clone();
+        Box::pin(async move {
+            let source = source.ok_or_else(|| HandlerError::failed("the source was removed"))?;
+            let started = Instant::now();
+            // A modern caller's retry: resume the parked upstream call.
+            if let Some(key) = ctx.state::<ParkKey>() {
+                let parked = source.parked.take(key.parked).await;
+                let parked = parked.ok_or_else(|| {
+                    HandlerError::failed(format!(
+                        "source `{}`: the upstream call waiting for this answer expired",
+                        source.spec.name
+                    ))
+                })?;
+                let call: UpstreamCall = Box::pin(AbortOnDrop(parked.call));
+                return drive(
+                    &source,
+                    &ctx,
+                    call,
+                    parked.questions,
+                    Some(parked.pending),
+                    parked.asked,
+                    started,
+                )
+                .await;
+            }
+            let (questions_tx, questions) = mpsc::unbounded_channel();
+            let call: UpstreamCall = Box::pin(call_upstream(
+                source.clone(),
+                upstream,
+                args.into_value(),
+                retry,
+                upstream_options(&ctx, questions_tx),
+            ));
+            drive(&source, &ctx, call, questions, None, 0, started).await
+        })
+    })
+}
+
+/// An upstream `tools/call` under way: driven in place by the caller's handler, and moved
+/// into a task of its own only when it is parked for a modern caller's retry.
+type UpstreamCall = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<CallToolResult, CallFailure>> + Send>,
+>;
+
+/// The upstream call itself: a lease, the call, and one more try (on a fresh connection)
+/// for read-only or idempotent tools whose call never reached a live server.
+async fn call_upstream(
+    source: Arc<Source>,
+    upstream: Arc<str>,
+    mut arguments: Value,
+    retry: bool,
+    opts: RequestOptions,
+) -> Result<CallToolResult, CallFailure> {
+    let attempts = if retry { 2 } else { 1 };
+    let mut last = ClientError::Closed;
+    for attempt in 1..=attempts {
+        let lease: Lease = source.pool.lease().await.map_err(CallFailure::Host)?;
+        // The last attempt takes the arguments; only a retry needs a copy.
+        let args = if attempt < attempts {
+            arguments.clone()
+        } else {
+            std::mem::take(&mut arguments)
+        };
+        match lease.call_tool_with(&upstream, args, &opts).await {
+            Ok(result) => return Ok(result),
+            Err(e) => {
+                lease.report(&e);
+                if !retryable(&e) {
+                    return Err(CallFailure::Client(e));
+                }
+                last = e;
+            }
+        }
+    }
+    Err(CallFailure::Client(last))
+}
+
+/// A parked call's task, awaited again by the retry: dropping it (the retry gave up or was
+/// cancelled) stops the upstream call.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>);
+
+impl std::future::Future for AbortOnDrop {
+    type Output = Result<CallToolResult, CallFailure>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|joined| joined.unwrap_or(Err(CallFailure::Aborted)))
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits for an upstream call, putting the questions it asks to our caller. A modern
+/// caller cannot answer mid-call: the call is parked (moved into a task of its own) and
+/// the round ends with `InputRequired`; the caller's retry resumes it here. Dropping this
+/// future (the caller cancelled) drops the call, which cancels it upstream.
+async fn drive(
+    source: &Arc<Source>,
+    ctx: &RequestContext,
+    mut call: UpstreamCall,
+    mut questions: mpsc::UnboundedReceiver<Question>,
+    mut pending: Option<Question>,
+    mut asked: u32,
+    started: Instant,
+) -> Result<CallToolResult, HandlerError> {
+    let name = &source.spec.name;
+    loop {
+        if let Some(question) = pending.take() {
+            let key = format!("upstream-{asked}");
+            match put_to_caller(ctx, &key, &question).await {
+                Ok(answer) => {
+                    let _ = question.answer.send(Ok(answer));
+                    asked += 1;
+                }
+                Err(toolyard::InputError::InputRequired) => {
+                    let parked_key = format!(
+                        "{name}-{}",
+                        source.next_park.fetch_add(1, Ordering::Relaxed)
+                    );
+                    ctx.set_state(&ParkKey {
+                        parked: parked_key.clone(),
+                        asked,
+                    });
+                    source.parked.park(
+                        parked_key,
+                        Parked {
+                            call: tokio::spawn(call),
+                            questions,
+                            pending: question,
+                            asked,
+                        },
+                    );
+                    return Err(HandlerError::Input(toolyard::InputError::InputRequired));
+                }
+                Err(e) => {
+                    let _ = question.answer.send(Err(relay_error(e)));
+                }
+            }
+        }
+        tokio::select! {
+            done = &mut call => {
+                return match done {
+                    Ok(result) => Ok(annotate(result, name, started)),
+                    Err(CallFailure::Host(e)) => Err(host_failure(e)),
+                    Err(CallFailure::Client(e)) => Err(client_failure(name, e)),
+                    Err(CallFailure::Aborted) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
+                };
+            }
+            Some(question) = questions.recv() => pending = Some(question),
+            () = ctx.cancelled() => return Err(HandlerError::failed("cancelled")),
+        }
+    }
+}
+
+/// Adds where the result came from and how long it took to the result's `_meta`.
+fn annotate(mut result: CallToolResult, source: &str, started: Instant) -> CallToolResult {
+    // The upstream's `resultType` is its wire's; our server writes its own.
+    result.result_type = None;
+    let meta = result.meta.get_or_insert_with(Default::default);
+    meta.insert(
+        "io.toolyard/source".into(),
+        json!({ "name": source, "elapsedMs": started.elapsed().as_secs_f64() * 1000.0 }),
+    );
+    result
+}
+
+pub(super) fn forward_read(source: &Arc<Source>) -> toolyard::ResourceFn {
+    let source = Arc::downgrade(source);
+    Arc::new(move |ctx: RequestContext, request| {
+        let source = source.upgrade();
+        Box::pin(async move {
+            let source = source.ok_or_else(|| HandlerError::failed("the source was removed"))?;
+            let name = source.spec.name.clone();
+            let upstream = upstream_uri(&name, &request.uri)
+                .ok_or_else(|| {
+                    HandlerError::failed(format!(
+                        "`{}` is not a URI of source `{name}`",
+                        request.uri
+                    ))
+                })?
+                .to_owned();
+            let lease = source.pool.lease().await.map_err(host_failure)?;
+            let result: Result<ReadResourceResult, ClientError> = answering(&ctx, |opts| {
+                let lease = &lease;
+                async move { lease.read_resource_with(&upstream, &opts).await }
+            })
+            .await;
+            match result {
+                Ok(read) => Ok(read
+                    .contents
+                    .into_iter()
+                    .map(|c| rename_contents(c, &name))
+                    .collect()),
+                Err(e) => {
+                    lease.report(&e);
+                    Err(client_failure(&name, e))
+                }
+            }
+        })
+    })
+}
+
+/// Runs an upstream request, putting the questions it asks to our caller (no parking: a
+/// modern caller's questions are refused, since reads and prompts are not parked).
+async fn answering<T, F>(
+    ctx: &RequestContext,
+    request: impl FnOnce(RequestOptions) -> F,
+) -> Result<T, ClientError>
+where
+    F: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let (tx, mut questions) = mpsc::unbounded_channel();
+    let request = request(upstream_options(ctx, tx));
+    tokio::pin!(request);
+    let mut asked = 0u32;
+    loop {
+        tokio::select! {
+            done = &mut request => return done,
+            Some(q) = questions.recv() => {
+                let answer = put_to_caller(ctx, &format!("upstream-{asked}"), &q).await.map_err(relay_error);
+                asked += 1;
+                let _ = q.answer.send(answer);
+            }
+        }
+    }
+}
+
+pub(super) fn forward_prompt(source: &Arc<Source>, upstream: String) -> toolyard::PromptFn {
+    let source = Arc::downgrade(source);
+    Arc::new(move |ctx: RequestContext, args: HashMap<String, String>| {
+        let source = source.upgrade();
+        let upstream = upstream.clone();
+        Box::pin(async move {
+            let source = source.ok_or_else(|| HandlerError::failed("the source was removed"))?;
+            let name = source.spec.name.clone();
+            let lease = source.pool.lease().await.map_err(host_failure)?;
+            let result: Result<GetPromptResult, ClientError> = answering(&ctx, |opts| {
+                let lease = &lease;
+                async move { lease.get_prompt_with(&upstream, json!(args), &opts).await }
+            })
+            .await;
+            result
+                .map(|mut prompt| {
+                    prompt.result_type = None;
+                    prompt
+                })
+                .map_err(|e| {
+                    lease.report(&e);
+                    client_failure(&name, e)
+                })
+        })
+    })
+}
