@@ -4,7 +4,8 @@
 //! prompt catalogs owning their registries, completion, custom methods) and an EventBus. Each stdio or
 //! in-memory connection and each legacy HTTP session is a Connection actor. Requests do not
 //! cross actors on the hot path: a connection launches `tools/call` straight from the shared
-//! registry snapshot with a [`Reply`] that writes to the connection's [`Sink`]; user code runs
+//! registry snapshot with a [`Reply`](transport::Reply) that writes to the connection's
+//! [`Sink`](transport::Sink); user code runs
 //! in tasks with a [`RequestContext`]. Tools may run as tasks ([`TaskStore`]).
 //! `docs/semantics.md` is the contract and `docs/architecture.md` the map.
 //!

@@ -126,7 +126,10 @@ mod tests {
     use super::*;
 
     fn schema(v: serde_json::Value) -> JsonObject {
-        v.as_object().unwrap().clone()
+        match v {
+            serde_json::Value::Object(m) => m,
+            other => panic!("not an object: {other}"),
+        }
     }
 
     #[test]

@@ -1,5 +1,9 @@
 //! The `toolyard` binary: a thin command line over the library.
 
+// The doc comments of the argument structs are clap's `--help` text, written for a terminal
+// (bare URLs, `[::1]`), not for rustdoc.
+#![allow(rustdoc::bare_urls, rustdoc::broken_intra_doc_links)]
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use config_file::ConfigFile;

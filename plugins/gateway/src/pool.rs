@@ -619,6 +619,8 @@ impl Inner {
     }
 
     /// The transport of a new connection.
+    // Fails only in a build without HTTP sources (a `url` source then has no transport).
+    #[cfg_attr(feature = "http", allow(clippy::unnecessary_wraps))]
     fn transport(&self) -> Result<Box<dyn Transport>, HostError> {
         match &self.spec.launch {
             Launch::Process(p) => {

@@ -1,32 +1,5 @@
-//! The Streamable HTTP client transport (both generations): every message is one POST to the
-//! MCP endpoint, and the answer comes back on that POST, as JSON or as an SSE stream.
-//!
-//! Why it is shaped this way:
-//! - **A task and a stream per request.** Each send runs in its own task, so a slow tool call
-//!   never holds up a `ping` behind it, and the response stream of a request belongs to that
-//!   request alone. Cancelling a request ([`TransportLink::cancel`]) aborts its task, which
-//!   drops the connection: closing the stream is how a modern (2026-07-28) server learns that
-//!   nobody wants the answer any more. (A legacy server keeps running the call; the client
-//!   sends `notifications/cancelled` for those.)
-//! - **Resumption.** A stream that breaks before its request was answered is picked up again
-//!   with `GET` and `Last-Event-ID`, after the `retry` the server asked for (1 s when it
-//!   named none), a few times at most; a stream without any event id cannot be resumed and
-//!   fails the request.
-//! - **Sessions (legacy).** The `Mcp-Session-Id` of a response is kept and sent on every later
-//!   message (an `initialize` answer replaces it). A 404 while we hold one means the server
-//!   forgot the session: the id is dropped and the request fails with
-//!   [`TransportError::SessionExpired`], so the client initializes again and retries. After
-//!   `notifications/initialized` the standalone GET stream carries server-initiated messages;
-//!   [`close`](TransportLink::close) ends the session with DELETE.
-//! - **Errors stay per request.** A refused connection or an HTTP error fails the one request
-//!   ([`TransportEvent::RequestFailed`]); the next one may well work, so nothing here closes
-//!   the transport except `close`. A non-2xx answer whose body is the JSON-RPC error of the
-//!   request (the modern generation answers 400/404 with one) is delivered as that message.
-//! - **Auth** comes from an [`AuthProvider`]: 401/403 asks it for better credentials and
-//!   retries, a few times per request.
-//!
-//! This transport parses no MCP beyond the `id` of messages on a request's stream (to know
-//! when the request has been answered).
+//! The Streamable HTTP client transport. How it works is documented on
+//! [`StreamableHttpTransport`], where users of the crate see it.
 
 use super::auth::{AuthChallenge, AuthProvider};
 use super::sse::SseParser;
@@ -69,7 +42,39 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// The default for [`StreamableHttpTransport::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A client transport over Streamable HTTP (see the [module docs](self)).
+/// A client transport over Streamable HTTP.
+///
+/// # How it works
+///
+/// The Streamable HTTP client transport (both generations): every message is one POST to the
+/// MCP endpoint, and the answer comes back on that POST, as JSON or as an SSE stream.
+///
+/// Why it is shaped this way:
+/// - **A task and a stream per request.** Each send runs in its own task, so a slow tool call
+///   never holds up a `ping` behind it, and the response stream of a request belongs to that
+///   request alone. Cancelling a request ([`TransportLink::cancel`]) aborts its task, which
+///   drops the connection: closing the stream is how a modern (2026-07-28) server learns that
+///   nobody wants the answer any more. (A legacy server keeps running the call; the client
+///   sends `notifications/cancelled` for those.)
+/// - **Resumption.** A stream that breaks before its request was answered is picked up again
+///   with `GET` and `Last-Event-ID`, after the `retry` the server asked for (1 s when it
+///   named none), a few times at most; a stream without any event id cannot be resumed and
+///   fails the request.
+/// - **Sessions (legacy).** The `Mcp-Session-Id` of a response is kept and sent on every later
+///   message (an `initialize` answer replaces it). A 404 while we hold one means the server
+///   forgot the session: the id is dropped and the request fails with
+///   [`TransportError::SessionExpired`], so the client initializes again and retries. After
+///   `notifications/initialized` the standalone GET stream carries server-initiated messages;
+///   [`close`](TransportLink::close) ends the session with DELETE.
+/// - **Errors stay per request.** A refused connection or an HTTP error fails the one request
+///   ([`TransportEvent::RequestFailed`]); the next one may well work, so nothing here closes
+///   the transport except `close`. A non-2xx answer whose body is the JSON-RPC error of the
+///   request (the modern generation answers 400/404 with one) is delivered as that message.
+/// - **Auth** comes from an [`AuthProvider`]: 401/403 asks it for better credentials and
+///   retries, a few times per request.
+///
+/// This transport parses no MCP beyond the `id` of messages on a request's stream (to know
+/// when the request has been answered).
 ///
 /// ```no_run
 /// # use std::sync::Arc;

@@ -1,13 +1,5 @@
-//! The 2024-11-05 HTTP+SSE client transport, and the `text/event-stream` parser both HTTP
-//! transports read with.
-//!
-//! The old transport has two endpoints: a long-lived `GET` SSE stream (e.g. `/sse`) whose
-//! first event, `endpoint`, names the URL to POST messages to; every answer, notification and
-//! server request then arrives on that one stream as a `message` event, and each POST is only
-//! acknowledged (202). So [`SseTransport::start`] returns once the endpoint is known, a send
-//! is a POST whose failure fails only its request, and the end of the stream is the end of
-//! the connection ([`TransportEvent::Closed`]). Cancelling a request closes nothing here:
-//! the client's `notifications/cancelled` is the only way to tell the server.
+//! The 2024-11-05 HTTP+SSE client transport and the `text/event-stream` parser both HTTP
+//! transports read with. How it works is documented on [`SseTransport`].
 
 use super::auth::AuthProvider;
 use super::http::{content_type, deliver, error_body, pump, HttpBase, HttpOptions};
@@ -26,7 +18,20 @@ use toolyard_proto::RequestId;
 /// The default for [`SseTransport::endpoint_timeout`].
 pub const DEFAULT_ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A client transport over the 2024-11-05 HTTP+SSE transport (see the [module docs](self)).
+/// A client transport over the 2024-11-05 HTTP+SSE transport.
+///
+/// # How it works
+///
+/// The 2024-11-05 HTTP+SSE client transport, and the `text/event-stream` parser both HTTP
+/// transports read with.
+///
+/// The old transport has two endpoints: a long-lived `GET` SSE stream (e.g. `/sse`) whose
+/// first event, `endpoint`, names the URL to POST messages to; every answer, notification and
+/// server request then arrives on that one stream as a `message` event, and each POST is only
+/// acknowledged (202). So [`SseTransport::start`] returns once the endpoint is known, a send
+/// is a POST whose failure fails only its request, and the end of the stream is the end of
+/// the connection ([`TransportEvent::Closed`]). Cancelling a request closes nothing here:
+/// the client's `notifications/cancelled` is the only way to tell the server.
 ///
 /// ```no_run
 /// use toolyard_client::SseTransport;

@@ -482,6 +482,8 @@ fn resolve_env(
 }
 
 #[cfg(test)]
+// A test panics on whatever other variant it got.
+#[allow(clippy::match_wildcard_for_single_variants)]
 mod tests {
     use super::*;
     use crate::config::sections::{FailureModeSetting, GatewayConfig};

@@ -51,6 +51,6 @@ pub(super) fn resolve(toml: &str, env: &Env) -> Result<SourceSpec, SourceError> 
 pub(super) fn process(spec: &SourceSpec) -> &ProcessSpec {
     match &spec.launch {
         Launch::Process(p) => p,
-        other => panic!("{other:?}"),
+        other @ Launch::Remote(_) => panic!("{other:?}"),
     }
 }

@@ -61,6 +61,10 @@ fn retryable(e: &ClientError) -> bool {
     matches!(e, ClientError::Transport(_) | ClientError::Closed)
 }
 
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
+)]
 fn host_failure(e: HostError) -> HandlerError {
     HandlerError::failed(e.to_string())
 }
