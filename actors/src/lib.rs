@@ -38,10 +38,10 @@ pub mod transport {
     //! [`Server::serve_stateless`](crate::Server::serve_stateless), the [`Reply`] every
     //! request is answered through, and the request gate ([`modern_gate`]) a transport calls
     //! when it must refuse a request in its own terms (an HTTP status) before handing it on.
+    pub use crate::connection::ConnectionHandle;
     pub use crate::connection::Delivery;
     pub use crate::gate::{modern as modern_gate, GateError};
     pub use crate::reply::Reply;
-    pub use crate::server::ConnectionHandle;
     pub use crate::sink::{MessageSink, Sink};
 }
 

@@ -7,7 +7,7 @@
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
 
 use crate::connection::{
-    ConnMsg, Connection, ConnectionArgs, Delivery, DirectModern, Inflight, SessionView,
+    Connection, ConnectionArgs, ConnectionHandle, Delivery, DirectModern, Inflight, SessionView,
 };
 use crate::event_bus::{BusMsg, Event, EventBus};
 use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolyard_proto::jsonrpc::Request;
 use toolyard_proto::ErrorObject;
-use toolyard_proto::{jsonrpc, Incoming, RequestMeta};
+use toolyard_proto::RequestMeta;
 use toolyard_proto::{
     CacheScope, Implementation, ListChangedCapability, ResourcesCapability, ServerCapabilities,
 };
@@ -528,13 +528,7 @@ impl Server {
             .await
             .map_err(|e| StartError(e.to_string()))?;
         self.core.connections.fetch_add(1, Ordering::Relaxed);
-        Ok(ConnectionHandle {
-            actor,
-            view,
-            direct,
-            sink,
-            queued,
-        })
+        Ok(ConnectionHandle::new(actor, view, direct, sink, queued))
     }
 
     /// Serves a modern (2026-07-28) request that needs no connection: its answer and
@@ -666,108 +660,5 @@ impl Server {
     /// Stops every actor of the server.
     pub fn shutdown(&self) {
         let _ = self.supervisor.cast(SupMsg::Stop);
-    }
-}
-
-/// Feeds one connection.
-#[derive(Clone)]
-pub struct ConnectionHandle {
-    actor: ActorRef<ConnMsg>,
-    view: Arc<ArcSwapOption<SessionView>>,
-    /// For direct launches of modern requests.
-    direct: Arc<DirectModern>,
-    /// The connection's own sink: where directly launched requests answer.
-    sink: Sink,
-    /// Client messages the actor has not handled yet; see `ConnState::queued`.
-    queued: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl std::fmt::Debug for ConnectionHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnectionHandle").finish()
-    }
-}
-
-impl ConnectionHandle {
-    /// Parses one message from the client and hands it to the connection. An ordinary
-    /// request (a modern one, or one of an initialized legacy session) is launched straight
-    /// to its handler (its answer goes to the connection's sink) when nothing from the client
-    /// still waits in the connection's mailbox, so it never overtakes an earlier message;
-    /// everything else goes through the connection, in order.
-    pub fn receive(&self, bytes: &[u8]) {
-        let msg = match jsonrpc::parse(bytes) {
-            Ok(Incoming::Request(req))
-                if self.queued.load(std::sync::atomic::Ordering::Acquire) == 0 =>
-            {
-                let delivery = Delivery {
-                    sink: self.sink.clone(),
-                    cancel: tokio_util::sync::CancellationToken::new(),
-                    track: true,
-                    principal: None,
-                };
-                let view = self.view.load();
-                match crate::connection::launch_direct(&self.direct, view.as_deref(), req, delivery)
-                {
-                    Ok(()) => return,
-                    Err((req, _)) => ConnMsg::Inbound(Incoming::Request(req), None),
-                }
-            }
-            Ok(m) => ConnMsg::Inbound(m, None),
-            Err(r) => ConnMsg::Rejected(r),
-        };
-        self.cast_from_client(msg);
-    }
-
-    /// Casts a client message to the connection, counted until the actor has handled it.
-    fn cast_from_client(&self, msg: ConnMsg) -> bool {
-        use std::sync::atomic::Ordering;
-        self.queued.fetch_add(1, Ordering::AcqRel);
-        let sent = self.actor.cast(msg).is_ok();
-        if !sent {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-        }
-        sent
-    }
-
-    /// Hands an already parsed message to the connection; a request's answer and
-    /// notifications go to `delivery` (an HTTP response stream) instead of the connection's
-    /// sink. Returns false when the connection is gone.
-    pub fn deliver(&self, message: Incoming, delivery: Option<Delivery>) -> bool {
-        self.cast_from_client(ConnMsg::Inbound(message, delivery))
-    }
-
-    /// Hands a request to the connection, launching it directly when the connection is an
-    /// initialized legacy session and the request is an ordinary one (no hop through the
-    /// connection actor); otherwise like [`ConnectionHandle::deliver`]. Returns false when
-    /// the connection is gone.
-    pub fn deliver_request(&self, request: Request, delivery: Delivery) -> bool {
-        let (request, delivery) = match self.view.load().as_ref() {
-            Some(view) => match view.launch(request, delivery) {
-                Ok(()) => return true,
-                Err(back) => back,
-            },
-            None => (request, delivery),
-        };
-        self.deliver(Incoming::Request(request), Some(delivery))
-    }
-
-    /// True while the connection actor runs.
-    pub fn is_alive(&self) -> bool {
-        matches!(
-            self.actor.get_status(),
-            ractor::ActorStatus::Running
-                | ractor::ActorStatus::Starting
-                | ractor::ActorStatus::Upgrading
-        )
-    }
-
-    /// Answers a message that could not even be read (e.g. over the size limit).
-    pub fn reject(&self, error: toolyard_proto::ErrorObject) {
-        self.cast_from_client(ConnMsg::Rejected(jsonrpc::Rejected { id: None, error }));
-    }
-
-    /// The transport closed: cancels in-flight calls and stops the connection.
-    pub fn close(&self) {
-        let _ = self.actor.cast(ConnMsg::Closed);
     }
 }

@@ -1,6 +1,6 @@
 //! The gateway under faults, end to end: `toolyard serve --config <file> --http ADDR` as a
 //! subprocess, our Streamable HTTP client downstream, real upstream processes (Toolyard's own
-//! `serve --stdio`, and the Python fixtures `pool_server.py` and
+//! `serve --stdio`, and the Python fixtures `pool_server.py` (the gateway crate's) and
 //! `gateway_faults/once_server.py`). Upstream processes are found and counted through /proc
 //! (descendants of the gateway process); restarts and health through the admin API.
 
@@ -79,7 +79,9 @@ fn toolyard_source(name: &str, extra: &str) -> String {
 /// `[[sources]]` running `pool_server.py STATE` (the fixture that fails every start while
 /// `STATE/fail` exists).
 fn pool_source(name: &str, state: &Path, extra: &str) -> String {
-    let script = fixtures().join("pool_server.py");
+    // The gateway crate's pool fixture, shared rather than copied.
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/gateway/tests/fixtures/pool_server.py");
     format!(
         "[[sources]]\nname = {}\ncommand = {}\nargs = [{}, {}]\n{extra}\n",
         q(name),

@@ -3,18 +3,27 @@
 //! It owns what lives as long as the connection: the legacy lifecycle (nothing but
 //! `initialize` and `ping` before `initialize`), the negotiated version, the caller's
 //! capabilities, the log level, resource subscriptions, the in-flight table that cancellation
-//! looks requests up in, and the pending replies of requests we sent to the client. Each
-//! request is checked here (era, `_meta`, lifecycle) and cast straight to its handler actor
-//! with a [`Reply`] that writes to the connection's sink.
+//! looks requests up in, and the pending replies of requests we sent to the client. A request
+//! that reaches the actor is checked here (the gate, the lifecycle) and launched
+//! (`launch`) with a [`Reply`](crate::reply::Reply) that writes to the connection's sink;
+//! ordinary requests usually skip the actor (`direct`). `handle` is what transports hold,
+//! `inflight` the table of running requests.
 
-use crate::context::{Caller, Channel, ContextInner, LegacyConn, RequestContext, Round};
+mod direct;
+mod handle;
+mod inflight;
+mod launch;
+
+pub(crate) use direct::{DirectModern, SessionView};
+pub use handle::ConnectionHandle;
+pub(crate) use inflight::Inflight;
+pub use launch::Delivery;
+pub(crate) use launch::{launch, serve_stateless, Launch, LaunchMeta};
+
+use crate::context::{Caller, Channel, LegacyConn, Round};
 use crate::event_bus::{next_listener_id, BusMsg, Filter, Listener, ListenerId};
 use crate::gate;
-use crate::handlers::tools::CallParams;
-use crate::middleware::{RequestInfo, Watch};
 use crate::outbound::Outbound;
-use crate::reply::{InflightRelease, Reply};
-use crate::route::route;
 use crate::server::ServerCore;
 use crate::sink::Sink;
 use arc_swap::ArcSwapOption;
@@ -23,31 +32,13 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolyard_proto::jsonrpc::{self, Incoming, Notification, Rejected, Request};
 use toolyard_proto::method;
 use toolyard_proto::{
-    ClientCapabilities, ErrorObject, Implementation, InitializeResult, LoggingLevel, ProgressToken,
+    ClientCapabilities, ErrorObject, Implementation, InitializeResult, LoggingLevel,
     ProtocolVersion, RequestId, RequestMeta,
 };
-
-/// Where one request's answer and notifications go, when not to the connection's own sink
-/// (an HTTP POST's response stream), and the token that stream's closing cancels.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The request's own sink.
-    pub sink: Sink,
-    /// Cancelled when the response stream closes.
-    pub cancel: CancellationToken,
-    /// Whether the request enters the connection's in-flight table (so
-    /// `notifications/cancelled` can find it). Sessionless requests share one connection and
-    /// may reuse ids, so they are not tracked.
-    pub track: bool,
-    /// The authenticated caller of this request, when the transport established one per
-    /// request (sessionless HTTP); otherwise the connection's principal applies.
-    pub principal: Option<Arc<str>>,
-}
 
 /// Messages of a Connection.
 #[derive(Debug)]
@@ -75,213 +66,6 @@ pub(crate) struct ConnectionArgs {
     pub(crate) inflight: Arc<Inflight>,
     /// Cancelled when the connection stops.
     pub(crate) closing: CancellationToken,
-}
-
-/// What a request of an initialized legacy connection needs, published once `initialize`
-/// is handled, so a transport can launch such requests without a hop through the
-/// connection actor (HTTP sessions under concurrent load). The connection stays the owner:
-/// lifecycle methods, notifications and anything unusual still go through it.
-pub(crate) struct SessionView {
-    core: Arc<ServerCore>,
-    version: ProtocolVersion,
-    caller: Arc<Caller>,
-    legacy: Arc<LegacyConn>,
-    inflight: Arc<Inflight>,
-    session_id: Option<Arc<str>>,
-}
-
-impl SessionView {
-    /// Launches `req` if it is an ordinary legacy request; gives it back otherwise.
-    pub(crate) fn launch(&self, req: Request, d: Delivery) -> Result<(), (Request, Delivery)> {
-        if !method::handled(&req.method) {
-            return Err((req, d));
-        }
-        match Edge::read(&req) {
-            Some(edge) if edge.version().is_none() => self.launch_legacy(req, edge, d),
-            _ => Err((req, d)),
-        }
-    }
-
-    fn launch_legacy(
-        &self,
-        req: Request,
-        edge: Edge,
-        d: Delivery,
-    ) -> Result<(), (Request, Delivery)> {
-        if !self
-            .inflight
-            .enter(&req.id, &d.cancel, self.core.limits.max_in_flight)
-        {
-            // The connection answers these with the right error.
-            return Err((req, d));
-        }
-        if self.legacy.closing.is_cancelled() {
-            // Entered after the connection cancelled its table on stopping.
-            d.cancel.cancel();
-        }
-        launch(
-            &self.core,
-            Launch {
-                req,
-                call: edge.call,
-                version: self.version,
-                caller: self.caller.clone(),
-                channel: Channel::Legacy {
-                    conn: self.legacy.clone(),
-                },
-                meta: LaunchMeta::of(edge.meta),
-                modern: false,
-                out: d.sink,
-                cancel: d.cancel,
-                session_id: self.session_id.clone(),
-                release: Some(self.inflight.clone()),
-            },
-        );
-        Ok(())
-    }
-}
-
-/// What a transport needs to launch a modern (2026-07-28) request of a stdio or in-memory
-/// connection without a hop through the connection actor: modern requests carry their
-/// version and capabilities in `_meta`, so nothing of the connection's lifecycle is needed,
-/// only its in-flight table (for `notifications/cancelled` and closing).
-pub(crate) struct DirectModern {
-    pub(crate) core: Arc<ServerCore>,
-    pub(crate) inflight: Arc<Inflight>,
-    /// Cancelled when the connection stops; no direct launch after that.
-    pub(crate) closing: CancellationToken,
-    pub(crate) principal: Option<Arc<str>>,
-}
-
-/// Launches an ordinary request of either generation straight to its handler, or gives it
-/// back for the connection actor (anything unusual: lifecycle methods, `_meta` problems,
-/// duplicate ids, a legacy request before `initialize`), which answers it as before.
-pub(crate) fn launch_direct(
-    direct: &DirectModern,
-    view: Option<&SessionView>,
-    req: Request,
-    d: Delivery,
-) -> Result<(), (Request, Delivery)> {
-    if !method::handled(&req.method) || direct.closing.is_cancelled() {
-        return Err((req, d));
-    }
-    let Some(edge) = Edge::read(&req) else {
-        return Err((req, d));
-    };
-    let Some(requested) = edge.version() else {
-        return match view {
-            Some(view) => view.launch_legacy(req, edge, d),
-            None => Err((req, d)),
-        };
-    };
-    let Some(meta) = edge.meta.as_deref() else {
-        return Err((req, d));
-    };
-    // Refused requests go back to the actor, which answers with the gate's error.
-    let Ok(version) = gate::modern(&req.method, requested, meta) else {
-        return Err((req, d));
-    };
-    let capabilities = meta.client_capabilities.clone().unwrap_or_default();
-    if !direct
-        .inflight
-        .enter(&req.id, &d.cancel, direct.core.limits.max_in_flight)
-    {
-        return Err((req, d));
-    }
-    if direct.closing.is_cancelled() {
-        // Entered after the connection cancelled its table on stopping.
-        d.cancel.cancel();
-    }
-    let caller = Arc::new(Caller {
-        capabilities,
-        info: meta.client_info.clone(),
-        principal: d.principal.clone().or_else(|| direct.principal.clone()),
-    });
-    let channel = Channel::Modern {
-        log_level: meta.log_level,
-        round: Mutex::new(Round::default()),
-    };
-    launch(
-        &direct.core,
-        Launch {
-            req,
-            call: edge.call,
-            version,
-            caller,
-            channel,
-            meta: LaunchMeta::of(edge.meta),
-            modern: true,
-            out: d.sink,
-            cancel: d.cancel,
-            session_id: None,
-            release: Some(direct.inflight.clone()),
-        },
-    );
-    Ok(())
-}
-
-/// A request's `_meta` and, for `tools/call`, its params, read in one pass over the params
-/// (a direct launch would otherwise read them once for `_meta` and again in the handler).
-struct Edge {
-    /// Boxed: most legacy requests have none, and it is large to move.
-    meta: Option<Box<RequestMeta>>,
-    call: Option<CallParams>,
-}
-
-impl Edge {
-    /// The modern protocol version the request asks for, if any.
-    fn version(&self) -> Option<&str> {
-        self.meta.as_ref()?.protocol_version.as_deref()
-    }
-
-    /// `None` when the params do not parse: the connection actor answers with the error.
-    fn read(req: &Request) -> Option<Edge> {
-        if req.method == method::TOOLS_CALL {
-            let mut call: CallParams = jsonrpc::params(req.params.as_deref()).ok()?;
-            Some(Edge {
-                meta: call.meta.take(),
-                call: Some(call),
-            })
-        } else {
-            let head: Head = jsonrpc::params(req.params.as_deref()).ok()?;
-            Some(Edge {
-                meta: head.meta.map(Box::new),
-                call: None,
-            })
-        }
-    }
-}
-
-/// The in-flight requests of a connection, by id.
-#[derive(Default)]
-///
-/// Hashed with FxHash: ids are the client's own, and the table is bounded by
-/// `max_in_flight`, so a client choosing colliding ids can only slow its own connection.
-pub(crate) struct Inflight(Mutex<rustc_hash::FxHashMap<RequestId, CancellationToken>>);
-
-impl Inflight {
-    /// Enters a request unless its id is already in flight or the table is full (the
-    /// connection actor then answers with the matching error).
-    fn enter(&self, id: &RequestId, cancel: &CancellationToken, max: usize) -> bool {
-        let mut table = self.table();
-        if table.contains_key(id) || table.len() >= max {
-            return false;
-        }
-        table.insert(id.clone(), cancel.clone());
-        true
-    }
-
-    fn table(
-        &self,
-    ) -> std::sync::MutexGuard<'_, rustc_hash::FxHashMap<RequestId, CancellationToken>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl InflightRelease for Inflight {
-    fn release(&self, id: &RequestId) {
-        self.table().remove(id);
-    }
 }
 
 enum Phase {
@@ -315,7 +99,7 @@ pub(crate) struct ConnState {
 }
 
 #[derive(Deserialize, Default)]
-struct Head {
+pub(super) struct MetaOnly {
     #[serde(rename = "_meta", default)]
     meta: Option<RequestMeta>,
 }
@@ -503,7 +287,7 @@ impl ConnState {
     }
 
     fn request(&mut self, req: Request) {
-        let head: Head = match jsonrpc::params(req.params.as_deref()) {
+        let head: MetaOnly = match jsonrpc::params(req.params.as_deref()) {
             Ok(h) => h,
             Err(e) => return self.error(&req.id, e),
         };
@@ -844,167 +628,4 @@ impl ConnState {
             },
         );
     }
-}
-
-/// The parts of a request's `_meta` a running request still needs.
-pub(crate) struct LaunchMeta {
-    pub(crate) progress_token: Option<ProgressToken>,
-    pub(crate) traceparent: Option<String>,
-}
-
-impl LaunchMeta {
-    /// What an edge read of `_meta` leaves for the context.
-    fn of(meta: Option<Box<RequestMeta>>) -> Option<Box<LaunchMeta>> {
-        meta.and_then(|m| Self::from_meta(*m))
-    }
-
-    /// `None` when the request has neither (the usual case: no allocation).
-    fn from_meta(meta: RequestMeta) -> Option<Box<LaunchMeta>> {
-        if meta.progress_token.is_none() && meta.traceparent.is_none() {
-            return None;
-        }
-        Some(Box::new(LaunchMeta {
-            progress_token: meta.progress_token,
-            traceparent: meta.traceparent,
-        }))
-    }
-}
-
-/// A request that passed its connection's (or the HTTP edge's) checks, ready to run.
-pub(crate) struct Launch {
-    pub(crate) req: Request,
-    /// `tools/call` params already read at the edge (then `req.params` is not read again).
-    pub(crate) call: Option<CallParams>,
-    pub(crate) version: ProtocolVersion,
-    pub(crate) caller: Arc<Caller>,
-    pub(crate) channel: Channel,
-    /// What the request's context keeps of its `_meta` (the rest was read at the edge):
-    /// boxed, so the launch stays small to move.
-    pub(crate) meta: Option<Box<LaunchMeta>>,
-    pub(crate) modern: bool,
-    pub(crate) out: Sink,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) session_id: Option<Arc<str>>,
-    pub(crate) release: Option<Arc<Inflight>>,
-}
-
-/// Runs the layers' start hooks, builds the request's context and answer channel, and casts
-/// the request to its handler.
-pub(crate) fn launch(core: &ServerCore, l: Launch) {
-    let Launch {
-        req,
-        call,
-        version,
-        caller,
-        channel,
-        meta,
-        modern,
-        out,
-        cancel,
-        session_id,
-        release,
-    } = l;
-    let watch = if core.layers.is_empty() {
-        None
-    } else {
-        let info = RequestInfo {
-            method: req.method.as_str().into(),
-            target: None,
-            id: req.id.clone(),
-            protocol_version: Some(version),
-            session_id: session_id.clone(),
-            principal: caller.principal.clone(),
-            traceparent: meta
-                .as_ref()
-                .and_then(|m| m.traceparent.as_deref())
-                .map(Into::into),
-            started: Instant::now(),
-        };
-        match core.layers.start(&info) {
-            Ok(completions) => Some(Watch { info, completions }),
-            Err(e) => {
-                if let Some(r) = &release {
-                    r.release(&req.id);
-                }
-                out.send(jsonrpc::error_bytes(Some(&req.id), &e));
-                return;
-            }
-        }
-    };
-    let mut reply = Reply::new(req.id.clone(), out.clone(), modern).with_watch(watch);
-    if let Some(r) = release {
-        reply = reply.with_release(r);
-    }
-    let ctx = RequestContext {
-        inner: Arc::new(ContextInner {
-            id: req.id,
-            version,
-            caller,
-            cancel,
-            progress_token: meta.and_then(|m| m.progress_token),
-            sink: out,
-            channel,
-            session_id,
-            task: None,
-        }),
-    };
-    match call {
-        Some(params) => crate::handlers::tools::call(core.call_site(), params, ctx, reply),
-        None => route(core, &core.routes(), &req.method, req.params, ctx, reply),
-    }
-}
-
-/// Serves a modern request without a connection actor (sessionless HTTP): the edge already
-/// checked `_meta`; `server/discover` is answered here; `subscriptions/listen` needs a
-/// connection (its listener table) and is refused with -32603 if it arrives here.
-pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta, d: Delivery) {
-    let fail = |e: ErrorObject| {
-        d.sink.send(jsonrpc::error_bytes(Some(&req.id), &e));
-    };
-    let requested = meta.protocol_version.as_deref().unwrap_or_default();
-    let version = match gate::modern(&req.method, requested, &meta) {
-        Ok(v) => v,
-        Err(e) => return fail(e.to_error()),
-    };
-    match req.method.as_str() {
-        method::SERVER_DISCOVER => {
-            if let Ok(b) =
-                jsonrpc::result_bytes(&req.id, &crate::route::discover(core), Some("complete"))
-            {
-                d.sink.send(b);
-            }
-            return;
-        }
-        method::SUBSCRIPTIONS_LISTEN => {
-            return fail(ErrorObject::internal(
-                "subscriptions/listen needs a connection",
-            ))
-        }
-        _ => {}
-    }
-    let caller = Arc::new(Caller {
-        capabilities: meta.client_capabilities.clone().unwrap_or_default(),
-        info: meta.client_info.clone(),
-        principal: d.principal.clone(),
-    });
-    let channel = Channel::Modern {
-        log_level: meta.log_level,
-        round: Mutex::new(Round::default()),
-    };
-    launch(
-        core,
-        Launch {
-            req,
-            call: None,
-            version,
-            caller,
-            channel,
-            meta: LaunchMeta::from_meta(meta),
-            modern: true,
-            out: d.sink,
-            cancel: d.cancel,
-            session_id: None,
-            release: None,
-        },
-    );
 }

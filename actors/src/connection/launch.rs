@@ -1,0 +1,201 @@
+//! Starting a request that passed its checks: the layers' start hooks, its context and
+//! answer channel, then the tool call in place or a cast to its handler
+//! ([`launch`]); and serving a stateless modern request without a connection
+//! ([`serve_stateless`]). [`Delivery`] says where one request's answer goes.
+
+use crate::context::{Caller, Channel, ContextInner, RequestContext, Round};
+use crate::gate;
+use crate::handlers::tools::CallParams;
+use crate::middleware::{RequestInfo, Watch};
+use crate::reply::{InflightRelease, Reply};
+use crate::route::route;
+use crate::server::ServerCore;
+use crate::sink::Sink;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolyard_proto::jsonrpc::{self, Request};
+use toolyard_proto::method;
+use toolyard_proto::{ErrorObject, ProgressToken, ProtocolVersion, RequestMeta};
+
+use super::inflight::Inflight;
+
+/// Where one request's answer and notifications go, when not to the connection's own sink
+/// (an HTTP POST's response stream), and the token that stream's closing cancels.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The request's own sink.
+    pub sink: Sink,
+    /// Cancelled when the response stream closes.
+    pub cancel: CancellationToken,
+    /// Whether the request enters the connection's in-flight table (so
+    /// `notifications/cancelled` can find it). Sessionless requests share one connection and
+    /// may reuse ids, so they are not tracked.
+    pub track: bool,
+    /// The authenticated caller of this request, when the transport established one per
+    /// request (sessionless HTTP); otherwise the connection's principal applies.
+    pub principal: Option<Arc<str>>,
+}
+
+/// The parts of a request's `_meta` a running request still needs.
+pub(crate) struct LaunchMeta {
+    pub(crate) progress_token: Option<ProgressToken>,
+    pub(crate) traceparent: Option<String>,
+}
+
+impl LaunchMeta {
+    /// What an edge read of `_meta` leaves for the context.
+    pub(super) fn of(meta: Option<Box<RequestMeta>>) -> Option<Box<LaunchMeta>> {
+        meta.and_then(|m| Self::from_meta(*m))
+    }
+
+    /// `None` when the request has neither (the usual case: no allocation).
+    pub(super) fn from_meta(meta: RequestMeta) -> Option<Box<LaunchMeta>> {
+        if meta.progress_token.is_none() && meta.traceparent.is_none() {
+            return None;
+        }
+        Some(Box::new(LaunchMeta {
+            progress_token: meta.progress_token,
+            traceparent: meta.traceparent,
+        }))
+    }
+}
+
+/// A request that passed its connection's (or the HTTP edge's) checks, ready to run.
+pub(crate) struct Launch {
+    pub(crate) req: Request,
+    /// `tools/call` params already read at the edge (then `req.params` is not read again).
+    pub(crate) call: Option<CallParams>,
+    pub(crate) version: ProtocolVersion,
+    pub(crate) caller: Arc<Caller>,
+    pub(crate) channel: Channel,
+    /// What the request's context keeps of its `_meta` (the rest was read at the edge):
+    /// boxed, so the launch stays small to move.
+    pub(crate) meta: Option<Box<LaunchMeta>>,
+    pub(crate) modern: bool,
+    pub(crate) out: Sink,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) session_id: Option<Arc<str>>,
+    pub(crate) release: Option<Arc<Inflight>>,
+}
+
+/// Runs the layers' start hooks, builds the request's context and answer channel, and casts
+/// the request to its handler.
+pub(crate) fn launch(core: &ServerCore, l: Launch) {
+    let Launch {
+        req,
+        call,
+        version,
+        caller,
+        channel,
+        meta,
+        modern,
+        out,
+        cancel,
+        session_id,
+        release,
+    } = l;
+    let watch = if core.layers.is_empty() {
+        None
+    } else {
+        let info = RequestInfo {
+            method: req.method.as_str().into(),
+            target: None,
+            id: req.id.clone(),
+            protocol_version: Some(version),
+            session_id: session_id.clone(),
+            principal: caller.principal.clone(),
+            traceparent: meta
+                .as_ref()
+                .and_then(|m| m.traceparent.as_deref())
+                .map(Into::into),
+            started: Instant::now(),
+        };
+        match core.layers.start(&info) {
+            Ok(completions) => Some(Watch { info, completions }),
+            Err(e) => {
+                if let Some(r) = &release {
+                    r.release(&req.id);
+                }
+                out.send(jsonrpc::error_bytes(Some(&req.id), &e));
+                return;
+            }
+        }
+    };
+    let mut reply = Reply::new(req.id.clone(), out.clone(), modern).with_watch(watch);
+    if let Some(r) = release {
+        reply = reply.with_release(r);
+    }
+    let ctx = RequestContext {
+        inner: Arc::new(ContextInner {
+            id: req.id,
+            version,
+            caller,
+            cancel,
+            progress_token: meta.and_then(|m| m.progress_token),
+            sink: out,
+            channel,
+            session_id,
+            task: None,
+        }),
+    };
+    match call {
+        Some(params) => crate::handlers::tools::call(core.call_site(), params, ctx, reply),
+        None => route(core, &core.routes(), &req.method, req.params, ctx, reply),
+    }
+}
+
+/// Serves a modern request without a connection actor (sessionless HTTP): the edge already
+/// checked `_meta`; `server/discover` is answered here; `subscriptions/listen` needs a
+/// connection (its listener table) and is refused with -32603 if it arrives here.
+pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta, d: Delivery) {
+    let fail = |e: ErrorObject| {
+        d.sink.send(jsonrpc::error_bytes(Some(&req.id), &e));
+    };
+    let requested = meta.protocol_version.as_deref().unwrap_or_default();
+    let version = match gate::modern(&req.method, requested, &meta) {
+        Ok(v) => v,
+        Err(e) => return fail(e.to_error()),
+    };
+    match req.method.as_str() {
+        method::SERVER_DISCOVER => {
+            if let Ok(b) =
+                jsonrpc::result_bytes(&req.id, &crate::route::discover(core), Some("complete"))
+            {
+                d.sink.send(b);
+            }
+            return;
+        }
+        method::SUBSCRIPTIONS_LISTEN => {
+            return fail(ErrorObject::internal(
+                "subscriptions/listen needs a connection",
+            ))
+        }
+        _ => {}
+    }
+    let caller = Arc::new(Caller {
+        capabilities: meta.client_capabilities.clone().unwrap_or_default(),
+        info: meta.client_info.clone(),
+        principal: d.principal.clone(),
+    });
+    let channel = Channel::Modern {
+        log_level: meta.log_level,
+        round: Mutex::new(Round::default()),
+    };
+    launch(
+        core,
+        Launch {
+            req,
+            call: None,
+            version,
+            caller,
+            channel,
+            meta: LaunchMeta::from_meta(meta),
+            modern: true,
+            out: d.sink,
+            cancel: d.cancel,
+            session_id: None,
+            release: None,
+        },
+    );
+}
