@@ -64,5 +64,4 @@ pub use tool::{
     empty_object_schema, BoxFuture, DefinitionError, IntoCallToolResult, Json, ToolArgs, ToolDef,
     ToolFn,
 };
-pub use toolyard_proto::headers::HeaderParam;
 pub use uri_template::UriTemplate;

@@ -33,7 +33,7 @@ pub enum BuildError {
     /// The HTTP transport's OAuth settings are unusable.
     #[cfg(feature = "http")]
     #[error(transparent)]
-    OAuth(#[from] crate::http::OAuthError),
+    OAuth(#[from] crate::http::OAuthConfigError),
 }
 
 /// The JSON Schema (2020-12) of `T`, as a JSON object.

@@ -41,10 +41,10 @@ pub use stdio::{serve_io, serve_stdio, StdioOptions};
 pub use toolyard_actors::transport;
 pub use toolyard_actors::{
     empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget,
-    DefinitionError, Event, HandlerError, HeaderParam, InputError, IntoCallToolResult, Json, Layer,
-    Layers, Limits, ListSettings, MethodFn, Outcome, PromptDef, PromptFn, RequestContext,
-    RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, StartError,
-    StateSealer, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UnknownToolFn, UriTemplate,
+    DefinitionError, Event, HandlerError, InputError, IntoCallToolResult, Json, Layer, Layers,
+    Limits, ListSettings, MethodFn, Outcome, PromptDef, PromptFn, RequestContext, RequestInfo,
+    ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, StartError, StateSealer,
+    TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,

@@ -103,7 +103,7 @@ impl OAuthConfig {
 
 /// The OAuth settings are unusable.
 #[derive(Debug, thiserror::Error)]
-pub enum OAuthError {
+pub enum OAuthConfigError {
     /// A setting is invalid.
     #[error("oauth: {0}")]
     Config(String),
@@ -244,16 +244,16 @@ struct Remote {
 }
 
 impl Remote {
-    fn new(url: &str) -> Result<Remote, OAuthError> {
+    fn new(url: &str) -> Result<Remote, OAuthConfigError> {
         let uri: Uri = url
             .parse()
-            .map_err(|e| OAuthError::Config(format!("JWKS URL `{url}`: {e}")))?;
+            .map_err(|e| OAuthConfigError::Config(format!("JWKS URL `{url}`: {e}")))?;
         let loopback = uri.host().is_some_and(is_loopback);
         match uri.scheme_str() {
             Some("https") => {}
             Some("http") if loopback => {}
             _ => {
-                return Err(OAuthError::Config(format!(
+                return Err(OAuthConfigError::Config(format!(
                     "JWKS URL `{url}` must be https (http only to a loopback host)"
                 )))
             }
@@ -263,7 +263,7 @@ impl Remote {
         http.set_connect_timeout(Some(JWKS_TIMEOUT));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .map_err(|e| OAuthError::Config(format!("TLS setup: {e}")))?
+            .map_err(|e| OAuthConfigError::Config(format!("TLS setup: {e}")))?
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
@@ -400,12 +400,12 @@ fn valid_scope(s: &str) -> bool {
             .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
 }
 
-fn http_url(what: &str, url: &str) -> Result<Uri, OAuthError> {
+fn http_url(what: &str, url: &str) -> Result<Uri, OAuthConfigError> {
     let uri: Uri = url
         .parse()
-        .map_err(|e| OAuthError::Config(format!("{what} `{url}` is not a URI: {e}")))?;
+        .map_err(|e| OAuthConfigError::Config(format!("{what} `{url}` is not a URI: {e}")))?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
-        return Err(OAuthError::Config(format!(
+        return Err(OAuthConfigError::Config(format!(
             "{what} `{url}` must be an absolute http(s) URI"
         )));
     }
@@ -415,15 +415,18 @@ fn http_url(what: &str, url: &str) -> Result<Uri, OAuthError> {
 impl OAuth {
     /// Checks `config` and loads its keys (a JWKS URL is fetched on first use). `mcp_path`
     /// is the MCP endpoint's path, under which the metadata is served too.
-    pub(crate) async fn new(config: &OAuthConfig, mcp_path: &str) -> Result<OAuth, OAuthError> {
+    pub(crate) async fn new(
+        config: &OAuthConfig,
+        mcp_path: &str,
+    ) -> Result<OAuth, OAuthConfigError> {
         let resource = http_url("resource", &config.resource)?;
         if config.resource.contains('#') {
-            return Err(OAuthError::Config(
+            return Err(OAuthConfigError::Config(
                 "resource must not have a fragment".into(),
             ));
         }
         if config.authorization_servers.is_empty() {
-            return Err(OAuthError::Config(
+            return Err(OAuthConfigError::Config(
                 "at least one authorization server is needed".into(),
             ));
         }
@@ -431,7 +434,7 @@ impl OAuth {
             http_url("authorization server", s)?;
         }
         if config.issuer.is_empty() {
-            return Err(OAuthError::Config("issuer is empty".into()));
+            return Err(OAuthConfigError::Config("issuer is empty".into()));
         }
         let scopes = config
             .scopes_supported
@@ -440,24 +443,27 @@ impl OAuth {
             .chain(config.tool_scopes.values().flatten());
         for s in scopes {
             if !valid_scope(s) {
-                return Err(OAuthError::Config(format!("invalid scope `{s}`")));
+                return Err(OAuthConfigError::Config(format!("invalid scope `{s}`")));
             }
         }
         let keys = match &config.jwks {
             JwksSource::File(path) => {
-                let bytes = tokio::fs::read(path)
-                    .await
-                    .map_err(|source| OAuthError::JwksFile {
-                        path: path.clone(),
-                        source,
-                    })?;
+                let bytes =
+                    tokio::fs::read(path)
+                        .await
+                        .map_err(|source| OAuthConfigError::JwksFile {
+                            path: path.clone(),
+                            source,
+                        })?;
                 let doc: Value = serde_json::from_slice(&bytes)
-                    .map_err(|e| OAuthError::Jwks(format!("{}: {e}", path.display())))?;
-                Keys::Fixed(Arc::new(KeySet::parse(&doc).map_err(OAuthError::Jwks)?))
+                    .map_err(|e| OAuthConfigError::Jwks(format!("{}: {e}", path.display())))?;
+                Keys::Fixed(Arc::new(
+                    KeySet::parse(&doc).map_err(OAuthConfigError::Jwks)?,
+                ))
             }
-            JwksSource::Inline(doc) => {
-                Keys::Fixed(Arc::new(KeySet::parse(doc).map_err(OAuthError::Jwks)?))
-            }
+            JwksSource::Inline(doc) => Keys::Fixed(Arc::new(
+                KeySet::parse(doc).map_err(OAuthConfigError::Jwks)?,
+            )),
             JwksSource::Url(url) => Keys::Remote(Box::new(Remote::new(url)?)),
         };
         // RFC 9728 §3.1: the well-known segment goes between the host and the resource's path.
@@ -894,7 +900,7 @@ mod tests {
         let mut c = config();
         c.jwks = JwksSource::Inline(serde_json::json!({"keys":[{"kty":"oct","k":"c2VjcmV0"}]}));
         assert!(
-            matches!(OAuth::new(&c, "/mcp").await, Err(OAuthError::Jwks(_))),
+            matches!(OAuth::new(&c, "/mcp").await, Err(OAuthConfigError::Jwks(_))),
             "symmetric keys are never used"
         );
     }

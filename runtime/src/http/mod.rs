@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolyard_actors::Server;
 
-pub use auth::{AccessClaims, JwksSource, OAuthConfig, OAuthError, Principal};
+pub use auth::{AccessClaims, JwksSource, OAuthConfig, OAuthConfigError, Principal};
 pub use security::Security;
 
 /// HTTP settings.

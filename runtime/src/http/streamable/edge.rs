@@ -15,7 +15,7 @@ use toolyard_proto::method::{self, NameField};
 use toolyard_proto::{ErrorObject, RequestId, RequestMeta};
 
 #[derive(Deserialize, Default)]
-struct Head {
+struct ModernHead {
     #[serde(rename = "_meta", default)]
     meta: Option<RequestMeta>,
     #[serde(default)]
@@ -133,7 +133,7 @@ fn check_param_headers(
 }
 
 pub(super) fn has_protocol_meta(req: &Request) -> bool {
-    jsonrpc::params::<Head>(req.params.as_deref())
+    jsonrpc::params::<ModernHead>(req.params.as_deref())
         .ok()
         .and_then(|h| h.meta)
         .is_some_and(|m| m.protocol_version.is_some())
@@ -154,7 +154,7 @@ pub(super) fn check_modern(
     headers: &HeaderMap,
     req: &Request,
 ) -> Result<RequestMeta, Response> {
-    let head: Head = jsonrpc::params(req.params.as_deref())
+    let head: ModernHead = jsonrpc::params(req.params.as_deref())
         .map_err(|e| json_error(StatusCode::BAD_REQUEST, Some(&req.id), e))?;
     let meta = head.meta.unwrap_or_default();
     let Some(version) = meta.protocol_version.as_deref() else {
