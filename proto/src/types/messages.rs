@@ -161,7 +161,16 @@ pub mod method {
     }
 
     /// Every client-to-server request method the server knows (custom methods aside).
+    // Hot methods first: lookups scan in order, and `tools/call` is most requests.
     pub const CLIENT_REQUESTS: &[Spec] = &[
+        spec(TOOLS_CALL, Generation::Both, true, Some(NameField::Name)),
+        spec(TOOLS_LIST, Generation::Both, true, None),
+        spec(RESOURCES_READ, Generation::Both, true, Some(NameField::Uri)),
+        spec(PROMPTS_GET, Generation::Both, true, Some(NameField::Name)),
+        spec(COMPLETION_COMPLETE, Generation::Both, true, None),
+        spec(RESOURCES_LIST, Generation::Both, true, None),
+        spec(RESOURCES_TEMPLATES_LIST, Generation::Both, true, None),
+        spec(PROMPTS_LIST, Generation::Both, true, None),
         spec(INITIALIZE, Generation::Legacy, false, None),
         spec(PING, Generation::Legacy, false, None),
         spec(LOGGING_SET_LEVEL, Generation::Legacy, false, None),
@@ -171,29 +180,11 @@ pub mod method {
         spec(TASKS_RESULT, Generation::Legacy, false, None),
         spec(SERVER_DISCOVER, Generation::Modern, false, None),
         spec(SUBSCRIPTIONS_LISTEN, Generation::Modern, false, None),
-        spec(TOOLS_LIST, Generation::Both, true, None),
-        spec(TOOLS_CALL, Generation::Both, true, Some(NameField::Name)),
-        spec(RESOURCES_LIST, Generation::Both, true, None),
-        spec(RESOURCES_TEMPLATES_LIST, Generation::Both, true, None),
-        spec(RESOURCES_READ, Generation::Both, true, Some(NameField::Uri)),
-        spec(PROMPTS_LIST, Generation::Both, true, None),
-        spec(PROMPTS_GET, Generation::Both, true, Some(NameField::Name)),
-        spec(COMPLETION_COMPLETE, Generation::Both, true, None),
         spec(TASKS_GET, Generation::Both, false, Some(NameField::TaskId)),
-        spec(
-            TASKS_CANCEL,
-            Generation::Both,
-            false,
-            Some(NameField::TaskId),
-        ),
+        spec(TASKS_CANCEL, Generation::Both, false, Some(NameField::TaskId)),
         // The tasks extension of 2026-07-28; a legacy session reaches the router with it too,
         // which answers by the task it names.
-        spec(
-            TASKS_UPDATE,
-            Generation::Both,
-            false,
-            Some(NameField::TaskId),
-        ),
+        spec(TASKS_UPDATE, Generation::Both, false, Some(NameField::TaskId)),
     ];
 
     /// The table entry of a client-to-server request method; `None` for a custom method.
