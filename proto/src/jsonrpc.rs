@@ -139,13 +139,13 @@ pub enum Incoming {
 }
 
 /// A message that could not be accepted: the error to answer with, and the id to answer to
-/// (`None` answers with `"id": null`).
+/// (`None` answers with `"id": null`, as for a notification).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{error}")]
 pub struct Rejected {
     /// The id recovered from the message, if any.
     pub id: Option<RequestId>,
-    /// -32700 or -32600.
+    /// -32700, -32600, or -32602 for `params` that are not an object.
     pub error: ErrorObject,
 }
 
@@ -330,11 +330,10 @@ fn classify(env: Envelope<'_>) -> Result<Incoming, Rejected> {
             None => serde_json::from_str(method.get())
                 .map_err(|_| invalid(id.clone(), "\"method\" must be a string"))?,
         };
-        if let Some(p) = &env.params {
-            let first = p.get().as_bytes().first();
-            if !matches!(first, Some(b'{') | Some(b'[')) {
-                return Err(invalid(id, "\"params\" must be an object"));
-            }
+        // MCP has no positional params: refused here, before any struct deserializer (which
+        // would read an array by position) sees them, on every path alike.
+        if let Some(error) = env.params.and_then(|p| not_an_object(p.get())) {
+            return Err(Rejected { id, error });
         }
         return Ok(match id {
             Some(id) => Incoming::Request(Request {
@@ -485,10 +484,37 @@ pub fn request_bytes<P: Serialize + ?Sized>(
     })
 }
 
-/// Deserializes a request's params into `T`, treating absent params as `{}`. A failure is a
-/// -32602 naming the problem.
+/// The -32602 for `params` that are present but not a JSON object (an array, a string, a
+/// number, a boolean); `None` for an object or `null` (no params). MCP has no positional
+/// params, and serde's derived struct deserializers would read an array by position, so
+/// [`parse`] and [`params`] refuse them before any deserializer runs. A look at the first
+/// byte: nothing is parsed.
+pub fn not_an_object(params: &str) -> Option<ErrorObject> {
+    let what = match params.trim_start().as_bytes().first() {
+        Some(b'{') => return None,
+        Some(b'n') if params.trim() == "null" => return None,
+        Some(b'[') => "Invalid params: \"params\" must be an object, not an array (MCP has no positional params)",
+        Some(b'"') => "Invalid params: \"params\" must be an object, not a string",
+        Some(b't' | b'f') => "Invalid params: \"params\" must be an object, not a boolean",
+        Some(b'-' | b'0'..=b'9') => "Invalid params: \"params\" must be an object, not a number",
+        _ => "Invalid params: \"params\" must be an object",
+    };
+    Some(ErrorObject::invalid_params(what))
+}
+
+/// Deserializes a request's params into `T`, treating absent or `null` params as `{}`. A
+/// failure is a -32602 naming the problem; params that are not an object are refused before
+/// `T`'s deserializer sees them (see [`not_an_object`]).
 pub fn params<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Result<T, ErrorObject> {
-    let text = raw.map(RawValue::get).unwrap_or("{}");
+    let text = match raw.map(RawValue::get) {
+        None => "{}",
+        Some(text) => match not_an_object(text) {
+            Some(e) => return Err(e),
+            None if text.trim_start().starts_with('{') => text,
+            // `null`.
+            None => "{}",
+        },
+    };
     serde_json::from_str(text)
         .map_err(|e| ErrorObject::new(code::INVALID_PARAMS, format!("Invalid params: {e}")))
 }
@@ -526,12 +552,13 @@ mod tests {
             "{[".repeat(300)
         );
         assert!(matches!(parse(wide.as_bytes()), Ok(Incoming::Request(_))));
-        // Exactly MAX_DEPTH levels pass, one more does not.
+        // Exactly MAX_DEPTH levels pass, one more does not (the message and its params are
+        // two of them).
         let nest = |n: usize| {
             format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{}{}}}",
-                "[".repeat(n - 1),
-                "]".repeat(n - 1)
+                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{{\"a\":{}{}}}}}",
+                "[".repeat(n - 2),
+                "]".repeat(n - 2)
             )
         };
         assert!(parse(nest(MAX_DEPTH).as_bytes()).is_ok());
@@ -574,6 +601,66 @@ mod tests {
         assert_eq!(
             code_of(r#"{"jsonrpc":"2.0","id":1,"method":7}"#),
             code::INVALID_REQUEST
+        );
+    }
+
+    /// MCP has no positional params: a `params` that is not an object (serde's derived struct
+    /// deserializers would read a JSON array by position) is -32602 at the envelope, addressed
+    /// to the request's id, and `params()` refuses it too; absent and `null` stay allowed.
+    #[test]
+    fn params_that_are_not_an_object_are_invalid_params() {
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code, reason = "only whether it deserializes matters")]
+        struct Loose {
+            #[serde(default)]
+            name: Option<String>,
+            #[serde(default)]
+            arguments: Option<serde_json::Value>,
+        }
+        for p in [r#"["echo",{}]"#, "[]", r#""echo""#, "7", "true", "false"] {
+            let req = format!(r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{p}}}"#);
+            let r = parse(req.as_bytes()).expect_err(p);
+            assert_eq!(r.error.code, code::INVALID_PARAMS, "{p}");
+            assert_eq!(r.id, Some(RequestId::Number(5)), "{p}");
+            assert!(r.error.message.contains("must be an object"), "{p}: {r}");
+            let spaced = format!(r#"{{"jsonrpc":"2.0","id":"s","method":"x","params":  {p} }}"#);
+            let r = parse(spaced.as_bytes()).expect_err(p);
+            assert_eq!(r.error.code, code::INVALID_PARAMS, "{p}");
+            assert_eq!(r.id, Some(RequestId::from("s")), "{p}");
+            let note =
+                format!(r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{p}}}"#);
+            let r = parse(note.as_bytes()).expect_err(p);
+            assert_eq!((r.error.code, r.id), (code::INVALID_PARAMS, None), "{p}");
+
+            for text in [p.to_owned(), format!(" \n{p}")] {
+                let raw = RawValue::from_string(text).unwrap();
+                let e = params::<Loose>(Some(&raw)).expect_err(p);
+                assert_eq!(e.code, code::INVALID_PARAMS, "{p}");
+                assert!(e.message.contains("must be an object"), "{p}: {e}");
+            }
+            let typed = format!(r#"{{"method":"tools/call","params":{p}}}"#);
+            assert!(
+                serde_json::from_str::<crate::ClientRequest>(&typed).is_err(),
+                "typed ClientRequest accepted {p}"
+            );
+        }
+        // Absent and null params are no params.
+        for req in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#,
+        ] {
+            match parse(req.as_bytes()) {
+                Ok(Incoming::Request(r)) => assert!(r.params.is_none(), "{req}"),
+                other => panic!("{req}: {other:?}"),
+            }
+        }
+        let null = RawValue::from_string("null".to_owned()).unwrap();
+        assert!(params::<Loose>(None).is_ok());
+        assert!(params::<Loose>(Some(&null)).is_ok());
+        let obj = RawValue::from_string(r#"{"name":"echo"}"#.to_owned()).unwrap();
+        assert_eq!(
+            params::<Loose>(Some(&obj)).unwrap().name.as_deref(),
+            Some("echo")
         );
     }
 

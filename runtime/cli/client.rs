@@ -19,22 +19,34 @@ pub(crate) struct ClientArgs {
         required_unless_present = "url"
     )]
     stdio: Option<String>,
-    /// The server's Streamable HTTP endpoint (or its HTTP+SSE endpoint with --sse).
+    /// The server's URL: a Streamable HTTP endpoint (`/mcp`) or a 2024-11-05 HTTP+SSE
+    /// endpoint (`/sse`); which one is found out (a refused POST falls back to HTTP+SSE).
     #[arg(long, value_name = "URL")]
     url: Option<String>,
-    /// Use the 2024-11-05 HTTP+SSE transport for --url.
-    #[arg(long, requires = "url")]
+    /// Use only the 2024-11-05 HTTP+SSE transport for --url.
+    #[arg(long, requires = "url", conflicts_with = "streamable_http")]
     sse: bool,
+    /// Use only Streamable HTTP for --url (no fallback to HTTP+SSE).
+    #[arg(long, requires = "url")]
+    streamable_http: bool,
     /// An extra HTTP header, `Name: value`; repeatable.
     #[arg(long = "header", value_name = "HEADER", requires = "url")]
     headers: Vec<String>,
     /// A bearer token for HTTP.
     #[arg(long, env = "TOOLYARD_CLIENT_TOKEN", requires = "url")]
     bearer_token: Option<String>,
-    /// An environment variable for the spawned server, `NAME=value`; repeatable (the
-    /// server otherwise gets only PATH and HOME).
+    /// An environment variable for the spawned server, `NAME=value`; repeatable (of ours
+    /// the server gets only PATH, HOME, the proxy and TLS trust-store variables, and what
+    /// --inherit-env names).
     #[arg(long = "env", value_name = "NAME=VALUE", requires = "stdio")]
     envs: Vec<String>,
+    /// One of our environment variables to pass on to the spawned server; repeatable.
+    #[arg(long = "inherit-env", value_name = "NAME", requires = "stdio")]
+    inherit_env: Vec<String>,
+    /// Do not pass on the proxy and TLS trust-store variables (HTTPS_PROXY, SSL_CERT_FILE,
+    /// ...) to the spawned server.
+    #[arg(long, requires = "stdio")]
+    no_inherit_env_defaults: bool,
     /// Speak this protocol revision instead of probing (e.g. 2025-11-25, 2026-07-28).
     #[arg(long, value_name = "VERSION")]
     protocol: Option<String>,
@@ -83,7 +95,9 @@ enum Action {
 fn transport(args: &ClientArgs) -> anyhow::Result<Box<dyn Transport>> {
     if let Some(line) = &args.stdio {
         let mut t = StdioTransport::from_command_line(line)
-            .with_context(|| format!("cannot parse the command line {line:?}"))?;
+            .with_context(|| format!("cannot parse the command line {line:?}"))?
+            .inherit_env_vars(&args.inherit_env)
+            .inherit_env_defaults(!args.no_inherit_env_defaults);
         for kv in &args.envs {
             let (k, v) = kv
                 .split_once('=')
@@ -117,7 +131,8 @@ fn http_transport(args: &ClientArgs, url: String) -> anyhow::Result<Box<dyn Tran
         }
         Ok(Box::new(t))
     } else {
-        let mut t = toolyard_client::StreamableHttpTransport::new(url);
+        let mut t =
+            toolyard_client::StreamableHttpTransport::auto(url).sse_fallback(!args.streamable_http);
         for (k, v) in headers {
             t = t.header(k, v);
         }

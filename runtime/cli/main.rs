@@ -117,7 +117,20 @@ struct ServeArgs {
     log: String,
 }
 
-fn main() -> anyhow::Result<std::process::ExitCode> {
+/// Errors are one line on stderr, `error: <message>: <cause>: ...`, and exit 1, whatever
+/// `RUST_BACKTRACE` says: backtraces are for panics, not for a config mistake or a refused
+/// connection.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<std::process::ExitCode> {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::ReapOrphans) {
         // The stdio servers this process starts (gateway sources, `client --stdio`) are
@@ -242,13 +255,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         } else {
             None
         };
-        let admin = match (
-            &gateway,
-            gateway_file
-                .gateway
-                .admin_token()
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
-        ) {
+        let admin = match (&gateway, gateway_file.gateway.admin_token()?) {
             (Some(g), Some(token)) => Some((
                 g.clone(),
                 token,

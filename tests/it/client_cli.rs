@@ -16,6 +16,11 @@ fn serve_stdio() -> String {
 /// token or log filter there must not change what the test sees), and no backtraces in its
 /// error messages.
 fn client(args: &[&str]) -> Output {
+    client_with_env(args, &[])
+}
+
+/// [`client`] with these variables added to its environment.
+fn client_with_env(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.arg("client")
         .args(args)
@@ -26,6 +31,7 @@ fn client(args: &[&str]) -> Output {
             cmd.env_remove(key);
         }
     }
+    cmd.envs(envs.iter().copied());
     cmd.output().expect("run toolyard client")
 }
 
@@ -304,4 +310,174 @@ fn a_url_where_nothing_listens_is_a_clear_error() {
         "connecting to the server",
         "--url with nothing listening",
     );
+}
+
+/// `RUST_BACKTRACE=1` (common on developers' machines) must not turn an ordinary error into a
+/// backtrace: every error is the one line `error: <message>: <cause>...` and exit code 1.
+#[test]
+fn errors_are_one_line_even_with_rust_backtrace_set() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let missing = std::env::temp_dir().join("toolyard-no-such-config.toml");
+    let runs: [(&str, Vec<String>); 2] = [
+        (
+            "a refused connection",
+            vec!["client".into(), "--url".into(), url, "tools".into()],
+        ),
+        (
+            "a config file that does not exist",
+            vec![
+                "serve".into(),
+                "--stdio".into(),
+                "--config".into(),
+                missing.display().to_string(),
+            ],
+        ),
+    ];
+    for (what, args) in runs {
+        let out = Command::new(BIN)
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LIB_BACKTRACE", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run toolyard");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{what}: more than one line on stderr:\n{err}"
+        );
+        assert!(lines[0].starts_with("error: "), "{what}: {err}");
+        assert!(!err.to_lowercase().contains("backtrace"), "{what}: {err}");
+    }
+}
+
+/// `--url` at an HTTP+SSE endpoint works without `--sse`: the POST there is refused (405), so
+/// the client opens the SSE stream at the same URL and carries on over the 2024-11-05
+/// transport (the spec's backwards-compatibility procedure), whatever the first request is.
+/// `--streamable-http` pins the new transport, and then the 405 is the error.
+#[test]
+fn a_url_at_an_http_sse_endpoint_falls_back_without_sse() {
+    let server = toolyard_testkit::ServerProcess::start(BIN, &["serve"]);
+    let sse = format!("{}/sse", server.base_url());
+    let tools = json_out(&client(&["--url", &sse, "tools"]), true, "--url /sse tools");
+    let names = tool_names(&tools);
+    for t in ["echo", "add", "fail"] {
+        assert!(names.contains(&t), "{t} not in {names:?}");
+    }
+    // The legacy handshake as the first request, and a call.
+    let echoed = json_out(
+        &client(&[
+            "--url",
+            &sse,
+            "--protocol",
+            "2024-11-05",
+            "call",
+            "echo",
+            "--args",
+            r#"{"message":"fell back"}"#,
+        ]),
+        true,
+        "--url /sse --protocol 2024-11-05 call echo",
+    );
+    assert_eq!(echoed["content"][0]["text"], "fell back", "{echoed}");
+    // A modern first request (server/discover pinned to 2026-07-28) falls back as well.
+    let info = json_out(
+        &client(&["--url", &sse, "--protocol", "2026-07-28", "info"]),
+        true,
+        "--url /sse --protocol 2026-07-28 info",
+    );
+    assert_eq!(info["serverInfo"]["name"], "toolyard", "{info}");
+    // The Streamable HTTP endpoint stays on Streamable HTTP, pinned or not.
+    let mcp = server.url();
+    for pin in [&[][..], &["--streamable-http"][..]] {
+        let mut args = vec!["--url", mcp.as_str()];
+        args.extend_from_slice(pin);
+        args.push("tools");
+        let tools = json_out(&client(&args), true, "--url /mcp tools");
+        assert!(tool_names(&tools).contains(&"echo"), "{tools}");
+    }
+    fails_with(
+        &client(&["--url", &sse, "--streamable-http", "tools"]),
+        "405",
+        "--url /sse --streamable-http",
+    );
+}
+
+/// A URL that answers 404 to the POST and to the GET: the error names both attempts.
+#[test]
+fn a_url_with_neither_http_transport_names_both_attempts() {
+    let server = toolyard_testkit::ServerProcess::start(BIN, &["serve"]);
+    let url = format!("{}/no-such-endpoint", server.base_url());
+    let out = client(&["--url", &url, "--timeout-ms", "10000", "tools"]);
+    for needle in [
+        "Streamable HTTP",
+        "POST",
+        "HTTP+SSE",
+        "GET",
+        "404",
+        url.as_str(),
+    ] {
+        fails_with(&out, needle, "--url of a 404 endpoint");
+    }
+}
+
+/// The stdio server's environment: `PATH`, `HOME`, the proxy and trust-store variables
+/// (package managers behind a proxy or a private CA need them), what `--inherit-env` names,
+/// and nothing else of ours; `--no-inherit-env-defaults` drops the proxy and trust-store ones.
+#[test]
+fn a_spawned_server_sees_proxy_and_trust_store_variables_and_nothing_else() {
+    let server = format!(
+        "{} -S {}/tests/fixtures/fault_server.py echo",
+        if std::path::Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        },
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let ours = [
+        ("HTTPS_PROXY", "http://proxy.invalid:3128"),
+        ("https_proxy", "http://proxy.invalid:3128"),
+        ("NO_PROXY", "localhost,127.0.0.1"),
+        ("SSL_CERT_FILE", "/etc/ssl/private-ca.pem"),
+        ("NODE_EXTRA_CA_CERTS", "/etc/ssl/private-ca.pem"),
+        ("IT_UNRELATED_SECRET", "hunter2"),
+        ("IT_WANTED", "yes"),
+    ];
+    let env_of = |extra: &[&str]| -> Value {
+        let mut args = vec!["--stdio", server.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["call", "env"]);
+        let v = json_out(&client_with_env(&args, &ours), true, "call env");
+        serde_json::from_str(v["content"][0]["text"].as_str().expect("text")).expect("JSON")
+    };
+    let env = env_of(&[]);
+    for (k, v) in &ours[..5] {
+        assert_eq!(env[k], *v, "{k} not passed through: {env}");
+    }
+    assert!(env.get("PATH").is_some(), "{env}");
+    assert!(env.get("IT_UNRELATED_SECRET").is_none(), "leaked: {env}");
+    assert!(env.get("IT_WANTED").is_none(), "leaked: {env}");
+
+    let env = env_of(&["--inherit-env", "IT_WANTED"]);
+    assert_eq!(env["IT_WANTED"], "yes", "{env}");
+    assert_eq!(env["HTTPS_PROXY"], "http://proxy.invalid:3128", "{env}");
+    assert!(env.get("IT_UNRELATED_SECRET").is_none(), "leaked: {env}");
+
+    let env = env_of(&["--no-inherit-env-defaults", "--inherit-env", "IT_WANTED"]);
+    assert_eq!(env["IT_WANTED"], "yes", "{env}");
+    for (k, _) in &ours[..5] {
+        assert!(
+            env.get(k).is_none(),
+            "{k} passed without the defaults: {env}"
+        );
+    }
+    assert!(env.get("PATH").is_some(), "{env}");
 }

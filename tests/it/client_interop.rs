@@ -315,8 +315,30 @@ impl HttpServer {
     /// Starts server-everything in `mode` (`streamableHttp` or `sse`; it takes its port from
     /// `PORT`) and waits until the port accepts connections.
     pub(crate) fn everything(mode: &str) -> HttpServer {
-        use std::net::{TcpListener, TcpStream};
         let js = everything_js();
+        HttpServer::start(&format!("server-everything {mode}"), |port| {
+            let mut cmd = Command::new("node");
+            cmd.arg(&js).arg(mode).env("PORT", port.to_string());
+            cmd
+        })
+    }
+
+    /// Starts `tests/fixtures/python_sdk_sse_server.py` (the Python SDK over HTTP+SSE) with
+    /// the venv's Python and waits until the port accepts connections.
+    pub(crate) fn python_sdk_sse() -> HttpServer {
+        let python = venv_python("mcp");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python_sdk_sse_server.py");
+        HttpServer::start("the Python SDK's HTTP+SSE server", |port| {
+            let mut cmd = Command::new(&python);
+            cmd.arg(&script).arg(port.to_string());
+            cmd
+        })
+    }
+
+    /// Starts what `command` makes for a port and waits until that port accepts connections.
+    fn start(what: &str, command: impl Fn(u16) -> Command) -> HttpServer {
+        use std::net::{TcpListener, TcpStream};
         let mut last = String::new();
         // The port is free when we look, but another process may take it first: then the
         // server exits at once, and we try another port.
@@ -325,20 +347,17 @@ impl HttpServer {
                 .and_then(|l| l.local_addr())
                 .expect("bind a free loopback port")
                 .port();
-            let child = Command::new("node")
-                .arg(&js)
-                .arg(mode)
-                .env("PORT", port.to_string())
+            let child = command(port)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("start node");
+                .unwrap_or_else(|e| panic!("start {what}: {e}"));
             let mut server = HttpServer { child, port };
             let deadline = Instant::now() + WAIT;
             loop {
                 if let Some(status) = server.child.try_wait().expect("poll the server") {
-                    last = format!("server-everything {mode} exited with {status} on port {port}");
+                    last = format!("{what} exited with {status} on port {port}");
                     break;
                 }
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -346,7 +365,7 @@ impl HttpServer {
                 }
                 assert!(
                     Instant::now() < deadline,
-                    "server-everything {mode} did not listen on port {port} within {WAIT:?}"
+                    "{what} did not listen on port {port} within {WAIT:?}"
                 );
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -983,6 +1002,45 @@ async fn server_everything_over_sse() {
     tokio::time::timeout(WAIT, client.close())
         .await
         .expect("close");
+}
+
+/// The URL of an HTTP+SSE endpoint is enough: the automatic transport's POST is refused (404
+/// from server-everything's express app, 405 from the Python SDK's starlette app), and the GET
+/// of the same URL opens the SSE stream the client then speaks over, in whichever generation
+/// the handshake settles on.
+#[tokio::test]
+async fn http_sse_servers_of_both_sdks_are_found_from_their_sse_url() {
+    for (server, echo, expected) in [
+        (
+            HttpServer::everything("sse"),
+            json!({"message": "found"}),
+            "Echo: found",
+        ),
+        (
+            HttpServer::python_sdk_sse(),
+            json!({"message": "found"}),
+            "found",
+        ),
+    ] {
+        for protocol in [
+            ProtocolChoice::Auto,
+            ProtocolChoice::Legacy(ProtocolVersion::V2024_11_05),
+        ] {
+            let url = server.url("/sse");
+            let client = ClientBuilder::new(Implementation::new("auto-sse", "1"))
+                .protocol(protocol)
+                .connect(toolyard::client::StreamableHttpTransport::auto(url.clone()))
+                .await
+                .unwrap_or_else(|e| panic!("connect to {url} ({protocol:?}): {e}"));
+            let tools = client.list_all_tools().await.expect("tools/list");
+            assert!(tools.iter().any(|t| t.name == "echo"), "{url}: {tools:?}");
+            let r = call_ok(&client, "echo", echo.clone()).await;
+            assert_eq!(text(&r), expected, "{url} ({protocol:?})");
+            tokio::time::timeout(WAIT, client.close())
+                .await
+                .expect("close");
+        }
+    }
 }
 
 // --- server-filesystem ---------------------------------------------------------------------

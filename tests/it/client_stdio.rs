@@ -511,7 +511,8 @@ async fn the_environment_is_clean_unless_inherited() {
     let keys: Vec<&String> = env.as_object().unwrap().keys().collect();
     for key in &keys {
         assert!(
-            ["PATH", "HOME", "TOOLYARD_CONFIGURED", "LC_CTYPE"].contains(&key.as_str()),
+            ["PATH", "HOME", "TOOLYARD_CONFIGURED", "LC_CTYPE"].contains(&key.as_str())
+                || StdioTransport::DEFAULT_INHERITED_ENV.contains(&key.as_str()),
             "{key} leaked into a clean environment: {keys:?}"
         );
     }
@@ -531,6 +532,83 @@ async fn the_environment_is_clean_unless_inherited() {
     for key in &ours {
         assert!(env.get(key).is_some(), "{key} not inherited");
     }
+}
+
+/// The proxy and trust-store variables we have reach the child unless
+/// `inherit_env_defaults(false)`; `inherit_env_vars` adds names; `env` wins over both.
+#[tokio::test]
+async fn inherited_variables_are_the_defaults_plus_what_is_named() {
+    // Cargo sets these for every test process; neither is a default.
+    let named = "CARGO_MANIFEST_DIR";
+    let other = "CARGO_PKG_NAME";
+    assert!(std::env::var_os(named).is_some() && std::env::var_os(other).is_some());
+    let defaults_we_have: Vec<(&str, String)> = StdioTransport::DEFAULT_INHERITED_ENV
+        .iter()
+        .filter_map(|k| Some((*k, std::env::var(k).ok()?)))
+        .collect();
+
+    let env = child_env(StdioTransport::new(python()).inherit_env_vars([named])).await;
+    assert_eq!(env[named], env!("CARGO_MANIFEST_DIR"), "{env}");
+    assert!(env.get(other).is_none(), "{other} leaked: {env}");
+    for (k, v) in &defaults_we_have {
+        assert_eq!(env[k], v.as_str(), "{k} not passed through: {env}");
+    }
+
+    let env = child_env(
+        StdioTransport::new(python())
+            .inherit_env_defaults(false)
+            .inherit_env_vars([named, "TOOLYARD_NEVER_SET_ANYWHERE"])
+            .env(named, "configured"),
+    )
+    .await;
+    assert_eq!(env[named], "configured", "`env` wins: {env}");
+    assert!(env.get("TOOLYARD_NEVER_SET_ANYWHERE").is_none(), "{env}");
+    assert!(env.get("PATH").is_some(), "{env}");
+    for (k, _) in &defaults_we_have {
+        assert!(
+            env.get(k).is_none(),
+            "{k} passed without the defaults: {env}"
+        );
+    }
+}
+
+/// A `[[clients]]` stdio entry's `inherit_env` reaches the spawned server.
+#[tokio::test]
+async fn a_clients_entry_passes_what_inherit_env_names() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fault_server.py"
+    );
+    let entries = toml::from_str::<toolyard::client::ClientsConfig>(&format!(
+        "[[clients]]\nname = \"env\"\ntransport = \"stdio\"\ncommand = {:?}\nargs = [\"-S\", {script:?}, \"echo\"]\ninherit_env = [\"CARGO_MANIFEST_DIR\"]\n",
+        python()
+    ))
+    .unwrap()
+    .clients;
+    let registry = toolyard::client::ClientRegistry::connect(
+        &entries,
+        toolyard::proto::Implementation::new("registry", "1"),
+    )
+    .await
+    .unwrap();
+    let r = registry
+        .get("env")
+        .unwrap()
+        .call_tool("env", json!({}))
+        .await
+        .unwrap();
+    let text = match &r.content[0] {
+        toolyard::proto::ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("{other:?}"),
+    };
+    let env: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        env["CARGO_MANIFEST_DIR"],
+        env!("CARGO_MANIFEST_DIR"),
+        "{env}"
+    );
+    assert!(env.get("CARGO_PKG_NAME").is_none(), "{env}");
+    registry.close().await;
 }
 
 #[tokio::test]
@@ -898,4 +976,26 @@ async fn a_registry_connects_named_servers_and_looks_them_up() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("nothing-here"), "{e}");
+}
+
+/// A server-to-client request with positional params cannot be read, but it still gets an
+/// answer: -32602 addressed to its id (regression: the client logged it and never answered,
+/// so the server waited forever for its reply).
+#[tokio::test]
+async fn a_server_request_with_positional_params_is_answered_with_invalid_params() {
+    let client = connect(fixture("positional-question")).await;
+    let reply = echo_text(&client, json!({}))
+        .await
+        .expect("the fixture answers with the client's reply");
+    let reply: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["id"], "q-positional", "{reply}");
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("must be an object"),
+        "{reply}"
+    );
+    client.close().await;
 }

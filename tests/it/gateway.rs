@@ -26,6 +26,8 @@ fn process_source(name: &str, command: &str, args: &[&str]) -> SourceSpec {
             command: command.into(),
             args: args.iter().map(|a| a.to_string()).collect(),
             env: Vec::new(),
+            inherit_env: Vec::new(),
+            inherit_env_defaults: true,
             cwd: None,
         }),
         lifecycle: Lifecycle::Singleton,
@@ -544,4 +546,291 @@ async fn over_http_an_upstream_question_follows_its_request_stream_to_the_right_
         .unwrap();
     assert_eq!(text(&asked.content), "Summary: from bob");
     gateway.shutdown().await;
+}
+
+/// The README's gateway example enables the admin API from `${TOOLYARD_ADMIN_TOKEN}`: on a
+/// machine where that variable is not set the gateway must still start (regression: it
+/// stopped with "source `[gateway]`: admin_token uses ${...}, which is not set"), serve its
+/// sources, and leave the admin API off, saying so on stderr.
+#[test]
+fn an_unset_admin_token_variable_leaves_the_admin_api_off_and_the_gateway_starts() {
+    let bin = env!("CARGO_BIN_EXE_toolyard");
+    let dir = std::env::temp_dir().join(format!("toolyard-gw-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    let var = "TOOLYARD_TEST_ADMIN_TOKEN_NEVER_SET";
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nadmin_token = \"${{{var}}}\"\n\n[[sources]]\nname = \"demo\"\ncommand = \"{bin}\"\nargs = [\"serve\", \"--stdio\"]\n"
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(bin)
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--http", &format!("127.0.0.1:{port}")])
+        .env_remove(var)
+        .env_remove("TOOLYARD_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let get = |path: &str| -> Option<u16> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut head = String::new();
+        s.read_to_string(&mut head).ok()?;
+        head.split_whitespace().nth(1)?.parse().ok()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while get("/healthz") != Some(200) {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the gateway exited with {status}:\n{err}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no /healthz within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        get("/admin/sources"),
+        Some(404),
+        "the admin API must be off"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains(var) && err.contains("admin API is off"),
+        "no warning on stderr:\n{err}"
+    );
+    assert!(!err.contains("source `[gateway]`"), "{err}");
+}
+
+/// `toolyard serve --stdio --config CONFIG` with `envs` added to its environment, spoken to
+/// line by line (a legacy `initialize` first); killed and reaped when dropped.
+struct StdioGateway {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    next_id: i64,
+}
+
+impl Drop for StdioGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl StdioGateway {
+    fn start(config: &std::path::Path, envs: &[(&str, &str)]) -> StdioGateway {
+        use std::io::BufRead;
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolyard"));
+        cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit());
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("TOOLYARD_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.envs(envs.iter().copied());
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut gateway = StdioGateway {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+        };
+        let init = gateway.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}),
+        );
+        assert!(init.get("result").is_some(), "{init}");
+        gateway.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        gateway
+    }
+
+    fn send(&mut self, message: &serde_json::Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends a request and waits (60 s at most) for its answer.
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no answer to {method} ({e})"));
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id && v.get("method").is_none() {
+                return v;
+            }
+        }
+    }
+
+    /// The names `tools/list` shows.
+    fn tool_names(&mut self) -> Vec<String> {
+        let listed = self.request("tools/list", json!({}));
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{listed}"))
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The text of a tool call's first content block.
+    fn call_text(&mut self, tool: &str, args: serde_json::Value) -> String {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        assert_ne!(r["result"]["isError"], true, "{r}");
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}"))
+            .to_owned()
+    }
+}
+
+/// A scratch config file, removed (with its directory) when dropped.
+struct ScratchConfig(std::path::PathBuf);
+
+impl ScratchConfig {
+    fn new(tag: &str, body: &str) -> ScratchConfig {
+        let dir = std::env::temp_dir().join(format!("toolyard-gw-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("gateway.toml"), body).unwrap();
+        ScratchConfig(dir)
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.0.join("gateway.toml")
+    }
+}
+
+impl Drop for ScratchConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `url` source without `transport` that points at an HTTP+SSE endpoint (`/sse` of
+/// `toolyard serve --http`): the gateway's client falls back from Streamable HTTP by itself.
+#[test]
+fn a_url_source_without_transport_reaches_an_http_sse_endpoint() {
+    let upstream =
+        toolyard_testkit::ServerProcess::start(env!("CARGO_BIN_EXE_toolyard"), &["serve"]);
+    let config = ScratchConfig::new(
+        "sse-url",
+        &format!(
+            "[[sources]]\nname = \"legacy\"\nurl = \"{}/sse\"\nstartup_timeout_ms = 20000\n",
+            upstream.base_url()
+        ),
+    );
+    let mut gateway = StdioGateway::start(&config.path(), &[]);
+    let names = gateway.tool_names();
+    assert!(names.contains(&"legacy__echo".to_owned()), "{names:?}");
+    let text = gateway.call_text("legacy__echo", json!({"message": "through /sse"}));
+    assert_eq!(text, "through /sse");
+}
+
+/// A source's process sees `PATH`, `HOME`, the proxy and trust-store variables of the
+/// gateway's environment and what its `inherit_env` names, nothing else of ours;
+/// `inherit_env_defaults = false` drops the proxy and trust-store ones.
+#[test]
+fn a_sources_process_sees_proxy_and_trust_store_variables_and_its_inherit_env() {
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fault_server.py"
+    );
+    let source = |name: &str, extra: &str| {
+        format!(
+            "[[sources]]\nname = \"{name}\"\ncommand = {python:?}\nargs = [\"-S\", {script:?}, \"echo\"]\n{extra}\n"
+        )
+    };
+    let config = ScratchConfig::new(
+        "inherit-env",
+        &[
+            source("plain", ""),
+            source("extra", "inherit_env = [\"IT_WANTED\"]"),
+            source(
+                "bare",
+                "inherit_env = [\"IT_WANTED\"]\ninherit_env_defaults = false",
+            ),
+        ]
+        .join("\n"),
+    );
+    let ours = [
+        ("HTTPS_PROXY", "http://proxy.invalid:3128"),
+        ("http_proxy", "http://proxy.invalid:3128"),
+        ("NO_PROXY", "localhost"),
+        ("SSL_CERT_FILE", "/etc/ssl/private-ca.pem"),
+        ("REQUESTS_CA_BUNDLE", "/etc/ssl/private-ca.pem"),
+        ("IT_UNRELATED_SECRET", "hunter2"),
+        ("IT_WANTED", "yes"),
+    ];
+    let mut gateway = StdioGateway::start(&config.path(), &ours);
+    let mut env_of = |source: &str| -> serde_json::Value {
+        serde_json::from_str(&gateway.call_text(&format!("{source}__env"), json!({}))).unwrap()
+    };
+    let plain = env_of("plain");
+    for (k, v) in &ours[..5] {
+        assert_eq!(plain[k], *v, "{k} not passed through: {plain}");
+    }
+    assert!(plain.get("PATH").is_some(), "{plain}");
+    for k in ["IT_UNRELATED_SECRET", "IT_WANTED"] {
+        assert!(plain.get(k).is_none(), "{k} leaked: {plain}");
+    }
+    let extra = env_of("extra");
+    assert_eq!(extra["IT_WANTED"], "yes", "{extra}");
+    assert_eq!(extra["HTTPS_PROXY"], "http://proxy.invalid:3128", "{extra}");
+    assert!(extra.get("IT_UNRELATED_SECRET").is_none(), "{extra}");
+    let bare = env_of("bare");
+    assert_eq!(bare["IT_WANTED"], "yes", "{bare}");
+    for (k, _) in &ours[..5] {
+        assert!(
+            bare.get(k).is_none(),
+            "{k} passed without the defaults: {bare}"
+        );
+    }
+    assert!(bare.get("PATH").is_some(), "{bare}");
 }

@@ -766,3 +766,183 @@ fn oauth_flags_turn_the_binary_into_a_resource_server() {
     assert_eq!(doc["authorization_servers"][0], "https://issuer.example");
     assert_eq!(doc["scopes_supported"], json!(["mcp:math"]));
 }
+
+fn assert_params_must_be_an_object(r: &Resp, id: Value) {
+    let m = r.message();
+    assert_eq!(
+        (r.status, m["error"]["code"].as_i64()),
+        (400, Some(-32602)),
+        "{m}"
+    );
+    assert_eq!(m["id"], id, "{m}");
+    assert!(
+        m["error"]["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("must be an object")),
+        "{m}"
+    );
+}
+
+/// MCP has no positional params: in a legacy session a `tools/call` with
+/// `"params": ["echo", {}]` was launched through the session's view and answered with a tool
+/// result. It is refused at the edge (400 + -32602 addressed to its id), the session goes on,
+/// and a positional `initialize` opens no session.
+#[test]
+fn positional_params_in_a_legacy_session_are_invalid_params_and_the_session_survives() {
+    let s = HttpServer::start(&[]);
+    let init = s.post(
+        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+        &[],
+    );
+    assert_eq!(init.message()["result"]["protocolVersion"], "2025-06-18");
+    let sid = init.header("mcp-session-id").unwrap().to_owned();
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    assert_eq!(s.post(&initialized, &h).status, 202);
+    let echo = |id: i64| {
+        let r = s.post(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"message":"still here"}}}), &h);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.message()["result"]["content"][0]["text"], "still here");
+    };
+    echo(2);
+    let r = s.post(
+        &json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":["echo",{"message":"positional"}]}),
+        &h,
+    );
+    assert_params_must_be_an_object(&r, json!(3));
+    echo(4);
+    let r = s.post(
+        &json!({"jsonrpc":"2.0","id":5,"method":"tools/list","params":[]}),
+        &h,
+    );
+    assert_params_must_be_an_object(&r, json!(5));
+    echo(6);
+    assert_eq!(s.ready()["sessions"], 1);
+    let r = s.post(
+        &json!({"jsonrpc":"2.0","id":7,"method":"initialize","params":["2025-06-18",{},{"name":"t","version":"0"}]}),
+        &[],
+    );
+    assert_params_must_be_an_object(&r, json!(7));
+    assert!(r.header("mcp-session-id").is_none());
+    assert_eq!(
+        s.ready()["sessions"],
+        1,
+        "a positional initialize opened a session"
+    );
+}
+
+/// A modern request with positional params has no `_meta`: it is refused as params that are
+/// not an object (400 + -32602 saying so), before the header checks and not as a request
+/// without a version; the next modern request is served.
+#[test]
+fn positional_params_in_a_modern_request_are_invalid_params() {
+    let s = HttpServer::start(&[]);
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "echo"),
+    ];
+    let r = s.post(
+        &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":["echo",{"message":"m"},{"_meta":meta()}]}),
+        &headers,
+    );
+    assert_params_must_be_an_object(&r, json!(1));
+    let r = s.post(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":meta(),"name":"echo","arguments":{"message":"after"}}}),
+        &headers,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.message()["result"]["content"][0]["text"], "after");
+}
+
+/// HTTP+SSE (2024-11-05): a positional `tools/call` posted to `/messages` is refused (400),
+/// its -32602 goes to the session's stream, and the session goes on.
+#[test]
+fn positional_params_over_http_sse_are_invalid_params_and_the_stream_survives() {
+    let s = HttpServer::start(&[]);
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sock.write_all(
+        format!(
+            "GET /sse HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAccept: text/event-stream\r\n\r\n",
+            s.port
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut pending = String::new();
+    let mut buf = vec![0u8; 4096];
+    while !pending.contains("sessionId=") {
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "stream closed early: {pending}");
+        pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let path = pending
+        .lines()
+        .find_map(|l| l.strip_prefix("data: /messages"))
+        .map(|rest| format!("/messages{}", rest.trim()))
+        .unwrap();
+    // The next JSON-RPC message on the stream answering `id`.
+    let mut answer = |id: Value| -> Value {
+        loop {
+            if let Some(m) = pending
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .find(|m| m.get("id") == Some(&id) && m.get("method").is_none())
+            {
+                pending.clear();
+                return m;
+            }
+            let n = sock.read(&mut buf).unwrap();
+            assert!(n > 0, "stream closed early: {pending}");
+            pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    };
+    let post = |body: Value| {
+        s.request(
+            "POST",
+            &path,
+            &[("Content-Type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        )
+        .unwrap()
+        .status
+    };
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"0"}}});
+    assert_eq!(post(init), 202);
+    assert_eq!(answer(json!(1))["result"]["protocolVersion"], "2024-11-05");
+    assert_eq!(
+        post(json!({"jsonrpc":"2.0","method":"notifications/initialized"})),
+        202
+    );
+    let call = |id: i64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"message":"still here"}}});
+    assert_eq!(post(call(2)), 202);
+    assert_eq!(
+        answer(json!(2))["result"]["content"][0]["text"],
+        "still here"
+    );
+    assert_eq!(
+        post(
+            json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":["echo",{"message":"positional"}]})
+        ),
+        400
+    );
+    let e = answer(json!(3));
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("must be an object")),
+        "{e}"
+    );
+    assert_eq!(post(call(4)), 202);
+    assert_eq!(
+        answer(json!(4))["result"]["content"][0]["text"],
+        "still here"
+    );
+}

@@ -12,6 +12,7 @@ mod client_stdio;
 mod gateway;
 mod gateway_faults;
 mod gateway_interop;
+mod gateway_parity;
 mod http;
 mod interop;
 mod interop_http;

@@ -351,3 +351,60 @@ fn modern_direct_launches_keep_cancellation_and_errors() {
     assert_eq!(again["result"]["content"][0]["text"], "again", "{again}");
     assert!(p.close_and_wait().success());
 }
+
+fn assert_params_must_be_an_object(m: &Value) {
+    assert_eq!(code(m), -32602, "{m}");
+    assert!(
+        m["error"]["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("must be an object")),
+        "{m}"
+    );
+}
+
+/// MCP has no positional params: a legacy `tools/call` with `"params": ["echo", {}]` was
+/// launched directly (no message queued for the connection actor after initialize) and
+/// answered with a tool result, because serde's derived struct deserializers read a JSON
+/// array by position. It is -32602 and the connection goes on.
+#[test]
+fn positional_params_in_a_legacy_session_are_invalid_params_and_the_connection_survives() {
+    let mut p = Proc::spawn(&["serve", "--stdio"]);
+    p.send(json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"0"}}}));
+    assert_eq!(
+        p.answer(json!("init"))["result"]["protocolVersion"],
+        "2025-06-18"
+    );
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    // Once this is answered nothing is queued for the actor: the next request is launched
+    // directly from the reader.
+    echo(&mut p, 1);
+    p.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":["echo",{"message":"positional"}]}));
+    assert_params_must_be_an_object(&p.answer(json!(2)));
+    echo(&mut p, 3);
+    p.send(json!({"jsonrpc":"2.0","id":4,"method":"tools/list","params":[]}));
+    assert_params_must_be_an_object(&p.answer(json!(4)));
+    p.send(json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":"echo"}));
+    assert_params_must_be_an_object(&p.answer(json!(5)));
+    echo(&mut p, 6);
+    assert!(p.close_and_wait().success());
+}
+
+/// A modern request with positional params has no `_meta` to tell its generation by; it is
+/// refused as params that are not an object (-32602 saying so), not taken for a legacy
+/// request before `initialize`, and the connection goes on.
+#[test]
+fn positional_params_in_a_modern_request_are_invalid_params_and_the_connection_survives() {
+    let mut p = Proc::spawn(&["serve", "--stdio"]);
+    let meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"it","version":"0"}});
+    let call = |id: i64, message: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"_meta":meta,"name":"echo","arguments":{"message":message}}});
+    p.send(call(1, "first"));
+    assert_eq!(p.answer(json!(1))["result"]["content"][0]["text"], "first");
+    p.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":["echo",{"message":"m"},{"_meta":meta}]}));
+    assert_params_must_be_an_object(&p.answer(json!(2)));
+    p.send(call(3, "after"));
+    let r = p.answer(json!(3));
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
+    assert!(p.close_and_wait().success());
+}

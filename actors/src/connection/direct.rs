@@ -175,7 +175,8 @@ impl Edge {
         self.meta.as_ref()?.protocol_version.as_deref()
     }
 
-    /// `None` when the params do not parse: the connection actor answers with the error.
+    /// `None` when the params do not parse or are not an object (`jsonrpc::params` refuses
+    /// those): the connection actor answers with the error.
     fn read(req: &Request) -> Option<Edge> {
         if req.method == method::TOOLS_CALL {
             let mut call: CallParams = jsonrpc::params(req.params.as_deref()).ok()?;

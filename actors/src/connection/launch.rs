@@ -152,6 +152,14 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
     let fail = |e: ErrorObject| {
         d.sink.send(jsonrpc::error_bytes(Some(&req.id), &e));
     };
+    // Public API: the request may not come from `jsonrpc::parse`, which refuses these.
+    if let Some(e) = req
+        .params
+        .as_deref()
+        .and_then(|p| jsonrpc::not_an_object(p.get()))
+    {
+        return fail(e);
+    }
     let requested = meta.protocol_version.as_deref().unwrap_or_default();
     let version = match gate::modern(&req.method, requested, &meta) {
         Ok(v) => v,

@@ -16,9 +16,9 @@ mod spec;
 #[cfg(feature = "admin")]
 pub use admin::admin_router;
 pub use config::{
-    locate_command, resolve_all, resolve_source, resolve_source_with, FailureModeSetting,
-    GatewayConfig, GatewaySection, LifecycleSetting, SourceConfig, SourceError, TransportSetting,
-    Vars,
+    locate_command, resolve_all, resolve_source, resolve_source_with, AdminTokenError,
+    FailureModeSetting, GatewayConfig, GatewaySection, LifecycleSetting, SourceConfig, SourceError,
+    TransportSetting, Vars,
 };
 pub use error::HostError;
 pub use gateway::{

@@ -626,6 +626,8 @@ impl Inner {
             Launch::Process(p) => {
                 let mut t = StdioTransport::new(&p.command)
                     .args(p.args.iter())
+                    .inherit_env_vars(&p.inherit_env)
+                    .inherit_env_defaults(p.inherit_env_defaults)
                     .name(self.spec.name.clone());
                 for v in &p.env {
                     t = t.env(&v.name, &v.value);
@@ -640,8 +642,10 @@ impl Inner {
                 use super::spec::RemoteTransport;
                 let startup = self.spec.startup_timeout;
                 Ok(match r.transport {
-                    RemoteTransport::StreamableHttp => {
+                    RemoteTransport::Auto | RemoteTransport::StreamableHttp => {
                         let mut t = toolyard_client::StreamableHttpTransport::new(&r.url)
+                            .sse_fallback(r.transport == RemoteTransport::Auto)
+                            .sse_endpoint_timeout(startup)
                             .connect_timeout(startup);
                         for (k, v) in &r.headers {
                             t = t.header(k, v);

@@ -58,8 +58,9 @@ pub enum Launch {
     Remote(RemoteSpec),
 }
 
-/// A local process. The environment is exactly `env` (plus `PATH` and `HOME`, which the
-/// stdio transport keeps), resolved when the process starts.
+/// A local process. Its environment is `env`, plus what the stdio transport passes on of
+/// ours: `PATH`, `HOME`, the proxy and TLS trust-store variables (unless
+/// `inherit_env_defaults` is off) and the names in `inherit_env`; `env` wins over them.
 #[derive(Clone)]
 pub struct ProcessSpec {
     /// The program (`npx`, `uvx`, `python`, `node`, `docker` or a path).
@@ -68,6 +69,11 @@ pub struct ProcessSpec {
     pub args: Vec<String>,
     /// Environment variables; secret ones are never printed.
     pub env: Vec<EnvVar>,
+    /// Our environment variables passed on as well (their values are ours, never shown).
+    pub inherit_env: Vec<String>,
+    /// Whether the proxy and TLS trust-store variables are passed on
+    /// (`StdioTransport::DEFAULT_INHERITED_ENV`).
+    pub inherit_env_defaults: bool,
     /// Working directory (a plugin's directory).
     pub cwd: Option<PathBuf>,
 }
@@ -78,6 +84,8 @@ impl fmt::Debug for ProcessSpec {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env", &self.env)
+            .field("inherit_env", &self.inherit_env)
+            .field("inherit_env_defaults", &self.inherit_env_defaults)
             .field("cwd", &self.cwd)
             .finish()
     }
@@ -106,7 +114,7 @@ impl fmt::Debug for EnvVar {
 pub struct RemoteSpec {
     /// The endpoint.
     pub url: String,
-    /// Streamable HTTP or the 2024-11-05 HTTP+SSE transport.
+    /// Streamable HTTP, the 2024-11-05 HTTP+SSE transport, or whichever the server speaks.
     pub transport: RemoteTransport,
     /// Extra headers (auth tokens): values are treated as secrets.
     pub headers: Vec<(String, String)>,
@@ -130,9 +138,13 @@ impl fmt::Debug for RemoteSpec {
 /// The wire of a remote source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RemoteTransport {
-    /// Streamable HTTP.
+    /// Streamable HTTP, falling back to HTTP+SSE (2024-11-05) when the server refuses the
+    /// POST and a GET of the URL opens an SSE stream
+    /// (`toolyard_client::StreamableHttpTransport::auto`).
+    Auto,
+    /// Streamable HTTP only.
     StreamableHttp,
-    /// HTTP+SSE (2024-11-05).
+    /// HTTP+SSE (2024-11-05) only.
     Sse,
 }
 

@@ -60,6 +60,14 @@ macro_rules! method_enum {
                 use serde::de::Error as _;
                 let raw = <$crate::types::macros::MethodAndParams as serde::Deserialize>::deserialize(d)?;
                 let params = raw.params.unwrap_or(serde_json::Value::Null);
+                // MCP has no positional params (derived structs would read an array by
+                // position); `null` is no params.
+                if !(params.is_object() || params.is_null()) {
+                    return Err(D::Error::custom(format_args!(
+                        "invalid params for {}: \"params\" must be an object",
+                        raw.method
+                    )));
+                }
                 match raw.method.as_str() {
                     $(
                         $method => serde_json::from_value(params)

@@ -181,10 +181,20 @@ pub mod method {
         spec(SERVER_DISCOVER, Generation::Modern, false, None),
         spec(SUBSCRIPTIONS_LISTEN, Generation::Modern, false, None),
         spec(TASKS_GET, Generation::Both, false, Some(NameField::TaskId)),
-        spec(TASKS_CANCEL, Generation::Both, false, Some(NameField::TaskId)),
+        spec(
+            TASKS_CANCEL,
+            Generation::Both,
+            false,
+            Some(NameField::TaskId),
+        ),
         // The tasks extension of 2026-07-28; a legacy session reaches the router with it too,
         // which answers by the task it names.
-        spec(TASKS_UPDATE, Generation::Both, false, Some(NameField::TaskId)),
+        spec(
+            TASKS_UPDATE,
+            Generation::Both,
+            false,
+            Some(NameField::TaskId),
+        ),
     ];
 
     /// The table entry of a client-to-server request method; `None` for a custom method.

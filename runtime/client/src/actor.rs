@@ -14,6 +14,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot};
+use toolyard_proto::error::code;
 use toolyard_proto::{
     jsonrpc, ErrorObject, Incoming, LoggingMessageNotificationParams, ProgressNotificationParams,
     ProgressToken, RequestId,
@@ -252,6 +253,18 @@ impl ClientActor {
             Ok(Incoming::Request(r)) => self.on_request(r, related, state),
             Err(rejected) => {
                 tracing::warn!(client = %self.name, error = %rejected.error.message, "unreadable message from the server");
+                // A request whose params we cannot read (positional params, the one refusal
+                // that only a request can earn) still gets its answer, the error, so the
+                // server does not wait for one forever. Other unreadable messages may be
+                // responses, which are never answered.
+                if let (Some(id), code::INVALID_PARAMS) = (&rejected.id, rejected.error.code) {
+                    state.link.send(OutboundMessage {
+                        body: jsonrpc::error_bytes(Some(id), &rejected.error),
+                        kind: OutboundKind::Response {
+                            headers: self.response_headers.load().as_ref().clone(),
+                        },
+                    });
+                }
             }
         }
     }

@@ -2,7 +2,7 @@
 //! [`StreamableHttpTransport`], where users of the crate see it.
 
 use super::auth::{AuthChallenge, AuthProvider};
-use super::sse::SseParser;
+use super::sse::{SseParser, SseTransport, DEFAULT_ENDPOINT_TIMEOUT};
 use crate::{
     EventSink, OutboundKind, OutboundMessage, Transport, TransportError, TransportEvent,
     TransportLink,
@@ -12,9 +12,10 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, OnceCell};
 use tokio::task::AbortHandle;
 use toolyard_proto::BoxFuture;
 use toolyard_proto::RequestId;
@@ -76,6 +77,26 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// This transport parses no MCP beyond the `id` of messages on a request's stream (to know
 /// when the request has been answered).
 ///
+/// # Finding the transport by itself ([`auto`](Self::auto))
+///
+/// A URL a user gives may be a Streamable HTTP endpoint (`/mcp`) or the SSE endpoint of the
+/// deprecated 2024-11-05 HTTP+SSE transport (`/sse`). With [`auto`](Self::auto) (or
+/// [`sse_fallback(true)`](Self::sse_fallback)) the transport follows the spec's
+/// backwards-compatibility procedure: messages are POSTed as usual until the server has
+/// answered one; when a POST is refused with 400, 404 or 405 and its body is not the JSON-RPC
+/// answer to the request (a modern server answers unknown methods, unsupported versions and
+/// header mismatches that way, and those are answers), the transport GETs the same URL with
+/// `Accept: text/event-stream`. If that opens an SSE stream whose first event is `endpoint`,
+/// it is an HTTP+SSE server: the refused message is sent again over an [`SseTransport`] on
+/// that stream, and so is everything after it (`cancel` and `close` go there too). Nothing
+/// depends on which request comes first: the legacy `initialize`, a modern
+/// `server/discover` or any other. If the GET fails as well, the message fails with
+/// [`TransportError::NoHttpTransport`], which names both attempts, and the next message tries
+/// both again; once a POST has been answered the server speaks Streamable HTTP and nothing
+/// falls back any more. The fallback's GET waits for the `endpoint` event at most
+/// [`sse_endpoint_timeout`](Self::sse_endpoint_timeout) (default
+/// [`DEFAULT_ENDPOINT_TIMEOUT`]).
+///
 /// ```no_run
 /// # use std::sync::Arc;
 /// use toolyard_client::StaticToken;
@@ -84,13 +105,20 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// let transport = StreamableHttpTransport::new("http://127.0.0.1:8080/mcp")
 ///     .header("X-Tenant", "acme")
 ///     .auth(Arc::new(StaticToken("s3cret".into())));
+/// // Streamable HTTP or HTTP+SSE, whichever the server at this URL speaks.
+/// let either = StreamableHttpTransport::auto("http://127.0.0.1:8080/sse");
 /// ```
 pub struct StreamableHttpTransport {
     url: String,
     config: HttpOptions,
+    /// Fall back to HTTP+SSE when the POST is refused.
+    sse_fallback: bool,
+    /// How long the fallback waits for the `endpoint` event.
+    endpoint_timeout: Duration,
 }
 
 /// What both HTTP transports are configured with.
+#[derive(Clone)]
 pub(crate) struct HttpOptions {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) auth: Option<Arc<dyn AuthProvider>>,
@@ -120,12 +148,37 @@ impl std::fmt::Debug for StreamableHttpTransport {
 }
 
 impl StreamableHttpTransport {
-    /// A transport to the MCP endpoint at `url` (e.g. `http://127.0.0.1:8080/mcp`).
+    /// A transport to the MCP endpoint at `url` (e.g. `http://127.0.0.1:8080/mcp`), Streamable
+    /// HTTP only.
     pub fn new(url: impl Into<String>) -> Self {
         StreamableHttpTransport {
             url: url.into(),
             config: HttpOptions::default(),
+            sse_fallback: false,
+            endpoint_timeout: DEFAULT_ENDPOINT_TIMEOUT,
         }
+    }
+
+    /// A transport to whichever HTTP transport the server at `url` speaks: Streamable HTTP,
+    /// or the 2024-11-05 HTTP+SSE transport when the POST is refused and a GET of the same
+    /// URL opens its SSE stream (see "Finding the transport by itself" above).
+    pub fn auto(url: impl Into<String>) -> Self {
+        Self::new(url).sse_fallback(true)
+    }
+
+    /// Whether a refused POST (400, 404 or 405 without a JSON-RPC answer) before the server
+    /// has answered any makes the transport try HTTP+SSE at the same URL. Default `false`
+    /// for [`new`](Self::new), `true` for [`auto`](Self::auto).
+    pub fn sse_fallback(mut self, on: bool) -> Self {
+        self.sse_fallback = on;
+        self
+    }
+
+    /// How long the fallback to HTTP+SSE waits for the SSE stream and its `endpoint` event.
+    /// Default [`DEFAULT_ENDPOINT_TIMEOUT`].
+    pub fn sse_endpoint_timeout(mut self, timeout: Duration) -> Self {
+        self.endpoint_timeout = timeout;
+        self
     }
 
     /// Sends this header on every HTTP request (an API key, a tenant id, ...).
@@ -167,12 +220,24 @@ impl Transport for StreamableHttpTransport {
         events: EventSink,
     ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>> {
         Box::pin(async move {
+            let options = self.sse_fallback.then(|| self.config.clone());
             let base = HttpBase::new(&self.url, self.config)?;
+            let fallback = options.map(|options| Fallback {
+                // One HTTP client for both transports.
+                options: HttpOptions {
+                    client: Some(base.client.clone()),
+                    ..options
+                },
+                endpoint_timeout: self.endpoint_timeout,
+                streamable: AtomicBool::new(false),
+                sse: OnceCell::new(),
+            });
             let inner = Arc::new(Inner {
                 base,
                 events,
                 runtime: tokio::runtime::Handle::current(),
                 state: Mutex::new(State::default()),
+                fallback,
             });
             Ok(Arc::new(HttpLink(inner)) as Arc<dyn TransportLink>)
         })
@@ -452,6 +517,27 @@ struct Inner {
     events: EventSink,
     runtime: tokio::runtime::Handle,
     state: Mutex<State>,
+    /// The fallback to HTTP+SSE ([`StreamableHttpTransport::auto`]), if on.
+    fallback: Option<Fallback>,
+}
+
+/// What the fallback to HTTP+SSE needs and found.
+struct Fallback {
+    /// For the [`SseTransport`] (sharing our HTTP client).
+    options: HttpOptions,
+    endpoint_timeout: Duration,
+    /// A POST has been answered: the server speaks Streamable HTTP, nothing falls back.
+    streamable: AtomicBool,
+    /// The HTTP+SSE connection, once a GET found one: every message goes there from then on.
+    sse: OnceCell<Arc<dyn TransportLink>>,
+}
+
+impl Fallback {
+    /// Whether a POST refused with `status` is a reason to try HTTP+SSE: the statuses the
+    /// spec names (a server without a POST handler at this URL), before any POST worked.
+    fn applies(&self, status: u16) -> bool {
+        matches!(status, 400 | 404 | 405) && !self.streamable.load(Ordering::Acquire)
+    }
 }
 
 #[derive(Default)]
@@ -536,18 +622,44 @@ impl Inner {
         if let Some(mut gate) = gate {
             let _ = tokio::time::timeout(LISTEN_GATE_WAIT, gate.wait_for(|up| *up)).await;
         }
-        let (id, method, headers) = match &message.kind {
-            OutboundKind::Request {
-                id,
-                method,
-                headers,
-            } => (Some(id), Some(method.as_str()), headers),
-            OutboundKind::Notification { method, headers } => {
-                (None, Some(method.as_str()), headers)
-            }
-            OutboundKind::Response { headers } => (None, None, headers),
+        let (id, method) = match &message.kind {
+            OutboundKind::Request { id, method, .. } => (Some(id.clone()), Some(method.clone())),
+            OutboundKind::Notification { method, .. } => (None, Some(method.clone())),
+            OutboundKind::Response { .. } => (None, None),
         };
-        match self.post(&message.body, id, method, headers).await {
+        let (id, method) = (id.as_ref(), method.as_deref());
+        let mut result = self
+            .post(&message.body, id, method, headers_of(&message.kind))
+            .await;
+        if let Some(fallback) = &self.fallback {
+            let refused = match &result {
+                Ok(()) => {
+                    fallback.streamable.store(true, Ordering::Release);
+                    false
+                }
+                Err(TransportError::Http { status, .. }) => fallback.applies(*status),
+                Err(_) => false,
+            };
+            if refused {
+                match self.open_sse(fallback).await {
+                    Ok(link) => {
+                        // The refused message goes again, over HTTP+SSE.
+                        link.send(message);
+                        return;
+                    }
+                    Err(sse) => {
+                        if let Err(streamable) = result {
+                            result = Err(TransportError::NoHttpTransport {
+                                url: self.base.url.to_string(),
+                                streamable: Box::new(streamable),
+                                sse: Box::new(sse),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        match result {
             Ok(()) => {
                 if method == Some("notifications/initialized") {
                     self.start_listen(opened);
@@ -565,6 +677,42 @@ impl Inner {
                 ),
             },
         }
+    }
+
+    /// The HTTP+SSE connection at our URL: the one already open, or a new one (one attempt
+    /// at a time; a failed attempt leaves the next message free to try again).
+    async fn open_sse(
+        &self,
+        fallback: &Fallback,
+    ) -> Result<Arc<dyn TransportLink>, TransportError> {
+        let link = fallback
+            .sse
+            .get_or_try_init(|| async {
+                let transport = SseTransport::fallback(
+                    self.base.url.as_str(),
+                    fallback.options.clone(),
+                    fallback.endpoint_timeout,
+                );
+                let link = Box::new(transport).start(self.events.clone()).await?;
+                tracing::info!(
+                    url = %self.base.url,
+                    "the POST was refused and a GET opened an HTTP+SSE stream: using the 2024-11-05 HTTP+SSE transport"
+                );
+                Ok::<_, TransportError>(link)
+            })
+            .await?
+            .clone();
+        if self.state().closed {
+            // Closed while the stream was being opened.
+            link.close().await;
+            return Err(TransportError::Closed);
+        }
+        Ok(link)
+    }
+
+    /// The HTTP+SSE connection the fallback found, if it did.
+    fn sse(&self) -> Option<&Arc<dyn TransportLink>> {
+        self.fallback.as_ref().and_then(|f| f.sse.get())
     }
 
     async fn post(
@@ -823,8 +971,13 @@ impl Inner {
         }
     }
 
-    /// Queues `message` in a task of its own.
+    /// Queues `message` in a task of its own (or hands it to the HTTP+SSE connection the
+    /// fallback found).
     fn spawn(self: &Arc<Self>, message: OutboundMessage) {
+        if let Some(sse) = self.sse() {
+            sse.send(message);
+            return;
+        }
         let mut state = self.state();
         if let Some(version) = headers_of(&message.kind)
             .iter()
@@ -900,6 +1053,9 @@ impl TransportLink for HttpLink {
         if let Some((_, task)) = self.0.state().requests.remove(id) {
             task.abort();
         }
+        if let Some(sse) = self.0.sse() {
+            sse.cancel(id);
+        }
     }
 
     fn close(&self) -> BoxFuture<()> {
@@ -922,6 +1078,11 @@ impl TransportLink for HttpLink {
                 }
                 (state.session.take(), state.protocol_version.clone())
             };
+            if let Some(sse) = inner.sse() {
+                // Over HTTP+SSE: that connection ends, and reports the end itself.
+                sse.close().await;
+                return;
+            }
             if let Some(sid) = session {
                 let delete = inner
                     .base

@@ -4,29 +4,33 @@
 //! ```toml
 //! [[clients]]
 //! name = "everything"
-//! transport = "stdio"
+//! transport = "stdio"           # the default when `command` is given
 //! command = "npx"
 //! args = ["-y", "@modelcontextprotocol/server-everything"]
 //! env = { LOG_LEVEL = "info" }
+//! inherit_env = ["AWS_PROFILE"] # more of our variables (besides PATH, HOME, proxy and TLS ones)
 //! timeout_ms = 30000
 //!
 //! [[clients]]
 //! name = "remote"
-//! transport = "http"            # Streamable HTTP; "sse" for the 2024-11-05 HTTP+SSE transport
+//! # transport = "auto" (the default when `url` is given): Streamable HTTP, falling back to the
+//! # 2024-11-05 HTTP+SSE transport when the POST is refused; "http" or "sse" pins one.
 //! url = "https://example.com/mcp"
 //! headers = { Authorization = "Bearer ..." }
 //! ```
 
 use super::stdio::StdioTransport;
 use crate::{Client, ClientBuilder, ClientError, ProtocolChoice, Transport};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 use toolyard_proto::{Implementation, ProtocolVersion};
 
-/// How to reach one server.
+/// How to reach one server. `transport` names the variant; without it, an entry with `url`
+/// is [`Auto`](ClientEntry::Auto) and one with `command` is [`Stdio`](ClientEntry::Stdio).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(remote = "Self")]
 #[serde(tag = "transport", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ClientEntry {
     /// Spawn a process and speak over its stdin/stdout.
@@ -38,9 +42,17 @@ pub enum ClientEntry {
         /// Its arguments.
         #[serde(default)]
         args: Vec<String>,
-        /// Environment variables (the child gets `PATH` and `HOME`, and only these besides).
+        /// Environment variables. Of ours the child gets only `PATH`, `HOME`, the proxy and
+        /// TLS trust-store variables ([`StdioTransport::DEFAULT_INHERITED_ENV`]) and what
+        /// `inherit_env` names.
         #[serde(default)]
         env: BTreeMap<String, String>,
+        /// More of our environment variables to pass on (those we have).
+        #[serde(default)]
+        inherit_env: Vec<String>,
+        /// Whether the proxy and TLS trust-store variables are passed on (default `true`).
+        #[serde(default = "yes")]
+        inherit_env_defaults: bool,
         /// Working directory.
         #[serde(default)]
         cwd: Option<PathBuf>,
@@ -51,7 +63,26 @@ pub enum ClientEntry {
         #[serde(default)]
         protocol: Option<String>,
     },
-    /// Streamable HTTP.
+    /// Streamable HTTP, or the 2024-11-05 HTTP+SSE transport when the server refuses the
+    /// POST and a GET of the URL opens an SSE stream
+    /// (`StreamableHttpTransport::auto`, feature `http`). The default
+    /// for an entry with `url`.
+    Auto {
+        /// The unique name of this connection.
+        name: String,
+        /// The MCP endpoint (`/mcp`) or the SSE endpoint (`/sse`).
+        url: String,
+        /// Extra headers (auth tokens).
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        /// Request timeout in milliseconds.
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        /// Pin a protocol revision instead of probing.
+        #[serde(default)]
+        protocol: Option<String>,
+    },
+    /// Streamable HTTP only.
     Http {
         /// The unique name of this connection.
         name: String,
@@ -67,7 +98,7 @@ pub enum ClientEntry {
         #[serde(default)]
         protocol: Option<String>,
     },
-    /// The 2024-11-05 HTTP+SSE transport.
+    /// The 2024-11-05 HTTP+SSE transport only.
     Sse {
         /// The unique name of this connection.
         name: String,
@@ -82,11 +113,37 @@ pub enum ClientEntry {
     },
 }
 
+fn yes() -> bool {
+    true
+}
+
+impl<'de> Deserialize<'de> for ClientEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut entry = serde_json::Map::deserialize(deserializer)?;
+        if !entry.contains_key("transport") {
+            let inferred = if entry.contains_key("url") {
+                Some("auto")
+            } else if entry.contains_key("command") {
+                Some("stdio")
+            } else {
+                None
+            };
+            if let Some(t) = inferred {
+                entry.insert("transport".into(), t.into());
+            }
+        }
+        // The derived deserializer (`remote = "Self"`), on the entry with its tag.
+        ClientEntry::deserialize(serde_json::Value::Object(entry)).map_err(D::Error::custom)
+    }
+}
+
 impl ClientEntry {
     /// The connection's name.
     pub fn name(&self) -> &str {
         match self {
             ClientEntry::Stdio { name, .. }
+            | ClientEntry::Auto { name, .. }
             | ClientEntry::Http { name, .. }
             | ClientEntry::Sse { name, .. } => name,
         }
@@ -95,6 +152,7 @@ impl ClientEntry {
     fn timeout(&self) -> Option<Duration> {
         match self {
             ClientEntry::Stdio { timeout_ms, .. }
+            | ClientEntry::Auto { timeout_ms, .. }
             | ClientEntry::Http { timeout_ms, .. }
             | ClientEntry::Sse { timeout_ms, .. } => timeout_ms.map(Duration::from_millis),
         }
@@ -102,7 +160,9 @@ impl ClientEntry {
 
     fn protocol(&self) -> Result<ProtocolChoice, RegistryError> {
         let pinned = match self {
-            ClientEntry::Stdio { protocol, .. } | ClientEntry::Http { protocol, .. } => protocol,
+            ClientEntry::Stdio { protocol, .. }
+            | ClientEntry::Auto { protocol, .. }
+            | ClientEntry::Http { protocol, .. } => protocol,
             ClientEntry::Sse { .. } => {
                 return Ok(ProtocolChoice::Legacy(ProtocolVersion::V2024_11_05))
             }
@@ -128,17 +188,29 @@ impl ClientEntry {
                 command,
                 args,
                 env,
+                inherit_env,
+                inherit_env_defaults,
                 cwd,
                 ..
             } => {
                 let mut t = StdioTransport::new(command)
                     .args(args.clone())
+                    .inherit_env_vars(inherit_env)
+                    .inherit_env_defaults(*inherit_env_defaults)
                     .name(name.clone());
                 for (k, v) in env {
                     t = t.env(k, v);
                 }
                 if let Some(dir) = cwd {
                     t = t.current_dir(dir);
+                }
+                Ok(Box::new(t))
+            }
+            #[cfg(feature = "http")]
+            ClientEntry::Auto { url, headers, .. } => {
+                let mut t = super::http::StreamableHttpTransport::auto(url);
+                for (k, v) in headers {
+                    t = t.header(k, v);
                 }
                 Ok(Box::new(t))
             }
@@ -352,6 +424,72 @@ mod tests {
             ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25)
         );
         assert_eq!(c[2].name(), "old");
+    }
+
+    #[test]
+    fn without_transport_a_url_is_automatic_and_a_command_is_stdio() {
+        let c = parse(
+            r#"
+            [[clients]]
+            name = "remote"
+            url = "http://127.0.0.1:1/sse"
+            headers = { Authorization = "Bearer t" }
+            protocol = "2024-11-05"
+            [[clients]]
+            name = "explicit"
+            transport = "auto"
+            url = "http://127.0.0.1:1/mcp"
+            [[clients]]
+            name = "local"
+            command = "toolyard"
+            inherit_env = ["AWS_PROFILE"]
+            inherit_env_defaults = false
+            "#,
+        );
+        ClientRegistry::validate(&c).unwrap();
+        assert!(
+            matches!(&c[0], ClientEntry::Auto { url, headers, .. }
+                if url == "http://127.0.0.1:1/sse" && headers.len() == 1),
+            "{:?}",
+            c[0]
+        );
+        assert_eq!(
+            c[0].protocol().unwrap(),
+            ProtocolChoice::Legacy(ProtocolVersion::V2024_11_05)
+        );
+        assert!(matches!(&c[1], ClientEntry::Auto { .. }), "{:?}", c[1]);
+        assert!(
+            matches!(&c[2], ClientEntry::Stdio { inherit_env, inherit_env_defaults: false, .. }
+                if inherit_env == &["AWS_PROFILE".to_owned()]),
+            "{:?}",
+            c[2]
+        );
+        // The defaults of a stdio entry: the proxy and TLS variables are passed.
+        let c = parse("[[clients]]\nname = \"s\"\ntransport = \"stdio\"\ncommand = \"x\"");
+        assert!(
+            matches!(&c[0], ClientEntry::Stdio { inherit_env, inherit_env_defaults: true, .. }
+                if inherit_env.is_empty()),
+            "{:?}",
+            c[0]
+        );
+        // Unknown keys and an entry with neither `url` nor `command` are still refused.
+        for bad in [
+            "[[clients]]\nname = \"x\"\nurl = \"http://h\"\ncomand = \"y\"",
+            "[[clients]]\nname = \"x\"\ntransport = \"http\"\nurl = \"http://h\"\ninherit_env = []",
+            "[[clients]]\nname = \"x\"",
+            "[[clients]]\nname = \"x\"\ntransport = \"carrier-pigeon\"\nurl = \"http://h\"",
+        ] {
+            let e = toml::from_str::<ClientsConfig>(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("comand")
+                    || e.contains("inherit_env")
+                    || e.contains("transport")
+                    || e.contains("carrier-pigeon"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

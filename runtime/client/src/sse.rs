@@ -42,6 +42,9 @@ pub struct SseTransport {
     url: String,
     config: HttpOptions,
     endpoint_timeout: Duration,
+    /// The first event must be `endpoint` (the fallback from Streamable HTTP: anything else
+    /// means the URL is not an HTTP+SSE endpoint).
+    strict: bool,
 }
 
 impl std::fmt::Debug for SseTransport {
@@ -59,6 +62,18 @@ impl SseTransport {
             url: url.into(),
             config: HttpOptions::default(),
             endpoint_timeout: DEFAULT_ENDPOINT_TIMEOUT,
+            strict: false,
+        }
+    }
+
+    /// The transport [`StreamableHttpTransport::auto`](crate::StreamableHttpTransport::auto)
+    /// falls back to: its options, and a stream whose first event must be `endpoint`.
+    pub(crate) fn fallback(url: &str, config: HttpOptions, endpoint_timeout: Duration) -> Self {
+        SseTransport {
+            url: url.to_owned(),
+            config,
+            endpoint_timeout,
+            strict: true,
         }
     }
 
@@ -108,15 +123,17 @@ impl Transport for SseTransport {
         Box::pin(async move {
             let base = HttpBase::new(&self.url, self.config)?;
             let mut parser = SseParser::new(base.max_message_bytes);
-            let (mut resp, endpoint) =
-                tokio::time::timeout(self.endpoint_timeout, open(&base, &mut parser, &events))
-                    .await
-                    .map_err(|_| {
-                        TransportError::Io(format!(
-                            "no endpoint event from {} within {:?}",
-                            base.url, self.endpoint_timeout
-                        ))
-                    })??;
+            let (mut resp, endpoint) = tokio::time::timeout(
+                self.endpoint_timeout,
+                open(&base, &mut parser, &events, self.strict),
+            )
+            .await
+            .map_err(|_| {
+                TransportError::Io(format!(
+                    "no endpoint event from {} within {:?}",
+                    base.url, self.endpoint_timeout
+                ))
+            })??;
             let reader_events = events.clone();
             let reader = tokio::spawn(async move {
                 let end = pump(&reader_events, &mut resp, &mut parser, None).await;
@@ -142,11 +159,12 @@ impl Transport for SseTransport {
 }
 
 /// Opens the stream and reads it up to the `endpoint` event; messages before it (there
-/// should be none) are reported.
+/// should be none) are reported, or, when `strict`, make it fail.
 async fn open(
     base: &HttpBase,
     parser: &mut SseParser,
     events: &EventSink,
+    strict: bool,
 ) -> Result<(reqwest::Response, url::Url), TransportError> {
     let mut resp = base
         .exchange(Method::GET, &base.url, 1, |rb| {
@@ -181,6 +199,12 @@ async fn open(
             match event.event.as_str() {
                 "endpoint" if endpoint.is_none() => {
                     endpoint = Some(resolve(&base.url, &event.data)?)
+                }
+                other if strict && endpoint.is_none() => {
+                    return Err(TransportError::Malformed(format!(
+                        "the SSE stream's first event is {:?}, not `endpoint`",
+                        if other.is_empty() { "message" } else { other }
+                    )));
                 }
                 "" | "message" if !event.data.is_empty() => {
                     deliver(events, event.data, None);

@@ -20,9 +20,15 @@
 //!   server out of the terminal's Ctrl-C, so the embedding application decides when it stops.
 //! - **A clean environment.** By default the child sees only `PATH` and `HOME` from our
 //!   environment (enough for `npx`, `uvx` and most interpreters to find themselves and their
-//!   caches) plus what was configured with [`StdioTransport::env`]. Our process's environment
-//!   typically holds credentials (cloud keys, tokens) that a third-party server has no business
-//!   reading; [`StdioTransport::inherit_env`] opts back in.
+//!   caches), the proxy and TLS trust-store variables of
+//!   [`StdioTransport::DEFAULT_INHERITED_ENV`] (`HTTPS_PROXY`, `NO_PROXY`, `SSL_CERT_FILE`,
+//!   `NODE_EXTRA_CA_CERTS`, ...: without them a package manager behind a corporate proxy or
+//!   a private certificate authority cannot fetch the server), plus what was configured with
+//!   [`StdioTransport::env`]. Our process's environment typically holds credentials (cloud
+//!   keys, tokens) that a third-party server has no business reading, so everything else
+//!   stays out: [`StdioTransport::inherit_env_vars`] passes more names,
+//!   [`StdioTransport::inherit_env_defaults`] turns the proxy and trust-store list off, and
+//!   [`StdioTransport::inherit_env`] passes everything.
 //! - **Malformed output closes the connection.** stdout is the only channel: a line that is
 //!   not JSON (a stray `println!`, a banner, a log line on the wrong stream) means the framing
 //!   can no longer be trusted, and an answer we cannot read leaves a caller waiting forever.
@@ -68,7 +74,9 @@ use toolyard_proto::RequestId;
 
 /// The `tracing` target of everything this transport logs, including the server's stderr.
 const TARGET: &str = "toolyard_client::stdio";
-/// What the child keeps of our environment unless [`StdioTransport::inherit_env`] is set.
+/// What the child always keeps of our environment (besides
+/// [`StdioTransport::DEFAULT_INHERITED_ENV`] and what is named), unless
+/// [`StdioTransport::inherit_env`] passes all of it.
 const KEPT_ENV: [&str; 2] = ["PATH", "HOME"];
 /// The longest stderr line logged; the rest of the line is dropped.
 const MAX_STDERR_LINE: usize = 4 * 1024;
@@ -96,6 +104,8 @@ pub struct StdioTransport {
     current_dir: Option<PathBuf>,
     env: Vec<(OsString, OsString)>,
     inherit_env: bool,
+    inherit_defaults: bool,
+    inherit_vars: Vec<OsString>,
     close_grace: Duration,
     max_message_bytes: usize,
     name: Option<String>,
@@ -109,6 +119,8 @@ impl fmt::Debug for StdioTransport {
             .field("current_dir", &self.current_dir)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("inherit_env", &self.inherit_env)
+            .field("inherit_env_defaults", &self.inherit_defaults)
+            .field("inherit_env_vars", &self.inherit_vars)
             .field("close_grace", &self.close_grace)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("name", &self.server_name())
@@ -117,8 +129,56 @@ impl fmt::Debug for StdioTransport {
 }
 
 impl StdioTransport {
+    /// The variables of ours a server gets by default besides `PATH` and `HOME` (when we
+    /// have them): how package managers and HTTP clients find a proxy and a private
+    /// certificate authority, so `npx`, `uvx`, `pip` and `git` reach their registries from
+    /// behind a corporate proxy or TLS inspection. Turned off with
+    /// [`inherit_env_defaults(false)`](Self::inherit_env_defaults).
+    ///
+    /// | Variables | Read by |
+    /// |---|---|
+    /// | `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY` and their lowercase forms | curl and libcurl (so git; curl takes `http_proxy` in lowercase only), uv, pip (requests), npm, Go, Node.js with `NODE_USE_ENV_PROXY` |
+    /// | `SSL_CERT_FILE`, `SSL_CERT_DIR` | OpenSSL and everything on it (Python's `ssl`, curl, git), uv, Node.js with `--use-openssl-ca` |
+    /// | `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE` | Python requests (pip vendors it), curl |
+    /// | `PIP_CERT` | pip (`--cert`) |
+    /// | `NODE_EXTRA_CA_CERTS` | Node.js (so npm and npx) |
+    /// | `NODE_USE_SYSTEM_CA`, `NODE_USE_ENV_PROXY` | Node.js: trust the system store, honour the proxy variables |
+    /// | `UV_NATIVE_TLS` | uv: trust the system store instead of its bundled roots |
+    /// | `GIT_SSL_CAINFO`, `GIT_SSL_CAPATH` | git over HTTPS (`npx github:…`, `uvx --from git+https://…`) |
+    ///
+    /// Left out on purpose (name them with [`inherit_env_vars`](Self::inherit_env_vars) when
+    /// a server needs them): `NODE_OPTIONS` (it loads code and flags such as `--inspect`
+    /// into every Node.js server), variables that switch certificate checks off
+    /// (`NODE_TLS_REJECT_UNAUTHORIZED`, `GIT_SSL_NO_VERIFY`, `UV_INSECURE_HOST`,
+    /// `PIP_TRUSTED_HOST`), client certificates (`SSL_CLIENT_CERT`), and registry locations
+    /// and tokens (`UV_INDEX_URL`, `PIP_INDEX_URL`, `NPM_CONFIG_REGISTRY`, …), which often
+    /// carry credentials. A proxy URL can carry credentials too (`http://user:pass@proxy`);
+    /// the server needs them to get out, which is why the proxy variables are passed.
+    pub const DEFAULT_INHERITED_ENV: &'static [&'static str] = &[
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+        "NODE_USE_SYSTEM_CA",
+        "NODE_USE_ENV_PROXY",
+        "UV_NATIVE_TLS",
+        "GIT_SSL_CAINFO",
+        "GIT_SSL_CAPATH",
+    ];
+
     /// A transport that runs `command` (looked up in `PATH` unless it contains a `/`), with
-    /// no arguments, a clean environment (`PATH` and `HOME` only), a 2 s grace period per
+    /// no arguments, a clean environment (`PATH`, `HOME` and the
+    /// [`DEFAULT_INHERITED_ENV`](Self::DEFAULT_INHERITED_ENV) we have), a 2 s grace period per
     /// close phase and a 16 MiB message limit.
     pub fn new(command: impl Into<OsString>) -> Self {
         StdioTransport {
@@ -127,6 +187,8 @@ impl StdioTransport {
             current_dir: None,
             env: Vec::new(),
             inherit_env: false,
+            inherit_defaults: true,
+            inherit_vars: Vec::new(),
             close_grace: Duration::from_secs(2),
             max_message_bytes: 16 * 1024 * 1024,
             name: None,
@@ -187,9 +249,29 @@ impl StdioTransport {
     }
 
     /// Whether the server inherits our whole environment (default `false`: it gets only
-    /// `PATH` and `HOME`, plus what [`env`](Self::env) sets).
+    /// `PATH`, `HOME`, the [`DEFAULT_INHERITED_ENV`](Self::DEFAULT_INHERITED_ENV) and what
+    /// [`inherit_env_vars`](Self::inherit_env_vars) names, plus what [`env`](Self::env) sets).
     pub fn inherit_env(mut self, inherit: bool) -> Self {
         self.inherit_env = inherit;
+        self
+    }
+
+    /// Passes these variables of ours on to the server as well (those we have; names we do
+    /// not have are skipped). What [`env`](Self::env) sets wins over them.
+    pub fn inherit_env_vars<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<OsString>,
+    {
+        self.inherit_vars.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Whether the server gets the proxy and trust-store variables of
+    /// [`DEFAULT_INHERITED_ENV`](Self::DEFAULT_INHERITED_ENV) (default `true`). `PATH` and
+    /// `HOME` are passed either way.
+    pub fn inherit_env_defaults(mut self, on: bool) -> Self {
+        self.inherit_defaults = on;
         self
     }
 
@@ -243,7 +325,17 @@ impl StdioTransport {
             .kill_on_drop(false);
         if !self.inherit_env {
             cmd.env_clear();
-            for key in KEPT_ENV {
+            let defaults = if self.inherit_defaults {
+                Self::DEFAULT_INHERITED_ENV
+            } else {
+                &[]
+            };
+            let kept = KEPT_ENV
+                .iter()
+                .chain(defaults)
+                .map(OsStr::new)
+                .chain(self.inherit_vars.iter().map(OsString::as_os_str));
+            for key in kept {
                 if let Some(value) = std::env::var_os(key) {
                     cmd.env(key, value);
                 }

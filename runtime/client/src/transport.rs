@@ -91,7 +91,7 @@ pub enum TransportError {
     #[error("server process exited ({0})")]
     Exited(String),
     /// The server answered with an HTTP status we cannot use.
-    #[error("HTTP {status}: {body}")]
+    #[error("HTTP {status}{}", colon_then(.body))]
     Http {
         /// The status code.
         status: u16,
@@ -108,6 +108,30 @@ pub enum TransportError {
     /// The connection was closed by us.
     #[error("transport closed")]
     Closed,
+    /// An automatic HTTP transport (`StreamableHttpTransport::auto`) found neither HTTP
+    /// transport at its URL: the POST of Streamable HTTP was refused (400, 404 or 405), and
+    /// the GET of the 2024-11-05 HTTP+SSE transport did not open an SSE stream starting with
+    /// an `endpoint` event.
+    #[error(
+        "neither MCP HTTP transport answered at {url}: Streamable HTTP (POST) failed with {streamable}; HTTP+SSE (GET) failed with {sse}"
+    )]
+    NoHttpTransport {
+        /// The URL both were tried at.
+        url: String,
+        /// Why the POST failed.
+        streamable: Box<TransportError>,
+        /// Why the GET failed.
+        sse: Box<TransportError>,
+    },
+}
+
+/// `": body"`, or nothing for an empty body.
+fn colon_then(body: &str) -> String {
+    if body.is_empty() {
+        String::new()
+    } else {
+        format!(": {body}")
+    }
 }
 
 /// The client's side of a started transport.

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use toolyard_proto::method;
+use toolyard_proto::{jsonrpc, method};
 
 /// The well-known path of Protected Resource Metadata (RFC 9728 §3).
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
@@ -649,7 +649,11 @@ impl OAuth {
         if peek.method.as_deref() != Some(method::TOOLS_CALL) {
             return Ok(None);
         }
-        let Some(params) = peek.params else {
+        // Positional (non-object) params name no tool: the MCP handler refuses them (-32602).
+        let Some(params) = peek
+            .params
+            .filter(|p| jsonrpc::not_an_object(p.get()).is_none())
+        else {
             return Ok(None);
         };
         let params: Params = serde_json::from_str(params.get())

@@ -864,3 +864,198 @@ async fn connecting_to_a_server_that_is_down_fails_promptly() {
     );
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+// The automatic HTTP transport: Streamable HTTP, or HTTP+SSE when the POST is refused.
+
+/// What the first request to an HTTP+SSE endpoint (`/sse`, where POST is 405) gets through
+/// the automatic transport: its answer, over the 2024-11-05 transport, whether it is the
+/// legacy `initialize` or a modern request.
+#[tokio::test]
+async fn the_automatic_transport_falls_back_to_http_sse_for_either_first_request() {
+    let s = start_server(&[]).await;
+    let sse = format!("http://127.0.0.1:{}/sse", s.port);
+    let mut c = Conn::start(StreamableHttpTransport::auto(sse.clone())).await;
+    initialize(&mut c, 1, "2024-11-05").await;
+    assert_eq!(s.ready().await["sessions"], 1, "one HTTP+SSE session");
+    c.request(
+        2,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "fell back"}}),
+        &[],
+    );
+    let (_, r) = c.answer(2).await;
+    assert_eq!(r["result"]["content"][0]["text"], "fell back", "{r}");
+    c.link.close().await;
+    s.wait_ready("closing ends the HTTP+SSE session", |r| {
+        r["sessions"] == 0 && r["streams"] == 0
+    })
+    .await;
+
+    let mut c = Conn::start(StreamableHttpTransport::auto(sse)).await;
+    c.request(
+        1,
+        "server/discover",
+        json!({"_meta": meta()}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "server/discover"),
+        ],
+    );
+    let (_, d) = c.answer(1).await;
+    assert!(d.get("result").is_some() || d.get("error").is_some(), "{d}");
+    assert_eq!(s.ready().await["sessions"], 1, "over HTTP+SSE");
+    c.link.close().await;
+}
+
+/// At a Streamable HTTP endpoint the automatic transport stays there: a modern error answer
+/// (400 or 404 with the request's JSON-RPC error) is an answer, not a reason to fall back.
+#[tokio::test]
+async fn the_automatic_transport_stays_on_streamable_http_and_takes_modern_errors_as_answers() {
+    let s = start_server(&[]).await;
+    let mut c = Conn::start(StreamableHttpTransport::auto(s.url())).await;
+    c.request(
+        1,
+        "tools/call",
+        json!({"_meta": meta(), "name": "echo", "arguments": {"message": "x"}}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "add"),
+        ],
+    );
+    let (_, r) = c.answer(1).await;
+    assert_eq!(r["error"]["code"], -32020, "{r}");
+    c.request(
+        2,
+        "no/such",
+        json!({"_meta": meta()}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "no/such"),
+        ],
+    );
+    let (_, r) = c.answer(2).await;
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    assert_eq!(
+        s.ready().await["sessions"],
+        0,
+        "no HTTP+SSE session was opened"
+    );
+    c.link.close().await;
+
+    let client = client(ProtocolChoice::Auto)
+        .connect(StreamableHttpTransport::auto(s.url()))
+        .await
+        .unwrap();
+    assert!(client.is_modern());
+    exercise(&client, &s, "automatic, modern").await;
+    client.close().await;
+    assert!(
+        s.sessions.lock().unwrap().is_empty(),
+        "modern has no session"
+    );
+}
+
+/// The `Client` over the automatic transport at `/sse`, probing or pinned to 2024-11-05.
+#[tokio::test]
+async fn the_client_over_the_automatic_transport_reaches_an_http_sse_endpoint() {
+    let s = start_server(&[]).await;
+    let url = format!("http://127.0.0.1:{}/sse", s.port);
+    for protocol in [
+        ProtocolChoice::Auto,
+        ProtocolChoice::Legacy(ProtocolVersion::V2024_11_05),
+    ] {
+        let c = client(protocol)
+            .connect(StreamableHttpTransport::auto(url.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        let tools = c.list_all_tools().await.unwrap();
+        assert!(tools.iter().any(|t| t.name == "echo"), "{protocol:?}");
+        let r = c
+            .call_tool("echo", json!({"message": "auto"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&r), "auto", "{protocol:?}");
+        assert_eq!(
+            s.ready().await["sessions"],
+            1,
+            "{protocol:?}: over HTTP+SSE"
+        );
+        c.close().await;
+        s.wait_ready("closing the stream ends the session", |r| {
+            r["sessions"] == 0 && r["streams"] == 0
+        })
+        .await;
+    }
+}
+
+/// A URL that answers 404 to everything: the request fails with an error that names both
+/// attempts (the POST and the GET, and their statuses), and so does `connect`.
+#[tokio::test]
+async fn the_automatic_transport_names_both_attempts_when_neither_works() {
+    let port = serve(axum::Router::new()).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let mut c = Conn::start(StreamableHttpTransport::auto(url.clone())).await;
+    c.request(1, "initialize", initialize_params(LEGACY), &[]);
+    let e = c.failure(1).await.to_string();
+    for needle in [
+        "Streamable HTTP",
+        "POST",
+        "HTTP+SSE",
+        "GET",
+        "404",
+        url.as_str(),
+    ] {
+        assert!(e.contains(needle), "{needle:?} not in {e:?}");
+    }
+    // Still undecided: the next request tries both again.
+    c.request(2, "ping", json!({}), &[]);
+    let e = c.failure(2).await.to_string();
+    assert!(e.contains("HTTP+SSE"), "{e}");
+
+    let r = client(ProtocolChoice::Auto)
+        .connect(StreamableHttpTransport::auto(url.clone()))
+        .await;
+    let e = r.expect_err("nothing to connect to").to_string();
+    for needle in ["Streamable HTTP", "HTTP+SSE", "404"] {
+        assert!(e.contains(needle), "{needle:?} not in {e:?}");
+    }
+}
+
+/// `[[clients]]` entries: a `url` without `transport` is automatic (and reaches `/sse`);
+/// `transport = "http"` pins Streamable HTTP, which `/sse` refuses.
+#[tokio::test]
+async fn a_clients_entry_without_transport_reaches_an_http_sse_endpoint() {
+    let s = start_server(&[]).await;
+    let sse = format!("http://127.0.0.1:{}/sse", s.port);
+    let entries = |extra: &str| {
+        toml::from_str::<toolyard::client::ClientsConfig>(&format!(
+            "[[clients]]\nname = \"old\"\nurl = \"{sse}\"\n{extra}\n"
+        ))
+        .unwrap()
+        .clients
+    };
+    let registry = toolyard::client::ClientRegistry::connect(
+        &entries(""),
+        Implementation::new("registry", "1"),
+    )
+    .await
+    .unwrap();
+    let r = registry
+        .get("old")
+        .unwrap()
+        .call_tool("echo", json!({"message": "by name"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "by name");
+    registry.close().await;
+    let pinned = toolyard::client::ClientRegistry::connect(
+        &entries("transport = \"http\""),
+        Implementation::new("registry", "1"),
+    )
+    .await;
+    let e = pinned
+        .expect_err("Streamable HTTP at /sse fails")
+        .to_string();
+    assert!(e.contains("405"), "{e}");
+}

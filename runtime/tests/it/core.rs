@@ -445,3 +445,218 @@ async fn lists_paginate_with_opaque_cursors() {
         .await;
     assert!(matches!(bad, Err(toolyard_testkit::RawClientError::Rpc(ref e)) if e.code == -32602));
 }
+
+/// MCP has no positional params: a request whose `params` is a JSON array is -32602 saying
+/// params must be an object, for every method the server knows (and custom and unknown ones),
+/// in legacy sessions of two revisions and as modern requests (which then have no `_meta`:
+/// refused for their params, not as legacy requests before `initialize`); the connection goes
+/// on. serde's derived struct deserializers read an array by position, so before this was
+/// refused a positional `tools/call` was served.
+#[tokio::test]
+async fn positional_params_are_invalid_params_for_every_method_in_both_generations() {
+    use toolyard::proto::method::CLIENT_REQUESTS;
+    use toolyard_testkit::RawClientError;
+
+    let custom: toolyard::MethodFn = Arc::new(|_ctx, params| {
+        Box::pin(async move {
+            let params = params.map(|p| p.get().to_owned());
+            Ok(json!({ "params": params }))
+        })
+    });
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
+        .in_memory_tasks()
+        .method("x/custom", custom)
+        .start()
+        .await
+        .unwrap();
+    let mut methods: Vec<&str> = CLIENT_REQUESTS.iter().map(|s| s.name).collect();
+    methods.extend(["x/custom", "no/such/method"]);
+    for m in [
+        "tools/call",
+        "tools/list",
+        "resources/read",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "initialize",
+        "ping",
+        "tasks/get",
+        "tasks/list",
+        "tasks/cancel",
+        "server/discover",
+        "subscriptions/listen",
+    ] {
+        assert!(methods.contains(&m), "{m} is not in the method table");
+    }
+
+    async fn refused(client: &RawClient, method: &str, params: Value, what: &str) {
+        match client.request(method, params).await {
+            Err(RawClientError::Rpc(e)) => {
+                assert_eq!(e.code, -32602, "{what} {method}: {e}");
+                assert!(
+                    e.message.contains("must be an object"),
+                    "{what} {method}: {e}"
+                );
+            }
+            other => panic!("{what} {method}: positional params were accepted: {other:?}"),
+        }
+    }
+
+    let modern = meta(json!({}));
+    let echo = |m: Option<&Value>| {
+        let mut p = json!({"name":"echo","arguments":{"message":"still here"}});
+        if let Some(m) = m {
+            p["_meta"] = m.clone();
+        }
+        p
+    };
+
+    // Legacy sessions: before and after initialize.
+    for version in ["2025-06-18", "2025-11-25"] {
+        let client = RawClient::connect(&server).await.unwrap();
+        refused(
+            &client,
+            "initialize",
+            json!([version, {}, {"name":"t","version":"0"}]),
+            version,
+        )
+        .await;
+        refused(&client, "ping", json!([]), version).await;
+        let init = client
+            .request(
+                "initialize",
+                json!({"protocolVersion":version,"capabilities":{},"clientInfo":{"name":"t","version":"0"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(init["protocolVersion"], version);
+        client
+            .notify("notifications/initialized", json!({}))
+            .unwrap();
+        for method in &methods {
+            refused(&client, method, json!(["echo", {"message":"m"}]), version).await;
+            let r = client.request("tools/call", echo(None)).await.unwrap();
+            assert_eq!(
+                r["content"][0]["text"], "still here",
+                "{version} after {method}"
+            );
+        }
+        let r = client.request("x/custom", json!({"a":1})).await.unwrap();
+        assert_eq!(r["params"], r#"{"a":1}"#);
+    }
+
+    // Modern requests on a connection that never initializes.
+    let client = RawClient::connect(&server).await.unwrap();
+    for method in &methods {
+        refused(
+            &client,
+            method,
+            json!([{"_meta": modern}, "echo", {"message":"m"}]),
+            "2026-07-28",
+        )
+        .await;
+        let r = client
+            .request("tools/call", echo(Some(&modern)))
+            .await
+            .unwrap();
+        assert_eq!(r["resultType"], "complete", "after {method}");
+        assert_eq!(r["content"][0]["text"], "still here", "after {method}");
+    }
+    // The positional `initialize` did not initialize: a legacy request is still refused as
+    // coming before `initialize`.
+    match client.request("tools/list", json!({})).await {
+        Err(RawClientError::Rpc(e)) => {
+            assert_eq!(e.code, -32602);
+            assert!(e.message.contains("before `initialize`"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A transport that hands requests in without `jsonrpc::parse` (the public transport API)
+/// gets the same refusal: `Server::serve_stateless` refuses positional params for every
+/// method (custom and `server/discover` included), and a legacy session's
+/// `ConnectionHandle::deliver_request` (launched directly through the session's view, whose
+/// edge reads the params) refuses them too, then serves the next request.
+#[tokio::test]
+async fn positional_params_handed_in_unparsed_through_the_transport_api_are_invalid_params() {
+    use serde_json::value::RawValue;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+    use toolyard::proto::jsonrpc::Request;
+    use toolyard::proto::{RequestId, RequestMeta};
+    use toolyard::transport::{Delivery, Sink};
+
+    let custom: toolyard::MethodFn =
+        Arc::new(|_ctx, _params| Box::pin(async move { Ok(json!({"served": true})) }));
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
+        .method("x/custom", custom)
+        .start()
+        .await
+        .unwrap();
+    let request = |id: i64, method: &str, params: &str| Request {
+        id: RequestId::Number(id),
+        method: method.to_owned(),
+        params: Some(RawValue::from_string(params.to_owned()).unwrap()),
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let delivery = |track: bool| Delivery {
+        sink: Sink::channel(tx.clone()),
+        cancel: CancellationToken::new(),
+        track,
+        principal: None,
+    };
+    async fn next(rx: &mut mpsc::UnboundedReceiver<Vec<u8>>, id: i64) -> Value {
+        loop {
+            let bytes = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .expect("an answer within 10 s")
+                .expect("the sink is open");
+            let m: Value = serde_json::from_slice(&bytes).unwrap();
+            if m["id"] == id && m.get("method").is_none() {
+                return m;
+            }
+        }
+    }
+    fn assert_refused(m: &Value) {
+        assert_eq!(m["error"]["code"], -32602, "{m}");
+        assert!(
+            m["error"]["message"]
+                .as_str()
+                .is_some_and(|s| s.contains("must be an object")),
+            "{m}"
+        );
+    }
+
+    let modern: RequestMeta = serde_json::from_value(meta(json!({}))).unwrap();
+    for (id, method) in [(1, "tools/call"), (2, "x/custom"), (3, "server/discover")] {
+        let req = request(id, method, r#"["echo",{"message":"m"}]"#);
+        server.serve_stateless(req, modern.clone(), delivery(false));
+        assert_refused(&next(&mut rx, id).await);
+    }
+
+    let handle = server.connect(Sink::channel(tx.clone())).await.unwrap();
+    handle.receive(
+        json!({"jsonrpc":"2.0","id":10,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(
+        next(&mut rx, 10).await["result"]["protocolVersion"],
+        "2025-06-18"
+    );
+    handle.receive(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    for (id, method) in [(11, "tools/call"), (12, "tools/list"), (13, "x/custom")] {
+        let req = request(id, method, r#"["echo",{"message":"m"}]"#);
+        assert!(handle.deliver_request(req, delivery(true)));
+        assert_refused(&next(&mut rx, id).await);
+    }
+    let echo = request(
+        14,
+        "tools/call",
+        r#"{"name":"echo","arguments":{"message":"after"}}"#,
+    );
+    assert!(handle.deliver_request(echo, delivery(true)));
+    let r = next(&mut rx, 14).await;
+    assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
+}

@@ -64,7 +64,7 @@ pub(super) fn expand(value: &str, vars: Vars<'_>) -> Result<String, ExpandError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::sections::GatewaySection;
+    use crate::config::sections::{AdminTokenError, GatewaySection};
     use crate::config::testing::*;
 
     #[test]
@@ -92,10 +92,19 @@ mod tests {
             g.admin_token_with(&|k| env.get(k)).unwrap().as_deref(),
             Some("adm1n")
         );
-        let err = g.admin_token_with(&|_| None).unwrap_err();
-        assert!(
-            err.to_string().contains("admin_token uses ${ADMIN}"),
-            "{err}"
+        // Unset: the admin API is off, start-up goes on (the README's example must run as
+        // written on a machine without the variable).
+        assert_eq!(g.admin_token_with(&|_| None).unwrap(), None);
+        let bad: GatewaySection = toml::from_str("admin_token = \"${ADMIN\"").unwrap();
+        let err = bad.admin_token_with(&|_| None).unwrap_err();
+        assert_eq!(err, AdminTokenError::Unterminated);
+        assert!(!err.to_string().contains("source"), "not a source: {err}");
+        let empty: GatewaySection = toml::from_str("admin_token = \"${ADMIN}\"").unwrap();
+        assert_eq!(
+            empty
+                .admin_token_with(&|_| Some(String::new()))
+                .unwrap_err(),
+            AdminTokenError::Empty
         );
     }
 }

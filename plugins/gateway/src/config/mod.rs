@@ -20,11 +20,14 @@
 //! command = "uvx"
 //! args = ["mcp-server-time"]
 //! lifecycle = "transient"
+//! inherit_env = ["UV_INDEX_URL"]     # more of our variables, besides PATH, HOME and the
+//!                                    # proxy / TLS trust-store ones (`inherit_env_defaults`)
 //!
 //! [[sources]]
 //! name = "hosted"
 //! url = "https://mcp.example.com/mcp"
-//! transport = "http"                 # or "sse"
+//! # transport = "auto" (default): Streamable HTTP, or HTTP+SSE when the POST is refused
+//! # and a GET of the URL opens an SSE stream; "http" or "sse" pins one.
 //! headers = { Authorization = "Bearer ${HOSTED_TOKEN}" }
 //! ```
 //!
@@ -53,6 +56,6 @@ pub use expand::Vars;
 pub use locate::locate_command;
 pub use resolve::{resolve_all, resolve_source, resolve_source_with};
 pub use sections::{
-    FailureModeSetting, GatewayConfig, GatewaySection, LifecycleSetting, SourceConfig,
-    TransportSetting,
+    AdminTokenError, FailureModeSetting, GatewayConfig, GatewaySection, LifecycleSetting,
+    SourceConfig, TransportSetting,
 };

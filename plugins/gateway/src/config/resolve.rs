@@ -142,7 +142,8 @@ pub fn resolve_source_with(
         }
     }
     let launch = if let Some(url) = &cfg.url {
-        let transport = match cfg.transport.unwrap_or(TransportSetting::Http) {
+        let transport = match cfg.transport.unwrap_or_default() {
+            TransportSetting::Auto => RemoteTransport::Auto,
             TransportSetting::Http => RemoteTransport::StreamableHttp,
             TransportSetting::Sse => RemoteTransport::Sse,
         };
@@ -154,6 +155,8 @@ pub fn resolve_source_with(
             command,
             args: cfg.args.clone().unwrap_or_default(),
             env,
+            inherit_env: cfg.inherit_env.clone(),
+            inherit_env_defaults: cfg.inherit_env_defaults.unwrap_or(true),
             cwd,
         }))
     } else {
@@ -191,6 +194,8 @@ pub fn resolve_source_with(
                     command,
                     args: line.args,
                     env,
+                    inherit_env: cfg.inherit_env.clone(),
+                    inherit_env_defaults: cfg.inherit_env_defaults.unwrap_or(true),
                     cwd: Some(cwd.unwrap_or(dir)),
                 }))
             }
@@ -220,6 +225,12 @@ pub fn resolve_source_with(
         if cfg.cwd.is_some() {
             errors.push(invalid(
                 "`cwd` applies to processes, not remote servers".into(),
+            ));
+        }
+        if !cfg.inherit_env.is_empty() || cfg.inherit_env_defaults.is_some() {
+            errors.push(invalid(
+                "`inherit_env` and `inherit_env_defaults` apply to processes, not remote servers"
+                    .into(),
             ));
         }
     }
@@ -920,6 +931,73 @@ mod tests {
         }
         assert_eq!(spec.protocol, ProtocolChoice::Auto);
         assert_eq!(spec.version.as_deref(), Some("2.1.0"));
+    }
+
+    #[test]
+    fn a_url_without_transport_is_automatic_and_http_or_sse_pin_it() {
+        let v2024 = ProtocolChoice::Legacy(ProtocolVersion::V2024_11_05);
+        for (line, transport, protocol) in [
+            ("", RemoteTransport::Auto, ProtocolChoice::Auto),
+            (
+                "transport = \"auto\"",
+                RemoteTransport::Auto,
+                ProtocolChoice::Auto,
+            ),
+            (
+                "transport = \"http\"",
+                RemoteTransport::StreamableHttp,
+                ProtocolChoice::Auto,
+            ),
+            (
+                "transport = \"streamable-http\"",
+                RemoteTransport::StreamableHttp,
+                ProtocolChoice::Auto,
+            ),
+            ("transport = \"sse\"", RemoteTransport::Sse, v2024),
+        ] {
+            let spec = resolve(
+                &format!("name = \"r\"\nurl = \"http://h/sse\"\n{line}"),
+                &Env::new(&[]),
+            )
+            .unwrap();
+            match &spec.launch {
+                Launch::Remote(r) => assert_eq!(r.transport, transport, "{line:?}"),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(spec.protocol, protocol, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn inherit_env_is_read_for_processes_and_refused_for_remotes() {
+        let spec = resolve("name = \"p\"\ncommand = \"npx\"", &Env::new(&[])).unwrap();
+        let p = process(&spec);
+        assert!(p.inherit_env.is_empty() && p.inherit_env_defaults);
+        let spec = resolve(
+            "name = \"p\"\ncommand = \"npx\"\ninherit_env = [\"AWS_PROFILE\", \"npm_config_registry\"]\ninherit_env_defaults = false",
+            &Env::new(&[]),
+        )
+        .unwrap();
+        let p = process(&spec);
+        assert_eq!(p.inherit_env, ["AWS_PROFILE", "npm_config_registry"]);
+        assert!(!p.inherit_env_defaults);
+        // A plugin's process takes them too.
+        let spec = resolve(
+            "name = \"t\"\nplugin = \"time\"\ninherit_env = [\"UV_INDEX_URL\"]",
+            &Env::new(&[]),
+        )
+        .unwrap();
+        assert_eq!(process(&spec).inherit_env, ["UV_INDEX_URL"]);
+        let err = resolve(
+            "name = \"r\"\nurl = \"http://h\"\ninherit_env = [\"X\"]",
+            &Env::new(&[]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`inherit_env` and `inherit_env_defaults` apply to processes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::error::SourceError;
-use super::expand::{expand, process_env, Vars};
+use super::expand::{expand, process_env, ExpandError, Vars};
 use super::resolve::resolve_all;
 use crate::spec::{FailureMode, SourceSpec};
 
@@ -44,14 +44,18 @@ pub enum LifecycleSetting {
     Pooled,
 }
 
-/// `transport = "http" | "sse"` of a `url` source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// `transport = "auto" | "http" | "sse"` of a `url` source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportSetting {
-    /// Streamable HTTP.
+    /// Streamable HTTP, falling back to HTTP+SSE when the server refuses the POST and a GET
+    /// of the URL opens an SSE stream (the default).
+    #[default]
+    Auto,
+    /// Streamable HTTP only.
     #[serde(alias = "streamable-http")]
     Http,
-    /// HTTP+SSE (2024-11-05).
+    /// HTTP+SSE (2024-11-05) only.
     Sse,
 }
 
@@ -96,6 +100,18 @@ impl GatewayConfig {
     }
 }
 
+/// `[gateway] admin_token` is unusable (an unset variable is not an error: it turns the admin
+/// API off).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminTokenError {
+    /// A `${` without its `}`.
+    #[error("[gateway] admin_token has an unterminated `${{`")]
+    Unterminated,
+    /// The token is empty: every request would be let in with an empty bearer token.
+    #[error("[gateway] admin_token is empty (leave it out to turn the admin API off)")]
+    Empty,
+}
+
 /// `[gateway]`.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,17 +152,29 @@ impl fmt::Debug for GatewaySection {
 
 impl GatewaySection {
     /// The admin token with `${VAR}` expanded from our environment.
-    pub fn admin_token(&self) -> Result<Option<String>, SourceError> {
+    /// The admin token with `${VAR}` expanded from our environment. A variable that is not
+    /// set leaves the admin API off (with a warning naming it), so a config file that enables
+    /// the API from the environment still starts where the variable is not set.
+    pub fn admin_token(&self) -> Result<Option<String>, AdminTokenError> {
         self.admin_token_with(&process_env)
     }
 
-    /// The admin token with `${VAR}` expanded from `vars`.
-    pub fn admin_token_with(&self, vars: Vars<'_>) -> Result<Option<String>, SourceError> {
-        match &self.admin_token {
-            None => Ok(None),
-            Some(t) => expand(t, vars)
-                .map(Some)
-                .map_err(|e| e.into_error("[gateway]", "admin_token")),
+    /// The admin token with `${VAR}` expanded from `vars` (see [`GatewaySection::admin_token`]).
+    pub fn admin_token_with(&self, vars: Vars<'_>) -> Result<Option<String>, AdminTokenError> {
+        let Some(token) = &self.admin_token else {
+            return Ok(None);
+        };
+        match expand(token, vars) {
+            Ok(t) if t.is_empty() => Err(AdminTokenError::Empty),
+            Ok(t) => Ok(Some(t)),
+            Err(ExpandError::Unset(var)) => {
+                tracing::warn!(
+                    variable = %var,
+                    "[gateway] admin_token uses ${{{var}}}, which is not set: the admin API is off"
+                );
+                Ok(None)
+            }
+            Err(ExpandError::Unterminated) => Err(AdminTokenError::Unterminated),
         }
     }
 }
@@ -169,7 +197,8 @@ pub struct SourceConfig {
     /// A remote server.
     #[serde(default)]
     pub url: Option<String>,
-    /// Its transport (default `http`).
+    /// Its transport (default `auto`: Streamable HTTP, or HTTP+SSE when the POST is
+    /// refused; `http` or `sse` pins one).
     #[serde(default)]
     pub transport: Option<TransportSetting>,
     /// Extra headers of a remote (values may use `${VAR}`; always secret).
@@ -181,6 +210,14 @@ pub struct SourceConfig {
     /// Names in `env` whose values are secret (besides those the manifest marks secret).
     #[serde(default)]
     pub secret_env: Vec<String>,
+    /// More of the gateway's environment variables a process gets (besides `PATH`, `HOME`
+    /// and, unless `inherit_env_defaults = false`, the proxy and TLS trust-store ones).
+    #[serde(default)]
+    pub inherit_env: Vec<String>,
+    /// Whether a process gets the gateway's proxy and TLS trust-store variables (default
+    /// `true`; `StdioTransport::DEFAULT_INHERITED_ENV` lists them).
+    #[serde(default)]
+    pub inherit_env_defaults: Option<bool>,
     /// Working directory of a process (relative to the config file's directory; default:
     /// the plugin directory, or ours).
     #[serde(default)]
@@ -255,6 +292,8 @@ impl fmt::Debug for SourceConfig {
             .field("headers", &Hidden(&self.headers))
             .field("env", &Hidden(&self.env))
             .field("secret_env", &self.secret_env)
+            .field("inherit_env", &self.inherit_env)
+            .field("inherit_env_defaults", &self.inherit_env_defaults)
             .field("cwd", &self.cwd)
             .field("lifecycle", &self.lifecycle)
             .field("pool_size", &self.pool_size)

@@ -2,7 +2,7 @@
 //! source's items, following health (and the [`ListingGuard`] that fails listings), and the
 //! upstream notices that call for a new discovery.
 
-use super::forward::{forward_prompt, forward_read, forward_tool};
+use super::forward::{forward_complete, forward_prompt, forward_read, forward_tool};
 use super::uri::expose_uri;
 use super::{lock, Gateway, GatewayError, GatewayInner, Source};
 use crate::spec::FailureMode;
@@ -11,9 +11,14 @@ use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use toolyard::{Layer, PromptDef, ResourceDef, TemplateDef, ToolDef};
+use toolyard::{
+    CompletionTarget, Layer, PromptDef, ResourceDef, TemplateDef, ToolDef, UriTemplate,
+};
 use toolyard_client::{ClientError, Notice};
-use toolyard_proto::{ErrorObject, Prompt, Resource, ResourceTemplate, Tool};
+use toolyard_proto::{
+    CompleteReference, ErrorObject, Prompt, PromptReference, Resource, ResourceTemplate,
+    ResourceTemplateReference, Tool,
+};
 
 /// What one source exposes, by exposed name / URI.
 #[derive(Debug, Default, Clone)]
@@ -97,7 +102,8 @@ impl Gateway {
             Vec::new()
         };
         drop(lease);
-        self.install(source, tools, resources, templates, prompts);
+        let completes = caps.completions.is_some();
+        self.install(source, tools, resources, templates, prompts, completes);
         Ok(())
     }
 
@@ -109,8 +115,11 @@ impl Gateway {
         resources: Vec<Resource>,
         templates: Vec<ResourceTemplate>,
         prompts: Vec<Prompt>,
+        completes: bool,
     ) {
         let server = &self.inner.server;
+        // Completers for the exposed names, asking the source with its own names.
+        let mut completers = Vec::new();
         let naming = &source.spec.naming;
         let prefix = &source.spec.name;
         let mut catalog = Catalog::default();
@@ -137,6 +146,21 @@ impl Gateway {
         }
         let mut template_defs = Vec::new();
         for mut template in templates {
+            if completes {
+                if let Ok(parsed) = UriTemplate::parse(&template.uri_template) {
+                    let exposed = expose_uri(prefix, &template.uri_template);
+                    for var in parsed.variables() {
+                        let reference =
+                            CompleteReference::ResourceTemplate(ResourceTemplateReference {
+                                uri: template.uri_template.clone(),
+                            });
+                        completers.push((
+                            CompletionTarget::Resource(exposed.clone(), var.to_owned()),
+                            forward_complete(source, reference, var.to_owned()),
+                        ));
+                    }
+                }
+            }
             template.uri_template = expose_uri(prefix, &template.uri_template);
             let exposed = template.uri_template.clone();
             match TemplateDef::new(template, forward_read(source)) {
@@ -152,6 +176,18 @@ impl Gateway {
             let upstream = prompt.name.clone();
             prompt.name = naming.expose(&upstream);
             catalog.prompts.push(prompt.name.clone());
+            if completes {
+                for arg in prompt.arguments.iter().flatten() {
+                    let reference = CompleteReference::Prompt(PromptReference {
+                        name: upstream.clone(),
+                        title: None,
+                    });
+                    completers.push((
+                        CompletionTarget::Prompt(prompt.name.clone(), arg.name.clone()),
+                        forward_complete(source, reference, arg.name.clone()),
+                    ));
+                }
+            }
             prompt_defs.push(PromptDef::new(prompt, forward_prompt(source, upstream)));
         }
         let old = std::mem::replace(&mut *lock(&source.catalog), catalog.clone());
@@ -182,6 +218,9 @@ impl Gateway {
         }
         if !prompt_defs.is_empty() {
             server.add_prompts(prompt_defs);
+        }
+        for (target, complete) in completers {
+            server.add_completer(target, complete);
         }
         source.listed.store(true, Ordering::Relaxed);
     }

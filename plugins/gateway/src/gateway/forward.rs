@@ -1,4 +1,4 @@
-//! The handlers that forward calls, reads and prompts to a source: a lease from its pool,
+//! The handlers that forward calls, reads, prompts and completions to a source: a lease from its pool,
 //! progress and cancellation carried through, one retry for read-only or idempotent tools,
 //! and an upstream call parked while a modern caller answers its question.
 
@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use toolyard::{HandlerError, RequestContext};
 use toolyard_client::{ClientError, RequestOptions};
-use toolyard_proto::{CallToolResult, ErrorObject, GetPromptResult, ReadResourceResult};
+use toolyard_proto::{
+    CallToolResult, CompleteArgument, CompleteContext, CompleteReference, CompleteRequestParams,
+    ErrorObject, GetPromptResult, ReadResourceResult,
+};
 
 /// An upstream call waiting for a modern caller's retry: the retry's `requestState`
 /// carries the key.
@@ -360,6 +363,52 @@ pub(super) fn forward_prompt(source: &Arc<Source>, upstream: String) -> toolyard
                     lease.report(&e);
                     client_failure(&name, e)
                 })
+        })
+    })
+}
+
+/// A completer for one argument of a source's prompt or one variable of its resource
+/// template: asks the source (`completion/complete` with the upstream names) and hands back
+/// its values. Completion is a hint: a source that fails or is gone completes to nothing
+/// (logged), never to an error that would break the caller's form.
+pub(super) fn forward_complete(
+    source: &Arc<Source>,
+    reference: CompleteReference,
+    argument: String,
+) -> toolyard::CompleteFn {
+    let source = Arc::downgrade(source);
+    Arc::new(move |value: String, context: HashMap<String, String>| {
+        let source = source.upgrade();
+        let params = CompleteRequestParams {
+            meta: None,
+            r#ref: reference.clone(),
+            argument: CompleteArgument {
+                name: argument.clone(),
+                value,
+            },
+            context: (!context.is_empty()).then(|| CompleteContext {
+                arguments: Some(context.into_iter().collect()),
+            }),
+        };
+        Box::pin(async move {
+            let Some(source) = source else {
+                return Vec::new();
+            };
+            let lease = match source.pool.lease().await {
+                Ok(lease) => lease,
+                Err(e) => {
+                    tracing::debug!(source = %source.spec.name, error = %e, "completion: source unavailable");
+                    return Vec::new();
+                }
+            };
+            match lease.complete(params).await {
+                Ok(result) => result.completion.values,
+                Err(e) => {
+                    lease.report(&e);
+                    tracing::debug!(source = %source.spec.name, error = %e, "completion failed upstream");
+                    Vec::new()
+                }
+            }
         })
     })
 }

@@ -96,6 +96,8 @@ impl Fixture {
                 self.tag.clone(),
             ],
             env: Vec::new(),
+            inherit_env: Vec::new(),
+            inherit_env_defaults: true,
             cwd: None,
         })
     }
@@ -457,6 +459,8 @@ async fn a_command_that_exits_at_once_turns_unhealthy() {
         command: "false".into(),
         args: Vec::new(),
         env: Vec::new(),
+        inherit_env: Vec::new(),
+        inherit_env_defaults: true,
         cwd: None,
     });
     let pool = pool(spec("false", launch, Lifecycle::Transient, supervision(2)));
@@ -481,6 +485,8 @@ async fn secrets_never_appear_in_errors() {
             value: "s3cr3t-value".into(),
             secret: true,
         }],
+        inherit_env: Vec::new(),
+        inherit_env_defaults: true,
         cwd: None,
     });
     let pool = pool(spec(
@@ -698,7 +704,11 @@ async fn shutdown_closes_everything() {
 #[cfg(feature = "http")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_that_is_down_fails_promptly_and_turns_unhealthy() {
-    for transport in [RemoteTransport::StreamableHttp, RemoteTransport::Sse] {
+    for transport in [
+        RemoteTransport::Auto,
+        RemoteTransport::StreamableHttp,
+        RemoteTransport::Sse,
+    ] {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
