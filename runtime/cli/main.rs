@@ -12,6 +12,8 @@ use toolyard::{Limits, ServerBuilder, StdioOptions};
 
 mod client;
 mod config_file;
+#[cfg(feature = "nats")]
+mod worker;
 
 /// Messages are many small allocations handed between tasks and threads, which glibc's
 /// allocator serves slowly (its free lists consolidate on every larger request).
@@ -33,6 +35,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Run one MCP operation against a server and print the result as JSON.
     Client(Box<client::ClientArgs>),
+    /// Serve tools on a NATS bus, as one of any number of workers sharing the load.
+    #[cfg(feature = "nats")]
+    Worker(Box<worker::WorkerArgs>),
     /// The orphan watchdog (started by Toolyard itself; see `toolyard::client::orphans`).
     #[command(name = toolyard_client::orphans::WATCHDOG_ARG, hide = true)]
     ReapOrphans,
@@ -109,6 +114,11 @@ struct ServeArgs {
     /// Leave out the built-in demo set.
     #[arg(long)]
     no_demo: bool,
+    /// Also serve the tools of the workers on this NATS bus (`toolyard worker`), as
+    /// NAME__tool; the demo set is then left out.
+    #[cfg(feature = "nats")]
+    #[arg(long, env = "TOOLYARD_NATS", value_name = "URL")]
+    nats: Option<String>,
     /// Tokio worker threads (1 = a single-threaded runtime).
     #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 2)]
     workers: usize,
@@ -142,6 +152,8 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::ReapOrphans => Ok(toolyard_client::orphans::run_watchdog()),
         Command::Serve(args) => serve(*args).map(|()| std::process::ExitCode::SUCCESS),
+        #[cfg(feature = "nats")]
+        Command::Worker(args) => worker::run(*args).map(|()| std::process::ExitCode::SUCCESS),
         Command::Client(args) => {
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
@@ -201,7 +213,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
         // A gateway serves its sources, not the demo.
         let gateway_config = !gateway_file.sources.is_empty();
-        if !args.no_demo && !gateway_config {
+        #[cfg(feature = "nats")]
+        let nats_gateway = args.nats.is_some();
+        #[cfg(not(feature = "nats"))]
+        let nats_gateway = false;
+        if !args.no_demo && !gateway_config && !nats_gateway {
             builder = toolyard_demo::demo(builder);
         }
         let base_dir = args
@@ -231,6 +247,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
         }
         let server = builder.start().await?;
+        #[cfg(feature = "nats")]
+        let _nats = match &args.nats {
+            Some(url) => {
+                let client = toolyard_nats::connect(url, "ty-gateway").await?;
+                Some(
+                    toolyard_nats::RemoteTools::start(
+                        server.clone(),
+                        client,
+                        toolyard_nats::RemoteConfig::default(),
+                    )
+                    .await?,
+                )
+            }
+            None => None,
+        };
         let gateway = if gateway_config {
             let gateway = toolyard_gateway::Gateway::new(&server, guard);
             // Sources start side by side: start-up takes as long as the slowest one.
@@ -298,7 +329,7 @@ type Admin = (
 );
 
 /// Resolves on SIGTERM (never where there is none).
-async fn terminated() {
+pub(crate) async fn terminated() {
     #[cfg(unix)]
     if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     {

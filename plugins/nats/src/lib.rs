@@ -1,0 +1,35 @@
+//! The NATS bridge of Toolyard: tools served by any number of worker processes on a NATS
+//! bus and exposed by any number of gateways.
+//!
+//! - A [`Worker`] serves a Toolyard `Server`'s tools on the bus, in a queue group, so one
+//!   more worker is more capacity. Each request is served like a 2026-07-28 HTTP request
+//!   (`Server::serve_stateless`), and its messages go back as frames.
+//! - [`RemoteTools`] is the gateway side: it follows the catalog bucket the workers write and
+//!   exposes their tools through a server, forwarding each call over the bus.
+//! - [`wire`] is the wire (subjects, headers, frames, codes), compatible with
+//!   nats-mcp-gateway's v1 where it has one; `docs/nats.md` specifies it for other clients.
+
+mod catalog;
+mod error;
+mod remote;
+pub mod wire;
+mod worker;
+
+pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
+pub use error::NatsError;
+pub use remote::{RemoteConfig, RemoteTools};
+pub use worker::{Worker, WorkerConfig};
+
+/// Connects to a NATS server the way the bridge wants it: named, retrying the first
+/// connection (a worker may start before the broker), reconnecting for ever.
+pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsError> {
+    async_nats::ConnectOptions::new()
+        .name(name)
+        .retry_on_initial_connect()
+        .connect(url)
+        .await
+        .map_err(|e| NatsError::Connect {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })
+}

@@ -1,0 +1,459 @@
+//! The gateway side: the workers' tools, discovered from the catalog bucket and exposed
+//! through a Toolyard [`Server`] as `{server}__{tool}` (configurable), over every transport
+//! and both generations. A call publishes a 2026-07-28 `tools/call` to the worker subject
+//! with a reply inbox and reads the frames: progress and log messages go to the caller as
+//! they come, the `end` frame is the answer. Workers appearing, changing their tools and
+//! going away change the server's tool registry, which notifies `tools/list_changed`.
+
+use crate::catalog::{self, CatalogEntry};
+use crate::error::NatsError;
+use crate::wire::{self, Frame};
+use async_nats::jetstream::kv::{Entry, Operation};
+use async_nats::{Client, HeaderMap, Message, StatusCode};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toolyard::{HandlerError, RequestContext, Server, ToolArgs, ToolDef};
+use toolyard_proto::{CallToolResult, ErrorObject, LoggingLevel, Tool};
+
+/// How the gateway side exposes and calls the workers' tools.
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// The subject prefix (default `mcp.v1`).
+    pub prefix: String,
+    /// Between a worker's server name and a tool's name (default `__`); `None` exposes the
+    /// tools under their own names.
+    pub separator: Option<String>,
+    /// A call fails with -32010 when no frame (not even a keepalive) came for this long.
+    pub inactivity: Duration,
+    /// The budget a call announces to the worker (`Mcp-Timeout-Ms`).
+    pub call_timeout: Duration,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> RemoteConfig {
+        RemoteConfig {
+            prefix: wire::DEFAULT_PREFIX.to_owned(),
+            separator: Some("__".to_owned()),
+            inactivity: Duration::from_secs(60),
+            call_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RemoteConfig {
+    fn expose(&self, server: &str, tool: &str) -> String {
+        match &self.separator {
+            Some(sep) => format!("{server}{sep}{tool}"),
+            None => tool.to_owned(),
+        }
+    }
+}
+
+/// The workers' tools in a server, kept in step with the catalog; dropped, it stops
+/// following the catalog (the tools stay until [`RemoteTools::shutdown`]).
+#[derive(Debug)]
+pub struct RemoteTools {
+    inner: Arc<Inner>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    server: Server,
+    client: Client,
+    config: RemoteConfig,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Catalog entries by key, with their revisions.
+    entries: HashMap<String, (u64, CatalogEntry)>,
+    /// What is installed in the server: exposed name -> (worker server, upstream tool).
+    installed: BTreeMap<String, (String, Tool)>,
+}
+
+impl RemoteTools {
+    /// Starts following the catalog and exposing the workers' tools through `server`.
+    pub async fn start(
+        server: Server,
+        client: Client,
+        config: RemoteConfig,
+    ) -> Result<RemoteTools, NatsError> {
+        let js = async_nats::jetstream::new(client.clone());
+        let store = catalog::bucket(&js, catalog::HEARTBEAT).await?;
+        let mut watch = store
+            .watch_all()
+            .await
+            .map_err(|e| NatsError::Bus(format!("watching the catalog: {e}")))?;
+        let inner = Arc::new(Inner {
+            server,
+            client,
+            config,
+            state: Mutex::default(),
+        });
+        // What the bucket holds now, before returning, so the first listing has it (the
+        // watch delivers these again; applying an entry twice changes nothing).
+        if let Ok(mut keys) = store.keys().await {
+            while let Some(Ok(key)) = keys.next().await {
+                if let Ok(Some(entry)) = store.entry(key).await {
+                    inner.apply(&entry);
+                }
+            }
+        }
+        let following = inner.clone();
+        let watcher = tokio::spawn(async move {
+            while let Some(entry) = watch.next().await {
+                match entry {
+                    Ok(entry) => following.apply(&entry),
+                    Err(e) => tracing::warn!(error = %e, "catalog watch"),
+                }
+            }
+            tracing::warn!("the catalog watch ended");
+        });
+        Ok(RemoteTools { inner, watcher })
+    }
+
+    /// The exposed names of the tools installed now.
+    pub fn tools(&self) -> Vec<String> {
+        self.inner.state().installed.keys().cloned().collect()
+    }
+
+    /// Stops following the catalog and removes the workers' tools from the server.
+    pub fn shutdown(self) {
+        self.watcher.abort();
+        let names: Vec<String> = self.inner.state().installed.keys().cloned().collect();
+        if !names.is_empty() {
+            self.inner.server.remove_tools(names);
+        }
+    }
+}
+
+impl Inner {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One catalog change: the entry is recorded (or dropped), then the server's tools are
+    /// made to match every live entry.
+    fn apply(self: &Arc<Self>, entry: &Entry) {
+        let mut state = self.state();
+        match entry.operation {
+            Operation::Put => match serde_json::from_slice::<CatalogEntry>(&entry.value) {
+                Ok(parsed) => {
+                    state
+                        .entries
+                        .insert(entry.key.clone(), (entry.revision, parsed));
+                }
+                Err(e) => {
+                    tracing::warn!(key = %entry.key, error = %e, "an unreadable catalog entry: ignored");
+                    return;
+                }
+            },
+            Operation::Delete | Operation::Purge => {
+                state.entries.remove(&entry.key);
+            }
+        }
+        // Per worker server, the newest entry wins (replicas normally agree).
+        let mut newest: BTreeMap<&str, &(u64, CatalogEntry)> = BTreeMap::new();
+        for e in state.entries.values() {
+            let slot = newest.entry(e.1.server.as_str()).or_insert(e);
+            if e.0 > slot.0 {
+                *slot = e;
+            }
+        }
+        let mut wanted: BTreeMap<String, (String, Tool)> = BTreeMap::new();
+        for (server, (_, e)) in newest {
+            for tool in &e.tools {
+                wanted.insert(
+                    self.config.expose(server, &tool.name),
+                    (server.to_owned(), tool.clone()),
+                );
+            }
+        }
+        let gone: Vec<String> = state
+            .installed
+            .keys()
+            .filter(|k| !wanted.contains_key(*k))
+            .cloned()
+            .collect();
+        let changed: Vec<ToolDef> = wanted
+            .iter()
+            .filter(|(k, v)| state.installed.get(*k) != Some(v))
+            .filter_map(|(exposed, (server, tool))| {
+                let mut def_tool = tool.clone();
+                def_tool.name = exposed.clone();
+                let f = forward(self.clone(), server.clone(), tool.name.clone());
+                match ToolDef::new(def_tool, f) {
+                    // The worker checks the arguments against its own schema.
+                    Ok(def) => Some(def.without_validation()),
+                    Err(e) => {
+                        tracing::warn!(tool = %exposed, error = %e, "a worker's tool skipped");
+                        None
+                    }
+                }
+            })
+            .collect();
+        state.installed = wanted;
+        drop(state);
+        if !gone.is_empty() {
+            self.server.remove_tools(gone);
+        }
+        if !changed.is_empty() {
+            self.server.add_tools(changed);
+        }
+    }
+}
+
+fn forward(inner: Arc<Inner>, server: String, tool: String) -> toolyard::ToolFn {
+    Arc::new(move |ctx: RequestContext, args: ToolArgs| {
+        let inner = inner.clone();
+        let server = server.clone();
+        let tool = tool.clone();
+        Box::pin(async move { call(&inner, &server, &tool, &ctx, args.into_value()).await })
+    })
+}
+
+/// The `_meta` a forwarded call carries: the modern version, the caller's capabilities, and
+/// its progress token and log level when it asked for them.
+fn meta_for(ctx: &RequestContext) -> Value {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        toolyard_proto::meta::PROTOCOL_VERSION.into(),
+        json!("2026-07-28"),
+    );
+    meta.insert(
+        toolyard_proto::meta::CLIENT_CAPABILITIES.into(),
+        serde_json::to_value(ctx.client_capabilities()).unwrap_or_else(|_| json!({})),
+    );
+    if ctx.wants_progress() {
+        meta.insert("progressToken".into(), json!("nats"));
+    }
+    if let Some(level) = ctx.log_level() {
+        if let Ok(level) = serde_json::to_value(level) {
+            meta.insert(toolyard_proto::meta::LOG_LEVEL.into(), level);
+        }
+    }
+    Value::Object(meta)
+}
+
+fn bus_error(code: i32, message: impl Into<String>) -> HandlerError {
+    HandlerError::Protocol(ErrorObject::new(code, message.into()))
+}
+
+/// One forwarded `tools/call`, to its terminal frame. No-responders (nothing was delivered)
+/// is retried once after a short wait: a worker may be restarting.
+async fn call(
+    inner: &Inner,
+    server: &str,
+    tool: &str,
+    ctx: &RequestContext,
+    arguments: Value,
+) -> Result<CallToolResult, HandlerError> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": meta_for(ctx)},
+    })
+    .to_string();
+    let subject = wire::request_subject(&inner.config.prefix, server, "tools/call", Some(tool));
+    for attempt in 0..2 {
+        match call_once(inner, &subject, server, tool, ctx, body.as_bytes()).await {
+            Err(Outcome::NoResponders) if attempt == 0 => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(Outcome::NoResponders) => {
+                return Err(bus_error(
+                    wire::NO_RESPONDERS,
+                    format!("no worker serves `{server}` on the bus (no responders)"),
+                ))
+            }
+            Err(Outcome::Failed(e)) => return Err(e),
+            Ok(result) => return Ok(result),
+        }
+    }
+    unreachable!("the loop returns on its second attempt")
+}
+
+enum Outcome {
+    NoResponders,
+    Failed(HandlerError),
+}
+
+impl From<HandlerError> for Outcome {
+    fn from(e: HandlerError) -> Outcome {
+        Outcome::Failed(e)
+    }
+}
+
+async fn call_once(
+    inner: &Inner,
+    subject: &str,
+    server: &str,
+    tool: &str,
+    ctx: &RequestContext,
+    body: &[u8],
+) -> Result<CallToolResult, Outcome> {
+    let inbox = inner.client.new_inbox();
+    let mut frames = inner.client.subscribe(inbox.clone()).await.map_err(|e| {
+        bus_error(
+            wire::STREAM_LOST,
+            format!("cannot subscribe for the answer: {e}"),
+        )
+    })?;
+    let mut headers = HeaderMap::new();
+    headers.insert(wire::WIRE, "1");
+    headers.insert(wire::METHOD, "tools/call");
+    headers.insert(wire::NAME, tool);
+    headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
+    headers.insert(
+        wire::TIMEOUT_MS,
+        inner.config.call_timeout.as_millis().to_string().as_str(),
+    );
+    let published = inner
+        .client
+        .publish_with_reply_and_headers(
+            subject.to_owned(),
+            inbox.clone(),
+            headers,
+            body.to_vec().into(),
+        )
+        .await;
+    if let Err(e) = published {
+        let code = if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
+            wire::PAYLOAD_TOO_LARGE
+        } else {
+            wire::STREAM_LOST
+        };
+        return Err(bus_error(code, format!("publishing the call to `{server}`: {e}")).into());
+    }
+    let mut expected_seq = 0u64;
+    let outcome = loop {
+        let next = tokio::select! {
+            m = tokio::time::timeout(inner.config.inactivity, frames.next()) => m,
+            () = ctx.cancellation().cancelled() => {
+                let cancel = json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": 1, "reason": "the caller cancelled"},
+                });
+                let _ = inner
+                    .client
+                    .publish(wire::control_subject(&inbox), cancel.to_string().into())
+                    .await;
+                break Err(HandlerError::failed("cancelled").into());
+            }
+        };
+        let message = match next {
+            Err(_) => {
+                break Err(bus_error(
+                    wire::STREAM_LOST,
+                    format!(
+                        "no frame from `{server}` for {:?}: the worker is gone or stalled; re-issue the call",
+                        inner.config.inactivity
+                    ),
+                )
+                .into())
+            }
+            Ok(None) => break Err(bus_error(wire::STREAM_LOST, "the answer stream closed").into()),
+            Ok(Some(m)) => m,
+        };
+        if message.status == Some(StatusCode::NO_RESPONDERS) {
+            break Err(Outcome::NoResponders);
+        }
+        let seq = frame_header(&message, wire::SEQ).and_then(|s| s.parse::<u64>().ok());
+        if let Some(seq) = seq {
+            if seq != expected_seq {
+                break Err(bus_error(
+                    wire::STREAM_LOST,
+                    format!("frame {expected_seq} of the answer was lost (got {seq}): re-issue the call"),
+                )
+                .into());
+            }
+            expected_seq += 1;
+        }
+        match frame_header(&message, wire::FRAME).and_then(Frame::parse) {
+            Some(Frame::Ka) => {}
+            Some(Frame::Msg) => relay(ctx, &message.payload),
+            Some(Frame::End) if message.payload.is_empty() => {
+                break Err(HandlerError::failed("the call was cancelled").into())
+            }
+            Some(Frame::End | Frame::Err) => break answer(&message.payload).map_err(Outcome::from),
+            None => {
+                break Err(
+                    bus_error(wire::STREAM_LOST, "a reply without an Mcp-Frame header").into(),
+                )
+            }
+        }
+    };
+    let _ = frames.unsubscribe().await;
+    outcome
+}
+
+fn frame_header<'m>(message: &'m Message, name: &str) -> Option<&'m str> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(async_nats::HeaderValue::as_str)
+}
+
+/// A `msg` frame: the worker's progress and log messages, to our caller.
+fn relay(ctx: &RequestContext, payload: &[u8]) {
+    #[derive(Deserialize)]
+    struct Note {
+        method: String,
+        #[serde(default)]
+        params: Value,
+    }
+    let Ok(note) = serde_json::from_slice::<Note>(payload) else {
+        return;
+    };
+    match note.method.as_str() {
+        "notifications/progress" => {
+            if let Some(progress) = note.params["progress"].as_f64() {
+                ctx.progress(
+                    progress,
+                    note.params["total"].as_f64(),
+                    note.params["message"].as_str(),
+                );
+            }
+        }
+        "notifications/message" => {
+            let level = serde_json::from_value::<LoggingLevel>(note.params["level"].clone())
+                .unwrap_or(LoggingLevel::Info);
+            ctx.log(level, note.params["logger"].as_str(), &note.params["data"]);
+        }
+        _ => {}
+    }
+}
+
+/// The `end` (or `err`) frame's JSON-RPC response as the call's outcome.
+fn answer(payload: &[u8]) -> Result<CallToolResult, HandlerError> {
+    #[derive(Deserialize)]
+    struct Response {
+        result: Option<CallToolResult>,
+        error: Option<ErrorObject>,
+    }
+    match serde_json::from_slice::<Response>(payload) {
+        Ok(Response {
+            result: Some(mut result),
+            ..
+        }) => {
+            result.result_type = None;
+            Ok(result)
+        }
+        Ok(Response {
+            error: Some(error), ..
+        }) => Err(HandlerError::Protocol(error)),
+        _ => Err(bus_error(
+            wire::STREAM_LOST,
+            "the worker's answer is not a JSON-RPC response",
+        )),
+    }
+}

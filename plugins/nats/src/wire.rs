@@ -1,0 +1,264 @@
+//! The wire on the bus: subjects, headers, frames and error codes, compatible with
+//! nats-mcp-gateway's wire v1 where it has one (`docs/nats.md` specifies it for other
+//! clients). Everything here is pure: no I/O.
+
+use toolyard_proto::{ErrorObject, RequestId};
+
+/// The default subject prefix.
+pub const DEFAULT_PREFIX: &str = "mcp.v1";
+
+/// `Mcp-Wire`: the wire version a request speaks (`1`).
+pub const WIRE: &str = "Mcp-Wire";
+/// `Mcp-Method`: the JSON-RPC method of the request, as in its body.
+pub const METHOD: &str = "Mcp-Method";
+/// `Mcp-Name`: the tool, prompt or resource a request names, as in its body.
+pub const NAME: &str = "Mcp-Name";
+/// `MCP-Protocol-Version`: the request's protocol revision.
+pub const PROTOCOL_VERSION: &str = "MCP-Protocol-Version";
+/// `Mcp-Timeout-Ms`: the caller's remaining budget in milliseconds (relative, so clocks need
+/// not agree); the worker cancels the request when it runs out.
+pub const TIMEOUT_MS: &str = "Mcp-Timeout-Ms";
+/// `Mcp-Frame`: what a reply message is (`msg`, `end`, `err`, `ka`).
+pub const FRAME: &str = "Mcp-Frame";
+/// `Mcp-Seq`: 0, 1, 2... per reply stream, keepalives included; a gap means a frame was
+/// dropped (a slow consumer), which the caller turns into -32010.
+pub const SEQ: &str = "Mcp-Seq";
+/// `Mcp-Worker`: the instance that answered (on `end` and `err` frames).
+pub const WORKER: &str = "Mcp-Worker";
+/// W3C trace context, carried as on HTTP.
+pub const TRACEPARENT: &str = "traceparent";
+/// W3C trace state.
+pub const TRACESTATE: &str = "tracestate";
+
+/// The stream was lost (a worker went away, a frame was dropped, the worker is draining):
+/// the request may be re-issued.
+pub const STREAM_LOST: i32 = -32010;
+/// No worker serves the subject (NATS no-responders): nothing was delivered.
+pub const NO_RESPONDERS: i32 = -32011;
+/// The request or its answer does not fit the bus's `max_payload`.
+pub const PAYLOAD_TOO_LARGE: i32 = -32012;
+/// The subject, the mirrored headers and the body disagree (the MCP HeaderMismatch code).
+pub const HEADER_MISMATCH: i32 = toolyard_proto::error::code::HEADER_MISMATCH;
+
+/// What a reply message on a request's stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// A JSON-RPC notification of the request (progress, a log message).
+    Msg,
+    /// The JSON-RPC response; an empty body means the request was cancelled and has none.
+    End,
+    /// An error the bridge produced (not the server's answer), echoing the request id.
+    Err,
+    /// A keepalive, empty.
+    Ka,
+}
+
+impl Frame {
+    /// The header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Frame::Msg => "msg",
+            Frame::End => "end",
+            Frame::Err => "err",
+            Frame::Ka => "ka",
+        }
+    }
+
+    /// Reads a header value.
+    pub fn parse(value: &str) -> Option<Frame> {
+        Some(match value {
+            "msg" => Frame::Msg,
+            "end" => Frame::End,
+            "err" => Frame::Err,
+            "ka" => Frame::Ka,
+            _ => return None,
+        })
+    }
+
+    /// Whether the frame ends the stream.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Frame::End | Frame::Err)
+    }
+}
+
+/// Whether `token` may stand in a subject as is (`^[A-Za-z0-9_-]+$`).
+pub fn token_safe(token: &str) -> bool {
+    !token.is_empty()
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The subject of a request: `{prefix}.req.{tenant}.{user}.{server}.{method tokens}.{name}`,
+/// with the method's slashes as tokens and `_` for a name that is absent or not token-safe
+/// (tenant and user are `_` when unattributed).
+pub fn request_subject(prefix: &str, server: &str, method: &str, name: Option<&str>) -> String {
+    let name = match name {
+        Some(n) if token_safe(n) => n,
+        _ => "_",
+    };
+    format!(
+        "{prefix}.req._._.{server}.{}.{name}",
+        method.replace('/', ".")
+    )
+}
+
+/// The subjects a worker for `server` subscribes to (every tenant and user).
+pub fn worker_subject(prefix: &str, server: &str) -> String {
+    format!("{prefix}.req.*.*.{server}.>")
+}
+
+/// The queue group of the workers of `server`: one more worker is more capacity.
+pub fn queue_group(server: &str) -> String {
+    format!("tyw.{server}")
+}
+
+/// Where a caller sends `notifications/cancelled` for the request answered on `reply`.
+pub fn control_subject(reply: &str) -> String {
+    format!("{reply}.ctl")
+}
+
+/// Checks a request's subject against its body: the method tokens and the name token must be
+/// the ones [`request_subject`] gives for the body, so a subject-based access rule cannot be
+/// dodged by a body naming something else.
+pub fn subject_matches(
+    subject: &str,
+    prefix: &str,
+    server: &str,
+    method: &str,
+    name: Option<&str>,
+) -> bool {
+    let expected_tail = request_subject("", server, method, name);
+    // `expected_tail` is `.req._._.{server}.{method}.{name}`: compare from `{server}` on, after
+    // the tenant and user tokens (which any value may fill).
+    let Some(rest) = subject
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_prefix(".req."))
+    else {
+        return false;
+    };
+    let mut parts = rest.splitn(3, '.');
+    let (Some(_tenant), Some(_user), Some(tail)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    expected_tail
+        .strip_prefix(".req._._.")
+        .is_some_and(|expected| expected == tail)
+}
+
+/// Whether a caller-chosen reply subject is safe to publish frames to: not empty, no
+/// wildcard, whitespace or empty token (`{reply}.ctl` would be an invalid subscription, and
+/// the server would close the connection), not a system subject (`$...`), not under our own
+/// request prefix (frames reflected onto other requests).
+pub fn usable_reply_subject(reply: &str, prefix: &str) -> bool {
+    !reply.is_empty()
+        && !reply.starts_with('$')
+        && !reply.starts_with(&format!("{prefix}."))
+        && reply.split('.').all(|t| {
+            !t.is_empty() && !t.contains(['*', '>']) && !t.chars().any(char::is_whitespace)
+        })
+}
+
+/// The bytes that start our serializer's answer to request `id`
+/// (`{"jsonrpc":"2.0","id":<id>,`): recognizing the answer among a request's messages needs
+/// no parse.
+pub fn answer_prefix(id: &RequestId) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(32);
+    prefix.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    let _ = serde_json::to_writer(&mut prefix, id);
+    prefix.push(b',');
+    prefix
+}
+
+/// A JSON-RPC error response echoing `id`, the body of an `err` frame.
+pub fn error_body(id: Option<&RequestId>, error: &ErrorObject) -> Vec<u8> {
+    toolyard_proto::jsonrpc::error_bytes(id, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_carry_method_tokens_and_a_safe_name() {
+        assert_eq!(
+            request_subject("mcp.v1", "calc", "tools/call", Some("add")),
+            "mcp.v1.req._._.calc.tools.call.add"
+        );
+        assert_eq!(
+            request_subject("mcp.v1", "calc", "tools/call", Some("a.b")),
+            "mcp.v1.req._._.calc.tools.call._"
+        );
+        assert_eq!(
+            request_subject("mcp.v1", "calc", "tools/list", None),
+            "mcp.v1.req._._.calc.tools.list._"
+        );
+    }
+
+    #[test]
+    fn a_subject_must_name_what_the_body_names() {
+        let s = "mcp.v1.req.acme.bob.calc.tools.call.add";
+        assert!(subject_matches(
+            s,
+            "mcp.v1",
+            "calc",
+            "tools/call",
+            Some("add")
+        ));
+        assert!(!subject_matches(
+            s,
+            "mcp.v1",
+            "calc",
+            "tools/call",
+            Some("sub")
+        ));
+        assert!(!subject_matches(s, "mcp.v1", "calc", "tools/list", None));
+        // A token-safe name must not hide behind `_`.
+        let hidden = "mcp.v1.req._._.calc.tools.call._";
+        assert!(!subject_matches(
+            hidden,
+            "mcp.v1",
+            "calc",
+            "tools/call",
+            Some("add")
+        ));
+        assert!(subject_matches(
+            hidden,
+            "mcp.v1",
+            "calc",
+            "tools/call",
+            Some("a b")
+        ));
+    }
+
+    #[test]
+    fn hostile_reply_subjects_are_refused() {
+        for bad in [
+            "",
+            "$JS.API.STREAM.DELETE.x",
+            "_INBOX.*",
+            "_INBOX.>",
+            "_INBOX..x",
+            "_INBOX. x",
+            "mcp.v1.req._._.calc.tools.call.add",
+        ] {
+            assert!(!usable_reply_subject(bad, "mcp.v1"), "{bad:?}");
+        }
+        assert!(usable_reply_subject("_INBOX.abc.def", "mcp.v1"));
+    }
+
+    #[test]
+    fn the_answer_prefix_matches_our_serializer() {
+        let id = RequestId::from(7);
+        let bytes =
+            toolyard_proto::jsonrpc::result_bytes(&id, &serde_json::json!({}), None).unwrap();
+        assert!(bytes.starts_with(&answer_prefix(&id)));
+        let note = toolyard_proto::jsonrpc::notification_bytes(
+            "notifications/progress",
+            &serde_json::json!({"progress": 1}),
+        )
+        .unwrap();
+        assert!(!note.starts_with(&answer_prefix(&id)));
+    }
+}

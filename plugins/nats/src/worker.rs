@@ -1,0 +1,585 @@
+//! A worker: a Toolyard [`Server`] serving its tools to the bus. Requests arrive on
+//! `{prefix}.req.*.*.{server}.>` in the queue group `tyw.{server}` (one more worker is more
+//! capacity); each is served with [`Server::serve_stateless`], so it gets every check a
+//! 2026-07-28 request gets over HTTP (the gate, argument validation, progress, per-request
+//! logging, cancellation), and its messages go back to the caller's reply subject as frames:
+//! `msg` for each notification, exactly one terminal `end` (the answer; empty when the
+//! request was cancelled) or `err` (an error of the bridge), `ka` keepalives in between.
+//!
+//! The worker advertises what it serves in the catalog bucket (`catalog`), re-put on a
+//! heartbeat, deleted on [`Worker::shutdown`], which refuses what arrives while draining
+//! (-32010) rather than going silent.
+
+use crate::catalog::{self, CatalogEntry};
+use crate::error::NatsError;
+use crate::wire::{self, Frame};
+use async_nats::{Client, HeaderMap, Message};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use toolyard::transport::{Delivery, Sink};
+use toolyard::Server;
+use toolyard_proto::jsonrpc::{self, Incoming, Request};
+use toolyard_proto::method::{self, NameField};
+use toolyard_proto::{ErrorObject, ListToolsResult, RequestId, RequestMeta, Tool};
+
+/// How a worker serves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The name requests address (a subject token: `[A-Za-z0-9_-]+`).
+    pub server: String,
+    /// The subject prefix (default `mcp.v1`).
+    pub prefix: String,
+    /// Requests served at once; more wait in the subscription.
+    pub concurrency: usize,
+    /// How often the catalog entry is re-put.
+    pub heartbeat: Duration,
+    /// How often an idle stream gets a keepalive frame.
+    pub keepalive: Duration,
+    /// How long [`Worker::shutdown`] lets requests in flight finish before cancelling them.
+    pub drain_timeout: Duration,
+}
+
+impl WorkerConfig {
+    /// The defaults for serving as `server`.
+    pub fn new(server: impl Into<String>) -> WorkerConfig {
+        WorkerConfig {
+            server: server.into(),
+            prefix: wire::DEFAULT_PREFIX.to_owned(),
+            concurrency: 64,
+            heartbeat: catalog::HEARTBEAT,
+            keepalive: Duration::from_secs(15),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A running worker; [`Worker::shutdown`] drains it.
+#[derive(Debug)]
+pub struct Worker {
+    inner: Arc<Inner>,
+    serving: tokio::task::JoinHandle<()>,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    server: Server,
+    client: Client,
+    config: WorkerConfig,
+    instance: String,
+    catalog: async_nats::jetstream::kv::Store,
+    /// Set when draining starts: new requests are refused.
+    draining: CancellationToken,
+    /// Set when the drain timeout passes: requests still running are cancelled.
+    abandon: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Worker {
+    /// Starts serving `server`'s tools over `client`: puts the catalog entry, then subscribes.
+    pub async fn start(
+        server: Server,
+        client: Client,
+        config: WorkerConfig,
+    ) -> Result<Worker, NatsError> {
+        if !wire::token_safe(&config.server) {
+            return Err(NatsError::Config(format!(
+                "the worker's server name {:?} is not a subject token ([A-Za-z0-9_-]+)",
+                config.server
+            )));
+        }
+        let js = async_nats::jetstream::new(client.clone());
+        let store = catalog::bucket(&js, config.heartbeat).await?;
+        let inner = Arc::new(Inner {
+            server,
+            client: client.clone(),
+            instance: instance_id(),
+            config,
+            catalog: store,
+            draining: CancellationToken::new(),
+            abandon: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        });
+        inner.put_catalog().await?;
+        let subscription = client
+            .queue_subscribe(
+                wire::worker_subject(&inner.config.prefix, &inner.config.server),
+                wire::queue_group(&inner.config.server),
+            )
+            .await
+            .map_err(|e| NatsError::Bus(e.to_string()))?;
+        client
+            .flush()
+            .await
+            .map_err(|e| NatsError::Bus(e.to_string()))?;
+        let serving = tokio::spawn(serve(inner.clone(), subscription));
+        let heartbeat = tokio::spawn(heartbeat(inner.clone()));
+        tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
+        Ok(Worker {
+            inner,
+            serving,
+            heartbeat,
+        })
+    }
+
+    /// This instance's id (in its catalog key and its frames' `Mcp-Worker`).
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// Drains: refuses new requests (-32010, re-issue), lets those in flight finish within
+    /// the drain timeout and cancels the rest (their callers get -32010), deletes the catalog
+    /// entry, flushes.
+    pub async fn shutdown(self) {
+        let inner = self.inner;
+        inner.draining.cancel();
+        self.heartbeat.abort();
+        let _ = inner.catalog.delete(inner.catalog_key()).await;
+        inner.tracker.close();
+        if tokio::time::timeout(inner.config.drain_timeout, inner.tracker.wait())
+            .await
+            .is_err()
+        {
+            inner.abandon.cancel();
+            inner.tracker.wait().await;
+        }
+        self.serving.abort();
+        let _ = inner.client.flush().await;
+        tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker drained");
+    }
+}
+
+impl Inner {
+    fn catalog_key(&self) -> String {
+        catalog::key(&self.config.server, &self.instance)
+    }
+
+    async fn put_catalog(&self) -> Result<(), NatsError> {
+        let tools = list_tools(&self.server).await;
+        let entry = CatalogEntry::new(&self.config.server, &self.instance, tools);
+        let bytes = serde_json::to_vec(&entry).map_err(|e| NatsError::Bus(e.to_string()))?;
+        self.catalog
+            .put(entry.key(), bytes.into())
+            .await
+            .map_err(|e| NatsError::Bus(format!("putting the catalog entry: {e}")))?;
+        Ok(())
+    }
+}
+
+/// A token-safe id for this instance: the process and the moment it started.
+fn instance_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{nanos:x}", std::process::id())
+}
+
+/// The request loop: each request in a task, at most `concurrency` at once.
+async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
+    let permits = Arc::new(Semaphore::new(inner.config.concurrency.max(1)));
+    loop {
+        let message = tokio::select! {
+            m = subscription.next() => m,
+            () = inner.draining.cancelled() => None,
+        };
+        let Some(message) = message else { break };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let inner2 = inner.clone();
+        inner.tracker.spawn(async move {
+            handle(&inner2, message).await;
+            drop(permit);
+        });
+    }
+    // Unsubscribe, then answer what the server had already delivered to us.
+    let _ = subscription.unsubscribe().await;
+    while let Ok(Some(message)) =
+        tokio::time::timeout(Duration::from_millis(50), subscription.next()).await
+    {
+        refuse_draining(&inner, &message).await;
+    }
+}
+
+async fn heartbeat(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(inner.config.heartbeat);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if let Err(e) = inner.put_catalog().await {
+            tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed");
+        }
+    }
+}
+
+/// A request's stream of frames: numbered, exactly one terminal frame, nothing after it.
+struct Frames<'a> {
+    inner: &'a Inner,
+    reply: String,
+    seq: u64,
+    done: bool,
+}
+
+impl<'a> Frames<'a> {
+    fn new(inner: &'a Inner, reply: String) -> Frames<'a> {
+        Frames {
+            inner,
+            reply,
+            seq: 0,
+            done: false,
+        }
+    }
+
+    async fn send(&mut self, frame: Frame, body: Bytes) {
+        if self.done {
+            return;
+        }
+        self.done = frame.is_terminal();
+        let mut headers = HeaderMap::new();
+        headers.insert(wire::FRAME, frame.as_str());
+        headers.insert(wire::SEQ, self.seq.to_string().as_str());
+        if frame.is_terminal() {
+            headers.insert(wire::WORKER, self.inner.instance.as_str());
+        }
+        self.seq += 1;
+        let sent = self
+            .inner
+            .client
+            .publish_with_headers(self.reply.clone(), headers, body)
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(reply = %self.reply, error = %e, "publishing a frame failed");
+            if frame == Frame::End
+                && e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded
+            {
+                // The answer does not fit: say so instead of going silent.
+                self.done = false;
+                let error = ErrorObject::new(
+                    wire::PAYLOAD_TOO_LARGE,
+                    "the answer is larger than the bus's max_payload",
+                );
+                Box::pin(self.send(Frame::Err, wire::error_body(None, &error).into())).await;
+            }
+        }
+    }
+
+    async fn err(&mut self, id: Option<&RequestId>, error: &ErrorObject) {
+        self.send(Frame::Err, wire::error_body(id, error).into())
+            .await;
+    }
+}
+
+/// What a request's params name, and its `_meta`.
+#[derive(Deserialize, Default)]
+struct Head {
+    #[serde(rename = "_meta", default)]
+    meta: Option<RequestMeta>,
+    #[serde(default)]
+    name: Option<serde_json::Value>,
+    #[serde(default)]
+    uri: Option<serde_json::Value>,
+    #[serde(default, rename = "taskId")]
+    task_id: Option<serde_json::Value>,
+}
+
+fn header<'m>(message: &'m Message, name: &str) -> Option<&'m str> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(async_nats::HeaderValue::as_str)
+}
+
+async fn refuse_draining(inner: &Inner, message: &Message) {
+    let Some(reply) = message.reply.as_ref() else {
+        return;
+    };
+    if !wire::usable_reply_subject(reply, &inner.config.prefix) {
+        return;
+    }
+    let id = jsonrpc::parse(&message.payload).ok().and_then(|m| match m {
+        Incoming::Request(r) => Some(r.id),
+        _ => None,
+    });
+    let error = ErrorObject::new(
+        wire::STREAM_LOST,
+        "the worker is draining: re-issue the request",
+    );
+    Frames::new(inner, reply.to_string())
+        .err(id.as_ref(), &error)
+        .await;
+}
+
+/// Serves one request message to its end.
+async fn handle(inner: &Inner, message: Message) {
+    let Some(reply) = message.reply.as_ref().map(ToString::to_string) else {
+        tracing::debug!(subject = %message.subject, "a request without a reply subject: dropped");
+        return;
+    };
+    if !wire::usable_reply_subject(&reply, &inner.config.prefix) {
+        tracing::warn!(subject = %message.subject, %reply, "a request with an unusable reply subject: dropped");
+        return;
+    }
+    let mut out = Frames::new(inner, reply.clone());
+    if inner.draining.is_cancelled() {
+        return refuse_draining(inner, &message).await;
+    }
+    if header(&message, wire::WIRE) != Some("1") {
+        let error = ErrorObject::invalid_request("Mcp-Wire: 1 is required (wire version 1)");
+        return out.err(None, &error).await;
+    }
+    let request = match jsonrpc::parse(&message.payload) {
+        Ok(Incoming::Request(r)) => r,
+        Ok(_) => {
+            let error = ErrorObject::invalid_request("a JSON-RPC request is expected");
+            return out.err(None, &error).await;
+        }
+        Err(rejected) => return out.err(rejected.id.as_ref(), &rejected.error).await,
+    };
+    let head: Head = match jsonrpc::params(request.params.as_deref()) {
+        Ok(h) => h,
+        Err(e) => return out.err(Some(&request.id), &e).await,
+    };
+    if let Err(why) = integrity(inner, &message, &request, &head) {
+        let error = ErrorObject::new(wire::HEADER_MISMATCH, format!("Header mismatch: {why}"));
+        return out.err(Some(&request.id), &error).await;
+    }
+    let meta = head.meta.unwrap_or_default();
+    if meta.protocol_version.is_none() {
+        let error = ErrorObject::invalid_request(format!(
+            "the bus carries 2026-07-28 requests: `_meta` must carry `{}`",
+            toolyard_proto::meta::PROTOCOL_VERSION
+        ));
+        return out.err(Some(&request.id), &error).await;
+    }
+    let deadline = header(&message, wire::TIMEOUT_MS)
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let cancel = CancellationToken::new();
+    let cancelled_by_caller = CancellationToken::new();
+    let control = watch_control(
+        inner,
+        &reply,
+        request.id.clone(),
+        cancelled_by_caller.clone(),
+    )
+    .await;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let id = request.id.clone();
+    let prefix = wire::answer_prefix(&id);
+    inner.server.serve_stateless(
+        request,
+        meta,
+        Delivery {
+            sink: Sink::channel(tx),
+            cancel: cancel.clone(),
+            track: false,
+            principal: None,
+        },
+    );
+    let mut keepalive = tokio::time::interval(inner.config.keepalive);
+    keepalive.tick().await;
+    let expired = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expired);
+    loop {
+        tokio::select! {
+            bytes = rx.recv() => match bytes {
+                Some(b) if b.starts_with(&prefix) => {
+                    out.send(Frame::End, b.into()).await;
+                    break;
+                }
+                Some(b) => out.send(Frame::Msg, b.into()).await,
+                None => {
+                    let error = ErrorObject::internal("the request ended without an answer");
+                    out.err(Some(&id), &error).await;
+                    break;
+                }
+            },
+            () = cancelled_by_caller.cancelled() => {
+                cancel.cancel();
+                // Cancelled: no response exists; an empty `end` closes the stream.
+                out.send(Frame::End, Bytes::new()).await;
+                break;
+            }
+            () = &mut expired => {
+                cancel.cancel();
+                let error = ErrorObject::new(
+                    toolyard_proto::error::code::REQUEST_TIMEOUT,
+                    "the caller's deadline (Mcp-Timeout-Ms) passed: the request was cancelled",
+                );
+                out.err(Some(&id), &error).await;
+                break;
+            }
+            () = inner.abandon.cancelled() => {
+                cancel.cancel();
+                let error = ErrorObject::new(
+                    wire::STREAM_LOST,
+                    "the worker is draining and cancelled the request: re-issue it",
+                );
+                out.err(Some(&id), &error).await;
+                break;
+            }
+            _ = keepalive.tick() => out.send(Frame::Ka, Bytes::new()).await,
+        }
+    }
+    if let Some(control) = control {
+        control.abort();
+    }
+}
+
+/// The subject, the mirrored headers and the body must agree.
+fn integrity(
+    inner: &Inner,
+    message: &Message,
+    request: &Request,
+    head: &Head,
+) -> Result<(), String> {
+    match header(message, wire::METHOD) {
+        Some(m) if m == request.method => {}
+        Some(m) => {
+            return Err(format!(
+                "Mcp-Method '{m}' does not match body method '{}'",
+                request.method
+            ))
+        }
+        None => return Err("missing Mcp-Method header".to_owned()),
+    }
+    let named = method::client_request(&request.method)
+        .and_then(|spec| spec.mcp_name)
+        .and_then(|field| match field {
+            NameField::Name => head.name.as_ref(),
+            NameField::Uri => head.uri.as_ref(),
+            NameField::TaskId => head.task_id.as_ref(),
+        })
+        .and_then(serde_json::Value::as_str);
+    if let Some(body) = named {
+        match header(message, wire::NAME) {
+            Some(h) if h == body => {}
+            Some(h) => return Err(format!("Mcp-Name '{h}' does not match body value '{body}'")),
+            None => return Err("missing Mcp-Name header".to_owned()),
+        }
+    }
+    if !wire::subject_matches(
+        &message.subject,
+        &inner.config.prefix,
+        &inner.config.server,
+        &request.method,
+        named,
+    ) {
+        return Err(format!(
+            "subject '{}' does not name the body's method and name",
+            message.subject
+        ));
+    }
+    Ok(())
+}
+
+/// Listens on `{reply}.ctl` for the caller's `notifications/cancelled` of request `id`
+/// (matched by decoded id: a string and a number are different ids; anything else there is
+/// ignored).
+async fn watch_control(
+    inner: &Inner,
+    reply: &str,
+    id: RequestId,
+    cancelled: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let mut control = match inner.client.subscribe(wire::control_subject(reply)).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(%reply, error = %e, "cannot listen for cancellation");
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Cancelled {
+            request_id: RequestId,
+        }
+        while let Some(m) = control.next().await {
+            let Ok(Incoming::Notification(n)) = jsonrpc::parse(&m.payload) else {
+                continue;
+            };
+            if n.method != method::NOTIFICATIONS_CANCELLED {
+                continue;
+            }
+            if jsonrpc::params::<Cancelled>(n.params.as_deref()).is_ok_and(|c| c.request_id == id) {
+                cancelled.cancel();
+                break;
+            }
+        }
+        let _ = control.unsubscribe().await;
+    }))
+}
+
+/// The server's tools, as a modern `tools/list` answers them (every page).
+async fn list_tools(server: &Server) -> Vec<Tool> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0..1000 {
+        let mut params = serde_json::json!({
+            "_meta": {
+                toolyard_proto::meta::PROTOCOL_VERSION: "2026-07-28",
+                toolyard_proto::meta::CLIENT_CAPABILITIES: {},
+            }
+        });
+        if let Some(c) = &cursor {
+            params["cursor"] = c.clone().into();
+        }
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": page, "method": "tools/list", "params": params});
+        let Ok(Incoming::Request(request)) = jsonrpc::parse(body.to_string().as_bytes()) else {
+            break;
+        };
+        let meta = jsonrpc::params::<Head>(request.params.as_deref())
+            .ok()
+            .and_then(|h| h.meta)
+            .unwrap_or_default();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let prefix = wire::answer_prefix(&request.id);
+        server.serve_stateless(
+            request,
+            meta,
+            Delivery {
+                sink: Sink::channel(tx),
+                cancel: CancellationToken::new(),
+                track: false,
+                principal: None,
+            },
+        );
+        let answer = loop {
+            match rx.recv().await {
+                Some(b) if b.starts_with(&prefix) => break Some(b),
+                Some(_) => continue,
+                None => break None,
+            }
+        };
+        #[derive(Deserialize)]
+        struct Answer {
+            result: Option<ListToolsResult>,
+        }
+        let Some(result) = answer
+            .and_then(|b| serde_json::from_slice::<Answer>(&b).ok())
+            .and_then(|a| a.result)
+        else {
+            break;
+        };
+        tools.extend(result.tools);
+        match result.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    tools
+}

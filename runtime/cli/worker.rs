@@ -1,0 +1,99 @@
+//! `toolyard worker`: serve tools on a NATS bus (the `toolyard-nats` crate's [`Worker`]):
+//! the demo set unless `--no-demo`, plus the config file's `[[tools]]`, `[[resources]]` and
+//! `[[prompts]]`. SIGTERM or Ctrl-C drains: new requests are refused (-32010), those in
+//! flight finish within the drain deadline, the catalog entry is deleted.
+
+use crate::config_file::ConfigFile;
+use anyhow::Context;
+use std::path::PathBuf;
+use toolyard::{Limits, ServerBuilder};
+use toolyard_nats::{Worker, WorkerConfig};
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct WorkerArgs {
+    /// The NATS server, e.g. nats://127.0.0.1:4222 (comma-separate a cluster's URLs).
+    #[arg(long, env = "TOOLYARD_NATS")]
+    nats: String,
+    /// The name callers address this worker's tools by (a subject token: [A-Za-z0-9_-]+);
+    /// every worker with the same name shares the load.
+    #[arg(long, env = "TOOLYARD_WORKER_NAME")]
+    name: String,
+    /// A TOML config file: its `[[tools]]`, `[[resources]]` and `[[prompts]]` are served.
+    #[arg(long, env = "TOOLYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Leave out the built-in demo set.
+    #[arg(long)]
+    no_demo: bool,
+    /// Requests served at once; more wait on the bus.
+    #[arg(long, env = "TOOLYARD_CONCURRENCY", default_value_t = 64)]
+    concurrency: usize,
+    /// Seconds in-flight requests get to finish after SIGTERM / Ctrl-C.
+    #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
+    drain_seconds: u64,
+    /// Secret that signs modern requestState: give every worker the same one, so a
+    /// multi-round-trip retry may land on any of them.
+    #[arg(long, env = "TOOLYARD_STATE_SECRET", hide_env_values = true)]
+    state_secret: Option<String>,
+    /// Tokio worker threads.
+    #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 2)]
+    workers: usize,
+    /// Log filter (tracing syntax), written to stderr.
+    #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
+    log: String,
+}
+
+pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .init();
+    let file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    anyhow::ensure!(
+        file.gateway.sources.is_empty(),
+        "a worker serves its own tools: [[sources]] belong to `toolyard serve` (not yet to workers)"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.workers.max(1))
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let config = file.server;
+        let name = config
+            .server
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("toolyard-worker-{}", args.name));
+        let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
+        if !args.no_demo {
+            builder = toolyard_demo::demo(builder);
+        }
+        builder = builder.config(&config).limits(Limits::default());
+        if let Some(secret) = args
+            .state_secret
+            .clone()
+            .or(config.server.state_secret.clone())
+        {
+            builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
+        }
+        let server = builder.start().await?;
+        let client =
+            toolyard_nats::connect(&args.nats, &format!("ty-worker-{}", args.name)).await?;
+        let mut worker_config = WorkerConfig::new(&args.name);
+        worker_config.concurrency = args.concurrency.max(1);
+        worker_config.drain_timeout = std::time::Duration::from_secs(args.drain_seconds);
+        let worker = Worker::start(server.clone(), client, worker_config).await?;
+        eprintln!("toolyard: worker `{}` serving on {}", args.name, args.nats);
+        tokio::select! {
+            () = crate::terminated() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        worker.shutdown().await;
+        server.shutdown();
+        anyhow::Ok(())
+    })
+}
