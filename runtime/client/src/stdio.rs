@@ -7,7 +7,7 @@
 //! let transport = StdioTransport::from_command_line("npx -y @modelcontextprotocol/server-everything")?
 //!     .env("API_KEY", "…")
 //!     .close_grace(Duration::from_secs(1));
-//! # Ok::<(), crate::TransportError>(())
+//! # Ok::<(), toolyard_client::TransportError>(())
 //! ```
 //!
 //! Why it works the way it does:
