@@ -274,6 +274,7 @@ async fn call(
                 ))
             }
             Err(Outcome::Failed(e)) => return Err(e),
+            Err(Outcome::Cancelled) => return Err(HandlerError::failed("cancelled")),
             Ok(result) => return Ok(result),
         }
     }
@@ -282,6 +283,8 @@ async fn call(
 
 enum Outcome {
     NoResponders,
+    /// Our caller cancelled: the worker is told (`CancelOnDrop`).
+    Cancelled,
     Failed(HandlerError),
 }
 
@@ -333,21 +336,15 @@ async fn call_once(
         return Err(bus_error(code, format!("publishing the call to `{server}`: {e}")).into());
     }
     let mut expected_seq = 0u64;
+    // A cancelled caller's call is dropped mid-await: the guard tells the worker then.
+    let mut guard = CancelOnDrop {
+        client: inner.client.clone(),
+        control: Some(wire::control_subject(&inbox)),
+    };
     let outcome = loop {
         let next = tokio::select! {
             m = tokio::time::timeout(inner.config.inactivity, frames.next()) => m,
-            () = ctx.cancellation().cancelled() => {
-                let cancel = json!({
-                    "jsonrpc": "2.0",
-                    "method": "notifications/cancelled",
-                    "params": {"requestId": 1, "reason": "the caller cancelled"},
-                });
-                let _ = inner
-                    .client
-                    .publish(wire::control_subject(&inbox), cancel.to_string().into())
-                    .await;
-                break Err(HandlerError::failed("cancelled").into());
-            }
+            () = ctx.cancellation().cancelled() => break Err(Outcome::Cancelled),
         };
         let message = match next {
             Err(_) => {
@@ -391,8 +388,40 @@ async fn call_once(
             }
         }
     };
+    if !matches!(outcome, Err(Outcome::Cancelled)) {
+        // Answered, or the stream is gone: nothing to cancel.
+        guard.control = None;
+    }
+    drop(guard);
     let _ = frames.unsubscribe().await;
     outcome
+}
+
+/// Sends `notifications/cancelled` for request 1 to the worker's control subject when a call
+/// ends without its answer: the caller cancelled, or the call's future was dropped.
+struct CancelOnDrop {
+    client: Client,
+    control: Option<String>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(control) = self.control.take() else {
+            return;
+        };
+        let client = self.client.clone();
+        let cancel = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": 1, "reason": "the caller cancelled"},
+        })
+        .to_string();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.publish(control, cancel.into()).await;
+            });
+        }
+    }
 }
 
 fn frame_header<'m>(message: &'m Message, name: &str) -> Option<&'m str> {

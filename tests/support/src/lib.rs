@@ -1,9 +1,12 @@
 //! Test support for Toolyard's test binaries (`publish = false`): the raw in-process JSON-RPC
-//! client, the interop runner that drives the official SDK clients, and the demo set.
+//! client, the interop runner that drives the official SDK clients, the demo set, and real
+//! `nats-server` processes (one server or a JetStream cluster, with fault injection).
 
 mod interop;
+mod nats;
 mod raw_client;
 
 pub use interop::{cache, repo, run_client, ServerProcess, Target};
+pub use nats::{nats_server_bin, NatsCluster, NatsServer};
 pub use raw_client::{RawClient, RawClientError};
 pub use toolyard_demo::demo;

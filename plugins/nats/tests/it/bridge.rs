@@ -1,0 +1,152 @@
+//! The bridge working: discovery, calls, progress, load sharing, cancellation, deadlines.
+
+use crate::*;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use toolyard_testkit::NatsServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_tools_are_listed_and_called_through_the_gateway_with_progress() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    let names = listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    assert!(names.contains(&"calc__progress".to_owned()), "{names:?}");
+    let r = gw
+        .client
+        .call_tool("calc__echo", json!({"message": "over the bus"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "over the bus");
+    // Progress from the worker reaches the caller as it comes.
+    let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = steps.clone();
+    let opts = toolyard::client::RequestOptions::default()
+        .on_progress(move |p| seen.lock().unwrap().push(p.progress));
+    let r = gw
+        .client
+        .call_tool_with("calc__progress", json!({}), &opts)
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "done");
+    assert_eq!(*steps.lock().unwrap(), vec![1.0, 2.0, 3.0]);
+    // The worker validates arguments against its own schema.
+    let bad = gw
+        .client
+        .call_tool("calc__echo", json!({"message": 7}))
+        .await
+        .unwrap();
+    assert_eq!(bad.is_error, Some(true), "{bad:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_appearing_and_draining_change_the_listing() {
+    let nats = NatsServer::start();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    let a = start_worker(&nats.url(), "alpha", Arc::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "alpha__echo")).await;
+    let b = start_worker(&nats.url(), "beta", Arc::default()).await;
+    listed(&gw.client, |n| {
+        n.iter().any(|t| t == "alpha__echo") && n.iter().any(|t| t == "beta__echo")
+    })
+    .await;
+    a.shutdown().await;
+    listed(&gw.client, |n| {
+        !n.iter().any(|t| t.starts_with("alpha__")) && n.iter().any(|t| t == "beta__echo")
+    })
+    .await;
+    b.shutdown().await;
+    listed(&gw.client, |n| !n.iter().any(|t| t.starts_with("beta__"))).await;
+    assert!(gw.remote.tools().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_of_one_name_share_the_calls_and_one_drained_loses_none() {
+    let nats = NatsServer::start();
+    let (seen_a, seen_b) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    let a = start_worker(&nats.url(), "pool", seen_a.clone()).await;
+    let _b = start_worker(&nats.url(), "pool", seen_b.clone()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "pool__sleep")).await;
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let c = gw.client.clone();
+            tokio::spawn(async move { c.call_tool("pool__sleep", json!({"ms": 20})).await })
+        })
+        .collect();
+    for c in calls {
+        assert_eq!(text(&c.await.unwrap().unwrap()), "slept");
+    }
+    let (na, nb) = (
+        seen_a.finished.load(Ordering::SeqCst),
+        seen_b.finished.load(Ordering::SeqCst),
+    );
+    assert_eq!(na + nb, 20);
+    assert!(
+        na > 0 && nb > 0,
+        "the queue group spread nothing: {na} / {nb}"
+    );
+    // Draining one worker: the other takes every later call.
+    a.shutdown().await;
+    for _ in 0..5 {
+        let r = gw
+            .client
+            .call_tool("pool__echo", json!({"message": "still here"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&r), "still here");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_call_cancels_it_on_the_worker() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = start_worker(&nats.url(), "slow", seen.clone()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
+    let client = gw.client.clone();
+    let call =
+        tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 30_000})).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    call.abort(); // dropping the call cancels it (the client sends notifications/cancelled)
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while seen.cancelled.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker's tool was never cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_deadline_stops_the_work_on_the_worker() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = start_worker(&nats.url(), "slow", seen.clone()).await;
+    let gw = gateway(
+        &nats.url(),
+        RemoteConfig {
+            call_timeout: Duration::from_millis(300),
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
+    let e = gw
+        .client
+        .call_tool("slow__sleep", json!({"ms": 30_000}))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("deadline"), "{e}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while seen.cancelled.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker kept working"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,177 @@
+//! The NATS bridge against a real `nats-server` (2.11+, installed by
+//! `scripts/install-test-deps`) that each test starts on free loopback ports, and kills or
+//! restarts to inject faults. Workers and gateways run in process: a worker is a Toolyard
+//! server with `Worker`, a gateway a second server with `RemoteTools`, and the caller the
+//! typed client over the in-memory transport.
+
+mod bridge;
+mod faults;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use toolyard::client::{Client, ClientBuilder, ProtocolChoice};
+use toolyard::proto::{CallToolResult, ContentBlock, Implementation};
+use toolyard::{tool_fn, HandlerError, ListSettings, MemoryTransport, Server, ServerBuilder};
+use toolyard_nats::{RemoteConfig, RemoteTools, Worker, WorkerConfig};
+
+/// A bound on waiting for something that should happen quickly.
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+#[derive(Deserialize, JsonSchema)]
+struct Echo {
+    message: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Sleep {
+    ms: u64,
+}
+
+/// What the worker's tools saw.
+#[derive(Default)]
+pub(crate) struct Seen {
+    pub(crate) cancelled: AtomicUsize,
+    pub(crate) finished: AtomicUsize,
+}
+
+struct Unfinished(Option<Arc<Seen>>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(seen) = &self.0 {
+            seen.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A worker's server: `echo`, `progress` (three progress steps, then "done"), `sleep`
+/// (sleeps `ms`, counting cancellations and completions in `seen`).
+pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
+    let on_sleep = seen.clone();
+    ServerBuilder::new("worker", "1.0")
+        .tool(
+            tool_fn(
+                "echo",
+                "Echoes",
+                |_ctx, a: Echo| async move { Ok(a.message) },
+            )
+            .unwrap(),
+        )
+        .tool(
+            tool_fn(
+                "progress",
+                "Reports progress",
+                |ctx, _a: serde_json::Value| async move {
+                    for i in 1..=3 {
+                        ctx.progress(f64::from(i), Some(3.0), Some("step"));
+                    }
+                    Ok("done".to_owned())
+                },
+            )
+            .unwrap(),
+        )
+        .tool(
+            tool_fn("sleep", "Sleeps", move |_ctx, a: Sleep| {
+                let seen = on_sleep.clone();
+                async move {
+                    // Counts as cancelled when the call is dropped before it finished (a
+                    // cancelled request's future is dropped, not run to its end).
+                    let mut guard = Unfinished(Some(seen.clone()));
+                    tokio::time::sleep(Duration::from_millis(a.ms)).await;
+                    guard.0 = None;
+                    seen.finished.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, HandlerError>("slept".to_owned())
+                }
+            })
+            .unwrap(),
+        )
+        .start()
+        .await
+        .unwrap()
+}
+
+pub(crate) async fn connect(url: &str) -> async_nats::Client {
+    toolyard_nats::connect(url, "test").await.unwrap()
+}
+
+pub(crate) async fn start_worker(url: &str, name: &str, seen: Arc<Seen>) -> Worker {
+    let mut config = WorkerConfig::new(name);
+    config.keepalive = Duration::from_millis(200);
+    config.drain_timeout = Duration::from_millis(500);
+    Worker::start(worker_server(seen).await, connect(url).await, config)
+        .await
+        .unwrap()
+}
+
+/// A gateway server exposing the bus's tools, and a client of it.
+pub(crate) struct Gateway {
+    pub(crate) remote: RemoteTools,
+    pub(crate) client: Client,
+}
+
+pub(crate) async fn gateway(url: &str, config: RemoteConfig) -> Gateway {
+    // Listings uncached: the tests poll them while workers come and go (a real client
+    // follows tools/list_changed instead).
+    let server = ServerBuilder::new("gateway", "1.0")
+        .list_settings(ListSettings {
+            ttl_ms: 0,
+            ..ListSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let remote = RemoteTools::start(server.clone(), connect(url).await, config)
+        .await
+        .unwrap();
+    let client = ClientBuilder::new(Implementation::new("nats-test", "1.0"))
+        .protocol(ProtocolChoice::Auto)
+        .request_timeout(WAIT)
+        .connect(MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    Gateway { remote, client }
+}
+
+/// Short deadlines, so fault tests end quickly.
+pub(crate) fn quick() -> RemoteConfig {
+    RemoteConfig {
+        inactivity: Duration::from_secs(2),
+        ..RemoteConfig::default()
+    }
+}
+
+pub(crate) fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| match c {
+            ContentBlock::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until the gateway lists exactly the tools `want` says (by a predicate).
+pub(crate) async fn listed(client: &Client, want: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let names: Vec<String> = client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        if want(&names) {
+            return names;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the listing never became what the test waits for: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
