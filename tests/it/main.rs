@@ -16,4 +16,6 @@ mod gateway_parity;
 mod http;
 mod interop;
 mod interop_http;
+#[cfg(feature = "nats")]
+mod nats;
 mod stdio;
