@@ -10,6 +10,7 @@ use crate::reply::Reply;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
+use toolyard_proto::method;
 use toolyard_proto::{
     jsonrpc, ErrorObject, GetTaskRequestParams, GetTaskResult, JsonObject, ListTasksResult,
     UpdateTaskRequestParams,
@@ -64,23 +65,25 @@ pub(crate) fn handle(
     let tasks = tasks.clone();
     let owner = owner_of(&ctx);
     match (modern, method) {
-        (_, "tasks/get") => match jsonrpc::params::<GetTaskRequestParams>(params.as_deref()) {
-            Ok(p) => {
-                tokio::spawn(async move {
-                    match tasks.store.get(&p.task_id, owner.as_deref()).await {
-                        Ok(r) if modern => reply.ok(&r.to_detailed()),
-                        Ok(r) => reply.ok(&GetTaskResult {
-                            task: r.to_task(),
-                            meta: None,
-                            result_type: None,
-                        }),
-                        Err(e) => reply.err(e.to_error_object()),
-                    }
-                });
+        (_, method::TASKS_GET) => {
+            match jsonrpc::params::<GetTaskRequestParams>(params.as_deref()) {
+                Ok(p) => {
+                    tokio::spawn(async move {
+                        match tasks.store.get(&p.task_id, owner.as_deref()).await {
+                            Ok(r) if modern => reply.ok(&r.to_detailed()),
+                            Ok(r) => reply.ok(&GetTaskResult {
+                                task: r.to_task(),
+                                meta: None,
+                                result_type: None,
+                            }),
+                            Err(e) => reply.err(e.to_error_object()),
+                        }
+                    });
+                }
+                Err(e) => reply.err(e),
             }
-            Err(e) => reply.err(e),
-        },
-        (true, "tasks/update") => {
+        }
+        (true, method::TASKS_UPDATE) => {
             match jsonrpc::params::<UpdateTaskRequestParams>(params.as_deref()) {
                 Ok(p) => {
                     tokio::spawn(async move {
@@ -105,36 +108,38 @@ pub(crate) fn handle(
                 Err(e) => reply.err(e),
             }
         }
-        (_, "tasks/cancel") => match jsonrpc::params::<GetTaskRequestParams>(params.as_deref()) {
-            Ok(p) => {
-                tokio::spawn(async move {
-                    match tasks.store.cancel(&p.task_id, owner.as_deref()).await {
-                        Ok(record) => {
-                            tasks.publish(&record);
-                            if let Some(run) = tasks.run_of(&p.task_id) {
-                                run.cancel.cancel();
+        (_, method::TASKS_CANCEL) => {
+            match jsonrpc::params::<GetTaskRequestParams>(params.as_deref()) {
+                Ok(p) => {
+                    tokio::spawn(async move {
+                        match tasks.store.cancel(&p.task_id, owner.as_deref()).await {
+                            Ok(record) => {
+                                tasks.publish(&record);
+                                if let Some(run) = tasks.run_of(&p.task_id) {
+                                    run.cancel.cancel();
+                                }
+                                if modern {
+                                    reply.ok(&serde_json::json!({}))
+                                } else {
+                                    reply.ok(&GetTaskResult {
+                                        task: record.to_task(),
+                                        meta: None,
+                                        result_type: None,
+                                    })
+                                }
                             }
-                            if modern {
+                            // The extension's cancel is idempotent; 2025-11-25 refuses.
+                            Err(TaskStoreError::Terminal(_)) if modern => {
                                 reply.ok(&serde_json::json!({}))
-                            } else {
-                                reply.ok(&GetTaskResult {
-                                    task: record.to_task(),
-                                    meta: None,
-                                    result_type: None,
-                                })
                             }
+                            Err(e) => reply.err(e.to_error_object()),
                         }
-                        // The extension's cancel is idempotent; 2025-11-25 refuses.
-                        Err(TaskStoreError::Terminal(_)) if modern => {
-                            reply.ok(&serde_json::json!({}))
-                        }
-                        Err(e) => reply.err(e.to_error_object()),
-                    }
-                });
+                    });
+                }
+                Err(e) => reply.err(e),
             }
-            Err(e) => reply.err(e),
-        },
-        (false, "tasks/result") => {
+        }
+        (false, method::TASKS_RESULT) => {
             match jsonrpc::params::<GetTaskRequestParams>(params.as_deref()) {
                 Ok(p) => {
                     tokio::spawn(task_result(tasks, p.task_id, owner, ctx, reply));
@@ -142,7 +147,7 @@ pub(crate) fn handle(
                 Err(e) => reply.err(e),
             }
         }
-        (false, "tasks/list") => match jsonrpc::params::<Paginated>(params.as_deref()) {
+        (false, method::TASKS_LIST) => match jsonrpc::params::<Paginated>(params.as_deref()) {
             Ok(p) => {
                 tokio::spawn(async move {
                     let page = tasks
