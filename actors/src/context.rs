@@ -120,8 +120,17 @@ pub(crate) struct Round {
     pub(crate) state_out: Option<serde_json::Value>,
 }
 
+/// The W3C trace context a request arrived with (`_meta.traceparent` / `tracestate`).
+#[derive(Debug, Clone)]
+pub(crate) struct TraceContext {
+    pub(crate) traceparent: String,
+    pub(crate) tracestate: Option<String>,
+}
+
 pub(crate) struct ContextInner {
     pub(crate) id: RequestId,
+    /// Boxed: most requests carry none.
+    pub(crate) trace: Option<Box<TraceContext>>,
     pub(crate) version: ProtocolVersion,
     pub(crate) caller: Arc<Caller>,
     pub(crate) cancel: CancellationToken,
@@ -169,6 +178,20 @@ impl RequestContext {
     pub fn client_info(&self) -> Option<&Implementation> {
         self.inner.caller.info.as_ref()
     }
+    /// The W3C `traceparent` the request carried in `_meta` (HTTP and NATS transports copy
+    /// their headers there), for a tool that calls onward to pass it on.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.inner.trace.as_deref().map(|t| t.traceparent.as_str())
+    }
+
+    /// The W3C `tracestate` that came with [`RequestContext::traceparent`].
+    pub fn tracestate(&self) -> Option<&str> {
+        self.inner
+            .trace
+            .as_deref()
+            .and_then(|t| t.tracestate.as_deref())
+    }
+
     /// Who called, when the transport authenticated the caller.
     pub fn principal(&self) -> Option<&str> {
         self.inner.caller.principal.as_deref()
@@ -501,6 +524,7 @@ impl RequestContext {
                 version: inner.version,
                 caller: inner.caller.clone(),
                 cancel,
+                trace: inner.trace.clone(),
                 progress_token: inner.progress_token.clone(),
                 sink,
                 channel,

@@ -130,3 +130,196 @@ fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
         assert_eq!(f["seq"], i, "{answer}");
     }
 }
+
+/// A `toolyard worker` process that has subscribed (it said so on stderr); the rest of its
+/// stderr is passed on.
+fn ready_worker(url: &str, name: &str) -> WorkerProcess {
+    use std::io::BufRead;
+    let mut child = Command::new(BIN)
+        .args(["worker", "--nats", url, "--name", name])
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolyard worker");
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let process = WorkerProcess(child);
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains("serving on") => break,
+            Some(Ok(line)) => eprintln!("{line}"),
+            _ => panic!("the worker exited before it served"),
+        }
+    }
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("{line}");
+        }
+    });
+    process
+}
+
+/// What a fault test sees of a call: its progress, then its outcome.
+const INACTIVITY: Duration = Duration::from_secs(3);
+
+/// A gateway in this process (its inactivity deadline shortened to [`INACTIVITY`]) and a
+/// client of it.
+struct Gateway {
+    _remote: toolyard_nats::RemoteTools,
+    client: toolyard::client::Client,
+}
+
+async fn gateway(url: &str) -> Gateway {
+    use toolyard::client::{ClientBuilder, ProtocolChoice};
+    let server = toolyard::ServerBuilder::new("gateway", "1.0")
+        .list_settings(toolyard::ListSettings {
+            ttl_ms: 0,
+            ..toolyard::ListSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let bus = toolyard_nats::connect(url, "test-gateway").await.unwrap();
+    let config = toolyard_nats::RemoteConfig {
+        inactivity: INACTIVITY,
+        ..toolyard_nats::RemoteConfig::default()
+    };
+    let remote = toolyard_nats::RemoteTools::start(server.clone(), bus, config)
+        .await
+        .unwrap();
+    let client = ClientBuilder::new(toolyard::proto::Implementation::new("nats-test", "1.0"))
+        .protocol(ProtocolChoice::Auto)
+        .request_timeout(Duration::from_secs(60))
+        .connect(toolyard::MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .any(|t| t.name == "pool__slow")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never saw the worker"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Gateway {
+        _remote: remote,
+        client,
+    }
+}
+
+type Outcome = Result<toolyard::proto::CallToolResult, toolyard::client::ClientError>;
+
+/// Starts a long `slow` call with progress (a frame every 100 ms) and returns once the
+/// worker reported its first step, with the call's task.
+async fn slow_call_in_flight(
+    client: &toolyard::client::Client,
+) -> tokio::task::JoinHandle<Outcome> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let opts = toolyard::client::RequestOptions::default().on_progress(move |_| {
+        let _ = tx.send(());
+    });
+    let client = client.clone();
+    let call = tokio::spawn(async move {
+        client
+            .call_tool_with("pool__slow", json!({"steps": 600, "delay_ms": 100}), &opts)
+            .await
+    });
+    tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("the slow call reports progress")
+        .expect("progress");
+    call
+}
+
+/// Waits for a call's end (bounded: the inactivity deadline plus a margin for a loaded
+/// machine) and returns its JSON-RPC error code.
+async fn error_code(call: tokio::task::JoinHandle<Outcome>) -> i32 {
+    let outcome = tokio::time::timeout(INACTIVITY + Duration::from_secs(7), call)
+        .await
+        .expect("the call ends within its inactivity deadline, no hang")
+        .unwrap();
+    match outcome {
+        Err(e) => e
+            .rpc()
+            .map_or_else(|| panic!("not a JSON-RPC error: {e}"), |o| o.code),
+        Ok(r) => panic!("answered: {r:?}"),
+    }
+}
+
+async fn echo(client: &toolyard::client::Client, message: &str) -> String {
+    let r = client
+        .call_tool("pool__echo", json!({ "message": message }))
+        .await
+        .unwrap();
+    r.content
+        .iter()
+        .filter_map(|c| match c {
+            toolyard::proto::ContentBlock::Text(t) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// N1: the worker serving a call is SIGKILLed: the caller gets -32010 (nothing came for the
+/// inactivity deadline), not a hang, and the next call is served by the other worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_call_is_32010_and_the_survivor_serves_the_next_call() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let first = tokio::task::spawn_blocking(move || ready_worker(&url, "pool"))
+        .await
+        .unwrap();
+    let gw = gateway(&nats.url()).await;
+    // The call goes to the only worker; then the second one joins the queue group.
+    let call = slow_call_in_flight(&gw.client).await;
+    let url = nats.url();
+    let _survivor = tokio::task::spawn_blocking(move || ready_worker(&url, "pool"))
+        .await
+        .unwrap();
+    drop(first); // SIGKILL
+    let started = Instant::now();
+    assert_eq!(error_code(call).await, -32010);
+    assert!(started.elapsed() >= INACTIVITY - Duration::from_millis(500));
+    // The killed worker's subscription went with its connection: the survivor answers.
+    assert_eq!(echo(&gw.client, "survived").await, "survived");
+}
+
+/// N2: the worker serving a call is stopped (SIGSTOP): the caller gets -32010 within the
+/// inactivity window; after SIGCONT the worker's late frames land on an inbox nobody reads,
+/// and it serves the next calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_is_32010_within_the_inactivity_window_and_sigcont_breaks_nothing() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let worker = tokio::task::spawn_blocking(move || ready_worker(&url, "pool"))
+        .await
+        .unwrap();
+    let pid = Pid::from_raw(i32::try_from(worker.0.id()).unwrap());
+    let gw = gateway(&nats.url()).await;
+    let call = slow_call_in_flight(&gw.client).await;
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let code = error_code(call).await;
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert_eq!(code, -32010);
+    // Resumed, the worker goes on publishing the abandoned call's frames to a dead inbox;
+    // new calls are answered.
+    assert_eq!(echo(&gw.client, "resumed").await, "resumed");
+    let done = gw
+        .client
+        .call_tool("pool__slow", json!({"steps": 2, "delay_ms": 50}))
+        .await
+        .unwrap();
+    assert!(
+        format!("{done:?}").contains("done after 2 steps"),
+        "{done:?}"
+    );
+}

@@ -41,6 +41,7 @@ pub struct Delivery {
 pub(crate) struct LaunchMeta {
     pub(crate) progress_token: Option<ProgressToken>,
     pub(crate) traceparent: Option<String>,
+    pub(crate) tracestate: Option<String>,
 }
 
 impl LaunchMeta {
@@ -57,6 +58,7 @@ impl LaunchMeta {
         Some(Box::new(LaunchMeta {
             progress_token: meta.progress_token,
             traceparent: meta.traceparent,
+            tracestate: meta.tracestate,
         }))
     }
 }
@@ -132,6 +134,14 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             version,
             caller,
             cancel,
+            trace: meta.as_ref().and_then(|m| {
+                m.traceparent.as_ref().map(|parent| {
+                    Box::new(crate::context::TraceContext {
+                        traceparent: parent.clone(),
+                        tracestate: m.tracestate.clone(),
+                    })
+                })
+            }),
             progress_token: meta.and_then(|m| m.progress_token),
             sink: out,
             channel,

@@ -21,12 +21,19 @@ pub use remote::{RemoteConfig, RemoteTools};
 pub use worker::{Worker, WorkerConfig};
 
 /// Connects to a NATS server the way the bridge wants it: named, retrying the first
-/// connection (a worker may start before the broker), reconnecting for ever.
+/// connection (a worker may start before the broker), reconnecting for ever. `url` may list
+/// a cluster's servers separated by commas: the connection moves to another when its server
+/// goes away.
 pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsError> {
+    let urls: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
     async_nats::ConnectOptions::new()
         .name(name)
         .retry_on_initial_connect()
-        .connect(url)
+        .connect(urls)
         .await
         .map_err(|e| NatsError::Connect {
             url: url.to_owned(),

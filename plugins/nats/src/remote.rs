@@ -233,6 +233,12 @@ fn meta_for(ctx: &RequestContext) -> Value {
     if ctx.wants_progress() {
         meta.insert("progressToken".into(), json!("nats"));
     }
+    if let Some(parent) = ctx.traceparent() {
+        meta.insert(toolyard_proto::meta::TRACEPARENT.into(), json!(parent));
+        if let Some(state) = ctx.tracestate() {
+            meta.insert(toolyard_proto::meta::TRACESTATE.into(), json!(state));
+        }
+    }
     if let Some(level) = ctx.log_level() {
         if let Ok(level) = serde_json::to_value(level) {
             meta.insert(toolyard_proto::meta::LOG_LEVEL.into(), level);
@@ -314,6 +320,13 @@ async fn call_once(
     headers.insert(wire::METHOD, "tools/call");
     headers.insert(wire::NAME, tool);
     headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
+    // The trace context rides the headers too (NATS 2.11+ traces messages that carry it).
+    if let Some(parent) = ctx.traceparent() {
+        headers.insert(wire::TRACEPARENT, parent);
+        if let Some(state) = ctx.tracestate() {
+            headers.insert(wire::TRACESTATE, state);
+        }
+    }
     headers.insert(
         wire::TIMEOUT_MS,
         inner.config.call_timeout.as_millis().to_string().as_str(),

@@ -259,8 +259,10 @@ impl<'a> Frames<'a> {
             if frame == Frame::End
                 && e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded
             {
-                // The answer does not fit: say so instead of going silent.
+                // The answer does not fit: say so instead of going silent. It was refused
+                // before it left, so the `err` frame takes its number (no gap).
                 self.done = false;
+                self.seq -= 1;
                 let error = ErrorObject::new(
                     wire::PAYLOAD_TOO_LARGE,
                     "the answer is larger than the bus's max_payload",
@@ -351,7 +353,14 @@ async fn handle(inner: &Inner, message: Message) {
         let error = ErrorObject::new(wire::HEADER_MISMATCH, format!("Header mismatch: {why}"));
         return out.err(Some(&request.id), &error).await;
     }
-    let meta = head.meta.unwrap_or_default();
+    let mut meta = head.meta.unwrap_or_default();
+    // A caller that put the trace context only in the headers still gets it to the tool.
+    if meta.traceparent.is_none() {
+        meta.traceparent = header(&message, wire::TRACEPARENT).map(str::to_owned);
+        if meta.tracestate.is_none() {
+            meta.tracestate = header(&message, wire::TRACESTATE).map(str::to_owned);
+        }
+    }
     if meta.protocol_version.is_none() {
         let error = ErrorObject::invalid_request(format!(
             "the bus carries 2026-07-28 requests: `_meta` must carry `{}`",

@@ -122,6 +122,8 @@ struct Spec {
     http_port: u16,
     /// The route port and the other nodes' route ports, for a cluster node.
     cluster: Option<(u16, Vec<u16>)>,
+    /// `max_payload` in bytes (8 MiB unless [`NatsServer::start_with_max_payload`]).
+    max_payload: usize,
 }
 
 impl NatsServer {
@@ -134,6 +136,16 @@ impl NatsServer {
     /// healthy three times in a row (new ports each time), or if it is not healthy within
     /// 30 s. The message quotes the end of the server's log.
     pub fn start() -> NatsServer {
+        NatsServer::start_with_max_payload(8 * 1024 * 1024)
+    }
+
+    /// Like [`NatsServer::start`], with `max_payload` set to `bytes` (to test answers and
+    /// requests that do not fit).
+    ///
+    /// # Panics
+    ///
+    /// As [`NatsServer::start`].
+    pub fn start_with_max_payload(bytes: usize) -> NatsServer {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let [client_port, http_port] = free_ports::<2>();
@@ -142,6 +154,7 @@ impl NatsServer {
                 client_port,
                 http_port,
                 cluster: None,
+                max_payload: bytes,
             });
             match server.wait_healthy() {
                 Ok(()) => return server,
@@ -427,6 +440,7 @@ impl NatsCluster {
                         client_port: ports[i],
                         http_port: ports[size + i],
                         cluster: Some((route_ports[i], others)),
+                        max_payload: 8 * 1024 * 1024,
                     })
                 })
                 .collect();
@@ -532,11 +546,12 @@ fn render_config(spec: &Spec, store: &Path) -> String {
          server_name: \"{name}\"\n\
          listen: \"127.0.0.1:{client}\"\n\
          http: \"127.0.0.1:{http}\"\n\
-         max_payload: 8MB\n\
+         max_payload: {max_payload}\n\
          jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n",
         name = spec.name,
         client = spec.client_port,
         http = spec.http_port,
+        max_payload = spec.max_payload,
     );
     if let Some((port, others)) = &spec.cluster {
         let routes: Vec<String> = others

@@ -150,3 +150,76 @@ async fn the_callers_deadline_stops_the_work_on_the_worker() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_context_crosses_the_bus_from_meta_or_from_the_headers() {
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    // Through a gateway: the caller's `_meta.traceparent` reaches the worker's tool.
+    let server = ServerBuilder::new("gateway", "1.0").start().await.unwrap();
+    let remote = RemoteTools::start(
+        server.clone(),
+        connect(&nats.url()).await,
+        RemoteConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        remote.tools().contains(&"calc__trace".to_owned()),
+        "{:?}",
+        remote.tools()
+    );
+    let raw = toolyard_testkit::RawClient::connect(&server).await.unwrap();
+    // The registry takes the tools a moment after `tools()` lists them (an actor message).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let answer = loop {
+        let r = raw
+            .request(
+                "tools/call",
+                json!({"name": "calc__trace", "arguments": {}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "traceparent": PARENT}}),
+            )
+            .await;
+        match r {
+            Ok(v) => break v,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(answer["content"][0]["text"], PARENT, "{answer}");
+    // A plain NATS caller that sends only the `traceparent` header.
+    let client = connect(&nats.url()).await;
+    let inbox = client.new_inbox();
+    let mut frames = client.subscribe(inbox.clone()).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Mcp-Wire", "1");
+    headers.insert("Mcp-Method", "tools/call");
+    headers.insert("Mcp-Name", "trace");
+    headers.insert("traceparent", PARENT);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "trace", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    client
+        .publish_with_reply_and_headers(
+            "mcp.v1.req._._.calc.tools.call.trace".to_owned(),
+            inbox,
+            headers,
+            body.to_string().into(),
+        )
+        .await
+        .unwrap();
+    use futures_util::StreamExt;
+    let end = tokio::time::timeout(WAIT, frames.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let end: serde_json::Value = serde_json::from_slice(&end.payload).unwrap();
+    assert_eq!(end["result"]["content"][0]["text"], PARENT, "{end}");
+}

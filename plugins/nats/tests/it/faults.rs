@@ -219,3 +219,350 @@ async fn a_draining_worker_cancels_what_outlives_the_drain_and_says_re_issue() {
     assert!(e.to_string().contains("re-issue"), "{e}");
     assert_eq!(seen.cancelled.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// The JSON-RPC error code of a failed call, or a panic naming what came instead.
+fn code_of(outcome: &Result<CallToolResult, toolyard::client::ClientError>) -> i32 {
+    match outcome {
+        Err(e) => e
+            .rpc()
+            .map_or_else(|| panic!("not a JSON-RPC error: {e}"), |o| o.code),
+        Ok(r) => panic!("an answer where an error was expected: {}", text(r)),
+    }
+}
+
+/// N12: an answer over the bus's `max_payload` is -32012 from the worker, a request over it
+/// is -32012 before it is published; neither hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_or_a_request_over_max_payload_is_32012_not_a_hang() {
+    let nats = NatsServer::start_with_max_payload(64 * 1024);
+    let _worker = start_worker(&nats.url(), "big", Arc::default()).await;
+    let gw = gateway(&nats.url(), quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "big__big")).await;
+    // Fits: answered.
+    let small = gw.client.call_tool("big__big", json!({"n": 1000})).await;
+    assert_eq!(text(&small.unwrap()).len(), 1000);
+    let started = std::time::Instant::now();
+    let answer = gw.client.call_tool("big__big", json!({"n": 200_000})).await;
+    assert_eq!(code_of(&answer), wire::PAYLOAD_TOO_LARGE, "{answer:?}");
+    let request = gw
+        .client
+        .call_tool("big__echo", json!({"message": "y".repeat(200_000)}))
+        .await;
+    assert_eq!(code_of(&request), wire::PAYLOAD_TOO_LARGE, "{request:?}");
+    // Neither waited for the inactivity deadline (2 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The worker and the gateway are fine.
+    let echoed = gw
+        .client
+        .call_tool("big__echo", json!({"message": "still here"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echoed), "still here");
+}
+
+/// Frames of a raw call until the terminal one, then whatever follows within `after`.
+async fn frames_until_end(
+    sub: &mut async_nats::Subscriber,
+    after: Duration,
+) -> (Vec<(String, u64, bytes::Bytes)>, usize) {
+    let mut frames = Vec::new();
+    let mut terminals = 0;
+    let mut wait = WAIT;
+    while let Ok(Some(m)) = tokio::time::timeout(wait, sub.next()).await {
+        let h = m.headers.as_ref().unwrap();
+        let frame = h.get(wire::FRAME).unwrap().as_str().to_owned();
+        let seq: u64 = h.get(wire::SEQ).unwrap().as_str().parse().unwrap();
+        if frame == "end" || frame == "err" {
+            terminals += 1;
+            wait = after;
+        }
+        frames.push((frame, seq, m.payload));
+    }
+    (frames, terminals)
+}
+
+fn sleep_body(ms: u64) -> String {
+    json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": ms},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string()
+}
+
+/// N13: forged messages on `{reply}.ctl` (another id, a `null` id, the id as a string, a
+/// request instead of a notification, another method, garbage) never cancel a call; the real
+/// cancellation does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_control_messages_never_cancel_a_call() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = start_worker(&nats.url(), "calc", seen.clone()).await;
+    let raw = connect(&nats.url()).await;
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("sleep"));
+    let forged = [
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":null}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"9"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":9,"method":"notifications/cancelled","params":{"requestId":9}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"requestId":9}}"#,
+        "{garbage",
+        "",
+    ];
+    for real_cancel in [false, true] {
+        let inbox = raw.new_inbox();
+        let mut sub = raw.subscribe(inbox.clone()).await.unwrap();
+        raw.publish_with_reply_and_headers(
+            subject.clone(),
+            inbox.clone(),
+            headers("tools/call", Some("sleep")),
+            sleep_body(1500).into(),
+        )
+        .await
+        .unwrap();
+        // The first keepalive (200 ms) shows the worker listens on `.ctl` (it subscribes
+        // before it serves).
+        let first = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            first
+                .headers
+                .as_ref()
+                .unwrap()
+                .get(wire::FRAME)
+                .unwrap()
+                .as_str(),
+            "ka"
+        );
+        let control = wire::control_subject(&inbox);
+        for f in forged {
+            raw.publish(control.clone(), f.into()).await.unwrap();
+        }
+        if real_cancel {
+            let cancel =
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
+            raw.publish(control.clone(), cancel.into()).await.unwrap();
+        }
+        let (frames, terminals) = frames_until_end(&mut sub, Duration::from_millis(300)).await;
+        assert_eq!(terminals, 1, "{frames:?}");
+        let (frame, _, body) = frames.last().unwrap();
+        assert_eq!(frame, "end", "{frames:?}");
+        if real_cancel {
+            assert!(body.is_empty(), "the real cancellation cancels: {frames:?}");
+        } else {
+            let answer: Value = serde_json::from_slice(body).unwrap();
+            assert_eq!(answer["result"]["content"][0]["text"], "slept", "{answer}");
+        }
+    }
+    assert_eq!(seen.finished.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(seen.cancelled.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// N13: a cancellation right after the request (before the worker may listen for it, or
+/// just after) either cancels the call or lets it complete: exactly one terminal frame,
+/// numbered without gaps, nothing after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_the_request_gets_exactly_one_terminal_answer() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let raw = connect(&nats.url()).await;
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("sleep"));
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
+    let (mut cancelled, mut completed) = (0, 0);
+    for i in 0..20u64 {
+        let inbox = raw.new_inbox();
+        let mut sub = raw.subscribe(inbox.clone()).await.unwrap();
+        raw.publish_with_reply_and_headers(
+            subject.clone(),
+            inbox.clone(),
+            headers("tools/call", Some("sleep")),
+            sleep_body(100).into(),
+        )
+        .await
+        .unwrap();
+        // 0 to 95 ms after the request: before, around and after the worker subscribes.
+        tokio::time::sleep(Duration::from_millis((i % 4) * 30 + i % 5)).await;
+        raw.publish(wire::control_subject(&inbox), cancel.into())
+            .await
+            .unwrap();
+        let (frames, terminals) = frames_until_end(&mut sub, Duration::from_millis(300)).await;
+        assert_eq!(terminals, 1, "round {i}: {frames:?}");
+        for (n, (_, seq, _)) in frames.iter().enumerate() {
+            assert_eq!(*seq, n as u64, "round {i}: {frames:?}");
+        }
+        let (frame, _, body) = frames.last().unwrap();
+        assert_eq!(frame, "end", "round {i}: {frames:?}");
+        if body.is_empty() {
+            cancelled += 1;
+        } else {
+            let answer: Value = serde_json::from_slice(body).unwrap();
+            assert_eq!(answer["result"]["content"][0]["text"], "slept", "{answer}");
+            completed += 1;
+        }
+    }
+    assert_eq!(cancelled + completed, 20);
+}
+
+/// N8: a tool flooding progress to a gateway whose bus connection buffers little (a slow
+/// consumer: the client drops what does not fit) ends with the full answer or -32010
+/// (a gap in Mcp-Seq), never a silently shortened stream; the gateway then still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_flood_ends_with_the_answer_or_32010_never_a_truncated_stream() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "flood", Arc::default()).await;
+    let bus = async_nats::ConnectOptions::new()
+        .subscription_capacity(64)
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let gw = gateway_on(bus, quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "flood__flood")).await;
+    let progressed = Arc::new(AtomicUsize::new(0));
+    let counter = progressed.clone();
+    let opts = toolyard::client::RequestOptions::default().on_progress(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    let (mut answered, mut lost) = (0, 0);
+    for _ in 0..3 {
+        let outcome = tokio::time::timeout(
+            WAIT,
+            gw.client
+                .call_tool_with("flood__flood", json!({"n": 20_000}), &opts),
+        )
+        .await
+        .expect("the flooded call ends");
+        match &outcome {
+            Ok(r) => {
+                assert_eq!(text(r), "flooded");
+                answered += 1;
+            }
+            Err(_) => {
+                assert_eq!(code_of(&outcome), wire::STREAM_LOST, "{outcome:?}");
+                lost += 1;
+            }
+        }
+    }
+    eprintln!(
+        "flood: {answered} answered, {lost} lost, {} progress relayed",
+        progressed.load(Ordering::SeqCst)
+    );
+    assert_eq!(answered + lost, 3);
+    let echoed = gw
+        .client
+        .call_tool("flood__echo", json!({"message": "after"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echoed), "after");
+}
+
+/// The server a client is connected to (`n1`...), once it is connected.
+async fn server_of(client: &async_nats::Client) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let name = client.server_info().server_name;
+        if !name.is_empty() {
+            return name;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never connected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// N6: the cluster node a worker is connected to dies. The worker was given every node's
+/// URL (comma-separated, as `toolyard worker --nats` takes them), so it reconnects to
+/// another: the call in flight ends (with its answer, or -32010 if frames were lost; never
+/// a hang), and new calls succeed once the worker is back (bounded wait). The catalog
+/// bucket (one replica) and the gateway sit on nodes that stay up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_node_a_worker_is_on_moves_the_worker_and_calls_recover() {
+    let cluster = toolyard_testkit::NatsCluster::start(3);
+    let meta_leader = cluster.wait_for_leader().name().to_owned();
+    let all = cluster.urls().join(",");
+    // The catalog bucket, created by a first connection, and where its stream lives.
+    let setup = connect(&all).await;
+    let js = async_nats::jetstream::new(setup.clone());
+    let _ = Worker::start(
+        worker_server(Arc::default()).await,
+        setup.clone(),
+        WorkerConfig::new("setup"),
+    )
+    .await
+    .unwrap();
+    let mut stream = js.get_stream("KV_TY_CATALOG").await.unwrap();
+    let catalog_on = stream
+        .info()
+        .await
+        .unwrap()
+        .cluster
+        .as_ref()
+        .and_then(|c| c.leader.clone())
+        .expect("the catalog stream has a leader");
+    // The gateway on the catalog's node; the worker on a node that is neither that nor the
+    // meta leader (the URLs are tried in random order: connect until it lands there).
+    let gateway_url = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.name() == catalog_on)
+        .unwrap()
+        .url();
+    let mut bus = None;
+    for _ in 0..50 {
+        let client = connect(&all).await;
+        let on = server_of(&client).await;
+        if on != catalog_on && on != meta_leader {
+            bus = Some((client, on));
+            break;
+        }
+    }
+    let (bus, doomed) = bus.expect("a connection landed on a third node");
+    let mut config = WorkerConfig::new("moving");
+    config.keepalive = Duration::from_millis(200);
+    let _worker = Worker::start(worker_server(Arc::default()).await, bus.clone(), config)
+        .await
+        .unwrap();
+    let gw = gateway(&gateway_url, quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "moving__sleep")).await;
+    let client = gw.client.clone();
+    let call =
+        tokio::spawn(async move { client.call_tool("moving__sleep", json!({"ms": 3000})).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster
+        .nodes()
+        .iter()
+        .find(|n| n.name() == doomed)
+        .unwrap()
+        .kill();
+    let outcome = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call in flight ends, no hang")
+        .unwrap();
+    eprintln!("the call in flight: {outcome:?}");
+    match &outcome {
+        Ok(r) => assert_eq!(text(r), "slept"),
+        Err(_) => assert_eq!(code_of(&outcome), wire::STREAM_LOST, "{outcome:?}"),
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match gw
+            .client
+            .call_tool("moving__echo", json!({"message": "moved"}))
+            .await
+        {
+            Ok(r) if text(&r) == "moved" => break,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the worker never came back: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    assert_ne!(server_of(&bus).await, doomed, "the worker moved");
+}

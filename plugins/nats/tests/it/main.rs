@@ -30,6 +30,11 @@ struct Sleep {
     ms: u64,
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct Count {
+    n: usize,
+}
+
 /// What the worker's tools saw.
 #[derive(Default)]
 pub(crate) struct Seen {
@@ -48,7 +53,8 @@ impl Drop for Unfinished {
 }
 
 /// A worker's server: `echo`, `progress` (three progress steps, then "done"), `sleep`
-/// (sleeps `ms`, counting cancellations and completions in `seen`).
+/// (sleeps `ms`, counting cancellations and completions in `seen`), `flood` (`n` progress
+/// notifications at once, then "flooded"), `big` (answers `n` bytes of text).
 pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
     let on_sleep = seen.clone();
     ServerBuilder::new("worker", "1.0")
@@ -57,6 +63,16 @@ pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
                 "echo",
                 "Echoes",
                 |_ctx, a: Echo| async move { Ok(a.message) },
+            )
+            .unwrap(),
+        )
+        .tool(
+            tool_fn(
+                "trace",
+                "Returns the traceparent it runs under",
+                |ctx, _a: serde_json::Value| async move {
+                    Ok(ctx.traceparent().unwrap_or("none").to_owned())
+                },
             )
             .unwrap(),
         )
@@ -88,6 +104,21 @@ pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
             })
             .unwrap(),
         )
+        .tool(
+            tool_fn("flood", "Floods progress", |ctx, a: Count| async move {
+                for i in 0..a.n {
+                    ctx.progress(i as f64, None, None);
+                }
+                Ok("flooded".to_owned())
+            })
+            .unwrap(),
+        )
+        .tool(
+            tool_fn("big", "Answers n bytes", |_ctx, a: Count| async move {
+                Ok("x".repeat(a.n))
+            })
+            .unwrap(),
+        )
         .start()
         .await
         .unwrap()
@@ -113,6 +144,11 @@ pub(crate) struct Gateway {
 }
 
 pub(crate) async fn gateway(url: &str, config: RemoteConfig) -> Gateway {
+    gateway_on(connect(url).await, config).await
+}
+
+/// A gateway on a bus connection the test made (e.g. with a small subscription capacity).
+pub(crate) async fn gateway_on(bus: async_nats::Client, config: RemoteConfig) -> Gateway {
     // Listings uncached: the tests poll them while workers come and go (a real client
     // follows tools/list_changed instead).
     let server = ServerBuilder::new("gateway", "1.0")
@@ -123,7 +159,7 @@ pub(crate) async fn gateway(url: &str, config: RemoteConfig) -> Gateway {
         .start()
         .await
         .unwrap();
-    let remote = RemoteTools::start(server.clone(), connect(url).await, config)
+    let remote = RemoteTools::start(server.clone(), bus, config)
         .await
         .unwrap();
     let client = ClientBuilder::new(Implementation::new("nats-test", "1.0"))
