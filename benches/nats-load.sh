@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && cargo build --release -q)
-cargo build --release -q -p toolyard-cli --bins
+[ -n "${TOOLYARD_BIN:-}" ] || cargo build --release -q -p toolyard-cli --bins
 M=$CARGO_TARGET_DIR/release; T=${TOOLYARD_BIN:-$CARGO_TARGET_DIR/release/toolyard}
 NATS=${NATS_SERVER:-${TOOLYARD_CACHE:-$HOME/.cache/toolyard}/venv/bin/nats-server}
 out=${OUT:-/tmp/toolyard-nats-load.jsonl}; : > "$out"
@@ -27,9 +27,10 @@ for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
   for s in "direct|$T serve --stdio --workers 1|echo" "nats|$T serve --stdio --workers 1 --nats $url|calc__echo"; do
     IFS='|' read -r label cmd tool <<< "$s"
     before=$(cpu)
-    timeout 60 taskset -c 0 "$M/mcpload" --json --label "$label" -c "$c" -d "${DURATION:-2}" --warmup 500 \
-      --protocol-version 2025-06-18 --tool "$tool" stdio -- taskset -c 1 $cmd \
-      | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['worker_ticks']=$(cpu)-$before; print(json.dumps(r))" >> "$out"
+    line=$(timeout 60 taskset -c 0 "$M/mcpload" --json --label "$label" -c "$c" -d "${DURATION:-2}" --warmup 500 \
+      --protocol-version 2025-06-18 --tool "$tool" stdio -- taskset -c 1 $cmd)
+    after=$(cpu)
+    python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['worker_ticks']=$after-$before; print(json.dumps(r))" "$line" >> "$out"
   done
 done; done
 python3 - "$out" <<'PY'
