@@ -268,9 +268,12 @@ async fn call(
     })
     .to_string();
     let subject = wire::request_subject(&inner.config.prefix, server, "tools/call", Some(tool));
-    for attempt in 0..2 {
+    let mut retried = false;
+    loop {
         match call_once(inner, &subject, server, tool, ctx, body.as_bytes()).await {
-            Err(Outcome::NoResponders) if attempt == 0 => {
+            Ok(result) => return Ok(result),
+            Err(Outcome::NoResponders) if !retried => {
+                retried = true;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(Outcome::NoResponders) => {
@@ -281,10 +284,8 @@ async fn call(
             }
             Err(Outcome::Failed(e)) => return Err(e),
             Err(Outcome::Cancelled) => return Err(HandlerError::failed("cancelled")),
-            Ok(result) => return Ok(result),
         }
     }
-    unreachable!("the loop returns on its second attempt")
 }
 
 enum Outcome {

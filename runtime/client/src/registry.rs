@@ -207,16 +207,10 @@ impl ClientEntry {
                 Ok(Box::new(t))
             }
             #[cfg(feature = "http")]
-            ClientEntry::Auto { url, headers, .. } => {
-                let mut t = super::http::StreamableHttpTransport::auto(url);
-                for (k, v) in headers {
-                    t = t.header(k, v);
-                }
-                Ok(Box::new(t))
-            }
-            #[cfg(feature = "http")]
-            ClientEntry::Http { url, headers, .. } => {
-                let mut t = super::http::StreamableHttpTransport::new(url);
+            ClientEntry::Auto { url, headers, .. } | ClientEntry::Http { url, headers, .. } => {
+                // One transport; `Auto` only adds the fallback to HTTP+SSE.
+                let mut t = super::http::StreamableHttpTransport::new(url)
+                    .sse_fallback(matches!(self, ClientEntry::Auto { .. }));
                 for (k, v) in headers {
                     t = t.header(k, v);
                 }

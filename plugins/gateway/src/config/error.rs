@@ -106,10 +106,13 @@ pub enum SourceError {
 
 impl SourceError {
     pub(super) fn from_many(mut errors: Vec<SourceError>) -> SourceError {
-        if errors.len() == 1 {
-            errors.pop().expect("one error")
-        } else {
-            SourceError::Several(errors)
+        match errors.pop() {
+            Some(only) if errors.is_empty() => only,
+            Some(last) => {
+                errors.push(last);
+                SourceError::Several(errors)
+            }
+            None => SourceError::Several(errors),
         }
     }
 

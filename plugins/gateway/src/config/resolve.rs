@@ -159,8 +159,8 @@ pub fn resolve_source_with(
             inherit_env_defaults: cfg.inherit_env_defaults.unwrap_or(true),
             cwd,
         }))
-    } else {
-        let dir = base_dir.join(cfg.plugin.as_ref().expect("plugin"));
+    } else if let Some(plugin) = &cfg.plugin {
+        let dir = base_dir.join(plugin);
         // A manifest problem ends resolution, reported with what was found before it.
         macro_rules! manifest {
             ($e:expr) => {
@@ -215,6 +215,9 @@ pub fn resolve_source_with(
                 remote(cfg, r.url.clone(), transport, &defs, vars, &mut errors)
             }
         }
+    } else {
+        // None of `url`, `command`, `plugin`: the launch-choice check above reported it.
+        None
     };
     if is_remote {
         if !cfg.env.is_empty() || !cfg.secret_env.is_empty() {
