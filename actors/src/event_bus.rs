@@ -4,6 +4,10 @@
 //! to) and modern `subscriptions/listen` streams (only the kinds they asked for, each
 //! notification tagged with the stream's subscription id, including the status of the tasks
 //! whose ids it named). A listener whose sink is closed is dropped on the next event.
+//!
+//! The bus also counts, per resource URI, the listeners that want its updates, and tells
+//! [`SubscriptionWatcher`]s when a URI gains its first listener or loses its last: a server
+//! that only relays a resource (the gateway) subscribes upstream on demand from that.
 
 use crate::sink::Sink;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -24,6 +28,10 @@ pub enum Event {
     /// One resource's content changed.
     ResourceUpdated(String),
 }
+
+/// Told `(uri, true)` when a resource gains its first listener and `(uri, false)` when it
+/// loses its last. Called inside the bus actor: it must return at once (spawn the work).
+pub type SubscriptionWatcher = Arc<dyn Fn(&str, bool) + Send + Sync>;
 
 /// Identifies a listener.
 pub(crate) type ListenerId = u64;
@@ -89,6 +97,17 @@ pub(crate) enum BusMsg {
     Unsubscribe(ListenerId, String),
     /// A task changed state (tasks extension).
     TaskStatus(Box<TaskNotice>),
+    /// Add a watcher of resource interest.
+    Watch(Watcher),
+}
+
+/// A [`SubscriptionWatcher`] in a message.
+pub(crate) struct Watcher(pub(crate) SubscriptionWatcher);
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watcher")
+    }
 }
 
 pub(crate) struct EventBus;
@@ -96,6 +115,55 @@ pub(crate) struct EventBus;
 #[derive(Default)]
 pub(crate) struct BusState {
     listeners: HashMap<ListenerId, Listener>,
+    /// Listeners per resource URI (only URIs with at least one).
+    interest: HashMap<String, usize>,
+    watchers: Vec<SubscriptionWatcher>,
+}
+
+impl BusState {
+    fn gained(&mut self, uri: &str) {
+        let count = self.interest.entry(uri.to_owned()).or_default();
+        *count += 1;
+        if *count == 1 {
+            for w in &self.watchers {
+                w(uri, true);
+            }
+        }
+    }
+
+    fn lost(&mut self, uri: &str) {
+        let Some(count) = self.interest.get_mut(uri) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.interest.remove(uri);
+            for w in &self.watchers {
+                w(uri, false);
+            }
+        }
+    }
+
+    /// Drops the listeners whose sink closed, with their interest.
+    fn drop_closed(&mut self) {
+        let closed: Vec<ListenerId> = self
+            .listeners
+            .iter()
+            .filter(|(_, l)| l.sink.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in closed {
+            self.remove(id);
+        }
+    }
+
+    fn remove(&mut self, id: ListenerId) {
+        if let Some(l) = self.listeners.remove(&id) {
+            for uri in &l.filter.resource_uris {
+                self.lost(uri);
+            }
+        }
+    }
 }
 
 fn notification(method: &str, uri: Option<&str>, subscription_id: Option<&str>) -> Vec<u8> {
@@ -133,23 +201,39 @@ impl Actor for EventBus {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             BusMsg::Listen(id, l) => {
+                state.remove(id);
+                for uri in &l.filter.resource_uris {
+                    state.gained(uri);
+                }
                 state.listeners.insert(id, l);
             }
-            BusMsg::Unlisten(id) => {
-                state.listeners.remove(&id);
-            }
+            BusMsg::Unlisten(id) => state.remove(id),
             BusMsg::Subscribe(id, uri) => {
-                if let Some(l) = state.listeners.get_mut(&id) {
-                    l.filter.resource_uris.insert(uri);
+                let added = state
+                    .listeners
+                    .get_mut(&id)
+                    .is_some_and(|l| l.filter.resource_uris.insert(uri.clone()));
+                if added {
+                    state.gained(&uri);
                 }
             }
             BusMsg::Unsubscribe(id, uri) => {
-                if let Some(l) = state.listeners.get_mut(&id) {
-                    l.filter.resource_uris.remove(&uri);
+                let removed = state
+                    .listeners
+                    .get_mut(&id)
+                    .is_some_and(|l| l.filter.resource_uris.remove(&uri));
+                if removed {
+                    state.lost(&uri);
                 }
             }
+            BusMsg::Watch(Watcher(watcher)) => {
+                for uri in state.interest.keys() {
+                    watcher(uri, true);
+                }
+                state.watchers.push(watcher);
+            }
             BusMsg::TaskStatus(notice) => {
-                state.listeners.retain(|_, l| !l.sink.is_closed());
+                state.drop_closed();
                 for l in state.listeners.values() {
                     if !l.filter.task_ids.contains(&notice.task_id)
                         || l.owner.as_deref() != notice.owner.as_deref()
@@ -177,7 +261,7 @@ impl Actor for EventBus {
                 }
             }
             BusMsg::Publish(event) => {
-                state.listeners.retain(|_, l| !l.sink.is_closed());
+                state.drop_closed();
                 for l in state.listeners.values() {
                     let (wanted, method, uri) = match &event {
                         Event::ToolsChanged => {
@@ -205,5 +289,39 @@ impl Actor for EventBus {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod interest_tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn watchers_hear_of_a_uris_first_listener_and_its_last_only() {
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let mut state = BusState::default();
+        let h = heard.clone();
+        state.watchers.push(Arc::new(move |uri: &str, on: bool| {
+            h.lock().unwrap().push((uri.to_owned(), on));
+        }));
+        state.gained("a");
+        state.gained("a");
+        state.gained("b");
+        state.lost("a");
+        state.lost("b");
+        state.lost("a");
+        // A loss nobody gained is ignored.
+        state.lost("c");
+        assert_eq!(
+            *heard.lock().unwrap(),
+            vec![
+                ("a".to_owned(), true),
+                ("b".to_owned(), true),
+                ("b".to_owned(), false),
+                ("a".to_owned(), false),
+            ]
+        );
+        assert!(state.interest.is_empty());
     }
 }

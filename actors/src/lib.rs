@@ -47,7 +47,7 @@ pub mod transport {
 
 pub use context::{Caller, InputError, RequestContext};
 pub use error::{HandlerError, ToolError};
-pub use event_bus::Event;
+pub use event_bus::{Event, SubscriptionWatcher};
 pub use handlers::custom::MethodFn;
 pub use middleware::{Completion, Layer, Layers, Outcome, RequestInfo};
 pub use mrtr::StateSealer;

@@ -642,6 +642,18 @@ impl Server {
             .cast(BusMsg::Publish(Event::ResourceUpdated(uri.into())));
     }
 
+    /// Calls `watcher` when a resource URI gains its first subscriber or loses its last
+    /// (legacy `resources/subscribe` and modern `subscriptions/listen` alike), and at once for
+    /// every URI subscribed to now: how a server that relays resources subscribes upstream
+    /// only while someone listens.
+    pub fn watch_subscriptions(&self, watcher: crate::event_bus::SubscriptionWatcher) {
+        let _ = self
+            .core
+            .routes()
+            .bus
+            .cast(BusMsg::Watch(crate::event_bus::Watcher(watcher)));
+    }
+
     /// Fault injection: makes a handler actor fail, to exercise supervision.
     #[doc(hidden)]
     pub fn crash_handler(&self, which: &str) {

@@ -44,7 +44,8 @@ pub use toolyard_actors::{
     DefinitionError, Event, HandlerError, InputError, IntoCallToolResult, Json, Layer, Layers,
     Limits, ListSettings, MethodFn, Outcome, PromptDef, PromptFn, RequestContext, RequestInfo,
     ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, StartError, StateSealer,
-    TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UnknownToolFn, UriTemplate,
+    SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UnknownToolFn,
+    UriTemplate,
 };
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,

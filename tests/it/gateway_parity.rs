@@ -318,3 +318,55 @@ async fn a_session_through_the_gateway_answers_as_server_everything_does_directl
     d.close().await;
     g.close().await;
 }
+
+/// Regression: server-everything sends `notifications/resources/updated` only for URIs its
+/// client subscribed to, and the gateway did not subscribe upstream, so a subscriber through
+/// the gateway heard nothing. The gateway now subscribes upstream while someone listens; the
+/// update reaches the downstream subscriber under the exposed URI.
+#[tokio::test]
+async fn a_resource_subscription_through_the_gateway_receives_the_sources_updates() {
+    let dir = crate::client_interop::TempDir::new("parity-subscribe");
+    let gateway = through_gateway(&dir.0).await;
+    let uri = format!("{URI_PREFIX}demo://resource/static/document/features.md");
+    let mut subscription = gateway
+        .subscribe(toolyard::proto::SubscriptionFilter {
+            resource_subscriptions: Some(vec![uri.clone()]),
+            ..Default::default()
+        })
+        .await
+        .expect("resources/subscribe through the gateway");
+    let toggle = format!("{PREFIX}toggle-subscriber-updates");
+    let updated = tokio::time::timeout(WAIT, async {
+        // The upstream subscribe is made in the background: toggle the source's updates on
+        // (they are sent for the URIs its client subscribed to) until one arrives.
+        loop {
+            let on = gateway
+                .call_tool(&toggle, json!({}))
+                .await
+                .expect("toggle-subscriber-updates");
+            assert!(!on.failed(), "{on:?}");
+            let heard = tokio::time::timeout(Duration::from_secs(3), async {
+                loop {
+                    let n = subscription.next().await.expect("the gateway is open");
+                    if n.method == "notifications/resources/updated" {
+                        return n;
+                    }
+                }
+            })
+            .await;
+            if let Ok(n) = heard {
+                return n;
+            }
+            // Toggle back off before trying again.
+            gateway
+                .call_tool(&toggle, json!({}))
+                .await
+                .expect("toggle off");
+        }
+    })
+    .await
+    .expect("an update through the gateway within the wait");
+    assert_eq!(updated.params["uri"], uri.as_str());
+    drop(subscription);
+    gateway.close().await;
+}

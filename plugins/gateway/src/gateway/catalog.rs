@@ -274,6 +274,9 @@ impl Gateway {
                 let sources: Vec<Arc<Source>> =
                     lock(&gateway.inner.sources).values().cloned().collect();
                 for source in sources {
+                    if lock(&source.subscriptions).out_of_date() {
+                        super::subscriptions::sync(source.clone());
+                    }
                     let unhealthy =
                         source.pool.health().state == crate::pool::HealthState::Unhealthy;
                     let listed = source.listed.load(Ordering::Relaxed);

@@ -26,6 +26,7 @@
 mod catalog;
 mod forward;
 mod questions;
+mod subscriptions;
 mod uri;
 
 use super::error::HostError;
@@ -93,6 +94,10 @@ struct Source {
     refresh_queued: AtomicBool,
     /// Whether the source's items are in the server's registry right now.
     listed: AtomicBool,
+    /// Upstream resource subscriptions made for downstream subscribers.
+    subscriptions: Mutex<subscriptions::Upstream>,
+    /// Serialises the syncs of `subscriptions`.
+    subscriptions_sync: tokio::sync::Mutex<()>,
 }
 
 /// A source's state, for the admin API and `toolyard` listings (no secrets).
@@ -187,6 +192,7 @@ impl Gateway {
                 .find_map(|source| explain_missing_tool(source, name))
         }));
         gateway.watch_health();
+        gateway.relay_subscriptions();
         gateway
     }
 
@@ -210,6 +216,8 @@ impl Gateway {
             parked,
             refresh_queued: AtomicBool::new(false),
             listed: AtomicBool::new(false),
+            subscriptions: Mutex::default(),
+            subscriptions_sync: tokio::sync::Mutex::new(()),
         });
         {
             let mut sources = lock(&self.inner.sources);
