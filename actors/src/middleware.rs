@@ -26,6 +26,8 @@ pub struct RequestInfo {
     pub principal: Option<Arc<str>>,
     /// W3C `traceparent` from the request's `_meta`.
     pub traceparent: Option<Arc<str>>,
+    /// W3C `tracestate` from the request's `_meta`.
+    pub tracestate: Option<Arc<str>>,
     /// When the request was accepted.
     pub started: Instant,
 }
@@ -49,6 +51,14 @@ pub enum Outcome {
 pub trait Completion: Send + 'static {
     /// Called once with the outcome.
     fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome);
+
+    /// The W3C trace context (`traceparent`, `tracestate`) the request's handler runs under,
+    /// when this layer opened a span for it: what the handler's own outgoing calls carry
+    /// ([`RequestContext::traceparent`](crate::RequestContext::traceparent)), so they are
+    /// children of that span. The innermost layer that answers wins.
+    fn trace_context(&self) -> Option<(String, Option<String>)> {
+        None
+    }
 }
 
 /// A middleware layer.

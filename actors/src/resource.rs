@@ -41,6 +41,12 @@ impl ResourceDef {
     pub fn new(resource: Resource, read: ResourceFn) -> Self {
         ResourceDef { resource, read }
     }
+
+    /// Wraps the reader (telemetry, auditing); the resource is unchanged.
+    pub fn map_reader(mut self, wrap: impl FnOnce(ResourceFn) -> ResourceFn) -> Self {
+        self.read = wrap(self.read);
+        self
+    }
 }
 
 /// A resource template: URIs matching it are read by one reader.
@@ -88,6 +94,12 @@ impl PromptDef {
     /// A prompt and its producer.
     pub fn new(prompt: Prompt, get: PromptFn) -> Self {
         PromptDef { prompt, get }
+    }
+
+    /// Wraps the producer (telemetry, auditing); the prompt is unchanged.
+    pub fn map_producer(mut self, wrap: impl FnOnce(PromptFn) -> PromptFn) -> Self {
+        self.get = wrap(self.get);
+        self
     }
 }
 

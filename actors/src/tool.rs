@@ -214,6 +214,13 @@ impl ToolDef {
         &self.header_params
     }
 
+    /// Wraps the handler (telemetry, auditing): `wrap` gets the current one and returns
+    /// its replacement; the definition (schema, validation, task support) is unchanged.
+    pub fn map_handler(mut self, wrap: impl FnOnce(ToolFn) -> ToolFn) -> Self {
+        self.handler = wrap(self.handler);
+        self
+    }
+
     /// The protocol description.
     pub fn tool(&self) -> &Tool {
         &self.tool

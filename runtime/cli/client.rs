@@ -53,6 +53,8 @@ pub(crate) struct ClientArgs {
     /// Request timeout in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     timeout_ms: u64,
+    #[command(flatten)]
+    telemetry: crate::telemetry::TelemetryArgs,
     #[command(subcommand)]
     action: Action,
 }
@@ -163,6 +165,7 @@ pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<()> {
     } else {
         protocol
     };
+    let telemetry = args.telemetry.install("toolyard-cli")?;
     let client = ClientBuilder::new(Implementation::new(
         "toolyard-cli",
         env!("CARGO_PKG_VERSION"),
@@ -175,6 +178,7 @@ pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<()> {
     .context("connecting to the server")?;
     let outcome = act(&client, &args.action).await;
     client.close().await;
+    telemetry.shutdown().await;
     let (value, failed) = outcome?;
     println!("{}", serde_json::to_string_pretty(&value)?);
     if failed {

@@ -12,6 +12,7 @@ use toolyard::{Limits, ServerBuilder, StdioOptions};
 
 mod client;
 mod config_file;
+mod telemetry;
 #[cfg(feature = "nats")]
 mod worker;
 
@@ -125,6 +126,8 @@ struct ServeArgs {
     /// Log filter (tracing syntax), written to stderr.
     #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
     log: String,
+    #[command(flatten)]
+    telemetry: telemetry::TelemetryArgs,
 }
 
 /// Errors are one line on stderr, `error: <message>: <cause>: ...`, and exit 1, whatever
@@ -210,7 +213,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .or(config.server.name.clone())
             .unwrap_or_else(|| "toolyard".into());
-        let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
+        let telemetry = args.telemetry.install(&name)?;
+        let mut builder = telemetry.layer(ServerBuilder::new(name, env!("CARGO_PKG_VERSION")));
         // A gateway serves its sources, not the demo.
         let gateway_config = !gateway_file.sources.is_empty();
         #[cfg(feature = "nats")]
@@ -313,6 +317,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             gateway.shutdown().await;
         }
         server.shutdown();
+        telemetry.shutdown().await;
         Ok::<_, anyhow::Error>(())
     })?;
     // Blocking stdin reads may still hold a runtime thread; do not wait for them.

@@ -40,6 +40,8 @@ pub(crate) struct WorkerArgs {
     /// Log filter (tracing syntax), written to stderr.
     #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
     log: String,
+    #[command(flatten)]
+    telemetry: crate::telemetry::TelemetryArgs,
 }
 
 pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
@@ -68,7 +70,8 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             .name
             .clone()
             .unwrap_or_else(|| format!("toolyard-worker-{}", args.name));
-        let mut builder = ServerBuilder::new(name, env!("CARGO_PKG_VERSION"));
+        let telemetry = args.telemetry.install(&name)?;
+        let mut builder = telemetry.layer(ServerBuilder::new(name, env!("CARGO_PKG_VERSION")));
         if !args.no_demo {
             builder = toolyard_demo::demo(builder);
         }
@@ -94,6 +97,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         }
         worker.shutdown().await;
         server.shutdown();
+        telemetry.shutdown().await;
         anyhow::Ok(())
     })
 }

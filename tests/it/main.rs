@@ -18,4 +18,6 @@ mod interop;
 mod interop_http;
 #[cfg(feature = "nats")]
 mod nats;
+#[cfg(all(feature = "otel", feature = "nats"))]
+mod otel;
 mod stdio;

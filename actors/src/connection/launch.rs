@@ -102,7 +102,10 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
     } else {
         let info = RequestInfo {
             method: req.method.as_str().into(),
-            target: None,
+            target: match &call {
+                Some(c) => Some(c.name.as_str().into()),
+                None => target_of(&req),
+            },
             id: req.id.clone(),
             protocol_version: Some(version),
             session_id: session_id.clone(),
@@ -110,6 +113,10 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             traceparent: meta
                 .as_ref()
                 .and_then(|m| m.traceparent.as_deref())
+                .map(Into::into),
+            tracestate: meta
+                .as_ref()
+                .and_then(|m| m.tracestate.as_deref())
                 .map(Into::into),
             started: Instant::now(),
         };
@@ -124,6 +131,19 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             }
         }
     };
+    // A tracing layer's span is the parent of what the handler calls out to.
+    let layer_trace = watch.as_ref().and_then(|w| {
+        w.completions
+            .iter()
+            .rev()
+            .find_map(|c| c.trace_context())
+            .map(|(traceparent, tracestate)| {
+                Box::new(crate::context::TraceContext {
+                    traceparent,
+                    tracestate,
+                })
+            })
+    });
     let mut reply = Reply::new(req.id.clone(), out.clone(), modern).with_watch(watch);
     if let Some(r) = release {
         reply = reply.with_release(r);
@@ -134,11 +154,13 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             version,
             caller,
             cancel,
-            trace: meta.as_ref().and_then(|m| {
-                m.traceparent.as_ref().map(|parent| {
-                    Box::new(crate::context::TraceContext {
-                        traceparent: parent.clone(),
-                        tracestate: m.tracestate.clone(),
+            trace: layer_trace.or_else(|| {
+                meta.as_ref().and_then(|m| {
+                    m.traceparent.as_ref().map(|parent| {
+                        Box::new(crate::context::TraceContext {
+                            traceparent: parent.clone(),
+                            tracestate: m.tracestate.clone(),
+                        })
                     })
                 })
             }),
@@ -153,6 +175,19 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
         Some(params) => crate::handlers::tools::call(core.call_site(), params, ctx, reply),
         None => route(core, &core.routes(), &req.method, req.params, ctx, reply),
     }
+}
+
+/// The tool, prompt or resource a request names (`params.name` or `params.uri`), for the
+/// layers; read only when layers are installed.
+fn target_of(req: &Request) -> Option<Arc<str>> {
+    #[derive(serde::Deserialize)]
+    struct Target {
+        name: Option<String>,
+        uri: Option<String>,
+    }
+    let params = req.params.as_deref()?;
+    let t: Target = serde_json::from_str(params.get()).ok()?;
+    t.name.or(t.uri).map(Into::into)
 }
 
 /// Serves a modern request without a connection actor (sessionless HTTP): the edge already

@@ -60,6 +60,23 @@ impl ClientError {
         }
     }
 
+    /// A short, stable name of the failure's kind (`timeout`, `transport`, ...): the
+    /// `error.type` of telemetry.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClientError::Transport(_) => "transport",
+            ClientError::Timeout { .. } => "timeout",
+            ClientError::Protocol(_) => "protocol",
+            ClientError::Initialization(_) => "initialization",
+            ClientError::ToolCall { .. } => "tool_error",
+            ClientError::MethodNotFound(_) => "method_not_found",
+            ClientError::Auth(_) => "auth",
+            ClientError::Rpc(_) => "rpc",
+            ClientError::Closed => "closed",
+            ClientError::TooManyRounds(_) => "too_many_rounds",
+        }
+    }
+
     /// The JSON-RPC error object, when the server sent one.
     pub fn rpc(&self) -> Option<&ErrorObject> {
         match self {

@@ -22,6 +22,7 @@ mod handlers;
 mod http;
 #[cfg(feature = "http")]
 pub mod oauth;
+mod observe;
 pub mod orphans;
 mod registry;
 #[cfg(feature = "http")]
@@ -45,6 +46,9 @@ pub use handle::{
 pub use handlers::{
     elicit_handler, fixed_roots, sample_handler, ElicitHandler, LogCallback, Notice,
     NoticeCallback, ProgressCallback, QuestionHandler, Questions, RootsHandler, SampleHandler,
+};
+pub use observe::{
+    set_default_observer, ObservedRequest, OutgoingRequest, RequestObserver, RequestOutcome,
 };
 pub use transport::{
     ClientGone, EventSink, OutboundKind, OutboundMessage, Transport, TransportError,

@@ -31,6 +31,7 @@ pub struct ClientBuilder {
     cache: bool,
     capabilities: ClientCapabilities,
     handlers: Handlers,
+    observer: Option<Arc<dyn crate::RequestObserver>>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -56,6 +57,7 @@ impl ClientBuilder {
             cache: true,
             capabilities: ClientCapabilities::default(),
             handlers: Handlers::default(),
+            observer: crate::observe::default_observer(),
         }
     }
 
@@ -152,6 +154,13 @@ impl ClientBuilder {
         self
     }
 
+    /// Observes every request this client sends (telemetry); replaces the process-wide
+    /// default ([`set_default_observer`](crate::set_default_observer)).
+    pub fn observe(mut self, observer: Arc<dyn crate::RequestObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Starts the transport, the client actor and the handshake.
     pub async fn connect(self, transport: impl Transport) -> Result<Client, ClientError> {
         self.connect_boxed(Box::new(transport)).await
@@ -229,6 +238,7 @@ impl ClientBuilder {
                 log_level: Mutex::new(None),
                 reinit: tokio::sync::Mutex::new(()),
                 notices,
+                observer: self.observer,
             }),
         };
         match client.handshake().await {

@@ -42,6 +42,8 @@ pub(super) struct Inner {
     /// One re-initialization at a time after a legacy session expired.
     pub(super) reinit: tokio::sync::Mutex<()>,
     pub(super) notices: broadcast::Sender<Notice>,
+    /// Sees every request (telemetry).
+    pub(super) observer: Option<Arc<dyn crate::RequestObserver>>,
 }
 
 impl Drop for Inner {

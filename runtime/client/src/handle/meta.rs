@@ -37,6 +37,8 @@ pub(super) struct OurMeta<'a> {
     pub(super) caller: Option<&'a Map<String, Value>>,
     pub(super) extra: Option<&'a Map<String, Value>>,
     pub(super) progress_token: &'a RequestId,
+    /// An observer's span context (`traceparent`, `tracestate`), replacing the caller's.
+    pub(super) trace: Option<(&'a str, Option<&'a str>)>,
     pub(super) modern: Option<ModernMeta<'a>>,
 }
 
@@ -66,6 +68,7 @@ impl ModernIdentity {
 impl OurMeta<'_> {
     fn is_ours(&self, key: &str) -> bool {
         key == "progressToken"
+            || (self.trace.is_some() && matches!(key, "traceparent" | "tracestate"))
             || (self.modern.is_some()
                 && matches!(
                     key,
@@ -93,6 +96,12 @@ impl serde::Serialize for OurMeta<'_> {
             }
         }
         map.serialize_entry("progressToken", self.progress_token)?;
+        if let Some((parent, state)) = self.trace {
+            map.serialize_entry("traceparent", parent)?;
+            if let Some(state) = state.filter(|s| !s.is_empty()) {
+                map.serialize_entry("tracestate", state)?;
+            }
+        }
         if let Some(m) = &self.modern {
             map.serialize_entry(
                 meta::PROTOCOL_VERSION,
@@ -133,6 +142,7 @@ mod tests {
             caller: Some(&caller),
             extra: Some(&extra),
             progress_token: &id,
+            trace: None,
             modern: Some(ModernMeta {
                 identity: &identity,
                 log_level: None,

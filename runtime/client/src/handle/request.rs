@@ -9,6 +9,7 @@ use super::ops::cursor_params;
 use crate::actor::ClientMsg;
 use crate::cache::cacheable;
 use crate::error::ClientError;
+use crate::observe::{OutgoingRequest, RequestOutcome};
 use crate::transport::{OutboundKind, OutboundMessage, TransportError};
 use ractor::ActorRef;
 use serde::de::DeserializeOwned;
@@ -253,7 +254,64 @@ impl Client {
         opts: &RequestOptions,
         era: Era,
     ) -> Result<Box<RawValue>, ClientError> {
-        match self.round_trip_once(method, params, opts, era).await {
+        let Some(observer) = &self.inner.observer else {
+            return self
+                .round_trip_retried(method, params, opts, era, None)
+                .await;
+        };
+        let meta = match params.get("_meta") {
+            Some(Value::Object(m)) => Some(m),
+            _ => None,
+        };
+        let text = |key: &str| meta.and_then(|m| m.get(key)).and_then(Value::as_str);
+        let target = match method {
+            "tools/call" | "prompts/get" => params.get("name"),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
+            _ => None,
+        }
+        .and_then(Value::as_str);
+        let session = self.inner.session.load();
+        let observed = observer.start(&OutgoingRequest {
+            method,
+            target,
+            traceparent: text("traceparent"),
+            tracestate: text("tracestate"),
+            server: session
+                .as_ref()
+                .as_ref()
+                .and_then(|s| s.server_info.as_ref())
+                .map(|i| i.name.as_str()),
+        });
+        let Some(observed) = observed else {
+            return self
+                .round_trip_retried(method, params, opts, era, None)
+                .await;
+        };
+        let trace = observed.trace_context();
+        let answer = self
+            .round_trip_retried(method, params, opts, era, trace.as_ref())
+            .await;
+        observed.finish(match &answer {
+            Ok(raw) if method == "tools/call" && tool_failed(raw) => RequestOutcome::ToolError,
+            Ok(_) => RequestOutcome::Ok,
+            Err(ClientError::Rpc(e)) => RequestOutcome::Rpc(e.code),
+            Err(ClientError::MethodNotFound(_)) => {
+                RequestOutcome::Rpc(toolyard_proto::error::code::METHOD_NOT_FOUND)
+            }
+            Err(e) => RequestOutcome::Failed(e.kind()),
+        });
+        answer
+    }
+
+    async fn round_trip_retried(
+        &self,
+        method: &str,
+        params: &Map<String, Value>,
+        opts: &RequestOptions,
+        era: Era,
+        trace: Option<&(String, Option<String>)>,
+    ) -> Result<Box<RawValue>, ClientError> {
+        match self.round_trip_once(method, params, opts, era, trace).await {
             Err(ClientError::Rpc(e))
                 if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION
                     && era != Era::Handshake
@@ -266,7 +324,7 @@ impl Client {
                                 .any(|v| v.as_str() == Some(ProtocolVersion::V2026_07_28.as_str()))
                         }) =>
             {
-                self.round_trip_once(method, params, opts, era).await
+                self.round_trip_once(method, params, opts, era, trace).await
             }
             other => other,
         }
@@ -280,6 +338,7 @@ impl Client {
         params: &Map<String, Value>,
         opts: &RequestOptions,
         era: Era,
+        trace: Option<&(String, Option<String>)>,
     ) -> Result<Box<RawValue>, ClientError> {
         let inner = &self.inner;
         let id = RequestId::Number(inner.next_id.fetch_add(1, Ordering::Relaxed));
@@ -300,12 +359,19 @@ impl Client {
             },
             extra: opts.meta.as_ref(),
             progress_token: &id,
+            trace: trace.map(|(parent, state)| (parent.as_str(), state.as_deref())),
             modern: modern.then_some(ModernMeta {
                 identity: &inner.modern_identity,
                 log_level,
             }),
         };
         let mut headers = Vec::new();
+        if let Some((parent, state)) = trace {
+            headers.push(("traceparent".to_owned(), parent.clone()));
+            if let Some(state) = state.as_ref().filter(|s| !s.is_empty()) {
+                headers.push(("tracestate".to_owned(), state.clone()));
+            }
+        }
         if modern {
             headers.push((
                 "MCP-Protocol-Version".to_owned(),
@@ -486,4 +552,15 @@ pub(super) fn parse_result<T: DeserializeOwned>(
     serde_json::from_str(raw.get()).map_err(|e| {
         ClientError::Protocol(format!("`{method}` returned an unreadable result: {e}"))
     })
+}
+
+/// Whether a `tools/call` answer is a tool error (`isError: true`); read only when a request
+/// observer wants the outcome.
+fn tool_failed(raw: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(rename = "isError", default)]
+        is_error: bool,
+    }
+    serde_json::from_str::<Head>(raw.get()).is_ok_and(|h| h.is_error)
 }

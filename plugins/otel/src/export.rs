@@ -1,0 +1,197 @@
+//! OTLP export over HTTP/protobuf, configured the standard way (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`/`_ARG`,
+//! `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_SDK_DISABLED`) or by [`TelemetrySettings`].
+//!
+//! The exporter sends with the workspace's reqwest, not the one `opentelemetry-otlp` would
+//! bring (a second reqwest and a blocking client): the SDK's batch processor and periodic
+//! reader run on threads of their own and block on the export future, so the request is
+//! spawned onto the Tokio runtime that installed telemetry and the thread waits for its
+//! `JoinHandle`, which needs no runtime to be awaited. A dead endpoint costs the export
+//! thread a timeout, never a request: spans wait in the batch processor's bounded queue
+//! (dropped and counted by the SDK when it is full).
+
+use crate::error::TelemetryError;
+use crate::{ClientObserver, ObservabilityLayer};
+use bytes::Bytes;
+use opentelemetry::KeyValue;
+use opentelemetry_http::{HttpClient, HttpError};
+use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How telemetry is set up; every unset field falls back to the standard `OTEL_*` variable.
+#[derive(Debug, Clone, Default)]
+pub struct TelemetrySettings {
+    /// The OTLP/HTTP base endpoint (`/v1/traces` and `/v1/metrics` are appended); else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`. With neither, nothing is exported.
+    pub endpoint: Option<String>,
+    /// `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES` names
+    /// one (default `toolyard`).
+    pub service_name: Option<String>,
+    /// Leave traces out (metrics only).
+    pub no_traces: bool,
+    /// Leave metrics out (traces only).
+    pub no_metrics: bool,
+}
+
+/// Installed telemetry: the providers, set as the global ones (so
+/// [`ObservabilityLayer::global`] and [`ClientObserver::global`] use them). Call
+/// [`shutdown`](Self::shutdown) before exit to flush.
+#[derive(Debug)]
+pub struct Telemetry {
+    tracer: Option<SdkTracerProvider>,
+    meter: Option<SdkMeterProvider>,
+}
+
+impl Telemetry {
+    /// Installs export as `settings` and the environment say; `Ok(None)` when there is
+    /// nowhere to export to or `OTEL_SDK_DISABLED=true`. Also makes every client built from
+    /// now on observed ([`toolyard_client::set_default_observer`]).
+    pub fn install(settings: &TelemetrySettings) -> Result<Option<Telemetry>, TelemetryError> {
+        if std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        let env_endpoint = [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|e| !e.is_empty()));
+        if settings.endpoint.is_none() && !env_endpoint {
+            return Ok(None);
+        }
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| TelemetryError::NoRuntime)?;
+        let client: Arc<dyn HttpClient> = Arc::new(ReqwestOnTokio {
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?,
+            runtime,
+        });
+        let resource = resource(settings);
+        let tracer = if settings.no_traces {
+            None
+        } else {
+            let mut builder = SpanExporter::builder()
+                .with_http()
+                .with_shared_http_client(client.clone());
+            if let Some(base) = &settings.endpoint {
+                builder =
+                    builder.with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')));
+            }
+            let exporter = builder
+                .build()
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            Some(
+                SdkTracerProvider::builder()
+                    .with_batch_exporter(exporter)
+                    .with_resource(resource.clone())
+                    .build(),
+            )
+        };
+        let meter = if settings.no_metrics {
+            None
+        } else {
+            let mut builder = MetricExporter::builder()
+                .with_http()
+                .with_shared_http_client(client);
+            if let Some(base) = &settings.endpoint {
+                builder =
+                    builder.with_endpoint(format!("{}/v1/metrics", base.trim_end_matches('/')));
+            }
+            let exporter = builder
+                .build()
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            Some(
+                SdkMeterProvider::builder()
+                    .with_reader(PeriodicReader::builder(exporter).build())
+                    .with_resource(resource)
+                    .build(),
+            )
+        };
+        if let Some(t) = &tracer {
+            opentelemetry::global::set_tracer_provider(t.clone());
+        }
+        if let Some(m) = &meter {
+            opentelemetry::global::set_meter_provider(m.clone());
+        }
+        toolyard_client::set_default_observer(Arc::new(ClientObserver::global()));
+        Ok(Some(Telemetry { tracer, meter }))
+    }
+
+    /// The server layer over the installed providers.
+    pub fn layer(&self) -> ObservabilityLayer {
+        ObservabilityLayer::global()
+    }
+
+    /// Flushes what is queued and stops the exporters (blocking work, moved off the
+    /// runtime's threads).
+    pub async fn shutdown(self) {
+        let Telemetry { tracer, meter } = self;
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(t) = tracer {
+                let _ = t.force_flush();
+                let _ = t.shutdown();
+            }
+            if let Some(m) = meter {
+                let _ = m.force_flush();
+                let _ = m.shutdown();
+            }
+        })
+        .await;
+    }
+}
+
+fn resource(settings: &TelemetrySettings) -> Resource {
+    let named_by_env = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty())
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.name="));
+    let mut builder = Resource::builder()
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    if !named_by_env {
+        builder = builder.with_service_name(
+            settings
+                .service_name
+                .clone()
+                .unwrap_or_else(|| "toolyard".to_owned()),
+        );
+    }
+    builder.build()
+}
+
+/// The workspace's reqwest as the exporter's HTTP client (see the module docs).
+#[derive(Debug)]
+struct ReqwestOnTokio {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for ReqwestOnTokio {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        let sent = self.runtime.spawn(async move {
+            let (parts, body) = request.into_parts();
+            let response = client
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = response.bytes().await?;
+            let mut answer = http::Response::new(body);
+            *answer.status_mut() = status;
+            *answer.headers_mut() = headers;
+            Ok::<_, HttpError>(answer)
+        });
+        sent.await?
+    }
+}

@@ -1,0 +1,36 @@
+//! OpenTelemetry for Toolyard, following the MCP semantic conventions.
+//!
+//! - [`ObservabilityLayer`]: one [`Layer`](toolyard::Layer) at the server's middleware seam,
+//!   so every transport and every method gets a SERVER span `{mcp.method.name} {target}`
+//!   and a `mcp.server.operation.duration` point. The span's parent is the W3C context the
+//!   request carried in `params._meta` (SEP-414); the handler runs under the span, so what
+//!   it calls out to (the gateway's upstream calls, NATS forwarding) continues the trace.
+//! - [`ClientObserver`]: a [`RequestObserver`](toolyard_client::RequestObserver) for every
+//!   outgoing request, with a CLIENT span and `mcp.client.operation.duration`; it writes its
+//!   own span context into the request's `_meta` (and HTTP headers), replacing the caller's.
+//! - [`ObservableToolHandler`], [`ObservableResourceHandler`], [`ObservablePromptHandler`]:
+//!   for embedders who wrap their own handlers (an `execute_tool {name}` INTERNAL span, per
+//!   the GenAI conventions).
+//! - [`Telemetry`]: installs OTLP/HTTP export configured by the standard `OTEL_*` variables,
+//!   sending with the workspace's own HTTP client.
+//!
+//! Nothing here is on the hot path unless installed: a server without the layer skips the
+//! seam entirely (`Layers::is_empty`), a client without an observer skips the observer.
+
+mod client;
+mod error;
+mod export;
+mod handlers;
+mod propagation;
+mod semconv;
+mod server;
+
+pub use client::ClientObserver;
+pub use error::TelemetryError;
+pub use export::{Telemetry, TelemetrySettings};
+pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, ObservableToolHandler};
+pub use propagation::{parent_context, traceparent_of};
+pub use server::ObservabilityLayer;
+
+/// The instrumentation scope every span and metric of Toolyard carries.
+pub const SCOPE: &str = "toolyard";

@@ -1,0 +1,82 @@
+//! W3C trace context (`traceparent`, `tracestate`) to and from an OpenTelemetry [`Context`].
+//!
+//! MCP carries it as plain strings in `params._meta` (SEP-414), and the server and client
+//! seams hand it over as such strings, so the conversion is written once here, on the
+//! standard propagator.
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry::Context;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+
+struct Pair<'a> {
+    traceparent: Option<&'a str>,
+    tracestate: Option<&'a str>,
+}
+
+impl Extractor for Pair<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            "traceparent" => self.traceparent,
+            "tracestate" => self.tracestate,
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent", "tracestate"]
+    }
+}
+
+/// The remote parent a `traceparent` (and `tracestate`) names; an empty context when it is
+/// absent or malformed (a new trace starts).
+pub fn parent_context(traceparent: Option<&str>, tracestate: Option<&str>) -> Context {
+    if traceparent.is_none() {
+        return Context::new();
+    }
+    TraceContextPropagator::new().extract_with_context(
+        &Context::new(),
+        &Pair {
+            traceparent,
+            tracestate,
+        },
+    )
+}
+
+/// The `traceparent` and `tracestate` (`None` when empty) of the span in `cx`; `None` when
+/// `cx` has no valid span.
+pub fn traceparent_of(cx: &Context) -> Option<(String, Option<String>)> {
+    let span = cx.span();
+    let sc = span.span_context();
+    if !sc.is_valid() {
+        return None;
+    }
+    let parent = format!(
+        "00-{}-{}-{:02x}",
+        sc.trace_id(),
+        sc.span_id(),
+        sc.trace_flags().to_u8()
+    );
+    let state = sc.trace_state().header();
+    Some((parent, (!state.is_empty()).then_some(state)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_round_trips_through_a_context() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let cx = parent_context(Some(tp), Some("vendor=x"));
+        let (parent, state) = traceparent_of(&cx).expect("a valid remote span");
+        assert_eq!(parent, tp);
+        assert_eq!(state.as_deref(), Some("vendor=x"));
+    }
+
+    #[test]
+    fn a_malformed_or_absent_traceparent_starts_a_new_trace() {
+        assert!(traceparent_of(&parent_context(Some("garbage"), None)).is_none());
+        assert!(traceparent_of(&parent_context(None, None)).is_none());
+    }
+}

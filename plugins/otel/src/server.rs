@@ -1,0 +1,166 @@
+//! The server side: one [`Layer`] that gives every request a SERVER span and a
+//! `mcp.server.operation.duration` point, whatever the transport.
+
+use crate::propagation::{parent_context, traceparent_of};
+use crate::semconv::{self, caller_fault, span_name, target_attribute};
+use opentelemetry::global::{BoxedSpan, BoxedTracer};
+use opentelemetry::metrics::{Histogram, Meter};
+use opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
+use toolyard::proto::{ErrorObject, RequestId};
+use toolyard::{Completion, Layer, Outcome, RequestInfo};
+
+/// Observes every request a server handles (see the crate docs). Install it with
+/// `ServerBuilder::layer`; put it outermost so its span covers the other layers' work.
+pub struct ObservabilityLayer {
+    tracer: BoxedTracer,
+    duration: Histogram<f64>,
+}
+
+impl std::fmt::Debug for ObservabilityLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObservabilityLayer")
+    }
+}
+
+impl ObservabilityLayer {
+    /// A layer over the global tracer and meter providers (what [`Telemetry`](crate::Telemetry)
+    /// installs).
+    pub fn global() -> Self {
+        Self::new(
+            opentelemetry::global::tracer(crate::SCOPE),
+            &opentelemetry::global::meter(crate::SCOPE),
+        )
+    }
+
+    /// A layer over a tracer and a meter of your own (tests, several pipelines).
+    pub fn new(tracer: BoxedTracer, meter: &Meter) -> Self {
+        ObservabilityLayer {
+            tracer,
+            duration: meter
+                .f64_histogram(semconv::SERVER_DURATION)
+                .with_unit("s")
+                .with_description("Duration of MCP requests as handled by the server")
+                .with_boundaries(semconv::DURATION_BOUNDARIES.to_vec())
+                .build(),
+        }
+    }
+}
+
+fn id_text(id: &RequestId) -> String {
+    match id {
+        RequestId::Number(n) => n.to_string(),
+        RequestId::String(s) => s.to_string(),
+    }
+}
+
+impl Layer for ObservabilityLayer {
+    fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject> {
+        let method: &str = &info.method;
+        let target = info.target.as_deref();
+        let parent = parent_context(info.traceparent.as_deref(), info.tracestate.as_deref());
+        let mut attributes = vec![
+            KeyValue::new(semconv::MCP_METHOD_NAME, method.to_owned()),
+            KeyValue::new(semconv::JSONRPC_REQUEST_ID, id_text(&info.id)),
+        ];
+        if let Some(v) = &info.protocol_version {
+            attributes.push(KeyValue::new(
+                semconv::MCP_PROTOCOL_VERSION,
+                v.as_str().to_owned(),
+            ));
+        }
+        // Legacy sessions only: modern requests have none.
+        if let Some(session) = &info.session_id {
+            attributes.push(KeyValue::new(semconv::MCP_SESSION_ID, session.to_string()));
+        }
+        if let (Some(key), Some(t)) = (target_attribute(method), target) {
+            attributes.push(KeyValue::new(key, t.to_owned()));
+        }
+        if method == "tools/call" {
+            attributes.push(KeyValue::new(
+                semconv::GEN_AI_OPERATION_NAME,
+                "execute_tool",
+            ));
+        }
+        let span = self
+            .tracer
+            .span_builder(span_name(method, target))
+            .with_kind(SpanKind::Server)
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &parent);
+        let cx = Context::new().with_remote_span_context(span.span_context().clone());
+        let trace = traceparent_of(&cx);
+        Ok(Some(Box::new(ServerSpan {
+            span,
+            trace,
+            duration: self.duration.clone(),
+        })))
+    }
+}
+
+struct ServerSpan {
+    span: BoxedSpan,
+    trace: Option<(String, Option<String>)>,
+    duration: Histogram<f64>,
+}
+
+impl Completion for ServerSpan {
+    fn trace_context(&self) -> Option<(String, Option<String>)> {
+        self.trace.clone()
+    }
+
+    fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome) {
+        let ServerSpan {
+            mut span, duration, ..
+        } = *self;
+        let method: &str = &info.method;
+        let mut point = vec![KeyValue::new(semconv::MCP_METHOD_NAME, method.to_owned())];
+        if let Some(v) = &info.protocol_version {
+            point.push(KeyValue::new(
+                semconv::MCP_PROTOCOL_VERSION,
+                v.as_str().to_owned(),
+            ));
+        }
+        let refused = matches!(outcome, Outcome::Error(code) if caller_fault(*code));
+        if let (Some(key), Some(t)) = (target_attribute(method), info.target.as_deref()) {
+            // A refused call's name is whatever the caller typed: keep it off the series.
+            let value = if refused { semconv::OTHER } else { t };
+            if key != semconv::MCP_RESOURCE_URI {
+                point.push(KeyValue::new(key, value.to_owned()));
+            }
+        }
+        if method == "tools/call" {
+            point.push(KeyValue::new(
+                semconv::GEN_AI_OPERATION_NAME,
+                "execute_tool",
+            ));
+        }
+        match outcome {
+            Outcome::Ok | Outcome::InputRequired => {}
+            Outcome::ToolError => {
+                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
+                span.set_status(Status::error("the tool reported an error"));
+                point.push(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
+            }
+            Outcome::Error(code) => {
+                let code = code.to_string();
+                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
+                span.set_attribute(KeyValue::new(
+                    semconv::RPC_RESPONSE_STATUS_CODE,
+                    code.clone(),
+                ));
+                if !refused {
+                    span.set_status(Status::error(format!("JSON-RPC error {code}")));
+                }
+                point.push(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
+                point.push(KeyValue::new(semconv::RPC_RESPONSE_STATUS_CODE, code));
+            }
+            Outcome::Cancelled => {
+                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
+                point.push(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
+            }
+        }
+        duration.record(info.started.elapsed().as_secs_f64(), &point);
+        span.end();
+    }
+}

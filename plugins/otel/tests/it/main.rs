@@ -1,0 +1,265 @@
+//! toolyard-otel against a real in-process server and client, with the SDK's in-memory
+//! exporters: span names, kinds, attributes, status and parents, and histogram points.
+
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use toolyard::client::{ClientBuilder, ProtocolChoice};
+use toolyard::proto::Implementation;
+use toolyard::{tool_fn, MemoryTransport, ServerBuilder};
+use toolyard_otel::{ClientObserver, ObservabilityLayer, ObservableToolHandler};
+use toolyard_testkit::RawClient;
+
+struct Pipeline {
+    spans: InMemorySpanExporter,
+    tracers: SdkTracerProvider,
+    metrics: InMemoryMetricExporter,
+    meters: SdkMeterProvider,
+}
+
+impl Pipeline {
+    fn new() -> Self {
+        let spans = InMemorySpanExporter::default();
+        let metrics = InMemoryMetricExporter::default();
+        Pipeline {
+            tracers: SdkTracerProvider::builder()
+                .with_simple_exporter(spans.clone())
+                .build(),
+            meters: SdkMeterProvider::builder()
+                .with_reader(PeriodicReader::builder(metrics.clone()).build())
+                .build(),
+            spans,
+            metrics,
+        }
+    }
+
+    fn tracer(&self) -> BoxedTracer {
+        BoxedTracer::new(Box::new(self.tracers.tracer("test")))
+    }
+
+    fn layer(&self) -> ObservabilityLayer {
+        ObservabilityLayer::new(self.tracer(), &self.meters.meter("test"))
+    }
+
+    fn observer(&self) -> ClientObserver {
+        ClientObserver::new(self.tracer(), &self.meters.meter("test"))
+    }
+
+    fn finished(&self) -> Vec<SpanData> {
+        self.spans.get_finished_spans().unwrap()
+    }
+
+    /// `(attributes, count)` of every point of the histogram `name`.
+    fn points(&self, name: &str) -> Vec<(Vec<(String, String)>, u64)> {
+        self.meters.force_flush().unwrap();
+        let mut out = Vec::new();
+        for rm in self.metrics.get_finished_metrics().unwrap() {
+            for sm in rm.scope_metrics() {
+                for m in sm.metrics().filter(|m| m.name() == name) {
+                    if let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() {
+                        for p in h.data_points() {
+                            let attrs = p
+                                .attributes()
+                                .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                                .collect();
+                            out.push((attrs, p.count()));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn attr(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
+}
+
+/// A tool that answers with the trace context its handler runs under.
+fn whoami() -> toolyard::ToolDef {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct None_ {}
+    tool_fn(
+        "whoami",
+        "the handler's traceparent",
+        |ctx, _: None_| async move { Ok(ctx.traceparent().unwrap_or_default().to_owned()) },
+    )
+    .unwrap()
+}
+
+fn text(v: &Value) -> String {
+    v["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_server_span_follows_the_conventions_and_parents_what_the_handler_calls_out_to() {
+    let p = Pipeline::new();
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(p.layer()))
+        .tool(whoami())
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let caller_span = "b7ad6b7169203331";
+    let result = client
+        .request(
+            "tools/call",
+            json!({"name": "whoami", "arguments": {},
+                   "_meta": {"traceparent": format!("00-{trace}-{caller_span}-01"),
+                             "tracestate": "vendor=1"}}),
+        )
+        .await
+        .unwrap();
+    let spans = p.finished();
+    let span = spans
+        .iter()
+        .find(|s| s.name == "tools/call whoami")
+        .expect("the span");
+    assert_eq!(span.span_kind, opentelemetry::trace::SpanKind::Server);
+    assert_eq!(span.span_context.trace_id().to_string(), trace);
+    assert_eq!(span.parent_span_id.to_string(), caller_span);
+    assert_eq!(attr(span, "mcp.method.name").as_deref(), Some("tools/call"));
+    assert_eq!(attr(span, "gen_ai.tool.name").as_deref(), Some("whoami"));
+    assert_eq!(
+        attr(span, "gen_ai.operation.name").as_deref(),
+        Some("execute_tool")
+    );
+    assert!(
+        attr(span, "mcp.session.id").is_none(),
+        "stdio-like connections have no session"
+    );
+    // The handler runs under the server span: what it sends on carries that span.
+    assert_eq!(
+        text(&result),
+        format!("00-{trace}-{}-01", span.span_context.span_id())
+    );
+    let points = p.points("mcp.server.operation.duration");
+    assert!(
+        points.iter().any(|(a, n)| *n == 1
+            && a.contains(&("gen_ai.tool.name".into(), "whoami".into()))
+            && a.contains(&("mcp.method.name".into(), "tools/call".into()))),
+        "{points:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_error_is_an_error_span_with_error_type_tool_error() {
+    let p = Pipeline::new();
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Empty {}
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(p.layer()))
+        .tool(
+            tool_fn("boom", "fails", |_ctx, _: Empty| async move {
+                Err::<String, _>(toolyard::ToolError::failed("no"))
+            })
+            .unwrap(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let _ = client
+        .request("tools/call", json!({"name": "boom", "arguments": {}}))
+        .await
+        .unwrap();
+    let spans = p.finished();
+    let span = spans.iter().find(|s| s.name == "tools/call boom").unwrap();
+    assert_eq!(attr(span, "error.type").as_deref(), Some("tool_error"));
+    assert!(matches!(
+        span.status,
+        opentelemetry::trace::Status::Error { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_client_request_is_a_client_span_whose_context_the_server_receives_in_meta() {
+    let p = Pipeline::new();
+    let server = ServerBuilder::new("s", "1")
+        .tool(whoami())
+        .start()
+        .await
+        .unwrap();
+    for protocol in [ProtocolChoice::Auto, ProtocolChoice::Modern] {
+        let client = ClientBuilder::new(Implementation::new("c", "1"))
+            .protocol(protocol)
+            .observe(Arc::new(p.observer()))
+            .connect(MemoryTransport::new(&server))
+            .await
+            .unwrap();
+        let result = client.call_tool("whoami", json!({})).await.unwrap();
+        let seen = match &result.content[0] {
+            toolyard::proto::ContentBlock::Text(t) => t.text.clone(),
+            other => panic!("{other:?}"),
+        };
+        let spans = p.finished();
+        let span = spans
+            .iter()
+            .rev()
+            .find(|s| s.name == "tools/call whoami")
+            .expect("the client span");
+        assert_eq!(span.span_kind, opentelemetry::trace::SpanKind::Client);
+        assert_eq!(
+            seen,
+            format!(
+                "00-{}-{}-01",
+                span.span_context.trace_id(),
+                span.span_context.span_id()
+            ),
+            "the server got the client span's context in _meta"
+        );
+        client.close().await;
+    }
+    assert!(!p.points("mcp.client.operation.duration").is_empty());
+}
+
+#[tokio::test]
+async fn an_observable_tool_handler_is_an_execute_tool_span_inside_the_server_span() {
+    let p = Pipeline::new();
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(p.layer()))
+        .tool(ObservableToolHandler::wrap_with(
+            whoami(),
+            Arc::new(p.tracer()),
+        ))
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let _ = client
+        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
+        .await
+        .unwrap();
+    let spans = p.finished();
+    let server_span = spans
+        .iter()
+        .find(|s| s.name == "tools/call whoami")
+        .unwrap();
+    let inner = spans
+        .iter()
+        .find(|s| s.name == "execute_tool whoami")
+        .unwrap();
+    assert_eq!(inner.span_kind, opentelemetry::trace::SpanKind::Internal);
+    assert_eq!(inner.parent_span_id, server_span.span_context.span_id());
+    assert_eq!(
+        inner.span_context.trace_id(),
+        server_span.span_context.trace_id()
+    );
+}

@@ -1,0 +1,61 @@
+//! OpenTelemetry for the binary's commands (feature `otel`): installed when an OTLP endpoint
+//! is given (`--otel-endpoint` or the standard `OTEL_EXPORTER_OTLP_ENDPOINT`), otherwise
+//! nothing is set up and nothing is paid. See `toolyard-otel`.
+
+use std::sync::Arc;
+use toolyard::ServerBuilder;
+
+/// Telemetry flags shared by `serve`, `worker` and `client`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct TelemetryArgs {
+    /// Export traces and metrics over OTLP/HTTP to this base URL (e.g.
+    /// http://127.0.0.1:4318); the standard OTEL_* variables work too.
+    #[arg(long, value_name = "URL")]
+    otel_endpoint: Option<String>,
+}
+
+/// Installed telemetry (or nothing).
+pub(crate) struct Installed(#[cfg(feature = "otel")] Option<toolyard_otel::Telemetry>);
+
+impl TelemetryArgs {
+    /// Installs telemetry for a process named `service` (inside the Tokio runtime).
+    pub(crate) fn install(&self, service: &str) -> anyhow::Result<Installed> {
+        #[cfg(feature = "otel")]
+        {
+            let settings = toolyard_otel::TelemetrySettings {
+                endpoint: self.otel_endpoint.clone(),
+                service_name: Some(service.to_owned()),
+                ..Default::default()
+            };
+            Ok(Installed(toolyard_otel::Telemetry::install(&settings)?))
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            if self.otel_endpoint.is_some() {
+                anyhow::bail!("--otel-endpoint needs a toolyard built with the `otel` feature");
+            }
+            let _ = service;
+            Ok(Installed())
+        }
+    }
+}
+
+impl Installed {
+    /// Adds the server layer (outermost: call before any other `layer`).
+    pub(crate) fn layer(&self, builder: ServerBuilder) -> ServerBuilder {
+        #[cfg(feature = "otel")]
+        if let Some(t) = &self.0 {
+            return builder.layer(Arc::new(t.layer()));
+        }
+        let _ = Arc::<()>::default;
+        builder
+    }
+
+    /// Flushes what is queued.
+    pub(crate) async fn shutdown(self) {
+        #[cfg(feature = "otel")]
+        if let Some(t) = self.0 {
+            t.shutdown().await;
+        }
+    }
+}

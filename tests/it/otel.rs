@@ -1,0 +1,281 @@
+//! OpenTelemetry through the binary, with a real OTLP/HTTP receiver on loopback
+//! (`toolyard_testkit::OtlpReceiver`): the server's spans and metrics follow the MCP
+//! semantic conventions and parent on the `_meta` trace context; and one call from our
+//! client through a gateway, over NATS, to a worker is one trace with correct links.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use toolyard_testkit::{NatsServer, OtlpReceiver, ReceivedSpan};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolyard");
+const WAIT: Duration = Duration::from_secs(30);
+const SERVER: i32 = 2;
+const CLIENT: i32 = 3;
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn line(stdin: &mut impl Write, v: Value) {
+    writeln!(stdin, "{v}").unwrap();
+    stdin.flush().unwrap();
+}
+
+#[test]
+fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_duration_point() {
+    let receiver = OtlpReceiver::start();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--stdio", "--otel-endpoint", &receiver.url()])
+        .env("OTEL_SERVICE_NAME", "otel-stdio-test")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start toolyard serve --stdio");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let parent_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent_span = "00f067aa0ba902b7";
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"echo","arguments":{"message":"hi"},
+            "_meta":{"traceparent": format!("00-{parent_trace}-{parent_span}-01")}}}),
+    );
+    // A refused call: the caller's fault, so not a server error.
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"no-such-tool"}}),
+    );
+    let mut answers = 0;
+    let mut buf = String::new();
+    while answers < 3 {
+        buf.clear();
+        assert!(
+            stdout.read_line(&mut buf).unwrap() > 0,
+            "the server hung up"
+        );
+        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v.get("id").is_some()) {
+            answers += 1;
+        }
+    }
+    // End of input: the server stops and flushes its telemetry.
+    drop(stdin);
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call echo"));
+    let call = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
+    assert_eq!(call.service, "otel-stdio-test");
+    assert_eq!(call.kind, SERVER);
+    assert_eq!(
+        call.trace_id, parent_trace,
+        "the span joins the caller's trace"
+    );
+    assert_eq!(
+        call.parent_span_id, parent_span,
+        "its parent is the caller's span"
+    );
+    for (key, value) in [
+        ("mcp.method.name", "tools/call"),
+        ("gen_ai.tool.name", "echo"),
+        ("gen_ai.operation.name", "execute_tool"),
+        ("jsonrpc.request.id", "2"),
+        ("mcp.protocol.version", "2025-11-25"),
+    ] {
+        assert_eq!(
+            call.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{key}: {call:?}"
+        );
+    }
+    assert_eq!(call.status, 0, "a successful call's status is unset");
+    let refused = spans
+        .iter()
+        .find(|s| s.name == "tools/call no-such-tool")
+        .expect("the refused call's span");
+    assert_eq!(
+        refused.attributes.get("error.type").map(String::as_str),
+        Some("-32602")
+    );
+    assert_eq!(
+        refused.status, 0,
+        "a caller-fault code is not a server error"
+    );
+    let points = receiver.points();
+    let echo = points
+        .iter()
+        .find(|p| {
+            p.metric == "mcp.server.operation.duration"
+                && p.attributes.get("gen_ai.tool.name").map(String::as_str) == Some("echo")
+        })
+        .unwrap_or_else(|| panic!("a duration point for echo: {points:#?}"));
+    assert_eq!(echo.unit, "s");
+    assert_eq!(echo.count, 1);
+    assert!(
+        points
+            .iter()
+            .any(|p| p.metric == "mcp.server.operation.duration"
+                && p.attributes.get("gen_ai.tool.name").map(String::as_str) == Some("_OTHER")),
+        "a refused call's made-up name stays off the series: {points:#?}"
+    );
+}
+
+fn render(spans: &[ReceivedSpan]) -> String {
+    fn walk(spans: &[ReceivedSpan], parent: &str, depth: usize, out: &mut String) {
+        for s in spans.iter().filter(|s| s.parent_span_id == parent) {
+            let kind = match s.kind {
+                SERVER => "SERVER",
+                CLIENT => "CLIENT",
+                _ => "INTERNAL",
+            };
+            out.push_str(&format!(
+                "{}{} [{kind}] ({})\n",
+                "  ".repeat(depth),
+                s.name,
+                s.service
+            ));
+            walk(spans, &s.span_id, depth + 1, out);
+        }
+    }
+    let mut out = String::new();
+    let ids: Vec<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
+    for root in spans
+        .iter()
+        .filter(|s| !ids.contains(&s.parent_span_id.as_str()))
+    {
+        out.push_str(&format!(
+            "{} (parent {:?})\n",
+            root.name, root.parent_span_id
+        ));
+        walk(spans, &root.span_id, 1, &mut out);
+    }
+    out
+}
+
+/// Our client → `toolyard serve --http --nats` → NATS → `toolyard worker`: one trace, the
+/// client's CLIENT span the parent of the gateway's SERVER span, which is the parent of the
+/// worker's SERVER span.
+#[test]
+fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() {
+    let receiver = OtlpReceiver::start();
+    let nats = NatsServer::start();
+    let otel = receiver.url();
+    let _worker = Proc(
+        Command::new(BIN)
+            .args([
+                "worker",
+                "--nats",
+                &nats.url(),
+                "--name",
+                "w",
+                "--otel-endpoint",
+                &otel,
+            ])
+            .env("OTEL_SERVICE_NAME", "worker")
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the worker"),
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let _gateway = Proc(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--http",
+                &format!("127.0.0.1:{port}"),
+                "--nats",
+                &nats.url(),
+            ])
+            .args(["--otel-endpoint", &otel])
+            .env("OTEL_SERVICE_NAME", "gateway")
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the gateway"),
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let out = Command::new(BIN)
+            .args(["client", "--url", &url, "--otel-endpoint", &otel])
+            .args(["call", "w__echo", "--args", r#"{"message":"traced"}"#])
+            .env("OTEL_SERVICE_NAME", "client")
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("run toolyard client");
+        let value: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if value["content"][0]["text"] == "traced" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the call never went through: {value}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let spans = receiver.wait_for_spans(WAIT, |spans| {
+        let worker = spans
+            .iter()
+            .find(|s| s.service == "worker" && s.name == "tools/call echo");
+        // The gateway exports on its own schedule: wait for the worker's parent to arrive.
+        worker.is_some_and(|w| spans.iter().any(|s| s.span_id == w.parent_span_id))
+            && spans
+                .iter()
+                .any(|s| s.service == "client" && s.name == "tools/call w__echo")
+    });
+    // The successful attempt: the client span whose trace reaches the worker.
+    let worker = spans
+        .iter()
+        .find(|s| s.service == "worker" && s.name == "tools/call echo")
+        .unwrap();
+    let trace: Vec<ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.trace_id == worker.trace_id)
+        .cloned()
+        .collect();
+    let tree = render(&trace);
+    eprintln!("one call's trace:\n{tree}");
+    let client = trace
+        .iter()
+        .find(|s| s.service == "client" && s.name == "tools/call w__echo")
+        .unwrap_or_else(|| panic!("the client span is in the worker's trace:\n{tree}"));
+    assert_eq!(client.kind, CLIENT);
+    let gateway = trace
+        .iter()
+        .find(|s| s.service == "gateway" && s.name == "tools/call w__echo")
+        .unwrap_or_else(|| panic!("the gateway span is in the trace:\n{tree}"));
+    assert_eq!(gateway.kind, SERVER);
+    assert_eq!(gateway.parent_span_id, client.span_id, "{tree}");
+    assert_eq!(worker.kind, SERVER);
+    assert_eq!(worker.parent_span_id, gateway.span_id, "{tree}");
+}

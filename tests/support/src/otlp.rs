@@ -1,0 +1,217 @@
+//! A real OTLP/HTTP receiver on loopback, for tests: `POST /v1/traces` and `/v1/metrics`
+//! bodies (protobuf, as an OpenTelemetry exporter sends them) are decoded with the
+//! `opentelemetry-proto` types and kept for assertions. It runs on a thread of its own, so
+//! synchronous tests (processes started with `std::process`) can use it too.
+
+use axum::body::Bytes;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use prost::Message;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A span as received.
+#[derive(Debug, Clone)]
+pub struct ReceivedSpan {
+    /// The exporting process's `service.name`.
+    pub service: String,
+    /// Hex trace id.
+    pub trace_id: String,
+    /// Hex span id.
+    pub span_id: String,
+    /// Hex parent span id (empty for a root).
+    pub parent_span_id: String,
+    /// The span name.
+    pub name: String,
+    /// OTLP span kind (2 = server, 3 = client, 1 = internal).
+    pub kind: i32,
+    /// Attributes, values as text.
+    pub attributes: BTreeMap<String, String>,
+    /// OTLP status code (0 unset, 1 ok, 2 error).
+    pub status: i32,
+}
+
+/// A histogram or sum data point as received.
+#[derive(Debug, Clone)]
+pub struct ReceivedPoint {
+    /// The metric name.
+    pub metric: String,
+    /// The metric's unit.
+    pub unit: String,
+    /// The point's attributes, values as text.
+    pub attributes: BTreeMap<String, String>,
+    /// Histogram count (0 for other kinds).
+    pub count: u64,
+}
+
+#[derive(Default)]
+struct Received {
+    spans: Vec<ReceivedSpan>,
+    points: Vec<ReceivedPoint>,
+}
+
+/// The receiver; stops when dropped.
+pub struct OtlpReceiver {
+    port: u16,
+    received: Arc<Mutex<Received>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+fn text(kv: &[KeyValue]) -> BTreeMap<String, String> {
+    kv.iter()
+        .map(|kv| {
+            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(AnyValue::StringValue(s)) => s.clone(),
+                Some(AnyValue::IntValue(i)) => i.to_string(),
+                Some(AnyValue::BoolValue(b)) => b.to_string(),
+                Some(AnyValue::DoubleValue(d)) => d.to_string(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), v)
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl OtlpReceiver {
+    /// Starts a receiver on a free loopback port.
+    pub fn start() -> OtlpReceiver {
+        let received = Arc::new(Mutex::new(Received::default()));
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let store = received.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the OTLP receiver");
+            runtime.block_on(async move {
+                let traces = store.clone();
+                let metrics = store;
+                let app = axum::Router::new()
+                    .route(
+                        "/v1/traces",
+                        post(move |body: Bytes| async move {
+                            if let Ok(req) = ExportTraceServiceRequest::decode(body) {
+                                let mut r = traces.lock().unwrap();
+                                for rs in req.resource_spans {
+                                    let service = rs
+                                        .resource
+                                        .as_ref()
+                                        .map(|r| text(&r.attributes))
+                                        .and_then(|a| a.get("service.name").cloned())
+                                        .unwrap_or_default();
+                                    for ss in rs.scope_spans {
+                                        for s in ss.spans {
+                                            r.spans.push(ReceivedSpan {
+                                                service: service.clone(),
+                                                trace_id: hex(&s.trace_id),
+                                                span_id: hex(&s.span_id),
+                                                parent_span_id: hex(&s.parent_span_id),
+                                                name: s.name,
+                                                kind: s.kind,
+                                                attributes: text(&s.attributes),
+                                                status: s.status.map(|st| st.code).unwrap_or(0),
+                                            });
+                                        }
+                                    }
+                                }
+                            }
+                            ""
+                        }),
+                    )
+                    .route(
+                        "/v1/metrics",
+                        post(move |body: Bytes| async move {
+                            if let Ok(req) = ExportMetricsServiceRequest::decode(body) {
+                                let mut r = metrics.lock().unwrap();
+                                for rm in req.resource_metrics {
+                                    for sm in rm.scope_metrics {
+                                        for m in sm.metrics {
+                                            if let Some(Data::Histogram(h)) = &m.data {
+                                                for p in &h.data_points {
+                                                    r.points.push(ReceivedPoint {
+                                                        metric: m.name.clone(),
+                                                        unit: m.unit.clone(),
+                                                        attributes: text(&p.attributes),
+                                                        count: p.count,
+                                                    });
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            ""
+                        }),
+                    );
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind the OTLP receiver");
+                let _ = port_tx.send(listener.local_addr().expect("local addr").port());
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stop_rx.await;
+                    })
+                    .await;
+            });
+        });
+        let port = port_rx.recv().expect("the OTLP receiver started");
+        OtlpReceiver {
+            port,
+            received,
+            stop: Some(stop_tx),
+        }
+    }
+
+    /// The base URL exporters are pointed at (`--otel-endpoint`, `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every span received so far.
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        self.received.lock().unwrap().spans.clone()
+    }
+
+    /// Every histogram point received so far.
+    pub fn points(&self) -> Vec<ReceivedPoint> {
+        self.received.lock().unwrap().points.clone()
+    }
+
+    /// Waits until `done` holds for the spans received (or panics after `within`).
+    pub fn wait_for_spans(
+        &self,
+        within: Duration,
+        done: impl Fn(&[ReceivedSpan]) -> bool,
+    ) -> Vec<ReceivedSpan> {
+        let deadline = Instant::now() + within;
+        loop {
+            let spans = self.spans();
+            if done(&spans) {
+                return spans;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the spans expected never arrived; received: {spans:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
