@@ -174,8 +174,8 @@ fn render(spans: &[ReceivedSpan]) -> String {
 }
 
 /// Our client → `toolyard serve --http --nats` → NATS → `toolyard worker`: one trace, the
-/// client's CLIENT span the parent of the gateway's SERVER span, which is the parent of the
-/// worker's SERVER span.
+/// client's CLIENT span the parent of the gateway's SERVER span, whose forwarding CLIENT
+/// span is the parent of the worker's SERVER span.
 #[test]
 fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() {
     let receiver = OtlpReceiver::start();
@@ -276,6 +276,13 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
         .unwrap_or_else(|| panic!("the gateway span is in the trace:\n{tree}"));
     assert_eq!(gateway.kind, SERVER);
     assert_eq!(gateway.parent_span_id, client.span_id, "{tree}");
+    // The gateway's forwarding over NATS is a client request of its own.
+    let forward = trace
+        .iter()
+        .find(|s| s.service == "gateway" && s.kind == CLIENT)
+        .unwrap_or_else(|| panic!("the gateway's CLIENT span over NATS:\n{tree}"));
+    assert_eq!(forward.name, "tools/call echo");
+    assert_eq!(forward.parent_span_id, gateway.span_id, "{tree}");
     assert_eq!(worker.kind, SERVER);
-    assert_eq!(worker.parent_span_id, gateway.span_id, "{tree}");
+    assert_eq!(worker.parent_span_id, forward.span_id, "{tree}");
 }

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolyard::{HandlerError, RequestContext, Server, ToolArgs, ToolDef};
+use toolyard_client::{OutgoingRequest, RequestOutcome};
 use toolyard_proto::{CallToolResult, ErrorObject, LoggingLevel, Tool};
 
 /// How the gateway side exposes and calls the workers' tools.
@@ -220,7 +221,7 @@ fn forward(inner: Arc<Inner>, server: String, tool: String) -> toolyard::ToolFn 
 
 /// The `_meta` a forwarded call carries: the modern version, the caller's capabilities, and
 /// its progress token and log level when it asked for them.
-fn meta_for(ctx: &RequestContext) -> Value {
+fn meta_for(ctx: &RequestContext, trace: Option<&Trace>) -> Value {
     let mut meta = serde_json::Map::new();
     meta.insert(
         toolyard_proto::meta::PROTOCOL_VERSION.into(),
@@ -233,9 +234,9 @@ fn meta_for(ctx: &RequestContext) -> Value {
     if ctx.wants_progress() {
         meta.insert("progressToken".into(), json!("nats"));
     }
-    if let Some(parent) = ctx.traceparent() {
+    if let Some((parent, state)) = trace {
         meta.insert(toolyard_proto::meta::TRACEPARENT.into(), json!(parent));
-        if let Some(state) = ctx.tracestate() {
+        if let Some(state) = state {
             meta.insert(toolyard_proto::meta::TRACESTATE.into(), json!(state));
         }
     }
@@ -260,17 +261,58 @@ async fn call(
     ctx: &RequestContext,
     arguments: Value,
 ) -> Result<CallToolResult, HandlerError> {
+    // Observed as a client request (a CLIENT span when telemetry is on), whose context the
+    // worker then receives instead of ours.
+    let observed = toolyard_client::default_observer().and_then(|o| {
+        o.start(&OutgoingRequest {
+            method: "tools/call",
+            target: Some(tool),
+            traceparent: ctx.traceparent(),
+            tracestate: ctx.tracestate(),
+            server: Some(server),
+        })
+    });
+    let trace: Option<Trace> = observed
+        .as_ref()
+        .and_then(|o| o.trace_context())
+        .or_else(|| {
+            ctx.traceparent()
+                .map(|p| (p.to_owned(), ctx.tracestate().map(str::to_owned)))
+        });
+    let answer = call_traced(inner, server, tool, ctx, arguments, trace.as_ref()).await;
+    if let Some(o) = observed {
+        o.finish(match &answer {
+            Ok(r) if r.failed() => RequestOutcome::ToolError,
+            Ok(_) => RequestOutcome::Ok,
+            Err(HandlerError::Protocol(e)) => RequestOutcome::Rpc(e.code),
+            Err(_) => RequestOutcome::Failed("nats"),
+        });
+    }
+    answer
+}
+
+/// A W3C `traceparent` and its `tracestate`.
+type Trace = (String, Option<String>);
+
+async fn call_traced(
+    inner: &Inner,
+    server: &str,
+    tool: &str,
+    ctx: &RequestContext,
+    arguments: Value,
+    trace: Option<&Trace>,
+) -> Result<CallToolResult, HandlerError> {
     let body = json!({
         "jsonrpc": "2.0",
         "id": 1,
         "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments, "_meta": meta_for(ctx)},
+        "params": {"name": tool, "arguments": arguments, "_meta": meta_for(ctx, trace)},
     })
     .to_string();
     let subject = wire::request_subject(&inner.config.prefix, server, "tools/call", Some(tool));
     let mut retried = false;
     loop {
-        match call_once(inner, &subject, server, tool, ctx, body.as_bytes()).await {
+        match call_once(inner, &subject, server, tool, ctx, trace, body.as_bytes()).await {
             Ok(result) => return Ok(result),
             Err(Outcome::NoResponders) if !retried => {
                 retried = true;
@@ -307,6 +349,7 @@ async fn call_once(
     server: &str,
     tool: &str,
     ctx: &RequestContext,
+    trace: Option<&Trace>,
     body: &[u8],
 ) -> Result<CallToolResult, Outcome> {
     let inbox = inner.client.new_inbox();
@@ -322,10 +365,10 @@ async fn call_once(
     headers.insert(wire::NAME, tool);
     headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
     // The trace context rides the headers too (NATS 2.11+ traces messages that carry it).
-    if let Some(parent) = ctx.traceparent() {
-        headers.insert(wire::TRACEPARENT, parent);
-        if let Some(state) = ctx.tracestate() {
-            headers.insert(wire::TRACESTATE, state);
+    if let Some((parent, state)) = trace {
+        headers.insert(wire::TRACEPARENT, parent.as_str());
+        if let Some(state) = state {
+            headers.insert(wire::TRACESTATE, state.as_str());
         }
     }
     headers.insert(

@@ -48,7 +48,8 @@ pub use handlers::{
     NoticeCallback, ProgressCallback, QuestionHandler, Questions, RootsHandler, SampleHandler,
 };
 pub use observe::{
-    set_default_observer, ObservedRequest, OutgoingRequest, RequestObserver, RequestOutcome,
+    default_observer, set_default_observer, ObservedRequest, OutgoingRequest, RequestObserver,
+    RequestOutcome,
 };
 pub use transport::{
     ClientGone, EventSink, OutboundKind, OutboundMessage, Transport, TransportError,

@@ -65,7 +65,8 @@ pub fn set_default_observer(observer: Arc<dyn RequestObserver>) -> bool {
     DEFAULT.set(observer).is_ok()
 }
 
-/// The process-wide default observer, if one was set.
-pub(crate) fn default_observer() -> Option<Arc<dyn RequestObserver>> {
+/// The process-wide default observer, if one was set: for transports that send MCP requests
+/// without a [`Client`](crate::Client) (the NATS bridge's forwarding) to be observed alike.
+pub fn default_observer() -> Option<Arc<dyn RequestObserver>> {
     DEFAULT.get().cloned()
 }
