@@ -286,3 +286,63 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
     assert_eq!(worker.kind, SERVER);
     assert_eq!(worker.parent_span_id, forward.span_id, "{tree}");
 }
+
+/// An exporter pointed at an endpoint that accepts connections and never answers: every
+/// request is still answered (spans wait in the batch processor's bounded queue, on its own
+/// thread), and the process still stops (the export gives up at its timeout).
+#[test]
+fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", blackhole.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in blackhole.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let mut child = Command::new(BIN)
+        .args(["serve", "--stdio", "--otel-endpoint", &endpoint])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "10")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "50")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolyard serve --stdio");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let child = Proc(child);
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    );
+    let calls = 300;
+    for id in 1..=calls {
+        line(
+            &mut stdin,
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+                "name":"echo","arguments":{"message":"x"}}}),
+        );
+    }
+    let mut answered = 0;
+    let mut buf = String::new();
+    while answered < calls + 1 {
+        buf.clear();
+        assert!(
+            stdout.read_line(&mut buf).unwrap() > 0,
+            "the server hung up"
+        );
+        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v.get("result").is_some()) {
+            answered += 1;
+        }
+    }
+    drop(stdin);
+    let mut child = child;
+    let deadline = Instant::now() + WAIT;
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,6 +1,7 @@
 //! OTLP export over HTTP/protobuf, configured the standard way (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`/`_ARG`,
-//! `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_SDK_DISABLED`) or by [`TelemetrySettings`].
+//! `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_TRACES_EXPORTER=none`, `OTEL_METRICS_EXPORTER=none`,
+//! `OTEL_SDK_DISABLED`) or by [`TelemetrySettings`].
 //!
 //! The exporter sends with the workspace's reqwest, not the one `opentelemetry-otlp` would
 //! bring (a second reqwest and a blocking client): the SDK's batch processor and periodic
@@ -21,6 +22,9 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How long stopping waits for the last exports.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// How telemetry is set up; every unset field falls back to the standard `OTEL_*` variable.
 #[derive(Debug, Clone, Default)]
@@ -73,7 +77,15 @@ impl Telemetry {
             runtime,
         });
         let resource = resource(settings);
-        let tracer = if settings.no_traces {
+        // The standard per-signal switches: `none` leaves a signal out.
+        let off =
+            |var: &str| std::env::var(var).is_ok_and(|v| v.trim().eq_ignore_ascii_case("none"));
+        let no_traces = settings.no_traces || off("OTEL_TRACES_EXPORTER");
+        let no_metrics = settings.no_metrics || off("OTEL_METRICS_EXPORTER");
+        if no_traces && no_metrics {
+            return Ok(None);
+        }
+        let tracer = if no_traces {
             None
         } else {
             let mut builder = SpanExporter::builder()
@@ -93,7 +105,7 @@ impl Telemetry {
                     .build(),
             )
         };
-        let meter = if settings.no_metrics {
+        let meter = if no_metrics {
             None
         } else {
             let mut builder = MetricExporter::builder()
@@ -129,20 +141,24 @@ impl Telemetry {
     }
 
     /// Flushes what is queued and stops the exporters (blocking work, moved off the
-    /// runtime's threads).
+    /// runtime's threads), giving up after [`SHUTDOWN_GRACE`]: an unreachable collector
+    /// must not hold up a process that is stopping.
     pub async fn shutdown(self) {
         let Telemetry { tracer, meter } = self;
-        let _ = tokio::task::spawn_blocking(move || {
+        let flush = tokio::task::spawn_blocking(move || {
+            // Shutting down flushes what is queued.
             if let Some(t) = tracer {
-                let _ = t.force_flush();
                 let _ = t.shutdown();
             }
             if let Some(m) = meter {
-                let _ = m.force_flush();
                 let _ = m.shutdown();
             }
-        })
-        .await;
+        });
+        if tokio::time::timeout(SHUTDOWN_GRACE, flush).await.is_err() {
+            tracing::warn!(
+                "telemetry: the collector did not take the last exports in time; dropped"
+            );
+        }
     }
 }
 
