@@ -18,6 +18,7 @@ mod event_bus;
 mod exec;
 mod gate;
 mod handlers;
+mod lifecycle;
 mod middleware;
 mod mrtr;
 mod outbound;
@@ -49,6 +50,7 @@ pub use context::{Caller, InputError, RequestContext};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::{Event, SubscriptionWatcher};
 pub use handlers::custom::MethodFn;
+pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
 pub use middleware::{Completion, Layer, Layers, Outcome, RequestInfo};
 pub use mrtr::StateSealer;
 pub use resource::{

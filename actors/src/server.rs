@@ -110,6 +110,9 @@ pub struct ServerConfig {
     pub tasks: Option<Arc<dyn TaskStore>>,
     /// How tasks run.
     pub task_settings: TaskSettings,
+    /// Lifecycle events and readiness ([`Server::lifecycle`]); made here so layers built
+    /// before the server starts ([`Lifecycle::tool_events`]) can publish to it.
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 
 impl ServerConfig {
@@ -122,6 +125,7 @@ impl ServerConfig {
             limits: Limits::default(),
             sealer: StateSealer::random(Duration::from_secs(600)),
             layers: Layers::default(),
+            lifecycle: Arc::default(),
             tools: Vec::new(),
             resources: Vec::new(),
             templates: Vec::new(),
@@ -155,6 +159,7 @@ pub(crate) struct ServerCore {
     pub(crate) tasks: Option<Arc<Tasks>>,
     /// Explains calls to tools that are not registered (see [`Server::explain_unknown_tools`]).
     unknown_tools: ArcSwapOption<UnknownToolFn>,
+    lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 
 /// Turns the name of a tool that is not registered into the error its caller gets, or
@@ -455,6 +460,7 @@ impl Server {
             prompts: Arc::default(),
             connections: AtomicU64::new(0),
             unknown_tools: ArcSwapOption::empty(),
+            lifecycle: config.lifecycle,
         });
         core.tools.insert(
             config
@@ -488,6 +494,10 @@ impl Server {
         let (supervisor, _) = Actor::spawn(None, Supervisor, state)
             .await
             .map_err(|e| StartError(e.to_string()))?;
+        core.lifecycle
+            .publish(crate::lifecycle::LifecycleEvent::Started {
+                name: core.info.name.clone(),
+            });
         Ok(Server { core, supervisor })
     }
 
@@ -671,6 +681,15 @@ impl Server {
 
     /// Stops every actor of the server.
     pub fn shutdown(&self) {
+        self.core
+            .lifecycle
+            .publish(crate::lifecycle::LifecycleEvent::Stopping);
         let _ = self.supervisor.cast(SupMsg::Stop);
+    }
+
+    /// Lifecycle events (subscribe) and readiness; plugins publish their components' state
+    /// here (a gateway source, NATS workers).
+    pub fn lifecycle(&self) -> &Arc<crate::lifecycle::Lifecycle> {
+        &self.core.lifecycle
     }
 }

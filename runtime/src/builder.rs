@@ -232,6 +232,14 @@ impl ServerBuilder {
         self
     }
 
+    /// Publishes a [`LifecycleEvent::ToolInvoked`](crate::LifecycleEvent::ToolInvoked) for
+    /// every tool call on the server's lifecycle stream ([`Server::lifecycle`]); a layer,
+    /// placed where this is called among the others.
+    pub fn tool_events(mut self) -> Self {
+        self.layers.push(self.config.lifecycle.tool_events());
+        self
+    }
+
     /// Connection limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.config.limits = limits;

@@ -972,3 +972,33 @@ async fn a_gateway_killed_outright_leaves_no_upstream_running() {
     )
     .await;
 }
+
+/// A source that cannot start (failure mode `skip`) is listed as down in `/readyz` (the
+/// lifecycle's component events), without making the gateway unready: its other sources
+/// still serve.
+#[tokio::test]
+async fn readyz_lists_a_source_that_is_down_and_stays_ready_for_a_skip_source() {
+    let scratch = Scratch::new("readyz-down");
+    let config = write_config(
+        &scratch,
+        &format!(
+            "{}\n[[sources]]\nname = \"broken\"\ncommand = \"false\"\nstartup_timeout_ms = 2000\n",
+            toolyard_source("ok", "")
+        ),
+    );
+    let gateway = start_gateway(&config).await;
+    let response = reqwest::Client::new()
+        .get(format!("{}/readyz", gateway.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    let down = body["down"].as_array().expect("a down list");
+    assert!(
+        down.iter()
+            .any(|d| d["kind"] == "source" && d["name"] == "broken" && d["required"] == false),
+        "{body}"
+    );
+    assert!(!down.iter().any(|d| d["name"] == "ok"), "{body}");
+}

@@ -76,6 +76,8 @@ struct State {
     entries: HashMap<String, (u64, CatalogEntry)>,
     /// What is installed in the server: exposed name -> (worker server, upstream tool).
     installed: BTreeMap<String, (String, Tool)>,
+    /// Worker names with at least one instance in the catalog.
+    servers: std::collections::BTreeSet<String>,
 }
 
 impl RemoteTools {
@@ -167,6 +169,8 @@ impl Inner {
                 *slot = e;
             }
         }
+        let servers: std::collections::BTreeSet<String> =
+            newest.keys().map(|s| (*s).to_owned()).collect();
         let mut wanted: BTreeMap<String, (String, Tool)> = BTreeMap::new();
         for (server, (_, e)) in newest {
             for tool in &e.tools {
@@ -200,6 +204,23 @@ impl Inner {
             })
             .collect();
         state.installed = wanted;
+        // Worker names that appeared or left: lifecycle events for embedders and /readyz.
+        let lifecycle = self.server.lifecycle();
+        for name in servers.difference(&state.servers) {
+            lifecycle.publish(toolyard::LifecycleEvent::ComponentUp {
+                kind: "worker",
+                name: name.clone(),
+            });
+        }
+        for name in state.servers.difference(&servers) {
+            lifecycle.publish(toolyard::LifecycleEvent::ComponentDown {
+                kind: "worker",
+                name: name.clone(),
+                reason: "no instance in the catalog".to_owned(),
+                required: false,
+            });
+        }
+        state.servers = servers;
         drop(state);
         if !gone.is_empty() {
             self.server.remove_tools(gone);

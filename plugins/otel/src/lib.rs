@@ -27,7 +27,7 @@ mod server;
 
 pub use client::ClientObserver;
 pub use error::TelemetryError;
-pub use export::{Telemetry, TelemetrySettings};
+pub use export::{Telemetry, TelemetrySettings, SHUTDOWN_GRACE};
 pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, ObservableToolHandler};
 pub use propagation::{parent_context, traceparent_of};
 pub use server::ObservabilityLayer;

@@ -405,6 +405,56 @@ async fn a_layer_sees_every_request_and_its_outcome_and_may_reject() {
 }
 
 #[tokio::test]
+async fn tool_events_publish_each_calls_outcome_and_duration_and_readiness_follows_the_lifecycle() {
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
+        .tool_events()
+        .start()
+        .await
+        .unwrap();
+    let mut events = server.lifecycle().subscribe();
+    assert!(server.lifecycle().readiness().ready, "ready once started");
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    client
+        .request(
+            "tools/call",
+            json!({"name":"echo","arguments":{"message":"x"}}),
+        )
+        .await
+        .unwrap();
+    client
+        .request("tools/call", json!({"name":"fail"}))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
+            Ok(Ok(toolyard::LifecycleEvent::ToolInvoked { tool, outcome, .. })) => {
+                seen.push((tool, outcome))
+            }
+            Ok(Ok(_)) => {}
+            other => panic!("no tool event: {other:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("echo".to_owned(), Outcome::Ok),
+            ("fail".to_owned(), Outcome::ToolError)
+        ]
+    );
+    server.shutdown();
+    assert!(matches!(
+        events.recv().await,
+        Ok(toolyard::LifecycleEvent::Stopping)
+    ));
+    assert!(
+        !server.lifecycle().readiness().ready,
+        "not ready once stopping"
+    );
+}
+
+#[tokio::test]
 async fn lists_paginate_with_opaque_cursors() {
     let mut b = ServerBuilder::new("t", "0").list_settings(toolyard::ListSettings {
         page_size: 2,

@@ -222,7 +222,14 @@ impl Gateway {
         for (target, complete) in completers {
             server.add_completer(target, complete);
         }
-        source.listed.store(true, Ordering::Relaxed);
+        if !source.listed.swap(true, Ordering::Relaxed) {
+            server
+                .lifecycle()
+                .publish(toolyard::LifecycleEvent::ComponentUp {
+                    kind: "source",
+                    name: source.spec.name.clone(),
+                });
+        }
     }
 
     /// Takes a source's items out of the server (they stay in its catalog for a re-listing).
@@ -243,7 +250,28 @@ impl Gateway {
         if !catalog.prompts.is_empty() {
             server.remove_prompts(catalog.prompts);
         }
-        source.listed.store(false, Ordering::Relaxed);
+        if source.listed.swap(false, Ordering::Relaxed) {
+            self.publish_down(source, "unhealthy");
+        }
+    }
+
+    /// Tells the server's lifecycle a source is out (required when its failure mode is
+    /// `fail`: the gateway is then not ready).
+    pub(super) fn publish_down(&self, source: &Source, why: &str) {
+        let reason = source
+            .pool
+            .health()
+            .last_error
+            .unwrap_or_else(|| why.to_owned());
+        self.inner
+            .server
+            .lifecycle()
+            .publish(toolyard::LifecycleEvent::ComponentDown {
+                kind: "source",
+                name: source.spec.name.clone(),
+                reason,
+                required: source.spec.failure_mode == FailureMode::Fail,
+            });
     }
 
     pub(super) fn update_guard(&self) {

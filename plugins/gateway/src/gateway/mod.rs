@@ -229,6 +229,7 @@ impl Gateway {
         match self.discover(&source).await {
             Ok(()) => Ok(()),
             Err(e) if spec.failure_mode == FailureMode::Skip => {
+                self.publish_down(&source, "unavailable at start");
                 tracing::warn!(source = %name, error = %e, "source unavailable; skipped until it recovers");
                 Ok(())
             }

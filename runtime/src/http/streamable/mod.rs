@@ -64,18 +64,36 @@ fn accepts(headers: &HeaderMap, what: &str) -> bool {
     }
 }
 
+/// Ready unless closing or the server's lifecycle says otherwise (a required component
+/// down, see `Lifecycle::readiness`); the body lists what is down either way.
 pub(crate) async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
+    let readiness = state.server.lifecycle().readiness();
+    let status_text = if state.closing.is_cancelled() {
+        "shutting-down"
+    } else if readiness.ready {
+        "ready"
+    } else {
+        "not-ready"
+    };
+    let down: Vec<_> = readiness
+        .down
+        .iter()
+        .map(|(kind, name, reason, required)| {
+            serde_json::json!({"kind": kind, "name": name, "reason": reason, "required": required})
+        })
+        .collect();
     let body = serde_json::json!({
-        "status": if state.closing.is_cancelled() { "shutting-down" } else { "ready" },
+        "status": status_text,
         "sessions": state.sessions.len(),
         "streams": state.counters.streams.load(Ordering::Relaxed),
         "inFlight": state.counters.in_flight.load(Ordering::Relaxed),
         "tasks": state.server.running_tasks(),
+        "down": down,
     });
-    let status = if state.closing.is_cancelled() {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
+    let status = if status_text == "ready" {
         StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
     };
     (
         status,
