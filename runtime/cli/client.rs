@@ -165,7 +165,7 @@ pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<()> {
     } else {
         protocol
     };
-    let telemetry = args.telemetry.install("toolyard-cli")?;
+    let telemetry = args.telemetry.install("toolyard-cli", false)?;
     let client = ClientBuilder::new(Implementation::new(
         "toolyard-cli",
         env!("CARGO_PKG_VERSION"),

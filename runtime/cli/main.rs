@@ -126,6 +126,10 @@ struct ServeArgs {
     /// Log filter (tracing syntax), written to stderr.
     #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
     log: String,
+    /// Serve `GET /metrics` in the Prometheus text format (the MCP duration histograms and
+    /// the rest of the OpenTelemetry metrics), with or without an OTLP endpoint.
+    #[arg(long)]
+    prometheus: bool,
     #[command(flatten)]
     telemetry: telemetry::TelemetryArgs,
 }
@@ -213,7 +217,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .or(config.server.name.clone())
             .unwrap_or_else(|| "toolyard".into());
-        let telemetry = args.telemetry.install(&name)?;
+        let telemetry = args.telemetry.install(&name, args.prometheus)?;
         let mut builder = telemetry.layer(ServerBuilder::new(name, env!("CARGO_PKG_VERSION")));
         // A gateway serves its sources, not the demo.
         let gateway_config = !gateway_file.sources.is_empty();
@@ -311,7 +315,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 () = terminated() => tracing::info!("SIGTERM: stopping"),
             }
         } else {
-            serve_http(&server, &args, admin).await?;
+            serve_http(&server, &args, admin, telemetry.metrics_router()).await?;
         }
         if let Some(gateway) = gateway {
             gateway.shutdown().await;
@@ -385,6 +389,7 @@ async fn serve_http(
     server: &toolyard::Server,
     args: &ServeArgs,
     admin: Option<Admin>,
+    metrics: Option<axum::Router>,
 ) -> anyhow::Result<()> {
     let addr = args
         .http
@@ -439,9 +444,15 @@ async fn serve_http(
         max_sessions: args.max_sessions,
         session_idle_timeout: std::time::Duration::from_secs(args.session_idle_seconds),
         security,
-        extra_routes: admin.map(|(gateway, token, base_dir, section)| {
-            toolyard_gateway::admin_router(gateway, token, base_dir, section)
-        }),
+        extra_routes: match (
+            admin.map(|(gateway, token, base_dir, section)| {
+                toolyard_gateway::admin_router(gateway, token, base_dir, section)
+            }),
+            metrics,
+        ) {
+            (Some(admin), Some(metrics)) => Some(admin.merge(metrics)),
+            (admin, metrics) => admin.or(metrics),
+        },
         ..Default::default()
     };
     eprintln!("toolyard: serving MCP on http://{addr}/mcp");

@@ -18,13 +18,15 @@ pub(crate) struct TelemetryArgs {
 pub(crate) struct Installed(#[cfg(feature = "otel")] Option<toolyard_otel::Telemetry>);
 
 impl TelemetryArgs {
-    /// Installs telemetry for a process named `service` (inside the Tokio runtime).
-    pub(crate) fn install(&self, service: &str) -> anyhow::Result<Installed> {
+    /// Installs telemetry for a process named `service` (inside the Tokio runtime);
+    /// `prometheus` keeps the metrics for a `/metrics` scrape as well.
+    pub(crate) fn install(&self, service: &str, prometheus: bool) -> anyhow::Result<Installed> {
         #[cfg(feature = "otel")]
         {
             let settings = toolyard_otel::TelemetrySettings {
                 endpoint: self.otel_endpoint.clone(),
                 service_name: Some(service.to_owned()),
+                prometheus,
                 ..Default::default()
             };
             Ok(Installed(toolyard_otel::Telemetry::install(&settings)?))
@@ -33,6 +35,9 @@ impl TelemetryArgs {
         {
             if self.otel_endpoint.is_some() {
                 anyhow::bail!("--otel-endpoint needs a toolyard built with the `otel` feature");
+            }
+            if prometheus {
+                anyhow::bail!("--prometheus needs a toolyard built with the `otel` feature");
             }
             let _ = service;
             Ok(Installed())
@@ -49,6 +54,15 @@ impl Installed {
         }
         let _ = Arc::<()>::default;
         builder
+    }
+
+    /// `GET /metrics` (Prometheus text format), when asked for.
+    pub(crate) fn metrics_router(&self) -> Option<axum::Router> {
+        #[cfg(feature = "otel")]
+        if let Some(t) = &self.0 {
+            return t.metrics_router();
+        }
+        None
     }
 
     /// Flushes what is queued.

@@ -346,3 +346,43 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `serve --prometheus`: `GET /metrics` answers the MCP duration histogram in the Prometheus
+/// text format, with the tool's name as a label, and no OTLP endpoint is needed.
+#[test]
+fn prometheus_scrapes_the_mcp_duration_histogram_from_metrics() {
+    let server = toolyard_testkit::ServerProcess::start(BIN, &["serve", "--prometheus"]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let text = runtime.block_on(async {
+        let client = toolyard::client::ClientBuilder::new(toolyard::proto::Implementation::new(
+            "prom-test",
+            "1",
+        ))
+        .connect(toolyard::client::StreamableHttpTransport::new(server.url()))
+        .await
+        .unwrap();
+        let result = client
+            .call_tool("echo", json!({"message": "scraped"}))
+            .await
+            .unwrap();
+        assert!(!result.failed());
+        client.close().await;
+        let response = reqwest::get(format!("{}/metrics", server.base_url()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        String::from_utf8(response.bytes().await.unwrap().to_vec()).unwrap()
+    });
+    let series = text
+        .lines()
+        .find(|l| {
+            l.starts_with("mcp_server_operation_duration_seconds_count")
+                && l.contains(r#"gen_ai_tool_name="echo""#)
+        })
+        .unwrap_or_else(|| panic!("no echo series in /metrics:\n{text}"));
+    assert!(series.ends_with(" 1"), "{series}");
+    assert!(text.contains("# TYPE mcp_server_operation_duration_seconds histogram"));
+}

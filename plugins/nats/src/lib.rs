@@ -11,6 +11,7 @@
 
 mod catalog;
 mod error;
+mod inbox;
 mod remote;
 pub mod wire;
 mod worker;

@@ -7,6 +7,7 @@
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
+use crate::inbox::Inboxes;
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
 use async_nats::{Client, HeaderMap, Message, StatusCode};
@@ -68,6 +69,8 @@ struct Inner {
     client: Client,
     config: RemoteConfig,
     state: Mutex<State>,
+    /// Every call's reply subject, on one subscription.
+    inboxes: Inboxes,
 }
 
 #[derive(Debug, Default)]
@@ -93,11 +96,15 @@ impl RemoteTools {
             .watch_all()
             .await
             .map_err(|e| NatsError::Bus(format!("watching the catalog: {e}")))?;
+        let inboxes = Inboxes::start(&client)
+            .await
+            .map_err(|e| NatsError::Bus(format!("subscribing for answers: {e}")))?;
         let inner = Arc::new(Inner {
             server,
             client,
             config,
             state: Mutex::default(),
+            inboxes,
         });
         // What the bucket holds now, before returning, so the first listing has it (the
         // watch delivers these again; applying an entry twice changes nothing).
@@ -373,13 +380,8 @@ async fn call_once(
     trace: Option<&Trace>,
     body: &[u8],
 ) -> Result<CallToolResult, Outcome> {
-    let inbox = inner.client.new_inbox();
-    let mut frames = inner.client.subscribe(inbox.clone()).await.map_err(|e| {
-        bus_error(
-            wire::STREAM_LOST,
-            format!("cannot subscribe for the answer: {e}"),
-        )
-    })?;
+    let mut frames = inner.inboxes.open();
+    let inbox = frames.subject.clone();
     let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
     headers.insert(wire::METHOD, "tools/call");
@@ -466,12 +468,21 @@ async fn call_once(
             }
         }
     };
-    if !matches!(outcome, Err(Outcome::Cancelled)) {
-        // Answered, or the stream is gone: nothing to cancel.
+    // Cancelled, or we gave up on the stream (a lost frame, silence): tell the worker to
+    // stop, so it neither works nor keeps sending for nobody. Answered: nothing to cancel.
+    let gave_up = matches!(
+        &outcome,
+        Err(Outcome::Cancelled)
+            | Err(Outcome::Failed(HandlerError::Protocol(ErrorObject {
+                code: wire::STREAM_LOST,
+                ..
+            })))
+    );
+    if !gave_up {
         guard.control = None;
     }
     drop(guard);
-    let _ = frames.unsubscribe().await;
+    drop(frames);
     outcome
 }
 

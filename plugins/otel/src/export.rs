@@ -13,6 +13,8 @@
 
 use crate::error::TelemetryError;
 use crate::{ClientObserver, ObservabilityLayer};
+#[cfg(feature = "prometheus")]
+use axum::response::IntoResponse;
 use bytes::Bytes;
 use opentelemetry::KeyValue;
 use opentelemetry_http::{HttpClient, HttpError};
@@ -39,6 +41,10 @@ pub struct TelemetrySettings {
     pub no_traces: bool,
     /// Leave metrics out (traces only).
     pub no_metrics: bool,
+    /// Also keep the metrics for a Prometheus scrape ([`Telemetry::metrics_router`]); works
+    /// without an OTLP endpoint too.
+    #[cfg(feature = "prometheus")]
+    pub prometheus: bool,
 }
 
 /// Installed telemetry: the providers, set as the global ones (so
@@ -48,6 +54,8 @@ pub struct TelemetrySettings {
 pub struct Telemetry {
     tracer: Option<SdkTracerProvider>,
     meter: Option<SdkMeterProvider>,
+    #[cfg(feature = "prometheus")]
+    registry: Option<prometheus::Registry>,
 }
 
 impl Telemetry {
@@ -64,7 +72,12 @@ impl Telemetry {
         ]
         .iter()
         .any(|v| std::env::var(v).is_ok_and(|e| !e.is_empty()));
-        if settings.endpoint.is_none() && !env_endpoint {
+        #[cfg(feature = "prometheus")]
+        let prometheus = settings.prometheus;
+        #[cfg(not(feature = "prometheus"))]
+        let prometheus = false;
+        let otlp = settings.endpoint.is_some() || env_endpoint;
+        if !otlp && !prometheus {
             return Ok(None);
         }
         let runtime =
@@ -80,9 +93,9 @@ impl Telemetry {
         // The standard per-signal switches: `none` leaves a signal out.
         let off =
             |var: &str| std::env::var(var).is_ok_and(|v| v.trim().eq_ignore_ascii_case("none"));
-        let no_traces = settings.no_traces || off("OTEL_TRACES_EXPORTER");
+        let no_traces = !otlp || settings.no_traces || off("OTEL_TRACES_EXPORTER");
         let no_metrics = settings.no_metrics || off("OTEL_METRICS_EXPORTER");
-        if no_traces && no_metrics {
+        if no_traces && no_metrics && !prometheus {
             return Ok(None);
         }
         let tracer = if no_traces {
@@ -105,9 +118,9 @@ impl Telemetry {
                     .build(),
             )
         };
-        let meter = if no_metrics {
-            None
-        } else {
+        let mut meters = SdkMeterProvider::builder().with_resource(resource);
+        let mut any_reader = false;
+        if otlp && !no_metrics {
             let mut builder = MetricExporter::builder()
                 .with_http()
                 .with_shared_http_client(client);
@@ -118,13 +131,23 @@ impl Telemetry {
             let exporter = builder
                 .build()
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
-            Some(
-                SdkMeterProvider::builder()
-                    .with_reader(PeriodicReader::builder(exporter).build())
-                    .with_resource(resource)
-                    .build(),
-            )
+            meters = meters.with_reader(PeriodicReader::builder(exporter).build());
+            any_reader = true;
+        }
+        #[cfg(feature = "prometheus")]
+        let registry = if prometheus {
+            let registry = prometheus::Registry::new();
+            let reader = opentelemetry_prometheus::exporter()
+                .with_registry(registry.clone())
+                .build()
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            meters = meters.with_reader(reader);
+            any_reader = true;
+            Some(registry)
+        } else {
+            None
         };
+        let meter = any_reader.then(|| meters.build());
         if let Some(t) = &tracer {
             opentelemetry::global::set_tracer_provider(t.clone());
         }
@@ -132,7 +155,12 @@ impl Telemetry {
             opentelemetry::global::set_meter_provider(m.clone());
         }
         toolyard_client::set_default_observer(Arc::new(ClientObserver::global()));
-        Ok(Some(Telemetry { tracer, meter }))
+        Ok(Some(Telemetry {
+            tracer,
+            meter,
+            #[cfg(feature = "prometheus")]
+            registry,
+        }))
     }
 
     /// The server layer over the installed providers.
@@ -140,11 +168,42 @@ impl Telemetry {
         ObservabilityLayer::global()
     }
 
+    /// `GET /metrics` in the Prometheus text format, when [`TelemetrySettings::prometheus`]
+    /// was set: a router to merge into the HTTP server's.
+    #[cfg(feature = "prometheus")]
+    pub fn metrics_router(&self) -> Option<axum::Router> {
+        let registry = self.registry.clone()?;
+        Some(axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut text = String::new();
+                    let encoded =
+                        prometheus::TextEncoder::new().encode_utf8(&registry.gather(), &mut text);
+                    match encoded {
+                        Ok(()) => (
+                            [(
+                                http::header::CONTENT_TYPE,
+                                "text/plain; version=0.0.4; charset=utf-8",
+                            )],
+                            text,
+                        )
+                            .into_response(),
+                        Err(e) => {
+                            (http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+                        }
+                    }
+                }
+            }),
+        ))
+    }
+
     /// Flushes what is queued and stops the exporters (blocking work, moved off the
     /// runtime's threads), giving up after [`SHUTDOWN_GRACE`]: an unreachable collector
     /// must not hold up a process that is stopping.
     pub async fn shutdown(self) {
-        let Telemetry { tracer, meter } = self;
+        let Telemetry { tracer, meter, .. } = self;
         let flush = tokio::task::spawn_blocking(move || {
             // Shutting down flushes what is queued.
             if let Some(t) = tracer {
