@@ -54,8 +54,8 @@ pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
 pub use middleware::{Completion, Layer, Layers, Outcome, RequestInfo};
 pub use mrtr::StateSealer;
 pub use resource::{
-    CompleteFn, CompletionTarget, PromptDef, PromptFn, ResourceDef, ResourceFn, ResourceRequest,
-    TemplateDef,
+    CompleteFn, CompletionTarget, Completions, PromptDef, PromptFn, ResourceDef, ResourceFn,
+    ResourceRequest, TemplateDef,
 };
 pub use server::{Limits, ListSettings, Server, ServerConfig, StartError, UnknownToolFn};
 pub use tasks::{

@@ -80,9 +80,39 @@ pub type PromptFn = Arc<
 >;
 
 /// Suggests values for an argument: gets the partial value and the other arguments already
-/// filled in, returns candidates.
+/// filled in, returns candidates (`.collect()` an iterator of `String`s, or say how many
+/// there are in all with [`Completions::total`]).
 pub type CompleteFn =
-    Arc<dyn Fn(String, HashMap<String, String>) -> BoxFuture<Vec<String>> + Send + Sync>;
+    Arc<dyn Fn(String, HashMap<String, String>) -> BoxFuture<Completions> + Send + Sync>;
+
+/// What a completer found. The answer carries at most 100 values; `total` and `has_more`
+/// default to what the values say, and a completer that knows better (one that relays
+/// another server's answer, or pages a large set) says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Completions {
+    /// Candidates, best first.
+    pub values: Vec<String>,
+    /// How many candidates there are in all, if known beyond `values`.
+    pub total: Option<usize>,
+    /// Whether there are more than `values` holds.
+    pub has_more: Option<bool>,
+}
+
+impl From<Vec<String>> for Completions {
+    fn from(values: Vec<String>) -> Self {
+        Completions {
+            values,
+            total: None,
+            has_more: None,
+        }
+    }
+}
+
+impl FromIterator<String> for Completions {
+    fn from_iter<I: IntoIterator<Item = String>>(iter: I) -> Self {
+        Completions::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
 
 /// A prompt.
 pub struct PromptDef {

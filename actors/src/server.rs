@@ -84,6 +84,9 @@ pub struct ServerConfig {
     pub info: Implementation,
     /// `instructions` for the model.
     pub instructions: Option<String>,
+    /// `capabilities.experimental` of both generations' answers: what the server wants a
+    /// client to know that no standard capability says.
+    pub experimental: Option<serde_json::Map<String, serde_json::Value>>,
     /// Lists.
     pub list: ListSettings,
     /// Limits.
@@ -121,6 +124,7 @@ impl ServerConfig {
         ServerConfig {
             info,
             instructions: None,
+            experimental: None,
             list: ListSettings::default(),
             limits: Limits::default(),
             sealer: StateSealer::random(Duration::from_secs(600)),
@@ -401,7 +405,7 @@ fn capabilities(config: &ServerConfig) -> ServerCapabilities {
         prompts: listed,
         logging: Some(Default::default()),
         completions: Some(Default::default()),
-        experimental: None,
+        experimental: config.experimental.clone(),
         // 2025-11-25 tasks: list, cancel, and task-augmented tools/call.
         tasks: config.tasks.as_ref().map(|_| {
             let mut tasks = serde_json::Map::new();

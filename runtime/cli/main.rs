@@ -240,6 +240,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let guard = toolyard_gateway::ListingGuard::default();
         if gateway_config {
             builder = builder.layer(std::sync::Arc::new(guard.clone()));
+            let (name, what) = toolyard_gateway::not_relayed_capability();
+            builder = builder.experimental(name, what);
         }
         builder = builder.config(&config);
         let mut limits = Limits::default();

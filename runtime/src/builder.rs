@@ -124,6 +124,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Adds `name` to `capabilities.experimental` (e.g. a gateway saying what it does not
+    /// relay).
+    pub fn experimental(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
+        self.config
+            .experimental
+            .get_or_insert_with(Default::default)
+            .insert(name.into(), value);
+        self
+    }
+
     /// Adds a tool.
     pub fn tool(mut self, tool: ToolDef) -> Self {
         if self

@@ -40,7 +40,7 @@ pub use stdio::{serve_io, serve_stdio, StdioOptions};
 
 pub use toolyard_actors::transport;
 pub use toolyard_actors::{
-    empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget,
+    empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget, Completions,
     DefinitionError, Event, HandlerError, InputError, IntoCallToolResult, Json, Layer, Layers,
     Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Outcome, PromptDef, PromptFn,
     Readiness, RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server,

@@ -370,3 +370,32 @@ async fn a_resource_subscription_through_the_gateway_receives_the_sources_update
     drop(subscription);
     gateway.close().await;
 }
+
+/// What the gateway does not relay is said in its capability answer too
+/// (`capabilities.experimental["io.toolyard/gateway"].notRelayed`), not only in the README.
+#[tokio::test]
+async fn the_gateways_capabilities_name_what_it_does_not_relay() {
+    let dir = crate::client_interop::TempDir::new("parity-caps");
+    let gateway = through_gateway(&dir.0).await;
+    let session = gateway.session().expect("a session");
+    let experimental = session
+        .capabilities
+        .experimental
+        .clone()
+        .expect("an experimental capability");
+    let not_relayed: Vec<&str> = experimental["io.toolyard/gateway"]["notRelayed"]
+        .as_array()
+        .expect("a notRelayed list")
+        .iter()
+        .filter_map(|e| e["what"].as_str())
+        .collect();
+    assert!(
+        not_relayed.contains(&"notifications/message"),
+        "{not_relayed:?}"
+    );
+    assert!(
+        not_relayed.contains(&"io.modelcontextprotocol/tasks"),
+        "{not_relayed:?}"
+    );
+    gateway.close().await;
+}

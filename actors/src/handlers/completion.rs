@@ -1,7 +1,7 @@
 //! The CompletionHandler actor: argument completers for prompts and resource templates.
 
 use crate::reply::Reply;
-use crate::resource::{CompleteFn, CompletionTarget};
+use crate::resource::{CompleteFn, CompletionTarget, Completions};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -128,19 +128,20 @@ impl Actor for CompletionHandler {
                 let completer = state.completers.get(&target).cloned();
                 let value = params.argument.value;
                 tokio::spawn(async move {
-                    let mut values = match completer {
+                    let found = match completer {
                         Some(f) => f(value, context).await,
                         // Unknown targets complete to nothing rather than failing: the
                         // client asked for suggestions, and there are none.
-                        None => Vec::new(),
+                        None => Completions::default(),
                     };
-                    let total = values.len();
+                    let mut values = found.values;
+                    let listed = values.len();
                     values.truncate(MAX_VALUES);
                     reply.ok(&CompleteAnswer {
                         completion: Completion {
-                            has_more: total > values.len(),
+                            has_more: found.has_more.unwrap_or(false) || listed > values.len(),
+                            total: found.total.unwrap_or(listed).max(values.len()),
                             values,
-                            total,
                         },
                     })
                 });

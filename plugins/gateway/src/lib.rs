@@ -22,7 +22,8 @@ pub use config::{
 };
 pub use error::HostError;
 pub use gateway::{
-    expose_uri, upstream_uri, ExecutionResult, Gateway, GatewayError, ListingGuard, SourceStatus,
+    expose_uri, not_relayed_capability, upstream_uri, ExecutionResult, Gateway, GatewayError,
+    ListingGuard, SourceStatus,
 };
 pub use manifest::{
     Argument, CommandLine, Entry, EnvVarDef, HeaderDef, Manifest, ManifestDoc, ManifestError,

@@ -454,6 +454,55 @@ async fn tool_events_publish_each_calls_outcome_and_duration_and_readiness_follo
     );
 }
 
+/// Regression (issue 13): a completer that knows there are more values than it returns
+/// (the gateway relaying a source's answer) is answered with its `total` and `hasMore`, not
+/// with the count of the values it returned; more than 100 values are capped, and say so.
+#[tokio::test]
+async fn a_completers_total_and_has_more_reach_the_answer_and_100_values_are_the_cap() {
+    let server = ServerBuilder::new("t", "0")
+        .completer(
+            toolyard::CompletionTarget::Prompt("p".into(), "few".into()),
+            Arc::new(|_, _| {
+                Box::pin(async {
+                    toolyard::Completions {
+                        values: vec!["a".into(), "b".into()],
+                        total: Some(500),
+                        has_more: Some(true),
+                    }
+                })
+            }),
+        )
+        .completer(
+            toolyard::CompletionTarget::Prompt("p".into(), "many".into()),
+            Arc::new(|_, _| Box::pin(async { (0..150).map(|i| i.to_string()).collect() })),
+        )
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let few = client
+        .request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "few", "value": ""}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(few["completion"]["values"], json!(["a", "b"]));
+    assert_eq!(few["completion"]["total"], 500);
+    assert_eq!(few["completion"]["hasMore"], true);
+    let many = client
+        .request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "many", "value": ""}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(many["completion"]["values"].as_array().unwrap().len(), 100);
+    assert_eq!(many["completion"]["total"], 150);
+    assert_eq!(many["completion"]["hasMore"], true);
+}
+
 #[tokio::test]
 async fn lists_paginate_with_opaque_cursors() {
     let mut b = ServerBuilder::new("t", "0").list_settings(toolyard::ListSettings {

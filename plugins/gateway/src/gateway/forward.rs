@@ -392,21 +392,29 @@ pub(super) fn forward_complete(
         };
         Box::pin(async move {
             let Some(source) = source else {
-                return Vec::new();
+                return toolyard::Completions::default();
             };
             let lease = match source.pool.lease().await {
                 Ok(lease) => lease,
                 Err(e) => {
                     tracing::debug!(source = %source.spec.name, error = %e, "completion: source unavailable");
-                    return Vec::new();
+                    return toolyard::Completions::default();
                 }
             };
             match lease.complete(params).await {
-                Ok(result) => result.completion.values,
+                // The source's own count and "more" flag, not just what fits in the answer.
+                Ok(result) => toolyard::Completions {
+                    values: result.completion.values,
+                    total: result
+                        .completion
+                        .total
+                        .and_then(|t| usize::try_from(t).ok()),
+                    has_more: result.completion.has_more,
+                },
                 Err(e) => {
                     lease.report(&e);
                     tracing::debug!(source = %source.spec.name, error = %e, "completion failed upstream");
-                    Vec::new()
+                    toolyard::Completions::default()
                 }
             }
         })

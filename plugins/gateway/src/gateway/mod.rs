@@ -172,6 +172,23 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
+/// The `capabilities.experimental` entry a gateway adds to its server's answers, naming
+/// what it does not relay from its sources (the README's "Through the gateway" table), so
+/// a client learns it from the protocol and not by surprise.
+pub fn not_relayed_capability() -> (&'static str, Value) {
+    (
+        "io.toolyard/gateway",
+        serde_json::json!({
+            "notRelayed": [
+                {"what": "notifications/message", "why": "a source's log messages cannot be attributed to one caller over stdio; the gateway's own logging is served"},
+                {"what": "logging/setLevel", "why": "sets the gateway's level, not the sources'"},
+                {"what": "io.modelcontextprotocol/tasks", "why": "forwarded calls run synchronously upstream"},
+                {"what": "resources/subscribe", "why": "not for transient sources (one process per call)"}
+            ]
+        }),
+    )
+}
+
 impl Gateway {
     /// A gateway registering into `server`; `guard` must be one of the server's layers
     /// for `fail`-mode sources to fail listings.
