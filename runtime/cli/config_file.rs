@@ -1,10 +1,13 @@
 //! The config file, composed: each crate owns and parses its own sections (`[server]`,
 //! `[[tools]]`, `[[resources]]` and `[[prompts]]` belong to `toolyard`, `[gateway]` and
-//! `[[sources]]` to `toolyard-gateway`), and only the binary knows the whole file. A key no
-//! crate owns is refused, naming the sections that exist.
+//! `[[sources]]` to `toolyard-gateway`, `[agent]` and `[[clients]]` to `toolyard-agent`), and
+//! only the binary knows the whole file. A key no crate owns is refused, naming the sections
+//! that exist.
 
 use std::path::Path;
 use toolyard::{Config, ConfigError};
+#[cfg(feature = "agent")]
+use toolyard_agent::config::AgentConfig;
 use toolyard_gateway::GatewayConfig;
 
 /// Every section of a `toolyard serve --config` file.
@@ -14,6 +17,9 @@ pub(crate) struct ConfigFile {
     pub(crate) server: Config,
     /// The gateway's sections.
     pub(crate) gateway: GatewayConfig,
+    /// The agent's sections (`[agent]`, `[[clients]]`).
+    #[cfg(feature = "agent")]
+    pub(crate) agent: AgentConfig,
 }
 
 impl ConfigFile {
@@ -28,9 +34,14 @@ impl ConfigFile {
 
     /// Parses TOML text.
     pub(crate) fn parse(text: &str) -> Result<ConfigFile, String> {
+        let mut plugin_sections: Vec<&str> = GatewayConfig::SECTIONS.to_vec();
+        #[cfg(feature = "agent")]
+        plugin_sections.extend(AgentConfig::SECTIONS);
         Ok(ConfigFile {
-            server: Config::parse_with(text, &GatewayConfig::SECTIONS)?,
+            server: Config::parse_with(text, &plugin_sections)?,
             gateway: GatewayConfig::parse(text)?,
+            #[cfg(feature = "agent")]
+            agent: AgentConfig::parse(text)?,
         })
     }
 }
@@ -56,6 +67,19 @@ mod tests {
         assert_eq!(file.server.server.name.as_deref(), Some("x"));
         assert_eq!(file.gateway.gateway.separator, ".");
         assert_eq!(file.gateway.sources[0].name, "time");
+    }
+
+    #[cfg(feature = "agent")]
+    #[test]
+    fn the_agent_reads_its_own_sections_and_the_clients_it_calls() {
+        let file = ConfigFile::parse(
+            "[agent]\nmodel = \"m\"\ntools = [\"demo/*\"]\n[[clients]]\nname = \"demo\"\ncommand = \"toolyard\"\n",
+        )
+        .unwrap();
+        assert_eq!(file.agent.agent.model.as_deref(), Some("m"));
+        assert_eq!(file.agent.clients[0].name(), "demo");
+        let err = ConfigFile::parse("[agent]\nmdoel = \"m\"\n").unwrap_err();
+        assert!(err.contains("mdoel"), "{err}");
     }
 
     #[test]

@@ -10,6 +10,8 @@ use config_file::ConfigFile;
 use std::path::PathBuf;
 use toolyard::{Limits, ServerBuilder, StdioOptions};
 
+#[cfg(feature = "agent")]
+mod agent;
 mod client;
 mod config_file;
 mod telemetry;
@@ -36,6 +38,10 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Run one MCP operation against a server and print the result as JSON.
     Client(Box<client::ClientArgs>),
+    /// Ask a model (OpenAI, Azure OpenAI or any compatible server) with the tools of the
+    /// config file's [[clients]]: one prompt, or an interactive session.
+    #[cfg(feature = "agent")]
+    Agent(Box<agent::AgentArgs>),
     /// Serve tools on a NATS bus, as one of any number of workers sharing the load.
     #[cfg(feature = "nats")]
     Worker(Box<worker::WorkerArgs>),
@@ -161,6 +167,8 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
         Command::Serve(args) => serve(*args).map(|()| std::process::ExitCode::SUCCESS),
         #[cfg(feature = "nats")]
         Command::Worker(args) => worker::run(*args).map(|()| std::process::ExitCode::SUCCESS),
+        #[cfg(feature = "agent")]
+        Command::Agent(args) => agent::main(*args),
         Command::Client(args) => {
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
@@ -194,6 +202,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ConfigFile {
         server: config,
         gateway: gateway_file,
+        // `serve` does not run the agent; its sections are only checked.
+        #[cfg(feature = "agent")]
+            agent: _,
     } = match &args.config {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),

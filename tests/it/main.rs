@@ -6,6 +6,8 @@
     reason = "test helpers take what they check by value, and tests match only the variant they expect"
 )]
 
+#[cfg(feature = "agent")]
+mod agent;
 mod client_cli;
 mod client_interop;
 mod client_stdio;

@@ -1,0 +1,796 @@
+//! The agent loop end to end: the fake model on one side, real MCP servers on the other
+//! (Toolyard's demo server over Streamable HTTP through a `ClientRegistry`, and in memory),
+//! asserting the exact conversation the model was sent.
+
+use crate::fake::{Auth, FakeLlm, Quirks, Turn};
+use crate::llm::fast_options;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use toolyard::client::{ClientBuilder, ClientEntry, ClientRegistry, ClientsConfig};
+use toolyard::proto::{ElicitResult, Implementation};
+use toolyard_agent::llm::{Endpoint, FinishReason, LlmClient, Message};
+use toolyard_agent::{
+    Agent, AgentError, AgentEvent, AgentHooks, AgentOptions, StopReason, ToolHandlers, Toolbox,
+};
+
+/// The demo server over Streamable HTTP on 127.0.0.1: its `/mcp` URL and the server task.
+pub(crate) async fn demo_http() -> (String, tokio::task::JoinHandle<()>) {
+    use toolyard::http::{HttpConfig, Security};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = toolyard_testkit::demo(toolyard::ServerBuilder::new("demo", "1"))
+        .start()
+        .await
+        .unwrap();
+    let config = HttpConfig {
+        security: Security::loopback(),
+        ..HttpConfig::default()
+    };
+    let app = toolyard::http::router(server, config).await.unwrap();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), task)
+}
+
+async fn registry(url: &str) -> ClientRegistry {
+    let config: ClientsConfig = toml::from_str(&format!(
+        "[[clients]]\nname = \"demo\"\nurl = \"{url}/mcp\"\n"
+    ))
+    .unwrap();
+    ClientRegistry::connect(&config.clients, Implementation::new("agent-test", "1"))
+        .await
+        .unwrap()
+}
+
+async fn memory_demo(name: &str) -> toolyard::client::Client {
+    let server = toolyard_testkit::demo(toolyard::ServerBuilder::new(name, "1"))
+        .start()
+        .await
+        .unwrap();
+    ClientBuilder::new(Implementation::new("agent-test", "1"))
+        .connect(toolyard::MemoryTransport::new(&server))
+        .await
+        .unwrap()
+}
+
+fn llm(fake: &FakeLlm) -> LlmClient {
+    LlmClient::new(
+        Endpoint::compatible(fake.base_url(), Some("sk-test".into())),
+        fast_options(),
+    )
+    .unwrap()
+}
+
+/// Collects every event.
+fn recorder() -> (AgentHooks, Arc<Mutex<Vec<AgentEvent>>>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let hooks = AgentHooks {
+        on_event: Some(Arc::new(move |e: &AgentEvent| {
+            sink.lock().unwrap().push(e.clone())
+        })),
+        ..AgentHooks::default()
+    };
+    (hooks, events)
+}
+
+fn tool_names(request_body: &Value) -> Vec<String> {
+    request_body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_calls_run_on_the_registry_and_results_go_back_in_order_with_their_ids() {
+    let (url, _server) = demo_http().await;
+    let registry = registry(&url).await;
+    let fake = FakeLlm::start(
+        Auth::Bearer("sk-test".into()),
+        vec![
+            Turn::calls(&[
+                ("call_echo", "echo", r#"{"message":"hi"}"#),
+                ("call_add", "add", r#"{"a":1,"b":2}"#),
+            ]),
+            Turn::text("Echoed hi; the sum is 3."),
+        ],
+    )
+    .await;
+    let toolbox = Toolbox::from_registry(&registry, &[]).await.unwrap();
+    let mut options = AgentOptions::new("gpt-test");
+    options.system_prompt = Some("Be brief.".into());
+    let agent = Agent::new(llm(&fake), toolbox, options);
+    let mut history = vec![Message::user("Echo hi and add 1 and 2")];
+    let outcome = agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("Echoed hi; the sum is 3."));
+    assert_eq!(outcome.turns, 2);
+    assert_eq!(outcome.stop, StopReason::Finished(FinishReason::Stop));
+    assert_eq!(outcome.usage.total_tokens, 30);
+
+    let first = &fake.requests()[0].body;
+    assert_eq!(first["model"], "gpt-test");
+    assert_eq!(first["tool_choice"], "auto");
+    let names = tool_names(first);
+    for expected in ["echo", "add", "slow", "ask_name", "summarize", "fail"] {
+        assert!(names.contains(&expected.to_owned()), "{names:?}");
+    }
+    let echo = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "echo")
+        .unwrap();
+    assert_eq!(echo["type"], "function");
+    assert_eq!(
+        echo["function"]["parameters"]["properties"]["message"]["type"],
+        "string"
+    );
+    assert!(echo["function"]["parameters"].get("$schema").is_none());
+
+    assert_eq!(
+        fake.messages(1),
+        json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Echo hi and add 1 and 2"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_echo", "type": "function", "function": {"name": "echo", "arguments": "{\"message\":\"hi\"}"}},
+                {"id": "call_add", "type": "function", "function": {"name": "add", "arguments": "{\"a\":1,\"b\":2}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_echo", "content": "hi"},
+            {"role": "tool", "tool_call_id": "call_add", "content": "{\"sum\":3.0}"}
+        ])
+    );
+    // The caller's history is the same conversation (without the system prompt) plus the answer.
+    assert_eq!(history.len(), 5);
+    assert_eq!(
+        serde_json::to_value(&history[4]).unwrap(),
+        json!({"role": "assistant", "content": "Echoed hi; the sum is 3."})
+    );
+    registry.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quirky_streams_and_a_stop_finish_with_calls_still_run_the_calls() {
+    let (url, _server) = demo_http().await;
+    let registry = registry(&url).await;
+    let quirks = Quirks {
+        omit_index: true,
+        finish_reason_stop_with_tool_calls: true,
+        azure_first_empty_choices: true,
+        azure_trailing_filter_chunk: true,
+        ..Quirks::default()
+    };
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[("c1", "echo", r#"{"message":"a \"quoted\" caf\u00e9"}"#)])
+                .quirks(quirks),
+            Turn::text("done"),
+        ],
+    )
+    .await;
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_registry(&registry, &[]).await.unwrap(),
+        AgentOptions::new("m"),
+    );
+    let mut history = vec![Message::user("go")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.messages(1)[2],
+        json!({"role": "tool", "tool_call_id": "c1", "content": "a \"quoted\" café"})
+    );
+    registry.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_results_unknown_tools_and_bad_arguments_are_told_to_the_model() {
+    let (url, _server) = demo_http().await;
+    let registry = registry(&url).await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[
+                ("c1", "fail", "{}"),
+                ("c2", "no_such_tool", "{}"),
+                ("c3", "echo", "{\"message\":"),
+                ("c4", "echo", "[1]"),
+            ]),
+            Turn::text("sorry"),
+        ],
+    )
+    .await;
+    let (hooks, events) = recorder();
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_registry(&registry, &["demo/fail".into(), "echo".into()])
+            .await
+            .unwrap(),
+        AgentOptions::new("m"),
+    )
+    .with_hooks(hooks);
+    let mut history = vec![Message::user("go")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(tool_names(&fake.requests()[0].body), ["echo", "fail"]);
+    let m = fake.messages(1);
+    assert_eq!(m[2]["content"], "Error: this tool always fails");
+    assert_eq!(
+        m[3]["content"],
+        "Error: there is no tool `no_such_tool`; the tools are: echo, fail"
+    );
+    assert!(m[4]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("Error: the arguments are not valid JSON"));
+    assert_eq!(
+        m[5]["content"],
+        "Error: the arguments must be a JSON object, not [1]"
+    );
+    let ids: Vec<_> = m.as_array().unwrap()[2..]
+        .iter()
+        .map(|t| t["tool_call_id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("c1"), json!("c2"), json!("c3"), json!("c4")]);
+    let errors = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::ToolResult { is_error: true, .. }))
+        .count();
+    assert_eq!(errors, 4);
+    registry.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_stops_at_max_turns() {
+    let client = memory_demo("demo").await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[("c1", "echo", r#"{"message":"1"}"#)]),
+            Turn::calls(&[("c2", "echo", r#"{"message":"2"}"#)]),
+            Turn::text("never asked"),
+        ],
+    )
+    .await;
+    let mut options = AgentOptions::new("m");
+    options.max_turns = 2;
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_clients(vec![("demo".into(), client)], &[])
+            .await
+            .unwrap(),
+        options,
+    );
+    let mut history = vec![Message::user("loop")];
+    let outcome = agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(outcome.stop, StopReason::MaxTurns);
+    assert_eq!(outcome.turns, 2);
+    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(history.len(), 5);
+}
+
+/// The demo server's `[[clients]]` entry; `protocol` pins a revision (else the client probes
+/// and speaks the modern one, where questions come back as `InputRequiredResult`s).
+pub(crate) fn entries(url: &str, protocol: Option<&str>) -> Vec<ClientEntry> {
+    let pin = protocol
+        .map(|p| format!("protocol = \"{p}\"\n"))
+        .unwrap_or_default();
+    let config: ClientsConfig = toml::from_str(&format!(
+        "[[clients]]\nname = \"demo\"\nurl = \"{url}/mcp\"\n{pin}"
+    ))
+    .unwrap();
+    config.clients
+}
+
+/// Both generations: the modern (multi-round-trip) one and a legacy session.
+pub(crate) const GENERATIONS: [Option<&str>; 2] = [None, Some("2025-11-25")];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_elicitation_goes_to_the_callers_handler_never_to_the_model() {
+    let (url, _server) = demo_http().await;
+    for protocol in GENERATIONS {
+        let fake = FakeLlm::start(
+            Auth::Any,
+            vec![
+                Turn::calls(&[("c1", "ask_name", "{}")]),
+                Turn::text("Hi Ada"),
+            ],
+        )
+        .await;
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        let handlers = ToolHandlers {
+            elicit: Some(toolyard::client::elicit_handler(move |p| {
+                seen.lock().unwrap().push(p.message().to_owned());
+                async move {
+                    let mut c = serde_json::Map::new();
+                    c.insert("name".into(), "Ada".into());
+                    Ok(ElicitResult::accept(c))
+                }
+            })),
+            ..ToolHandlers::default()
+        };
+        let toolbox = Toolbox::connect(
+            &entries(&url, protocol),
+            Implementation::new("agent-test", "1"),
+            &handlers,
+            &[],
+        )
+        .await
+        .unwrap();
+        let agent = Agent::new(llm(&fake), toolbox.clone(), AgentOptions::new("m"));
+        let mut history = vec![Message::user("greet me")];
+        agent
+            .run(&mut history, &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            *asked.lock().unwrap(),
+            ["What is your name?"],
+            "{protocol:?}"
+        );
+        assert_eq!(fake.messages(1)[2]["content"], "Hello, Ada!");
+        let everything =
+            serde_json::to_string(&fake.requests().iter().map(|r| &r.body).collect::<Vec<_>>())
+                .unwrap();
+        assert!(!everything.contains("What is your name?"));
+        toolbox.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_elicitation_handler_the_tool_is_told_and_the_model_sees_its_answer() {
+    let client = memory_demo("demo").await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![Turn::calls(&[("c1", "ask_name", "{}")]), Turn::text("ok")],
+    )
+    .await;
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_clients(vec![("demo".into(), client)], &[])
+            .await
+            .unwrap(),
+        AgentOptions::new("m"),
+    );
+    let mut history = vec![Message::user("greet me")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    let text = fake.messages(1)[2]["content"].as_str().unwrap().to_owned();
+    assert!(text.starts_with("Error"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_from_a_running_tool_is_reported_to_the_caller() {
+    let (url, _server) = demo_http().await;
+    let registry = registry(&url).await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[("c1", "slow", r#"{"steps":3,"delay_ms":30}"#)]),
+            Turn::text("done"),
+        ],
+    )
+    .await;
+    let (hooks, events) = recorder();
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_registry(&registry, &[]).await.unwrap(),
+        AgentOptions::new("m"),
+    )
+    .with_hooks(hooks);
+    let mut history = vec![Message::user("count")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    let events = events.lock().unwrap().clone();
+    let progress = events
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::Progress { tool, .. } if tool == "slow"))
+        .count();
+    assert!(progress >= 2, "{events:?}");
+    assert!(matches!(&events[0], AgentEvent::TurnStarted(1)));
+    assert_eq!(fake.messages(1)[2]["content"], "done after 3 steps");
+    registry.close().await;
+}
+
+async fn in_flight(url: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/readyz"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_str(&text).unwrap();
+    body["inFlight"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_run_cancels_the_tool_calls_in_flight() {
+    let (url, _server) = demo_http().await;
+    let registry = registry(&url).await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![Turn::calls(&[(
+            "c1",
+            "slow",
+            r#"{"steps":100,"delay_ms":100}"#,
+        )])],
+    )
+    .await;
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_registry(&registry, &[]).await.unwrap(),
+        AgentOptions::new("m"),
+    );
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let probe = url.clone();
+    tokio::spawn(async move {
+        // Cancel once the call is running on the server.
+        for _ in 0..100 {
+            if in_flight(&probe).await > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        trigger.cancel();
+    });
+    let started = Instant::now();
+    let mut history = vec![Message::user("count a lot")];
+    let r = agent.run(&mut history, &cancel).await;
+    assert!(matches!(r, Err(AgentError::Cancelled)), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The conversation stays valid: the cancelled call has its result.
+    assert_eq!(
+        serde_json::to_value(&history[2]).unwrap(),
+        json!({"role": "tool", "tool_call_id": "c1", "content": "Error: cancelled by the user"})
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight(&url).await > 0 {
+        assert!(Instant::now() < deadline, "the server still runs the call");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    registry.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_calls_run_at_most_max_parallel_at_a_time() {
+    let client = memory_demo("demo").await;
+    let slow = r#"{"steps":2,"delay_ms":100}"#;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[
+                ("a", "slow", slow),
+                ("b", "slow", slow),
+                ("c", "slow", slow),
+                ("d", "slow", slow),
+            ]),
+            Turn::text("ok"),
+        ],
+    )
+    .await;
+    let mut options = AgentOptions::new("m");
+    options.max_parallel_calls = 2;
+    // Calls started and not finished, and the most there ever were.
+    let running = Arc::new(Mutex::new((0usize, 0usize)));
+    let seen = running.clone();
+    let hooks = AgentHooks {
+        on_event: Some(Arc::new(move |e: &AgentEvent| {
+            let mut r = seen.lock().unwrap();
+            match e {
+                AgentEvent::ToolCall { .. } => {
+                    r.0 += 1;
+                    r.1 = r.1.max(r.0);
+                }
+                AgentEvent::ToolResult { .. } => r.0 -= 1,
+                _ => {}
+            }
+        })),
+        ..AgentHooks::default()
+    };
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_clients(vec![("demo".into(), client)], &[])
+            .await
+            .unwrap(),
+        options,
+    )
+    .with_hooks(hooks);
+    let mut history = vec![Message::user("go")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        *running.lock().unwrap(),
+        (0, 2),
+        "two at a time, never more"
+    );
+    let ids: Vec<_> = fake.messages(1).as_array().unwrap()[2..]
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_caller_declines_is_not_made_and_the_model_is_told() {
+    let client = memory_demo("demo").await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[
+                ("c1", "echo", r#"{"message":"x"}"#),
+                ("c2", "add", r#"{"a":1,"b":1}"#),
+            ]),
+            Turn::text("ok"),
+        ],
+    )
+    .await;
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    let hooks = AgentHooks {
+        confirm: Some(Arc::new(move |p: toolyard_agent::PendingCall| {
+            seen.lock()
+                .unwrap()
+                .push((p.server.clone(), p.tool.clone(), p.arguments.clone()));
+            let yes = p.tool == "add";
+            Box::pin(async move { yes })
+        })),
+        ..AgentHooks::default()
+    };
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_clients(vec![("demo".into(), client)], &[])
+            .await
+            .unwrap(),
+        AgentOptions::new("m"),
+    )
+    .with_hooks(hooks);
+    let mut history = vec![Message::user("go")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [
+            (
+                "demo".to_owned(),
+                "echo".to_owned(),
+                json!({"message": "x"})
+            ),
+            ("demo".to_owned(), "add".to_owned(), json!({"a": 1, "b": 1}))
+        ]
+    );
+    let m = fake.messages(1);
+    assert_eq!(m[2]["content"], "Error: the user declined this tool call");
+    assert_eq!(m[3]["content"], "{\"sum\":2.0}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_tool_name_on_two_servers_gets_two_function_names_that_route_back() {
+    let (url, _server) = demo_http().await;
+    let registry = registry(&url).await;
+    let mut clients: Vec<(String, toolyard::client::Client)> =
+        vec![("demo".into(), registry.get("demo").unwrap().clone())];
+    clients.push(("other".into(), memory_demo("other").await));
+    let toolbox = Toolbox::from_clients(clients, &["demo/echo".into(), "other/echo".into()])
+        .await
+        .unwrap();
+    let functions: Vec<_> = toolbox
+        .tools()
+        .iter()
+        .map(|t| (t.server.clone(), t.function.clone()))
+        .collect();
+    assert_eq!(functions.len(), 2);
+    assert_ne!(functions[0].1, functions[1].1);
+    assert!(
+        functions
+            .iter()
+            .all(|(_, f)| f.starts_with("echo_") && f.len() == 13),
+        "{functions:?}"
+    );
+    let other_echo = functions[1].1.clone();
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[("c1", &other_echo, r#"{"message":"routed"}"#)]),
+            Turn::text("ok"),
+        ],
+    )
+    .await;
+    let (hooks, events) = recorder();
+    let agent = Agent::new(llm(&fake), toolbox, AgentOptions::new("m")).with_hooks(hooks);
+    let mut history = vec![Message::user("go")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(fake.messages(1)[2]["content"], "routed");
+    let servers: Vec<_> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCall { server, tool, .. } => Some((server.clone(), tool.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(servers, [("other".to_owned(), "echo".to_owned())]);
+    registry.close().await;
+}
+
+async fn many_tools(n: usize) -> toolyard::client::Client {
+    let mut builder = toolyard::ServerBuilder::new("many", "1");
+    for i in 0..n {
+        let tool = toolyard::proto::Tool::new(format!("tool_{i}"), toolyard::empty_object_schema());
+        builder = builder.try_tool(toolyard::ToolDef::new(
+            tool,
+            Arc::new(|_ctx, _args| {
+                Box::pin(async { Ok(toolyard::proto::CallToolResult::text("x")) })
+            }),
+        ));
+    }
+    let server = builder.start().await.unwrap();
+    ClientBuilder::new(Implementation::new("agent-test", "1"))
+        .connect(toolyard::MemoryTransport::new(&server))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn more_than_128_tools_is_an_error_that_names_the_allow_list() {
+    let client = many_tools(130).await;
+    let e = Toolbox::from_clients(vec![("many".into(), client.clone())], &[])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            AgentError::TooManyTools {
+                count: 130,
+                limit: 128
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("allow-list ([agent] tools = "),
+        "{e}"
+    );
+    let allow: Vec<String> = (0..100).map(|i| format!("many/tool_{i}")).collect();
+    let toolbox = Toolbox::from_clients(vec![("many".into(), client)], &allow)
+        .await
+        .unwrap();
+    assert_eq!(toolbox.tools().len(), 100);
+}
+
+#[tokio::test]
+async fn an_allow_list_entry_that_matches_nothing_is_an_error() {
+    let client = memory_demo("demo").await;
+    let e = Toolbox::from_clients(vec![("demo".into(), client)], &["demo/ecoh".into()])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the allow-list entry `demo/ecoh` matches no tool"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_streaming_the_model_is_sent_the_same_conversation() {
+    let client = memory_demo("demo").await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[("c1", "echo", r#"{"message":"x"}"#)]),
+            Turn::text("ok"),
+        ],
+    )
+    .await;
+    let mut options = AgentOptions::new("m");
+    options.stream = false;
+    let (hooks, events) = recorder();
+    let agent = Agent::new(
+        llm(&fake),
+        Toolbox::from_clients(vec![("demo".into(), client)], &[])
+            .await
+            .unwrap(),
+        options,
+    )
+    .with_hooks(hooks);
+    let mut history = vec![Message::user("go")];
+    let outcome = agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("ok"));
+    assert!(fake
+        .requests()
+        .iter()
+        .all(|r| r.body.get("stream").is_none()));
+    assert_eq!(
+        fake.messages(1)[2],
+        json!({"role": "tool", "tool_call_id": "c1", "content": "x"})
+    );
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::Text(t) if t == "ok")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_a_server_adds_are_offered_from_the_next_model_request() {
+    let server = toolyard_testkit::demo(toolyard::ServerBuilder::new("demo", "1"))
+        .start()
+        .await
+        .unwrap();
+    // A legacy session: the server's list_changed notifications come unasked.
+    let client = ClientBuilder::new(Implementation::new("agent-test", "1"))
+        .protocol(toolyard::client::ProtocolChoice::Legacy(
+            toolyard::proto::ProtocolVersion::V2025_11_25,
+        ))
+        .connect(toolyard::MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    let fake = FakeLlm::start(Auth::Any, vec![Turn::text("one"), Turn::text("two")]).await;
+    let (hooks, events) = recorder();
+    let toolbox = Toolbox::from_clients(vec![("demo".into(), client)], &[])
+        .await
+        .unwrap();
+    let agent = Agent::new(llm(&fake), toolbox, AgentOptions::new("m")).with_hooks(hooks);
+    let mut history = vec![Message::user("first")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(!tool_names(&fake.requests()[0].body).contains(&"late".to_owned()));
+    let late = toolyard::proto::Tool::new("late", toolyard::empty_object_schema());
+    server.add_tools(vec![toolyard::ToolDef::new(
+        late,
+        Arc::new(|_ctx, _args| Box::pin(async { Ok(toolyard::proto::CallToolResult::text("x")) })),
+    )
+    .unwrap()]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !agent.toolbox().tools_changed() {
+        assert!(Instant::now() < deadline, "no list_changed arrived");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    history.push(Message::user("second"));
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(tool_names(&fake.requests()[1].body).contains(&"late".to_owned()));
+    let count = agent.toolbox().tools().len();
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolsChanged(n) if *n == count)));
+}
