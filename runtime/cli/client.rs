@@ -165,7 +165,9 @@ pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<()> {
     } else {
         protocol
     };
-    let telemetry = args.telemetry.install("toolyard-cli", false)?;
+    let telemetry = args
+        .telemetry
+        .install("toolyard-cli", false, &Default::default())?;
     let client = ClientBuilder::new(Implementation::new(
         "toolyard-cli",
         env!("CARGO_PKG_VERSION"),

@@ -9,6 +9,18 @@ use toolyard::{Config, ConfigError};
 #[cfg(feature = "agent")]
 use toolyard_agent::config::AgentConfig;
 use toolyard_gateway::GatewayConfig;
+#[cfg(feature = "nats")]
+use toolyard_nats::NatsConfig;
+#[cfg(feature = "otel")]
+use toolyard_otel::TelemetryConfig;
+
+/// `[telemetry]` with the `otel` feature; without it the section is nobody's, so refused.
+#[cfg(feature = "otel")]
+pub(crate) type TelemetryFile = TelemetryConfig;
+/// `[telemetry]` with the `otel` feature; without it the section is nobody's, so refused.
+#[cfg(not(feature = "otel"))]
+#[derive(Debug, Default)]
+pub(crate) struct TelemetryFile;
 
 /// Every section of a `toolyard serve --config` file.
 #[derive(Debug, Default)]
@@ -17,6 +29,11 @@ pub(crate) struct ConfigFile {
     pub(crate) server: Config,
     /// The gateway's sections.
     pub(crate) gateway: GatewayConfig,
+    /// `[nats]`.
+    #[cfg(feature = "nats")]
+    pub(crate) nats: NatsConfig,
+    /// `[telemetry]`.
+    pub(crate) telemetry: TelemetryFile,
     /// The agent's sections (`[agent]`, `[[clients]]`).
     #[cfg(feature = "agent")]
     pub(crate) agent: AgentConfig,
@@ -35,11 +52,21 @@ impl ConfigFile {
     /// Parses TOML text.
     pub(crate) fn parse(text: &str) -> Result<ConfigFile, String> {
         let mut plugin_sections: Vec<&str> = GatewayConfig::SECTIONS.to_vec();
+        #[cfg(feature = "nats")]
+        plugin_sections.extend(NatsConfig::SECTIONS);
+        #[cfg(feature = "otel")]
+        plugin_sections.extend(TelemetryConfig::SECTIONS);
         #[cfg(feature = "agent")]
         plugin_sections.extend(AgentConfig::SECTIONS);
         Ok(ConfigFile {
             server: Config::parse_with(text, &plugin_sections)?,
             gateway: GatewayConfig::parse(text)?,
+            #[cfg(feature = "nats")]
+            nats: NatsConfig::parse(text)?,
+            #[cfg(feature = "otel")]
+            telemetry: TelemetryConfig::parse(text)?,
+            #[cfg(not(feature = "otel"))]
+            telemetry: TelemetryFile,
             #[cfg(feature = "agent")]
             agent: AgentConfig::parse(text)?,
         })

@@ -199,16 +199,22 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
             .init(),
     }
-    let ConfigFile {
-        server: config,
-        gateway: gateway_file,
-        // `serve` does not run the agent; its sections are only checked.
-        #[cfg(feature = "agent")]
-            agent: _,
-    } = match &args.config {
+    let file = match &args.config {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
+    let ConfigFile {
+        server: config,
+        gateway: gateway_file,
+        #[cfg(feature = "nats")]
+            nats: nats_file,
+        telemetry: telemetry_file,
+        // `serve` does not run the agent; its sections are only checked.
+        #[cfg(feature = "agent")]
+            agent: _,
+    } = file;
+    #[cfg(feature = "nats")]
+    let nats_url = args.nats.clone().or(nats_file.nats.url.clone());
     // One worker: a current-thread runtime (no work-stealing machinery, and the stdio writer
     // batches naturally: producers run before it). More: a multi-thread runtime.
     let runtime = if args.workers <= 1 {
@@ -228,12 +234,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .or(config.server.name.clone())
             .unwrap_or_else(|| "toolyard".into());
-        let telemetry = args.telemetry.install(&name, args.prometheus)?;
+        let telemetry = args
+            .telemetry
+            .install(&name, args.prometheus, &telemetry_file)?;
         let mut builder = telemetry.layer(ServerBuilder::new(name, env!("CARGO_PKG_VERSION")));
         // A gateway serves its sources, not the demo.
         let gateway_config = !gateway_file.sources.is_empty();
         #[cfg(feature = "nats")]
-        let nats_gateway = args.nats.is_some();
+        let nats_gateway = nats_url.is_some();
         #[cfg(not(feature = "nats"))]
         let nats_gateway = false;
         if !args.no_demo && !gateway_config && !nats_gateway {
@@ -269,14 +277,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         let server = builder.start().await?;
         #[cfg(feature = "nats")]
-        let _nats = match &args.nats {
+        let _nats = match &nats_url {
             Some(url) => {
                 let client = toolyard_nats::connect(url, "ty-gateway").await?;
                 Some(
                     toolyard_nats::RemoteTools::start(
                         server.clone(),
                         client,
-                        toolyard_nats::RemoteConfig::default(),
+                        nats_file.nats.remote(),
                     )
                     .await?,
                 )

@@ -20,15 +20,20 @@ pub(crate) struct Installed(#[cfg(feature = "otel")] Option<toolyard_otel::Telem
 impl TelemetryArgs {
     /// Installs telemetry for a process named `service` (inside the Tokio runtime);
     /// `prometheus` keeps the metrics for a `/metrics` scrape as well.
-    pub(crate) fn install(&self, service: &str, prometheus: bool) -> anyhow::Result<Installed> {
+    pub(crate) fn install(
+        &self,
+        service: &str,
+        prometheus: bool,
+        file: &crate::config_file::TelemetryFile,
+    ) -> anyhow::Result<Installed> {
         #[cfg(feature = "otel")]
         {
-            let settings = toolyard_otel::TelemetrySettings {
-                endpoint: self.otel_endpoint.clone(),
-                service_name: Some(service.to_owned()),
-                prometheus,
-                ..Default::default()
-            };
+            // The file's `[telemetry]`, then the flags over it.
+            let mut settings = file.telemetry.settings(service);
+            if let Some(endpoint) = &self.otel_endpoint {
+                settings.endpoint = Some(endpoint.clone());
+            }
+            settings.prometheus |= prometheus;
             Ok(Installed(toolyard_otel::Telemetry::install(&settings)?))
         }
         #[cfg(not(feature = "otel"))]
@@ -39,7 +44,7 @@ impl TelemetryArgs {
             if prometheus {
                 anyhow::bail!("--prometheus needs a toolyard built with the `otel` feature");
             }
-            let _ = service;
+            let _ = (service, file);
             Ok(Installed())
         }
     }

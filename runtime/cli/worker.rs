@@ -70,7 +70,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             .name
             .clone()
             .unwrap_or_else(|| format!("toolyard-worker-{}", args.name));
-        let telemetry = args.telemetry.install(&name, false)?;
+        let telemetry = args.telemetry.install(&name, false, &file.telemetry)?;
         let mut builder = telemetry.layer(ServerBuilder::new(name, env!("CARGO_PKG_VERSION")));
         if !args.no_demo {
             builder = toolyard_demo::demo(builder);

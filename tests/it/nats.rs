@@ -323,3 +323,42 @@ async fn a_stopped_worker_is_32010_within_the_inactivity_window_and_sigcont_brea
         "{done:?}"
     );
 }
+
+/// `[nats]` in the config file does what `--nats` does, and its `separator = ""` exposes the
+/// workers' tools under their own names.
+#[test]
+fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
+    let nats = NatsServer::start();
+    let _worker = worker(&nats.url(), "plain");
+    let dir = std::env::temp_dir().join(format!("toolyard-nats-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!("[nats]\nurl = \"{}\"\nseparator = \"\"\n", nats.url()),
+    )
+    .unwrap();
+    // --no-demo: the only echo is the worker's, and only if [nats] was read.
+    let serve = format!("'{BIN}' serve --stdio --no-demo --config '{}'", config.display());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let called = loop {
+        let out = Command::new(BIN)
+            .args(["client", "--stdio", &serve, "call", "echo"])
+            .args(["--args", r#"{"message":"bare"}"#])
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("run toolyard client");
+        let value: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if value["content"][0]["text"] == "bare" {
+            break value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker's echo never answered under its own name: {value}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(called["isError"], Value::Null);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,6 +10,7 @@
 //!   nats-mcp-gateway's v1 where it has one; `docs/nats.md` specifies it for other clients.
 
 mod catalog;
+mod config;
 mod error;
 mod inbox;
 mod remote;
@@ -17,6 +18,7 @@ pub mod wire;
 mod worker;
 
 pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
+pub use config::{NatsConfig, NatsSection};
 pub use error::NatsError;
 pub use remote::{RemoteConfig, RemoteTools};
 pub use worker::{Worker, WorkerConfig};

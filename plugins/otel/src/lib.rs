@@ -18,6 +18,7 @@
 //! seam entirely (`Layers::is_empty`), a client without an observer skips the observer.
 
 mod client;
+mod config;
 mod error;
 mod export;
 mod handlers;
@@ -26,6 +27,7 @@ mod semconv;
 mod server;
 
 pub use client::ClientObserver;
+pub use config::{TelemetryConfig, TelemetrySection};
 pub use error::TelemetryError;
 pub use export::{Telemetry, TelemetrySettings, SHUTDOWN_GRACE};
 pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, ObservableToolHandler};

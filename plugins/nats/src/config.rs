@@ -1,0 +1,84 @@
+//! The config file's `[nats]` section (the binary composes the file from each crate's
+//! sections): where the bus is and how the gateway side exposes and calls the workers'
+//! tools. Flags (`--nats`) override it.
+
+use crate::remote::RemoteConfig;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// `[nats]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSection {
+    /// The server(s), e.g. `nats://127.0.0.1:4222` (comma-separated for a cluster). When set,
+    /// `toolyard serve` exposes the workers' tools as `--nats URL` does.
+    pub url: Option<String>,
+    /// The subject prefix (default `mcp.v1`).
+    pub prefix: Option<String>,
+    /// Between a worker's name and a tool's name (default `__`); `""` exposes the tools under
+    /// their own names.
+    pub separator: Option<String>,
+    /// A call fails with -32010 when no frame came for this long (default 60 000).
+    pub inactivity_ms: Option<u64>,
+    /// The budget a call announces to the worker (default 300 000).
+    pub call_timeout_ms: Option<u64>,
+}
+
+/// The NATS bridge's sections of a config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct NatsConfig {
+    /// `[nats]`.
+    #[serde(default)]
+    pub nats: NatsSection,
+}
+
+impl NatsConfig {
+    /// The top-level sections this crate owns.
+    pub const SECTIONS: [&'static str; 1] = ["nats"];
+
+    /// Parses the bridge's sections of a whole config file's TOML text (other sections are
+    /// other crates' business).
+    pub fn parse(text: &str) -> Result<NatsConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+impl NatsSection {
+    /// The gateway side's settings: the defaults, with what the section sets.
+    pub fn remote(&self) -> RemoteConfig {
+        let mut config = RemoteConfig::default();
+        if let Some(prefix) = &self.prefix {
+            config.prefix = prefix.clone();
+        }
+        if let Some(sep) = &self.separator {
+            config.separator = (!sep.is_empty()).then(|| sep.clone());
+        }
+        if let Some(ms) = self.inactivity_ms {
+            config.inactivity = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.call_timeout_ms {
+            config.call_timeout = Duration::from_millis(ms);
+        }
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_section_sets_the_naming_and_timeouts_and_refuses_typos() {
+        let c = NatsConfig::parse(
+            "[nats]\nurl = \"nats://h:4222\"\nseparator = \"\"\ninactivity_ms = 5000\n[server]\nname = \"x\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.nats.url.as_deref(), Some("nats://h:4222"));
+        let r = c.nats.remote();
+        assert_eq!(r.separator, None, "an empty separator exposes bare names");
+        assert_eq!(r.inactivity, Duration::from_millis(5000));
+        assert_eq!(r.prefix, "mcp.v1");
+        let err = NatsConfig::parse("[nats]\nurll = \"x\"\n").unwrap_err();
+        assert!(err.contains("urll"), "{err}");
+    }
+}
