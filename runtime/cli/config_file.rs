@@ -1,13 +1,15 @@
 //! The config file, composed: each crate owns and parses its own sections (`[server]`,
 //! `[[tools]]`, `[[resources]]` and `[[prompts]]` belong to `toolyard`, `[gateway]` and
-//! `[[sources]]` to `toolyard-gateway`, `[agent]` and `[[clients]]` to `toolyard-agent`), and
-//! only the binary knows the whole file. A key no crate owns is refused, naming the sections
-//! that exist.
+//! `[[sources]]` to `toolyard-gateway`, `[connectors]` to `toolyard-connectors`, `[agent]` and
+//! `[[clients]]` to `toolyard-agent`), and only the binary knows the whole file. A key no crate
+//! owns is refused, naming the sections that exist.
 
 use std::path::Path;
 use toolyard::{Config, ConfigError};
 #[cfg(feature = "agent")]
 use toolyard_agent::config::AgentConfig;
+#[cfg(feature = "connectors")]
+use toolyard_connectors::ConnectorsConfig;
 use toolyard_gateway::GatewayConfig;
 #[cfg(feature = "nats")]
 use toolyard_nats::NatsConfig;
@@ -34,6 +36,9 @@ pub(crate) struct ConfigFile {
     pub(crate) nats: NatsConfig,
     /// `[telemetry]`.
     pub(crate) telemetry: TelemetryFile,
+    /// The built-in connectors' sections.
+    #[cfg(feature = "connectors")]
+    pub(crate) connectors: ConnectorsConfig,
     /// The agent's sections (`[agent]`, `[[clients]]`).
     #[cfg(feature = "agent")]
     pub(crate) agent: AgentConfig,
@@ -56,6 +61,8 @@ impl ConfigFile {
         plugin_sections.extend(NatsConfig::SECTIONS);
         #[cfg(feature = "otel")]
         plugin_sections.extend(TelemetryConfig::SECTIONS);
+        #[cfg(feature = "connectors")]
+        plugin_sections.extend(ConnectorsConfig::SECTIONS);
         #[cfg(feature = "agent")]
         plugin_sections.extend(AgentConfig::SECTIONS);
         Ok(ConfigFile {
@@ -67,6 +74,8 @@ impl ConfigFile {
             telemetry: TelemetryConfig::parse(text)?,
             #[cfg(not(feature = "otel"))]
             telemetry: TelemetryFile,
+            #[cfg(feature = "connectors")]
+            connectors: ConnectorsConfig::parse(text)?,
             #[cfg(feature = "agent")]
             agent: AgentConfig::parse(text)?,
         })
@@ -107,6 +116,18 @@ mod tests {
         assert_eq!(file.agent.clients[0].name(), "demo");
         let err = ConfigFile::parse("[agent]\nmdoel = \"m\"\n").unwrap_err();
         assert!(err.contains("mdoel"), "{err}");
+    }
+
+    #[cfg(feature = "connectors")]
+    #[test]
+    fn the_connectors_read_their_own_sections() {
+        let file =
+            ConfigFile::parse("[connectors.filesystem]\nroots = [\"/srv\"]\nread_only = true\n")
+                .unwrap();
+        let fs = file.connectors.connectors.filesystem.unwrap();
+        assert!(fs.read_only);
+        let err = ConfigFile::parse("[connectors.filesystem]\nroot = [\"/srv\"]\n").unwrap_err();
+        assert!(err.contains("root"), "{err}");
     }
 
     #[test]

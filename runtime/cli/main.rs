@@ -209,6 +209,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         #[cfg(feature = "nats")]
             nats: nats_file,
         telemetry: telemetry_file,
+        #[cfg(feature = "connectors")]
+        connectors,
         // `serve` does not run the agent; its sections are only checked.
         #[cfg(feature = "agent")]
             agent: _,
@@ -263,6 +265,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             builder = builder.experimental(name, what);
         }
         builder = builder.config(&config);
+        #[cfg(feature = "connectors")]
+        {
+            builder = connectors.install(builder)?;
+        }
         let mut limits = Limits::default();
         if let Some(n) = args.max_in_flight.or(config.server.max_in_flight) {
             limits.max_in_flight = n;

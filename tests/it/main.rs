@@ -11,6 +11,8 @@ mod agent;
 mod client_cli;
 mod client_interop;
 mod client_stdio;
+#[cfg(feature = "connectors")]
+mod connectors;
 mod gateway;
 mod gateway_faults;
 mod gateway_interop;

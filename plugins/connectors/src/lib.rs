@@ -1,0 +1,47 @@
+//! Toolyard's built-in connectors: tools a server offers without any third-party MCP server.
+//!
+//! Each connector is a [`toolyard::Controller`] behind its own cargo feature, so the core
+//! build never pays for a connector it does not serve, and each is enabled from the config
+//! file's `[connectors.*]` sections ([`ConnectorsConfig`]):
+//!
+//! - `filesystem` (`[connectors.filesystem]`): the reference filesystem server's tools under
+//!   the same names and arguments, confined to the operator's roots by directory
+//!   capabilities (every open is relative to a root handle and cannot resolve outside it), plus
+//!   line windows, byte caps, `grep`, `delete_path` and a read-only mode.
+//! - `sqlite` / `postgres` (`[connectors.sql]`): schema browsing and queries whose read-only
+//!   guarantee comes from the database (a read-only open and an authorizer, a read-only
+//!   transaction over the extended protocol), never from parsing SQL.
+//! - `fetch` (`[connectors.fetch]`): the reference fetch server's `fetch` tool behind an SSRF
+//!   guard that judges addresses after DNS resolution and on every redirect hop, with
+//!   robots.txt honoured and byte and time limits.
+//! - `search` (`[connectors.search]`): `web_search` over SearXNG, Brave or Tavily, each in its
+//!   real wire format, with structured results and `Retry-After` handling.
+//!
+//! The names and argument shapes follow the reference servers so that clients and prompts
+//! written for them keep working; the security model is this crate's own.
+
+mod config;
+mod error;
+#[cfg(feature = "fetch")]
+pub mod fetch;
+#[cfg(feature = "filesystem")]
+pub mod filesystem;
+#[cfg(feature = "search")]
+pub mod search;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub mod sql;
+#[cfg(any(
+    feature = "filesystem",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "fetch",
+    feature = "search"
+))]
+mod tool;
+#[cfg(any(feature = "filesystem", feature = "sqlite", feature = "postgres"))]
+mod uri;
+
+pub use config::{
+    ConnectorsConfig, ConnectorsSection, FetchConfig, FilesystemConfig, SearchConfig, SqlConfig,
+};
+pub use error::ConnectorError;
