@@ -67,13 +67,16 @@ pub struct Readiness {
     pub down: Vec<(String, String, String, bool)>,
 }
 
+/// Components down now: `(kind, name)` → `(reason, required)`.
+type DownTable = BTreeMap<(&'static str, String), (String, bool)>;
+
 /// A server's lifecycle: publish, subscribe, readiness.
 #[derive(Debug)]
 pub struct Lifecycle {
     events: broadcast::Sender<LifecycleEvent>,
     started: AtomicBool,
     stopping: AtomicBool,
-    down: Mutex<BTreeMap<(&'static str, String), (String, bool)>>,
+    down: Mutex<DownTable>,
 }
 
 impl Default for Lifecycle {
@@ -115,9 +118,7 @@ impl Lifecycle {
         let _ = self.events.send(event);
     }
 
-    fn down_table(
-        &self,
-    ) -> std::sync::MutexGuard<'_, BTreeMap<(&'static str, String), (String, bool)>> {
+    fn down_table(&self) -> std::sync::MutexGuard<'_, DownTable> {
         self.down.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -114,7 +114,7 @@ pub struct ServerConfig {
     /// How tasks run.
     pub task_settings: TaskSettings,
     /// Lifecycle events and readiness ([`Server::lifecycle`]); made here so layers built
-    /// before the server starts ([`Lifecycle::tool_events`]) can publish to it.
+    /// before the server starts ([`Lifecycle::tool_events`](crate::Lifecycle::tool_events)) can publish to it.
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 

@@ -455,7 +455,8 @@ fn the_filesystem_connector_answers_like_the_official_server() {
         Peer::spawn(c)
     };
     // (tool, arguments with ROOT for the tree's root, how to compare)
-    let cases: Vec<(&str, Value, fn(&str) -> Value)> = vec![
+    type Case = (&'static str, Value, fn(&str) -> Value);
+    let cases: Vec<Case> = vec![
         ("read_text_file", json!({"path": "ROOT/a.txt"}), |t| {
             json!(t)
         }),

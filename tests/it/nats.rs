@@ -339,7 +339,10 @@ fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
     )
     .unwrap();
     // --no-demo: the only echo is the worker's, and only if [nats] was read.
-    let serve = format!("'{BIN}' serve --stdio --no-demo --config '{}'", config.display());
+    let serve = format!(
+        "'{BIN}' serve --stdio --no-demo --config '{}'",
+        config.display()
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let called = loop {
         let out = Command::new(BIN)
