@@ -1,0 +1,105 @@
+{{/* The chart's name. */}}
+{{- define "toolyard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release-qualified name every object starts with. */}}
+{{- define "toolyard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "toolyard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "toolyard.labels" -}}
+helm.sh/chart: {{ include "toolyard.chart" . }}
+app.kubernetes.io/name: {{ include "toolyard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: toolyard
+{{- end }}
+
+{{- define "toolyard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "toolyard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "toolyard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "toolyard.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "toolyard.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/* The checksum of the rendered ConfigMap: a config change rolls the pods. */}}
+{{- define "toolyard.configChecksum" -}}
+{{- include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- end }}
+
+{{/* Environment shared by the gateway and the workers; arg: dict "root" $ "component" NAME. */}}
+{{- define "toolyard.commonEnv" -}}
+{{- $root := .root -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- if $root.Values.nats.urlSecret.name }}
+- name: TOOLYARD_NATS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $root.Values.nats.urlSecret.name }}
+      key: {{ required "nats.urlSecret.key is required with nats.urlSecret.name" $root.Values.nats.urlSecret.key }}
+{{- else }}
+- name: TOOLYARD_NATS
+  value: {{ required "nats.url is required: the chart needs an external NATS with JetStream (or nats.urlSecret)" $root.Values.nats.url | quote }}
+{{- end }}
+{{- with $root.Values.secrets.existingSecret }}
+{{- if $root.Values.secrets.stateSecretKey }}
+- name: TOOLYARD_STATE_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $root.Values.secrets.stateSecretKey }}
+{{- end }}
+{{- end }}
+{{- with $root.Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "toolyard-%s" $.component | quote }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ printf "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE),service.namespace=toolyard%s" (ternary (printf ",%s" $root.Values.otel.resourceAttributes) "" (ne $root.Values.otel.resourceAttributes "")) | quote }}
+{{- with $root.Values.otel.sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- with $root.Values.otel.samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
