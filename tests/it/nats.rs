@@ -365,3 +365,41 @@ fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
     assert_eq!(called["isError"], Value::Null);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Regression: a worker told to stop (SIGTERM) while its NATS server is gone waited forever
+/// for a reconnection (deleting its catalog entry, flushing), so only SIGKILL ended it. It
+/// now stops after its drain deadline and a short grace for the bus.
+#[test]
+fn a_worker_stops_on_sigterm_even_when_its_nats_server_is_gone() {
+    let nats = NatsServer::start();
+    let mut child = Command::new(BIN)
+        .args(["worker", "--nats", &nats.url(), "--name", "orphan"])
+        .args(["--drain-seconds", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolyard worker");
+    // Serving (its catalog entry written) before the bus goes.
+    std::thread::sleep(Duration::from_secs(2));
+    nats.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // A bound on waiting, not on speed: drain (1 s) + bus grace (2 s) + slack.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the worker did not stop on SIGTERM with its NATS server gone");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -140,7 +140,9 @@ impl Worker {
         let inner = self.inner;
         inner.draining.cancel();
         self.heartbeat.abort();
-        let _ = inner.catalog.delete(inner.catalog_key()).await;
+        // The bus may be gone (that may be why we stop): what needs it is bounded, or a
+        // SIGTERM would wait for a reconnection that never comes.
+        let _ = tokio::time::timeout(BUS_GRACE, inner.catalog.delete(inner.catalog_key())).await;
         inner.tracker.close();
         if tokio::time::timeout(inner.config.drain_timeout, inner.tracker.wait())
             .await
@@ -150,10 +152,14 @@ impl Worker {
             inner.tracker.wait().await;
         }
         self.serving.abort();
-        let _ = inner.client.flush().await;
+        let _ = tokio::time::timeout(BUS_GRACE, inner.client.flush()).await;
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker drained");
     }
 }
+
+/// How long stopping waits for the bus (deleting the catalog entry, flushing the last
+/// frames) after the drain.
+const BUS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Inner {
     fn catalog_key(&self) -> String {
