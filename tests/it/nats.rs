@@ -403,3 +403,54 @@ fn a_worker_stops_on_sigterm_even_when_its_nats_server_is_gone() {
     };
     assert!(status.success(), "{status:?}");
 }
+
+/// A gateway whose NATS server goes away is not ready (`/readyz` 503, the bus listed as a
+/// required component down) until it reconnects, and ready again after.
+#[test]
+fn readyz_follows_the_gateways_nats_connection() {
+    let nats = NatsServer::start();
+    let gateway = toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &nats.url()]);
+    let readyz = || -> (u16, Value) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let r = reqwest::get(format!("{}/readyz", gateway.base_url()))
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (
+                status,
+                serde_json::from_slice(&r.bytes().await.unwrap()).unwrap(),
+            )
+        })
+    };
+    let wait_for = |want: u16| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, body) = readyz();
+            if status == want {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/readyz never answered {want}: {body}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for(200);
+    nats.kill();
+    let body = wait_for(503);
+    assert!(
+        body["down"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["kind"] == "nats" && d["required"] == true),
+        "{body}"
+    );
+    nats.restart();
+    wait_for(200);
+}

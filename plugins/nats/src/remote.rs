@@ -61,6 +61,7 @@ impl RemoteConfig {
 pub struct RemoteTools {
     inner: Arc<Inner>,
     watcher: tokio::task::JoinHandle<()>,
+    connection: tokio::task::JoinHandle<()>,
 }
 
 #[derive(Debug)]
@@ -125,7 +126,12 @@ impl RemoteTools {
             }
             tracing::warn!("the catalog watch ended");
         });
-        Ok(RemoteTools { inner, watcher })
+        let connection = tokio::spawn(watch_connection(inner.server.clone(), inner.client.clone()));
+        Ok(RemoteTools {
+            inner,
+            watcher,
+            connection,
+        })
     }
 
     /// The exposed names of the tools installed now.
@@ -136,10 +142,50 @@ impl RemoteTools {
     /// Stops following the catalog and removes the workers' tools from the server.
     pub fn shutdown(self) {
         self.watcher.abort();
+        self.connection.abort();
         let names: Vec<String> = self.inner.state().installed.keys().cloned().collect();
         if !names.is_empty() {
             self.inner.server.remove_tools(names);
         }
+    }
+}
+
+impl Drop for RemoteTools {
+    fn drop(&mut self) {
+        self.watcher.abort();
+        self.connection.abort();
+    }
+}
+
+/// The bus connection as a required component of the server's lifecycle: a gateway whose
+/// NATS connection is down cannot reach any worker, so it is not ready (`/readyz` 503) until
+/// the client reconnects. Polled: async-nats reports connection events only to a callback
+/// set before connecting, and the connection may be shared with other users.
+async fn watch_connection(server: Server, client: Client) {
+    use async_nats::connection::State as Conn;
+    let lifecycle = server.lifecycle();
+    let mut up = true;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let now = matches!(client.connection_state(), Conn::Connected);
+        if now == up {
+            continue;
+        }
+        up = now;
+        lifecycle.publish(if up {
+            toolyard::LifecycleEvent::ComponentUp {
+                kind: "nats",
+                name: "bus".to_owned(),
+            }
+        } else {
+            toolyard::LifecycleEvent::ComponentDown {
+                kind: "nats",
+                name: "bus".to_owned(),
+                reason: "disconnected from the NATS server; reconnecting".to_owned(),
+                required: true,
+            }
+        });
     }
 }
 
