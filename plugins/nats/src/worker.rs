@@ -399,8 +399,12 @@ async fn handle(inner: &Inner, message: Message) {
             principal: None,
         },
     );
-    let mut keepalive = tokio::time::interval(inner.config.keepalive);
-    keepalive.tick().await;
+    // The first keepalive one period from now. (`interval` + an initial `tick()` cost every
+    // request a trip through the timer wheel: ~1 ms of latency per call.)
+    let mut keepalive = tokio::time::interval_at(
+        tokio::time::Instant::now() + inner.config.keepalive,
+        inner.config.keepalive,
+    );
     let expired = async {
         match deadline {
             Some(at) => tokio::time::sleep_until(at).await,
