@@ -146,14 +146,18 @@ impl BusState {
 
     /// Drops the listeners whose sink closed, with their interest.
     fn drop_closed(&mut self) {
-        let closed: Vec<ListenerId> = self
-            .listeners
-            .iter()
-            .filter(|(_, l)| l.sink.is_closed())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in closed {
-            self.remove(id);
+        // Allocates only when a listener did close.
+        let mut lost = Vec::new();
+        self.listeners.retain(|_, l| {
+            if l.sink.is_closed() {
+                lost.extend(l.filter.resource_uris.drain());
+                false
+            } else {
+                true
+            }
+        });
+        for uri in lost {
+            self.lost(&uri);
         }
     }
 

@@ -10,8 +10,8 @@ use toolyard_testkit::{cache, repo, NatsServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolyard");
 
-/// A `toolyard worker` process, killed when dropped.
-struct WorkerProcess(Child);
+/// A `toolyard` process (a worker, or any other), killed when dropped.
+pub(crate) struct WorkerProcess(pub(crate) Child);
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {

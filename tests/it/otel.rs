@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use toolyard_testkit::{NatsServer, OtlpReceiver, ReceivedSpan};
 
@@ -14,15 +14,8 @@ const WAIT: Duration = Duration::from_secs(30);
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
 
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+// A child process killed when dropped.
+use crate::nats::WorkerProcess as Proc;
 
 fn line(stdin: &mut impl Write, v: Value) {
     writeln!(stdin, "{v}").unwrap();

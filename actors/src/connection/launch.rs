@@ -178,12 +178,23 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
 }
 
 /// The tool, prompt or resource a request names (`params.name` or `params.uri`), for the
-/// layers; read only when layers are installed.
+/// layers; read only when layers are installed, and only for the methods that name one (a
+/// listing, a ping or a completion is not parsed again for it).
 fn target_of(req: &Request) -> Option<Arc<str>> {
     #[derive(serde::Deserialize)]
     struct Target {
         name: Option<String>,
         uri: Option<String>,
+    }
+    if !matches!(
+        req.method.as_str(),
+        method::TOOLS_CALL
+            | method::PROMPTS_GET
+            | method::RESOURCES_READ
+            | method::RESOURCES_SUBSCRIBE
+            | method::RESOURCES_UNSUBSCRIBE
+    ) {
+        return None;
     }
     let params = req.params.as_deref()?;
     let t: Target = serde_json::from_str(params.get()).ok()?;

@@ -12,7 +12,6 @@
 mod catalog;
 mod config;
 mod error;
-mod inbox;
 mod remote;
 pub mod wire;
 mod worker;

@@ -7,7 +7,6 @@
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
-use crate::inbox::Inboxes;
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
 use async_nats::{Client, HeaderMap, Message, StatusCode};
@@ -70,8 +69,6 @@ struct Inner {
     client: Client,
     config: RemoteConfig,
     state: Mutex<State>,
-    /// Every call's reply subject, on one subscription.
-    inboxes: Inboxes,
 }
 
 #[derive(Debug, Default)]
@@ -97,15 +94,11 @@ impl RemoteTools {
             .watch_all()
             .await
             .map_err(|e| NatsError::Bus(format!("watching the catalog: {e}")))?;
-        let inboxes = Inboxes::start(&client)
-            .await
-            .map_err(|e| NatsError::Bus(format!("subscribing for answers: {e}")))?;
         let inner = Arc::new(Inner {
             server,
             client,
             config,
             state: Mutex::default(),
-            inboxes,
         });
         // What the bucket holds now, before returning, so the first listing has it (the
         // watch delivers these again; applying an entry twice changes nothing).
@@ -426,8 +419,16 @@ async fn call_once(
     trace: Option<&Trace>,
     body: &[u8],
 ) -> Result<CallToolResult, Outcome> {
-    let mut frames = inner.inboxes.open();
-    let inbox = frames.subject.clone();
+    // A reply subscription of its own per call: one call's flood of frames can then never
+    // fill the buffer another call's answer arrives in (a shared `{prefix}.*` subscription
+    // did that, and measured no faster: the time went to the worker's timer, since fixed).
+    let inbox = inner.client.new_inbox();
+    let mut frames = inner.client.subscribe(inbox.clone()).await.map_err(|e| {
+        bus_error(
+            wire::STREAM_LOST,
+            format!("cannot subscribe for the answer: {e}"),
+        )
+    })?;
     let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
     headers.insert(wire::METHOD, "tools/call");
@@ -528,7 +529,7 @@ async fn call_once(
         guard.control = None;
     }
     drop(guard);
-    drop(frames);
+    let _ = frames.unsubscribe().await;
     outcome
 }
 

@@ -37,12 +37,11 @@ impl ClientObserver {
     pub fn new(tracer: BoxedTracer, meter: &Meter) -> Self {
         ClientObserver {
             tracer,
-            duration: meter
-                .f64_histogram(semconv::CLIENT_DURATION)
-                .with_unit("s")
-                .with_description("Duration of MCP requests as seen by the client")
-                .with_boundaries(semconv::DURATION_BOUNDARIES.to_vec())
-                .build(),
+            duration: semconv::duration_histogram(
+                meter,
+                semconv::CLIENT_DURATION,
+                "Duration of MCP requests as seen by the client",
+            ),
         }
     }
 }

@@ -11,7 +11,45 @@ use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{Span, SpanKind, Status, Tracer};
 use opentelemetry::KeyValue;
 use std::sync::Arc;
-use toolyard::{PromptDef, ResourceDef, ToolDef};
+use toolyard::proto::CallToolResult;
+use toolyard::{BoxFuture, HandlerError, PromptDef, RequestContext, ResourceDef, ToolDef};
+
+/// Runs `fut` in an INTERNAL span `name` under the request's trace context: a tool result
+/// `failed` marks the span `tool_error`; an error sets the span's status (and, with
+/// `tag_errors`, `error.type`).
+fn in_span<T: Send + 'static>(
+    tracer: &BoxedTracer,
+    name: String,
+    attributes: Vec<KeyValue>,
+    ctx: &RequestContext,
+    fut: BoxFuture<Result<T, HandlerError>>,
+    failed: fn(&T) -> bool,
+    tag_errors: bool,
+) -> BoxFuture<Result<T, HandlerError>> {
+    let mut span = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Internal)
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent_context(ctx.traceparent(), ctx.tracestate()));
+    Box::pin(async move {
+        let result = fut.await;
+        match &result {
+            Ok(r) if failed(r) => {
+                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
+                span.set_status(Status::error("the tool reported an error"));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if tag_errors {
+                    span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "_OTHER"));
+                }
+                span.set_status(Status::error(e.to_string()));
+            }
+        }
+        span.end();
+        result
+    })
+}
 
 /// Wraps a tool's handler in an `execute_tool {name}` span.
 #[derive(Debug)]
@@ -28,37 +66,20 @@ impl ObservableToolHandler {
         let name = tool.tool().name.clone();
         tool.map_handler(move |inner| {
             Arc::new(move |ctx, args| {
-                let mut span = tracer
-                    .span_builder(format!("execute_tool {name}"))
-                    .with_kind(SpanKind::Internal)
-                    .with_attributes([
-                        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
-                        KeyValue::new(semconv::GEN_AI_TOOL_NAME, name.clone()),
-                    ])
-                    .start_with_context(
-                        &*tracer,
-                        &parent_context(ctx.traceparent(), ctx.tracestate()),
-                    );
-                let fut = inner(ctx, args);
-                Box::pin(async move {
-                    let result = fut.await;
-                    match &result {
-                        Ok(r) if r.failed() => {
-                            span.set_attribute(KeyValue::new(
-                                semconv::ERROR_TYPE,
-                                semconv::TOOL_ERROR,
-                            ));
-                            span.set_status(Status::error("the tool reported an error"));
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "_OTHER"));
-                            span.set_status(Status::error(e.to_string()));
-                        }
-                    }
-                    span.end();
-                    result
-                })
+                let attributes = vec![
+                    KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
+                    KeyValue::new(semconv::GEN_AI_TOOL_NAME, name.clone()),
+                ];
+                let fut = inner(ctx.clone(), args);
+                in_span(
+                    &tracer,
+                    format!("execute_tool {name}"),
+                    attributes,
+                    &ctx,
+                    fut,
+                    CallToolResult::failed,
+                    true,
+                )
             })
         })
     }
@@ -74,26 +95,13 @@ impl ObservableResourceHandler {
         let tracer = Arc::new(opentelemetry::global::tracer(crate::SCOPE));
         resource.map_reader(move |inner| {
             Arc::new(move |ctx, request| {
-                let mut span = tracer
-                    .span_builder(format!("resources/read {}", request.uri))
-                    .with_kind(SpanKind::Internal)
-                    .with_attributes([KeyValue::new(
-                        semconv::MCP_RESOURCE_URI,
-                        request.uri.clone(),
-                    )])
-                    .start_with_context(
-                        &*tracer,
-                        &parent_context(ctx.traceparent(), ctx.tracestate()),
-                    );
-                let fut = inner(ctx, request);
-                Box::pin(async move {
-                    let result = fut.await;
-                    if let Err(e) = &result {
-                        span.set_status(Status::error(e.to_string()));
-                    }
-                    span.end();
-                    result
-                })
+                let name = format!("resources/read {}", request.uri);
+                let attributes = vec![KeyValue::new(
+                    semconv::MCP_RESOURCE_URI,
+                    request.uri.clone(),
+                )];
+                let fut = inner(ctx.clone(), request);
+                in_span(&tracer, name, attributes, &ctx, fut, |_| false, false)
             })
         })
     }
@@ -110,23 +118,17 @@ impl ObservablePromptHandler {
         let name = name.to_owned();
         prompt.map_producer(move |inner| {
             Arc::new(move |ctx, args| {
-                let mut span = tracer
-                    .span_builder(format!("prompts/get {name}"))
-                    .with_kind(SpanKind::Internal)
-                    .with_attributes([KeyValue::new(semconv::GEN_AI_PROMPT_NAME, name.clone())])
-                    .start_with_context(
-                        &*tracer,
-                        &parent_context(ctx.traceparent(), ctx.tracestate()),
-                    );
-                let fut = inner(ctx, args);
-                Box::pin(async move {
-                    let result = fut.await;
-                    if let Err(e) = &result {
-                        span.set_status(Status::error(e.to_string()));
-                    }
-                    span.end();
-                    result
-                })
+                let attributes = vec![KeyValue::new(semconv::GEN_AI_PROMPT_NAME, name.clone())];
+                let fut = inner(ctx.clone(), args);
+                in_span(
+                    &tracer,
+                    format!("prompts/get {name}"),
+                    attributes,
+                    &ctx,
+                    fut,
+                    |_| false,
+                    false,
+                )
             })
         })
     }

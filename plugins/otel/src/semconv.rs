@@ -63,3 +63,17 @@ pub(crate) fn span_name(method: &str, target: Option<&str>) -> String {
         _ => method.to_owned(),
     }
 }
+
+/// An MCP duration histogram (`name`, seconds, the conventions' boundaries).
+pub(crate) fn duration_histogram(
+    meter: &opentelemetry::metrics::Meter,
+    name: &'static str,
+    description: &'static str,
+) -> opentelemetry::metrics::Histogram<f64> {
+    meter
+        .f64_histogram(name)
+        .with_unit("s")
+        .with_description(description)
+        .with_boundaries(DURATION_BOUNDARIES.to_vec())
+        .build()
+}

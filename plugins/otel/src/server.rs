@@ -37,12 +37,11 @@ impl ObservabilityLayer {
     pub fn new(tracer: BoxedTracer, meter: &Meter) -> Self {
         ObservabilityLayer {
             tracer,
-            duration: meter
-                .f64_histogram(semconv::SERVER_DURATION)
-                .with_unit("s")
-                .with_description("Duration of MCP requests as handled by the server")
-                .with_boundaries(semconv::DURATION_BOUNDARIES.to_vec())
-                .build(),
+            duration: semconv::duration_histogram(
+                meter,
+                semconv::SERVER_DURATION,
+                "Duration of MCP requests as handled by the server",
+            ),
         }
     }
 }
