@@ -17,6 +17,12 @@
 //! - `search` (`[connectors.search]`): `web_search` over SearXNG, Brave or Tavily, each in its
 //!   real wire format, with structured results and `Retry-After` handling.
 //!
+//! - `github`, `slack`, `gdrive` (`[connectors.github]`, `[connectors.slack]`,
+//!   `[connectors.gdrive]`): the SaaS connectors, name-compatible with the servers people use
+//!   (github-mcp-server, korotovsky's slack-mcp-server, Google's hosted Drive server), on the
+//!   tree's reqwest through one API client (`http`) with deadlines, body caps and
+//!   `Retry-After`; credentials only by reference (`${VAR}`, `file:`), never printed.
+//!
 //! The names and argument shapes follow the reference servers so that clients and prompts
 //! written for them keep working; the security model is this crate's own.
 
@@ -26,8 +32,17 @@ mod error;
 pub mod fetch;
 #[cfg(feature = "filesystem")]
 pub mod filesystem;
+#[cfg(feature = "gdrive")]
+pub mod gdrive;
+#[cfg(feature = "github")]
+pub mod github;
+#[cfg(any(feature = "github", feature = "slack", feature = "gdrive"))]
+mod http;
 #[cfg(feature = "search")]
 pub mod search;
+mod secret;
+#[cfg(feature = "slack")]
+pub mod slack;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod sql;
 #[cfg(any(
@@ -35,13 +50,18 @@ pub mod sql;
     feature = "sqlite",
     feature = "postgres",
     feature = "fetch",
-    feature = "search"
+    feature = "search",
+    feature = "github",
+    feature = "slack",
+    feature = "gdrive"
 ))]
 mod tool;
 #[cfg(any(feature = "filesystem", feature = "sqlite", feature = "postgres"))]
 mod uri;
 
 pub use config::{
-    ConnectorsConfig, ConnectorsSection, FetchConfig, FilesystemConfig, SearchConfig, SqlConfig,
+    ConnectorsConfig, ConnectorsSection, FetchConfig, FilesystemConfig, GdriveConfig, GithubConfig,
+    SearchConfig, SlackConfig, SqlConfig,
 };
 pub use error::ConnectorError;
+pub use secret::{Secret, SecretSource};

@@ -2,6 +2,14 @@
 //! the file from every crate's sections), refuses unknown keys inside them, and turns them
 //! into tools on a [`ServerBuilder`].
 
+mod gdrive;
+mod github;
+mod slack;
+
+pub use gdrive::GdriveConfig;
+pub use github::GithubConfig;
+pub use slack::SlackConfig;
+
 use crate::ConnectorError;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -35,6 +43,15 @@ pub struct ConnectorsSection {
     /// `[connectors.search]`.
     #[serde(default)]
     pub search: Option<SearchConfig>,
+    /// `[connectors.github]`.
+    #[serde(default)]
+    pub github: Option<GithubConfig>,
+    /// `[connectors.slack]`.
+    #[serde(default)]
+    pub slack: Option<SlackConfig>,
+    /// `[connectors.gdrive]`.
+    #[serde(default)]
+    pub gdrive: Option<GdriveConfig>,
 }
 
 /// `[connectors.search]`.
@@ -263,6 +280,9 @@ impl ConnectorsConfig {
             && self.connectors.sql.is_none()
             && self.connectors.fetch.is_none()
             && self.connectors.search.is_none()
+            && self.connectors.github.is_none()
+            && self.connectors.slack.is_none()
+            && self.connectors.gdrive.is_none()
     }
 
     /// Adds the configured connectors' tools to `builder`.
@@ -284,6 +304,15 @@ impl ConnectorsConfig {
         }
         if let Some(search) = &self.connectors.search {
             builder = install_search(builder, search)?;
+        }
+        if let Some(github) = &self.connectors.github {
+            builder = install_github(builder, github, read_only)?;
+        }
+        if let Some(slack) = &self.connectors.slack {
+            builder = install_slack(builder, slack, read_only)?;
+        }
+        if let Some(gdrive) = &self.connectors.gdrive {
+            builder = install_gdrive(builder, gdrive, read_only)?;
         }
         Ok(builder)
     }
@@ -366,5 +395,80 @@ fn install_search(
     Err(ConnectorError::NotBuilt {
         connector: "search",
         feature: "search",
+    })
+}
+
+/// `read_only` is the `[connectors]`-wide switch: the connector leaves out its write tools.
+#[cfg(feature = "github")]
+fn install_github(
+    builder: ServerBuilder,
+    config: &GithubConfig,
+    read_only: bool,
+) -> Result<ServerBuilder, ConnectorError> {
+    let mut config = config.clone();
+    config.read_only |= read_only;
+    let connector = crate::github::Github::new(&config)?;
+    Ok(builder.controller(connector))
+}
+
+#[cfg(not(feature = "github"))]
+fn install_github(
+    _builder: ServerBuilder,
+    _config: &GithubConfig,
+    _read_only: bool,
+) -> Result<ServerBuilder, ConnectorError> {
+    Err(ConnectorError::NotBuilt {
+        connector: "github",
+        feature: "github",
+    })
+}
+
+/// `read_only` is the `[connectors]`-wide switch: the connector leaves out its write tools.
+#[cfg(feature = "slack")]
+fn install_slack(
+    builder: ServerBuilder,
+    config: &SlackConfig,
+    read_only: bool,
+) -> Result<ServerBuilder, ConnectorError> {
+    let mut config = config.clone();
+    config.read_only |= read_only;
+    let connector = crate::slack::Slack::new(&config)?;
+    Ok(builder.controller(connector))
+}
+
+#[cfg(not(feature = "slack"))]
+fn install_slack(
+    _builder: ServerBuilder,
+    _config: &SlackConfig,
+    _read_only: bool,
+) -> Result<ServerBuilder, ConnectorError> {
+    Err(ConnectorError::NotBuilt {
+        connector: "slack",
+        feature: "slack",
+    })
+}
+
+/// `read_only` is the `[connectors]`-wide switch: the connector leaves out its write tools.
+#[cfg(feature = "gdrive")]
+fn install_gdrive(
+    builder: ServerBuilder,
+    config: &GdriveConfig,
+    read_only: bool,
+) -> Result<ServerBuilder, ConnectorError> {
+    let mut config = config.clone();
+    config.read_only |= read_only;
+    let connector = crate::gdrive::Gdrive::new(&config)?;
+    Ok(builder.controller(connector))
+}
+
+#[cfg(not(feature = "gdrive"))]
+fn install_gdrive(
+    _builder: ServerBuilder,
+    _config: &GdriveConfig,
+    _read_only: bool,
+) -> Result<ServerBuilder, ConnectorError> {
+    Err(ConnectorError::NotBuilt {
+        connector: "gdrive",
+        feature: "gdrive",
     })
 }

@@ -1,0 +1,15 @@
+//! `[connectors.gdrive]`: the Google Drive connector's settings.
+
+use serde::Deserialize;
+
+/// `[connectors.gdrive]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GdriveConfig {
+    /// The API's base URL.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Leave out every tool that writes (also set by `[connectors] read_only`).
+    #[serde(default)]
+    pub read_only: bool,
+}

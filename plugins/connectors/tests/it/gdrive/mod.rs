@@ -1,0 +1,1 @@
+//! The gdrive connector against a local fake of its API (being built).

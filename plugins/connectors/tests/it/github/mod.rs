@@ -1,0 +1,1 @@
+//! The github connector against a local fake of its API (being built).

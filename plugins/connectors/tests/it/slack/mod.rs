@@ -1,0 +1,1 @@
+//! The slack connector against a local fake of its API (being built).
