@@ -28,6 +28,9 @@ pub struct RequestInfo {
     pub traceparent: Option<Arc<str>>,
     /// W3C `tracestate` from the request's `_meta`.
     pub tracestate: Option<Arc<str>>,
+    /// A `tools/call`'s `arguments` as the caller sent them (JSON text), only when a layer
+    /// asked for payloads ([`Layer::captures_payloads`]): otherwise nobody pays the copy.
+    pub arguments: Option<Arc<str>>,
     /// When the request was accepted.
     pub started: Instant,
 }
@@ -59,6 +62,19 @@ pub trait Completion: Send + 'static {
     fn trace_context(&self) -> Option<(String, Option<String>)> {
         None
     }
+
+    /// Called instead of [`finish`](Completion::finish), with the JSON-RPC response about to
+    /// be sent, when the layer [`captures payloads`](Layer::captures_payloads). The response
+    /// is sent after this returns, so keep it quick.
+    fn finish_with_response(
+        self: Box<Self>,
+        info: &RequestInfo,
+        outcome: &Outcome,
+        response: &[u8],
+    ) {
+        let _ = response;
+        self.finish(info, outcome);
+    }
 }
 
 /// A middleware layer.
@@ -66,28 +82,46 @@ pub trait Layer: Send + Sync + 'static {
     /// Called before the request is dispatched. `Err` rejects it with that JSON-RPC error.
     /// The returned completion (if any) is finished with the request's outcome.
     fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject>;
+
+    /// True when this layer wants the requests' payloads: [`RequestInfo::arguments`] filled
+    /// in, and the response handed to [`Completion::finish_with_response`]. Asked once, when
+    /// the server is built; off by default because it costs a copy of each.
+    fn captures_payloads(&self) -> bool {
+        false
+    }
 }
 
 /// The layers of a server, outermost first.
 #[derive(Clone, Default)]
-pub struct Layers(pub(crate) Arc<[Arc<dyn Layer>]>);
+pub struct Layers {
+    stack: Arc<[Arc<dyn Layer>]>,
+    captures: bool,
+}
 
 impl Layers {
     /// Builds a stack from layers, outermost first.
     pub fn new(layers: Vec<Arc<dyn Layer>>) -> Self {
-        Layers(layers.into())
+        let captures = layers.iter().any(|l| l.captures_payloads());
+        Layers {
+            stack: layers.into(),
+            captures,
+        }
+    }
+    /// True when some layer wants the requests' payloads.
+    pub(crate) fn captures(&self) -> bool {
+        self.captures
     }
     /// True when no layer is installed (the request path then skips all of this).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.stack.is_empty()
     }
     /// Runs every layer's start hook; on rejection finishes the already started ones.
     pub(crate) fn start(
         &self,
         info: &RequestInfo,
     ) -> Result<Vec<Box<dyn Completion>>, ErrorObject> {
-        let mut done = Vec::with_capacity(self.0.len());
-        for layer in self.0.iter() {
+        let mut done = Vec::with_capacity(self.stack.len());
+        for layer in self.stack.iter() {
             match layer.start(info) {
                 Ok(Some(c)) => done.push(c),
                 Ok(None) => {}
@@ -108,12 +142,20 @@ impl Layers {
 pub(crate) struct Watch {
     pub(crate) info: RequestInfo,
     pub(crate) completions: Vec<Box<dyn Completion>>,
+    /// The layers want the response ([`Layer::captures_payloads`]).
+    pub(crate) captures: bool,
 }
 
 impl Watch {
     pub(crate) fn finish(self, outcome: &Outcome) {
         for c in self.completions.into_iter().rev() {
             c.finish(&self.info, outcome);
+        }
+    }
+
+    pub(crate) fn finish_with_response(self, outcome: &Outcome, response: &[u8]) {
+        for c in self.completions.into_iter().rev() {
+            c.finish_with_response(&self.info, outcome, response);
         }
     }
 }

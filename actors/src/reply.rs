@@ -78,9 +78,17 @@ impl Reply {
         if let Some(r) = self.release.take() {
             r.release(&self.id);
         }
-        self.sink.send(bytes);
-        if let Some(w) = self.watch.take() {
-            w.finish(&outcome);
+        match self.watch.take() {
+            Some(w) if w.captures => {
+                w.finish_with_response(&outcome, &bytes);
+                self.sink.send(bytes);
+            }
+            watch => {
+                self.sink.send(bytes);
+                if let Some(w) = watch {
+                    w.finish(&outcome);
+                }
+            }
         }
     }
 

@@ -379,3 +379,85 @@ fn prometheus_scrapes_the_mcp_duration_histogram_from_metrics() {
     assert!(series.ends_with(" 1"), "{series}");
     assert!(text.contains("# TYPE mcp_server_operation_duration_seconds histogram"));
 }
+
+#[test]
+fn opt_in_capture_puts_redacted_tool_arguments_and_results_on_the_span() {
+    let receiver = OtlpReceiver::start();
+    let dir = std::env::temp_dir().join(format!("toolyard-it-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("toolyard.toml");
+    std::fs::write(
+        &config,
+        "[telemetry.capture]\narguments = true\nresults = true\nmax_bytes = 512\n\
+         [connectors.search]\nprovider = \"brave\"\napi_key = \"${TOOLYARD_IT_CAPTURE_KEY}\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--stdio",
+            "--otel-endpoint",
+            &receiver.url(),
+            "--config",
+        ])
+        .arg(&config)
+        .env("OTEL_SERVICE_NAME", "otel-capture-test")
+        .env("TOOLYARD_IT_CAPTURE_KEY", "brave-key-5f3a9")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start toolyard serve --stdio");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"echo","arguments":{"message":"the key is brave-key-5f3a9"}}}),
+    );
+    let mut answers = 0;
+    let mut buf = String::new();
+    while answers < 2 {
+        buf.clear();
+        assert!(
+            stdout.read_line(&mut buf).unwrap() > 0,
+            "the server hung up"
+        );
+        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v.get("id").is_some()) {
+            answers += 1;
+        }
+    }
+    drop(stdin);
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call echo"));
+    let call = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
+    let args = call
+        .attributes
+        .get("gen_ai.tool.call.arguments")
+        .unwrap_or_else(|| panic!("arguments captured: {call:?}"));
+    assert_eq!(args, r#"{"message":"the key is [REDACTED]"}"#);
+    let result = call
+        .attributes
+        .get("gen_ai.tool.call.result")
+        .unwrap_or_else(|| panic!("result captured: {call:?}"));
+    assert!(result.contains("the key is [REDACTED]"), "{result}");
+    assert!(
+        !format!("{call:?}").contains("brave-key-5f3a9"),
+        "the configured secret never reaches the span"
+    );
+}

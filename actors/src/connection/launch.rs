@@ -118,10 +118,19 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
                 .as_ref()
                 .and_then(|m| m.tracestate.as_deref())
                 .map(Into::into),
+            arguments: if core.layers.captures() {
+                arguments_of(&req, call.as_ref())
+            } else {
+                None
+            },
             started: Instant::now(),
         };
         match core.layers.start(&info) {
-            Ok(completions) => Some(Watch { info, completions }),
+            Ok(completions) => Some(Watch {
+                info,
+                completions,
+                captures: core.layers.captures(),
+            }),
             Err(e) => {
                 if let Some(r) = &release {
                     r.release(&req.id);
@@ -180,6 +189,24 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
 /// The tool, prompt or resource a request names (`params.name` or `params.uri`), for the
 /// layers; read only when layers are installed, and only for the methods that name one (a
 /// listing, a ping or a completion is not parsed again for it).
+/// A `tools/call`'s arguments as JSON text, from the edge's parse when there was one.
+fn arguments_of(req: &Request, call: Option<&CallParams>) -> Option<Arc<str>> {
+    if req.method != method::TOOLS_CALL {
+        return None;
+    }
+    if let Some(c) = call {
+        return c.arguments.as_deref().map(|a| a.get().into());
+    }
+    #[derive(serde::Deserialize)]
+    struct Arguments<'a> {
+        #[serde(borrow)]
+        arguments: Option<&'a serde_json::value::RawValue>,
+    }
+    let params = req.params.as_deref()?;
+    let a: Arguments<'_> = serde_json::from_str(params.get()).ok()?;
+    a.arguments.map(|a| a.get().into())
+}
+
 fn target_of(req: &Request) -> Option<Arc<str>> {
     #[derive(serde::Deserialize)]
     struct Target {

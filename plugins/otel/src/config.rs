@@ -19,6 +19,57 @@ pub struct TelemetrySection {
     pub traces: Option<bool>,
     /// Export metrics (default true).
     pub metrics: Option<bool>,
+    /// `[telemetry.capture]`: tool arguments and results on spans (off by default).
+    #[serde(default)]
+    pub capture: CaptureSection,
+    /// The values of the secrets the whole config file refers to (`${VAR}`, `file:PATH`),
+    /// never captured; read by [`TelemetryConfig::parse`].
+    #[serde(skip)]
+    config_secrets: SecretValues,
+}
+
+/// Secret values, printed as their number.
+#[derive(Clone, Default)]
+struct SecretValues(Vec<String>);
+
+impl std::fmt::Debug for SecretValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} secrets>", self.0.len())
+    }
+}
+
+/// `[telemetry.capture]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureSection {
+    /// `gen_ai.tool.call.arguments` on `tools/call` spans.
+    #[serde(default)]
+    pub arguments: bool,
+    /// `gen_ai.tool.call.result` on `tools/call` spans.
+    #[serde(default)]
+    pub results: bool,
+    /// The most bytes of each captured value; default 4096.
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: usize,
+    /// More keys whose values are redacted (besides password, token, secret, api key,
+    /// authorization, cookie, private key, credential, session id, signature, bearer).
+    #[serde(default)]
+    pub redact: Vec<String>,
+}
+
+impl Default for CaptureSection {
+    fn default() -> Self {
+        CaptureSection {
+            arguments: false,
+            results: false,
+            max_bytes: default_max_bytes(),
+            redact: Vec::new(),
+        }
+    }
+}
+
+fn default_max_bytes() -> usize {
+    4096
 }
 
 /// The telemetry sections of a config file.
@@ -35,7 +86,12 @@ impl TelemetryConfig {
 
     /// Parses the telemetry sections of a whole config file's TOML text.
     pub fn parse(text: &str) -> Result<TelemetryConfig, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        let mut config: TelemetryConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        if config.telemetry.capture.arguments || config.telemetry.capture.results {
+            config.telemetry.config_secrets =
+                SecretValues(crate::capture::config_secret_values(text));
+        }
+        Ok(config)
     }
 }
 
@@ -53,6 +109,13 @@ impl TelemetrySection {
             no_metrics: self.metrics == Some(false),
             #[cfg(feature = "prometheus")]
             prometheus: self.prometheus,
+            capture: crate::CaptureSettings {
+                arguments: self.capture.arguments,
+                results: self.capture.results,
+                max_bytes: self.capture.max_bytes,
+                redact_keys: self.capture.redact.clone(),
+                redact_values: self.config_secrets.0.clone(),
+            },
         }
     }
 }

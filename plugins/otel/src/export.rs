@@ -45,6 +45,8 @@ pub struct TelemetrySettings {
     /// without an OTLP endpoint too.
     #[cfg(feature = "prometheus")]
     pub prometheus: bool,
+    /// Tool arguments and results on spans (off by default).
+    pub capture: crate::CaptureSettings,
 }
 
 /// Installed telemetry: the providers, set as the global ones (so
@@ -52,6 +54,7 @@ pub struct TelemetrySettings {
 /// [`shutdown`](Self::shutdown) before exit to flush.
 #[derive(Debug)]
 pub struct Telemetry {
+    capture: crate::CaptureSettings,
     tracer: Option<SdkTracerProvider>,
     meter: Option<SdkMeterProvider>,
     #[cfg(feature = "prometheus")]
@@ -156,6 +159,7 @@ impl Telemetry {
         }
         toolyard_client::set_default_observer(Arc::new(ClientObserver::global()));
         Ok(Some(Telemetry {
+            capture: settings.capture.clone(),
             tracer,
             meter,
             #[cfg(feature = "prometheus")]
@@ -165,7 +169,7 @@ impl Telemetry {
 
     /// The server layer over the installed providers.
     pub fn layer(&self) -> ObservabilityLayer {
-        ObservabilityLayer::global()
+        ObservabilityLayer::global().with_capture(&self.capture)
     }
 
     /// `GET /metrics` in the Prometheus text format, when [`TelemetrySettings::prometheus`]

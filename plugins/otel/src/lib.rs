@@ -11,12 +11,15 @@
 //! - [`ObservableToolHandler`], [`ObservableResourceHandler`], [`ObservablePromptHandler`]:
 //!   for embedders who wrap their own handlers (an `execute_tool {name}` INTERNAL span, per
 //!   the GenAI conventions).
+//! - [`CaptureSettings`]: opt-in `gen_ai.tool.call.arguments` / `.result` on the server
+//!   span, redacted (credential keys, the config file's secrets) and capped.
 //! - [`Telemetry`]: installs OTLP/HTTP export configured by the standard `OTEL_*` variables,
 //!   sending with the workspace's own HTTP client.
 //!
 //! Nothing here is on the hot path unless installed: a server without the layer skips the
 //! seam entirely (`Layers::is_empty`), a client without an observer skips the observer.
 
+mod capture;
 mod client;
 mod config;
 mod error;
@@ -26,8 +29,9 @@ mod propagation;
 mod semconv;
 mod server;
 
+pub use capture::CaptureSettings;
 pub use client::ClientObserver;
-pub use config::{TelemetryConfig, TelemetrySection};
+pub use config::{CaptureSection, TelemetryConfig, TelemetrySection};
 pub use error::TelemetryError;
 pub use export::{Telemetry, TelemetrySettings, SHUTDOWN_GRACE};
 pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, ObservableToolHandler};

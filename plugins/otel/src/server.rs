@@ -1,12 +1,14 @@
 //! The server side: one [`Layer`] that gives every request a SERVER span and a
 //! `mcp.server.operation.duration` point, whatever the transport.
 
+use crate::capture::{CaptureSettings, Redactor};
 use crate::propagation::{parent_context, traceparent_of};
 use crate::semconv::{self, caller_fault, span_name, target_attribute};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
+use std::sync::Arc;
 use toolyard::proto::{ErrorObject, RequestId};
 use toolyard::{Completion, Layer, Outcome, RequestInfo};
 
@@ -15,6 +17,7 @@ use toolyard::{Completion, Layer, Outcome, RequestInfo};
 pub struct ObservabilityLayer {
     tracer: BoxedTracer,
     duration: Histogram<f64>,
+    capture: Option<Arc<Redactor>>,
 }
 
 impl std::fmt::Debug for ObservabilityLayer {
@@ -42,7 +45,16 @@ impl ObservabilityLayer {
                 semconv::SERVER_DURATION,
                 "Duration of MCP requests as handled by the server",
             ),
+            capture: None,
         }
+    }
+
+    /// Also puts `tools/call` arguments and results on the span, redacted and capped as
+    /// `settings` say (see [`CaptureSettings`]); nothing is captured when it captures nothing.
+    #[must_use]
+    pub fn with_capture(mut self, settings: &CaptureSettings) -> Self {
+        self.capture = settings.is_on().then(|| Arc::new(Redactor::new(settings)));
+        self
     }
 }
 
@@ -80,6 +92,14 @@ impl Layer for ObservabilityLayer {
                 semconv::GEN_AI_OPERATION_NAME,
                 "execute_tool",
             ));
+            if let (Some(r), Some(args)) = (&self.capture, &info.arguments) {
+                if r.arguments {
+                    attributes.push(KeyValue::new(
+                        semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
+                        r.render(args),
+                    ));
+                }
+            }
         }
         let span = self
             .tracer
@@ -93,7 +113,12 @@ impl Layer for ObservabilityLayer {
             span,
             trace,
             duration: self.duration.clone(),
+            capture: self.capture.clone().filter(|r| r.results),
         })))
+    }
+
+    fn captures_payloads(&self) -> bool {
+        self.capture.is_some()
     }
 }
 
@@ -101,11 +126,30 @@ struct ServerSpan {
     span: BoxedSpan,
     trace: Option<(String, Option<String>)>,
     duration: Histogram<f64>,
+    /// Set when results are captured.
+    capture: Option<Arc<Redactor>>,
 }
 
 impl Completion for ServerSpan {
     fn trace_context(&self) -> Option<(String, Option<String>)> {
         self.trace.clone()
+    }
+
+    fn finish_with_response(
+        mut self: Box<Self>,
+        info: &RequestInfo,
+        outcome: &Outcome,
+        response: &[u8],
+    ) {
+        if let Some(r) = &self.capture {
+            if &*info.method == "tools/call" {
+                if let Some(result) = r.render_result(response) {
+                    self.span
+                        .set_attribute(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
+                }
+            }
+        }
+        self.finish(info, outcome);
     }
 
     fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome) {

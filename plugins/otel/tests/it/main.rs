@@ -12,7 +12,7 @@ use std::sync::Arc;
 use toolyard::client::{ClientBuilder, ProtocolChoice};
 use toolyard::proto::Implementation;
 use toolyard::{tool_fn, MemoryTransport, ServerBuilder};
-use toolyard_otel::{ClientObserver, ObservabilityLayer, ObservableToolHandler};
+use toolyard_otel::{CaptureSettings, ClientObserver, ObservabilityLayer, ObservableToolHandler};
 use toolyard_testkit::RawClient;
 
 struct Pipeline {
@@ -262,4 +262,76 @@ async fn an_observable_tool_handler_is_an_execute_tool_span_inside_the_server_sp
         inner.span_context.trace_id(),
         server_span.span_context.trace_id()
     );
+}
+
+/// A tool that echoes its arguments, credentials included.
+fn echo() -> toolyard::ToolDef {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Args {
+        user: String,
+        password: String,
+        note: String,
+    }
+    tool_fn("echo", "echoes", |_ctx, a: Args| async move {
+        Ok(format!("{} {} {}", a.user, a.password, a.note))
+    })
+    .unwrap()
+}
+
+async fn call_echo(layer: ObservabilityLayer) {
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(layer))
+        .tool(echo())
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    client
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments":
+                {"user": "ann", "password": "pw-123", "note": "key cfg-secret-9 inside"}}),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn tool_arguments_and_results_are_not_captured_by_default() {
+    let p = Pipeline::new();
+    call_echo(p.layer()).await;
+    let spans = p.finished();
+    let span = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
+    assert!(attr(span, "gen_ai.tool.call.arguments").is_none());
+    assert!(attr(span, "gen_ai.tool.call.result").is_none());
+}
+
+#[tokio::test]
+async fn captured_arguments_and_results_are_redacted_and_capped() {
+    let p = Pipeline::new();
+    let capture = CaptureSettings {
+        arguments: true,
+        results: true,
+        max_bytes: 120,
+        redact_keys: Vec::new(),
+        redact_values: vec!["cfg-secret-9".into()],
+    };
+    call_echo(p.layer().with_capture(&capture)).await;
+    let spans = p.finished();
+    let span = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
+    let args = attr(span, "gen_ai.tool.call.arguments").expect("arguments captured");
+    let args: Value = serde_json::from_str(&args).unwrap();
+    assert_eq!(args["user"], "ann");
+    assert_eq!(args["password"], "[REDACTED]");
+    assert_eq!(args["note"], "key [REDACTED] inside");
+    let result = attr(span, "gen_ai.tool.call.result").expect("result captured");
+    // The tool echoed the password into its text: the key rule cannot see it there, but the
+    // configured secret is cut out, and the whole is capped.
+    assert!(
+        result.contains("ann pw-123 key [REDACTED] inside"),
+        "{result}"
+    );
+    assert!(!result.contains("cfg-secret-9"), "{result}");
+    assert!(result.len() <= 120 + 30, "{result}");
 }
