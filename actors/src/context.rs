@@ -79,6 +79,8 @@ pub struct Caller {
     pub info: Option<Implementation>,
     /// The authenticated principal, if the transport established one.
     pub principal: Option<Arc<str>>,
+    /// Where the caller is, when the transport knows.
+    pub peer: Option<Arc<crate::middleware::Peer>>,
 }
 
 /// What every legacy request of one connection shares (one `Arc` per request).

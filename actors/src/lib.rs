@@ -51,7 +51,7 @@ pub use error::{HandlerError, ToolError};
 pub use event_bus::{Event, SubscriptionWatcher};
 pub use handlers::custom::MethodFn;
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
-pub use middleware::{Completion, Layer, Layers, Outcome, RequestInfo};
+pub use middleware::{Completion, Layer, Layers, Outcome, Peer, RequestInfo, SessionInfo};
 pub use mrtr::StateSealer;
 pub use resource::{
     CompleteFn, CompletionTarget, Completions, PromptDef, PromptFn, ResourceDef, ResourceFn,

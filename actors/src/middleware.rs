@@ -5,6 +5,7 @@
 //! layer gets a start hook (which may reject the request) and a [`Completion`] that is finished
 //! exactly once with the outcome, whichever task produces it.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use toolyard_proto::{ErrorObject, ProtocolVersion, RequestId};
@@ -24,6 +25,8 @@ pub struct RequestInfo {
     pub session_id: Option<Arc<str>>,
     /// The authenticated principal, if the transport established one.
     pub principal: Option<Arc<str>>,
+    /// Where the request came from, when the transport knows (HTTP, stdio).
+    pub peer: Option<Arc<Peer>>,
     /// W3C `traceparent` from the request's `_meta`.
     pub traceparent: Option<Arc<str>>,
     /// W3C `tracestate` from the request's `_meta`.
@@ -32,6 +35,48 @@ pub struct RequestInfo {
     /// asked for payloads ([`Layer::captures_payloads`]): otherwise nobody pays the copy.
     pub arguments: Option<Arc<str>>,
     /// When the request was accepted.
+    pub started: Instant,
+}
+
+/// Where a connection or request comes from: what telemetry reports as `network.transport`
+/// and `client.address`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// `tcp` (HTTP), `pipe` (stdio), as the OpenTelemetry `network.transport` values.
+    pub transport: &'static str,
+    /// The remote address, for a socket.
+    pub address: Option<SocketAddr>,
+}
+
+impl Peer {
+    /// A client on the other end of our stdin/stdout.
+    pub fn pipe() -> Peer {
+        Peer {
+            transport: "pipe",
+            address: None,
+        }
+    }
+
+    /// A client connected over TCP from `address`.
+    pub fn tcp(address: SocketAddr) -> Peer {
+        Peer {
+            transport: "tcp",
+            address: Some(address),
+        }
+    }
+}
+
+/// A legacy session that ended (a stdio connection or an HTTP session after `initialize`):
+/// what [`Layer::session_ended`] learns. Modern (2026-07-28) requests have no session.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    /// The HTTP session id; none for stdio and in-memory connections.
+    pub session_id: Option<Arc<str>>,
+    /// The negotiated revision.
+    pub protocol_version: ProtocolVersion,
+    /// Where the client was, when the transport knew.
+    pub peer: Option<Arc<Peer>>,
+    /// When `initialize` was answered.
     pub started: Instant,
 }
 
@@ -89,6 +134,11 @@ pub trait Layer: Send + Sync + 'static {
     fn captures_payloads(&self) -> bool {
         false
     }
+
+    /// Called once when a legacy session ends (its connection stopped).
+    fn session_ended(&self, info: &SessionInfo) {
+        let _ = info;
+    }
 }
 
 /// The layers of a server, outermost first.
@@ -105,6 +155,12 @@ impl Layers {
         Layers {
             stack: layers.into(),
             captures,
+        }
+    }
+    /// Tells every layer that a legacy session ended.
+    pub(crate) fn session_ended(&self, info: &SessionInfo) {
+        for layer in self.stack.iter() {
+            layer.session_ended(info);
         }
     }
     /// True when some layer wants the requests' payloads.

@@ -15,7 +15,7 @@ use crate::handlers::custom::{CustomMethods, CustomMsg, CustomState, MethodFn};
 use crate::handlers::prompts::{PromptHandler, PromptMsg, PromptState};
 use crate::handlers::resources::{ResourceHandler, ResourceMsg, ResourceState};
 use crate::handlers::tools::{ToolCatalog, ToolMsg, ToolState};
-use crate::middleware::Layers;
+use crate::middleware::{Layers, Peer};
 use crate::mrtr::StateSealer;
 use crate::registry::Registry;
 use crate::resource::{CompleteFn, CompletionTarget, PromptDef, ResourceDef, TemplateDef};
@@ -518,6 +518,19 @@ impl Server {
         session_id: Option<Arc<str>>,
         principal: Option<Arc<str>>,
     ) -> Result<ConnectionHandle, StartError> {
+        self.connect_from(sink, session_id, principal, None).await
+    }
+
+    /// Like [`Server::connect_as`], naming where the client is ([`Peer`]): what layers see
+    /// in [`RequestInfo::peer`](crate::RequestInfo::peer) for its requests.
+    pub async fn connect_from(
+        &self,
+        sink: Sink,
+        session_id: Option<Arc<str>>,
+        principal: Option<Arc<str>>,
+        peer: Option<Peer>,
+    ) -> Result<ConnectionHandle, StartError> {
+        let peer = peer.map(Arc::new);
         let view: Arc<ArcSwapOption<SessionView>> = Arc::default();
         let queued: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let inflight: Arc<Inflight> = Arc::default();
@@ -527,6 +540,7 @@ impl Server {
             inflight: inflight.clone(),
             closing: closing.clone(),
             principal: principal.clone(),
+            peer: peer.clone(),
         });
         let args = ConnectionArgs {
             queued: queued.clone(),
@@ -536,6 +550,7 @@ impl Server {
             sink: sink.clone(),
             session_id,
             principal,
+            peer,
             view: view.clone(),
         };
         let (actor, _) = Actor::spawn(None, Connection, args)

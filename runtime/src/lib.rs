@@ -42,10 +42,10 @@ pub use toolyard_actors::transport;
 pub use toolyard_actors::{
     empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget, Completions,
     DefinitionError, Event, HandlerError, InputError, IntoCallToolResult, Json, Layer, Layers,
-    Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Outcome, PromptDef, PromptFn,
+    Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Outcome, Peer, PromptDef, PromptFn,
     Readiness, RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server,
-    ServerConfig, StartError, StateSealer, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef,
-    ToolError, ToolFn, UnknownToolFn, UriTemplate,
+    ServerConfig, SessionInfo, StartError, StateSealer, SubscriptionWatcher, TemplateDef, ToolArgs,
+    ToolDef, ToolError, ToolFn, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,

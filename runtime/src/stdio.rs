@@ -96,7 +96,12 @@ where
 {
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let handle = server
-        .connect(Sink::channel(tx))
+        .connect_from(
+            Sink::channel(tx),
+            None,
+            None,
+            Some(toolyard_actors::Peer::pipe()),
+        )
         .await
         .map_err(|e| io::Error::other(e.to_string()))?;
     let writer_task = tokio::spawn(write_loop(writer, rx));

@@ -95,6 +95,7 @@ fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_du
         ("gen_ai.operation.name", "execute_tool"),
         ("jsonrpc.request.id", "2"),
         ("mcp.protocol.version", "2025-11-25"),
+        ("network.transport", "pipe"),
     ] {
         assert_eq!(
             call.attributes.get(key).map(String::as_str),
@@ -269,6 +270,24 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
         .unwrap_or_else(|| panic!("the gateway span is in the trace:\n{tree}"));
     assert_eq!(gateway.kind, SERVER);
     assert_eq!(gateway.parent_span_id, client.span_id, "{tree}");
+    // Served over HTTP: the client's socket is on the span.
+    assert_eq!(
+        gateway
+            .attributes
+            .get("network.transport")
+            .map(String::as_str),
+        Some("tcp"),
+        "{gateway:?}"
+    );
+    assert_eq!(
+        gateway.attributes.get("client.address").map(String::as_str),
+        Some("127.0.0.1"),
+        "{gateway:?}"
+    );
+    assert!(
+        gateway.attributes.contains_key("client.port"),
+        "{gateway:?}"
+    );
     // The gateway's forwarding over NATS is a client request of its own.
     let forward = trace
         .iter()

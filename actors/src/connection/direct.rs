@@ -92,6 +92,7 @@ pub(crate) struct DirectModern {
     /// Cancelled when the connection stops; no direct launch after that.
     pub(crate) closing: CancellationToken,
     pub(crate) principal: Option<Arc<str>>,
+    pub(crate) peer: Option<Arc<crate::middleware::Peer>>,
 }
 
 /// Launches an ordinary request of either generation straight to its handler, or gives it
@@ -137,6 +138,7 @@ pub(crate) fn launch_direct(
         capabilities,
         info: meta.client_info.clone(),
         principal: d.principal.clone().or_else(|| direct.principal.clone()),
+        peer: d.peer.clone().or_else(|| direct.peer.clone()),
     });
     let channel = Channel::Modern {
         log_level: meta.log_level,

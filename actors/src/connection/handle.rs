@@ -62,6 +62,7 @@ impl ConnectionHandle {
                     cancel: tokio_util::sync::CancellationToken::new(),
                     track: true,
                     principal: None,
+                    peer: None,
                 };
                 let view = self.view.load();
                 match launch_direct(&self.direct, view.as_deref(), req, delivery) {

@@ -35,6 +35,9 @@ pub struct Delivery {
     /// The authenticated caller of this request, when the transport established one per
     /// request (sessionless HTTP); otherwise the connection's principal applies.
     pub principal: Option<Arc<str>>,
+    /// Where this request came from, when the transport knows it per request (HTTP);
+    /// otherwise the connection's peer applies.
+    pub peer: Option<Arc<crate::middleware::Peer>>,
 }
 
 /// The parts of a request's `_meta` a running request still needs.
@@ -110,6 +113,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             protocol_version: Some(version),
             session_id: session_id.clone(),
             principal: caller.principal.clone(),
+            peer: caller.peer.clone(),
             traceparent: meta
                 .as_ref()
                 .and_then(|m| m.traceparent.as_deref())
@@ -268,6 +272,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
         capabilities: meta.client_capabilities.clone().unwrap_or_default(),
         info: meta.client_info.clone(),
         principal: d.principal.clone(),
+        peer: d.peer.clone(),
     });
     let channel = Channel::Modern {
         log_level: meta.log_level,

@@ -59,6 +59,7 @@ pub(crate) struct ConnectionArgs {
     pub(crate) sink: Sink,
     pub(crate) session_id: Option<Arc<str>>,
     pub(crate) principal: Option<Arc<str>>,
+    pub(crate) peer: Option<Arc<crate::middleware::Peer>>,
     pub(crate) view: Arc<ArcSwapOption<SessionView>>,
     /// Messages cast to the actor and not yet handled (see [`ConnState::queued`]).
     pub(crate) queued: Arc<AtomicUsize>,
@@ -86,6 +87,9 @@ pub(crate) struct ConnState {
     phase: Phase,
     caller: Arc<Caller>,
     principal: Option<Arc<str>>,
+    peer: Option<Arc<crate::middleware::Peer>>,
+    /// When `initialize` was answered (the legacy session's start).
+    initialized_at: Option<std::time::Instant>,
     session_id: Option<Arc<str>>,
     inflight: Arc<Inflight>,
     legacy: Arc<LegacyConn>,
@@ -187,12 +191,15 @@ impl Actor for Connection {
             }),
             caller: Arc::new(Caller {
                 principal: args.principal.clone(),
+                peer: args.peer.clone(),
                 ..Caller::default()
             }),
             core: args.core,
             sink: args.sink,
             phase: Phase::Fresh,
             principal: args.principal,
+            peer: args.peer,
+            initialized_at: None,
             session_id: args.session_id,
             inflight: args.inflight,
             closing,
@@ -255,6 +262,19 @@ impl Actor for Connection {
             token.cancel();
         }
         state.legacy.outbound.fail_all();
+        if let (Phase::Legacy(version), Some(started)) = (&state.phase, state.initialized_at) {
+            if !state.core.layers.is_empty() {
+                state
+                    .core
+                    .layers
+                    .session_ended(&crate::middleware::SessionInfo {
+                        session_id: state.session_id.clone(),
+                        protocol_version: *version,
+                        peer: state.peer.clone(),
+                        started,
+                    });
+            }
+        }
         let bus = &state.core.routes().bus;
         for id in state.listener.iter().chain(state.listens.values()) {
             let _ = bus.cast(BusMsg::Unlisten(*id));
@@ -378,8 +398,10 @@ impl ConnState {
             capabilities: p.capabilities,
             info: p.client_info,
             principal: self.principal.clone(),
+            peer: self.peer.clone(),
         });
         self.phase = Phase::Legacy(version);
+        self.initialized_at = Some(std::time::Instant::now());
         self.ensure_listener();
         self.view.store(Some(Arc::new(SessionView {
             core: self.core.clone(),
@@ -456,6 +478,11 @@ impl ConnState {
                 .as_ref()
                 .and_then(|d| d.principal.clone())
                 .or_else(|| self.principal.clone()),
+            peer: self
+                .current
+                .as_ref()
+                .and_then(|d| d.peer.clone())
+                .or_else(|| self.peer.clone()),
         });
         let channel = Channel::Modern {
             log_level: meta.log_level,

@@ -397,6 +397,7 @@ async fn handle(inner: &Inner, message: Message) {
             cancel: cancel.clone(),
             track: false,
             principal: None,
+            peer: None,
         },
     );
     // The first keepalive one period from now. (`interval` + an initial `tick()` cost every
@@ -575,6 +576,7 @@ async fn list_tools(server: &Server) -> Vec<Tool> {
                 cancel: CancellationToken::new(),
                 track: false,
                 principal: None,
+                peer: None,
             },
         );
         let answer = loop {

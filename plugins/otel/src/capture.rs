@@ -147,11 +147,7 @@ impl Redactor {
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|v| self.scrub(v)),
-            Value::String(s) => {
-                if !self.values.is_empty() {
-                    *s = self.scrub_text(s);
-                }
-            }
+            Value::String(s) if !self.values.is_empty() => *s = self.scrub_text(s),
             _ => {}
         }
     }

@@ -15,9 +15,13 @@ pub(crate) const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
 pub(crate) const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
 pub(crate) const ERROR_TYPE: &str = "error.type";
 pub(crate) const SERVER_ADDRESS: &str = "server.address";
+pub(crate) const NETWORK_TRANSPORT: &str = "network.transport";
+pub(crate) const CLIENT_ADDRESS: &str = "client.address";
+pub(crate) const CLIENT_PORT: &str = "client.port";
 
 pub(crate) const SERVER_DURATION: &str = "mcp.server.operation.duration";
 pub(crate) const CLIENT_DURATION: &str = "mcp.client.operation.duration";
+pub(crate) const SESSION_DURATION: &str = "mcp.server.session.duration";
 
 /// `error.type` of a tool result with `isError: true`.
 pub(crate) const TOOL_ERROR: &str = "tool_error";

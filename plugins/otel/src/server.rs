@@ -10,13 +10,14 @@ use opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use std::sync::Arc;
 use toolyard::proto::{ErrorObject, RequestId};
-use toolyard::{Completion, Layer, Outcome, RequestInfo};
+use toolyard::{Completion, Layer, Outcome, RequestInfo, SessionInfo};
 
 /// Observes every request a server handles (see the crate docs). Install it with
 /// `ServerBuilder::layer`; put it outermost so its span covers the other layers' work.
 pub struct ObservabilityLayer {
     tracer: BoxedTracer,
     duration: Histogram<f64>,
+    sessions: Histogram<f64>,
     capture: Option<Arc<Redactor>>,
 }
 
@@ -44,6 +45,11 @@ impl ObservabilityLayer {
                 meter,
                 semconv::SERVER_DURATION,
                 "Duration of MCP requests as handled by the server",
+            ),
+            sessions: semconv::duration_histogram(
+                meter,
+                semconv::SESSION_DURATION,
+                "Duration of MCP sessions as observed by the server",
             ),
             capture: None,
         }
@@ -87,6 +93,13 @@ impl Layer for ObservabilityLayer {
         if let (Some(key), Some(t)) = (target_attribute(method), target) {
             attributes.push(KeyValue::new(key, t.to_owned()));
         }
+        if let Some(peer) = &info.peer {
+            attributes.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
+            if let Some(a) = peer.address {
+                attributes.push(KeyValue::new(semconv::CLIENT_ADDRESS, a.ip().to_string()));
+                attributes.push(KeyValue::new(semconv::CLIENT_PORT, i64::from(a.port())));
+            }
+        }
         if method == "tools/call" {
             attributes.push(KeyValue::new(
                 semconv::GEN_AI_OPERATION_NAME,
@@ -119,6 +132,18 @@ impl Layer for ObservabilityLayer {
 
     fn captures_payloads(&self) -> bool {
         self.capture.is_some()
+    }
+
+    fn session_ended(&self, info: &SessionInfo) {
+        let mut point = vec![KeyValue::new(
+            semconv::MCP_PROTOCOL_VERSION,
+            info.protocol_version.as_str().to_owned(),
+        )];
+        if let Some(peer) = &info.peer {
+            point.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
+        }
+        self.sessions
+            .record(info.started.elapsed().as_secs_f64(), &point);
     }
 }
 
@@ -163,6 +188,9 @@ impl Completion for ServerSpan {
                 semconv::MCP_PROTOCOL_VERSION,
                 v.as_str().to_owned(),
             ));
+        }
+        if let Some(peer) = &info.peer {
+            point.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
         }
         let refused = matches!(outcome, Outcome::Error(code) if caller_fault(*code));
         if let (Some(key), Some(t)) = (target_attribute(method), info.target.as_deref()) {

@@ -31,8 +31,13 @@ impl Drop for Closer {
     }
 }
 
-pub(crate) async fn open(State(state): State<Arc<HttpState>>, caller: Caller) -> Response {
+pub(crate) async fn open(
+    State(state): State<Arc<HttpState>>,
+    caller: Caller,
+    remote: super::streamable::Remote,
+) -> Response {
     let principal = principal_of(caller);
+    let peer = super::streamable::peer_of(remote);
     if state.sessions.len() >= state.config.max_sessions {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
@@ -41,10 +46,11 @@ pub(crate) async fn open(State(state): State<Arc<HttpState>>, caller: Caller) ->
     let sink = Arc::new(SessionSink::default());
     let Ok(handle) = state
         .server
-        .connect_as(
+        .connect_from(
             Sink::channel(tx),
             Some(id.clone().into()),
             principal.clone(),
+            peer.as_deref().cloned(),
         )
         .await
     else {

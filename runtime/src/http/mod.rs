@@ -153,6 +153,8 @@ pub async fn serve_http(
     });
     tracing::info!(%addr, "serving MCP over HTTP");
     let signalled = closing.clone();
+    // The client's address reaches telemetry as `client.address` (RequestInfo::peer).
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown_signal().await;
         tracing::info!("shutting down: no new connections; draining in-flight requests");

@@ -704,6 +704,7 @@ async fn positional_params_handed_in_unparsed_through_the_transport_api_are_inva
         cancel: CancellationToken::new(),
         track,
         principal: None,
+        peer: None,
     };
     async fn next(rx: &mut mpsc::UnboundedReceiver<Vec<u8>>, id: i64) -> Value {
         loop {

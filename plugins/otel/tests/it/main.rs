@@ -335,3 +335,34 @@ async fn captured_arguments_and_results_are_redacted_and_capped() {
     assert!(!result.contains("cfg-secret-9"), "{result}");
     assert!(result.len() <= 120 + 30, "{result}");
 }
+
+#[tokio::test]
+async fn a_legacy_session_that_ends_is_a_session_duration_point() {
+    let p = Pipeline::new();
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(p.layer()))
+        .tool(whoami())
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    client.close();
+    // The connection stops asynchronously: wait for its point.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let points = p.points("mcp.server.session.duration");
+        if let Some((attrs, count)) = points.first() {
+            assert_eq!(*count, 1);
+            assert!(
+                attrs
+                    .iter()
+                    .any(|(k, v)| k == "mcp.protocol.version" && v.starts_with("20")),
+                "{attrs:?}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no session point");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

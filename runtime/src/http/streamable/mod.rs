@@ -110,13 +110,25 @@ pub(crate) fn principal_of(caller: Caller) -> Option<Arc<str>> {
     caller.map(|axum::Extension(p)| p.0)
 }
 
+/// The client's address, when the server was started with connect info (`serve_http`
+/// does; a router mounted elsewhere may not).
+pub(crate) type Remote = Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>;
+
+pub(crate) fn peer_of(remote: Remote) -> Option<Arc<toolyard_actors::Peer>> {
+    remote.map(|axum::Extension(axum::extract::ConnectInfo(a))| {
+        Arc::new(toolyard_actors::Peer::tcp(a))
+    })
+}
+
 pub(crate) async fn post(
     State(state): State<Arc<HttpState>>,
     caller: Caller,
+    remote: Remote,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let principal = principal_of(caller);
+    let peer = peer_of(remote);
     let content_type = header_str(&headers, "content-type").unwrap_or("");
     if !content_type.starts_with("application/json") {
         return json_error(
@@ -147,7 +159,7 @@ pub(crate) async fn post(
     if let Incoming::Request(req) = &message {
         // A modern request named `initialize` is a removed method, not a new session.
         if req.method == method::INITIALIZE && session_id.is_none() && !has_protocol_meta(req) {
-            return initialize(state, message, accept_json, principal).await;
+            return initialize(state, message, accept_json, principal, peer).await;
         }
     }
     if let Some(id) = session_id {
@@ -178,6 +190,7 @@ pub(crate) async fn post(
                     &state,
                     req,
                     accept_json,
+                    peer,
                     Route::Session {
                         session,
                         announce: None,
@@ -204,6 +217,7 @@ pub(crate) async fn post(
                 &state,
                 req,
                 accept_json,
+                peer,
                 Route::Stateless { principal, direct },
             )
             .await
@@ -219,6 +233,7 @@ async fn initialize(
     message: Incoming,
     accept_json: bool,
     principal: Option<Arc<str>>,
+    peer: Option<Arc<toolyard_actors::Peer>>,
 ) -> Response {
     if state.sessions.len() >= state.config.max_sessions {
         return json_error(
@@ -234,10 +249,11 @@ async fn initialize(
     let sink = Arc::new(SessionSink::default());
     let handle = match state
         .server
-        .connect_as(
+        .connect_from(
             Sink::new(SharedSessionSink(sink.clone())),
             Some(id.clone().into()),
             principal.clone(),
+            peer.as_deref().cloned(),
         )
         .await
     {
@@ -256,6 +272,7 @@ async fn initialize(
         &state,
         req,
         accept_json,
+        peer,
         Route::Session {
             session,
             announce: Some(id),

@@ -101,6 +101,7 @@ pub(super) async fn respond(
     state: &Arc<HttpState>,
     req: Request,
     accept_json: bool,
+    peer: Option<Arc<toolyard_actors::Peer>>,
     route: Route,
 ) -> Response {
     let (mut session, mut session_id, mut principal, mut direct) = (None, None, None, None);
@@ -136,6 +137,7 @@ pub(super) async fn respond(
         cancel: cancel.clone(),
         track,
         principal,
+        peer,
     };
     let id = req.id.clone();
     // In-flight calls may finish during a graceful shutdown; a listen stream never
