@@ -11,6 +11,7 @@ use serde::Serialize;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use toolyard_proto::{ErrorObject, InputRequiredResult, InputResponses, ResultType};
+use tracing::Instrument;
 
 /// Runs a request's future: polled once right here, and spawned as a task only when it is
 /// not finished by then. Most tools answer without awaiting anything; for them this saves
@@ -106,12 +107,30 @@ pub(crate) async fn run<T, F>(
     F: Future<Output = Result<T, HandlerError>> + Send,
 {
     let cancel = ctx.inner.cancel.clone();
+    let span = log_span(ctx.traceparent());
     let outcome = tokio::select! {
         biased;
         _ = cancel.cancelled() => None,
-        r = AssertUnwindSafe(fut).catch_unwind() => Some(r),
+        r = AssertUnwindSafe(fut).catch_unwind().instrument(span) => Some(r),
     };
     answer(ctx, reply, sealer, binding, outcome, on_failure)
+}
+
+/// The `tracing` span a handler runs in when its request has a W3C trace context (a
+/// telemetry layer's server span, or what the caller sent in `_meta`): every log line the
+/// handler writes carries `trace_id` and `span_id`, so logs join traces. Without a context,
+/// or with no subscriber listening, it is `Span::none()` and costs nothing.
+fn log_span(traceparent: Option<&str>) -> tracing::Span {
+    let Some(tp) = traceparent else {
+        return tracing::Span::none();
+    };
+    let mut parts = tp.split('-');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(trace_id), Some(span_id)) if trace_id.len() == 32 && span_id.len() == 16 => {
+            tracing::info_span!(target: "toolyard", "mcp", trace_id = %trace_id, span_id = %span_id)
+        }
+        _ => tracing::Span::none(),
+    }
 }
 
 /// What running a handler's future produced: `None` when it was cancelled, `Some(Err)` when

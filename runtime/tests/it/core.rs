@@ -760,3 +760,73 @@ async fn positional_params_handed_in_unparsed_through_the_transport_api_are_inva
     let r = next(&mut rx, 14).await;
     assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
 }
+
+/// The log lines a test's subscriber wrote.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_handlers_log_lines_carry_the_requests_trace_id() {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                #[derive(Deserialize, JsonSchema)]
+                struct NoArgs {}
+                let server = ServerBuilder::new("s", "1")
+                    .tool(
+                        tool_fn("chatty", "logs a line", |_ctx, _: NoArgs| async {
+                            tokio::task::yield_now().await;
+                            tracing::info!("chatty ran");
+                            Ok("done")
+                        })
+                        .unwrap(),
+                    )
+                    .start()
+                    .await
+                    .unwrap();
+                let client = RawClient::connect(&server).await.unwrap();
+                client.initialize(json!({})).await.unwrap();
+                let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+                client
+                    .request(
+                        "tools/call",
+                        json!({"name": "chatty", "arguments": {},
+                            "_meta": {"traceparent": format!("00-{trace}-00f067aa0ba902b7-01")}}),
+                    )
+                    .await
+                    .unwrap();
+                client
+                    .request("tools/call", json!({"name": "chatty", "arguments": {}}))
+                    .await
+                    .unwrap();
+            });
+    });
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("chatty ran")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736")
+            && lines[0].contains("span_id=00f067aa0ba902b7"),
+        "{text}"
+    );
+    assert!(!lines[1].contains("trace_id"), "no context, no ids: {text}");
+}
