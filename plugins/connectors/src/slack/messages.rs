@@ -45,6 +45,15 @@ const ACTIVITY: [&str; 16] = [
     "unpinned_item",
 ];
 
+/// `limit`'s schema: the anchor's string (`"1d"`, `"50"`), or a plain number of messages.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code, reason = "only its schema is used")]
+enum LimitArg {
+    Text(String),
+    Count(u32),
+}
+
 /// A string, or a number given where the anchor takes a string (`limit: 50`).
 fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     Ok(match Option::<Value>::deserialize(d)? {
@@ -72,7 +81,7 @@ pub(crate) struct HistoryArgs {
     /// 1 week, 30d - 30 days, 90d - 90 days which is a default limit for free tier history)
     /// or number of messages (e.g. 50). Must be empty when 'cursor' is provided.
     #[serde(default, deserialize_with = "string_or_number")]
-    #[schemars(with = "Option<String>")]
+    #[schemars(with = "Option<LimitArg>")]
     limit: Option<String>,
 }
 
@@ -97,7 +106,7 @@ pub(crate) struct RepliesArgs {
     /// 1 week, 30d - 30 days) or number of messages (e.g. 50). Must be empty when 'cursor'
     /// is provided.
     #[serde(default, deserialize_with = "string_or_number")]
-    #[schemars(with = "Option<String>")]
+    #[schemars(with = "Option<LimitArg>")]
     limit: Option<String>,
 }
 

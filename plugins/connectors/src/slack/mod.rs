@@ -81,7 +81,7 @@ fn bad(message: impl Into<String>) -> ConnectorError {
 impl Slack {
     /// A connector with the settings of `config`. Reads the token now (a clear error when it
     /// is missing) but sends nothing: the first request is the first tool call's.
-    pub(crate) fn new(config: &SlackConfig) -> Result<Slack, ConnectorError> {
+    pub fn new(config: &SlackConfig) -> Result<Slack, ConnectorError> {
         let token = config
             .token
             .resolve()

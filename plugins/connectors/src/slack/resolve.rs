@@ -156,12 +156,13 @@ impl Names {
             return self.channel_id(client, name).await;
         }
         if let Some(name) = target.strip_prefix('@') {
-            let user = match self.user_id(client, name).await {
-                Ok(id) => id,
-                Err(e) => match name.strip_suffix("_dm") {
-                    Some(short) => self.user_id(client, short).await.map_err(|_| e)?,
-                    None => return Err(e),
+            // `@name_dm` is the anchor's spelling of the DM with `@name`.
+            let user = match name.strip_suffix("_dm") {
+                Some(short) => match self.user_id(client, short).await {
+                    Ok(id) => id,
+                    Err(e) => self.user_id(client, name).await.map_err(|_| e)?,
                 },
+                None => self.user_id(client, name).await?,
             };
             return self.dm_id(client, &user, target).await;
         }
