@@ -48,7 +48,9 @@ fn hint(code: &str, needed: Option<&str>, provided: Option<&str>) -> String {
         "invalid_auth" | "not_authed" => {
             "the token was not accepted; check `token` in [connectors.slack]".to_owned()
         }
-        "token_revoked" => "the token has been revoked; install the app again or issue a new token".to_owned(),
+        "token_revoked" => {
+            "the token has been revoked; install the app again or issue a new token".to_owned()
+        }
         "token_expired" => "the token has expired; refresh it or issue a new one".to_owned(),
         "account_inactive" => "the token's user or bot has been deactivated".to_owned(),
         "not_in_channel" => {
@@ -74,7 +76,9 @@ fn hint(code: &str, needed: Option<&str>, provided: Option<&str>) -> String {
         "no_reaction" => "there is no such reaction to remove".to_owned(),
         "invalid_name" => "no emoji by that name (give it without colons)".to_owned(),
         "message_not_found" | "thread_not_found" => "no message with that timestamp".to_owned(),
-        "invalid_cursor" => "the cursor is not valid (it may have expired); start again without it".to_owned(),
+        "invalid_cursor" => {
+            "the cursor is not valid (it may have expired); start again without it".to_owned()
+        }
         "user_not_found" => "no such user".to_owned(),
         _ => return String::new(),
     };
@@ -108,7 +112,13 @@ pub(crate) fn next_cursor(v: &Value) -> Option<String> {
 }
 
 impl Client {
-    pub(crate) fn new(api: Api, base: String, token: Secret, limiter: Limiter, max_wait: Duration) -> Self {
+    pub(crate) fn new(
+        api: Api,
+        base: &str,
+        token: Secret,
+        limiter: Limiter,
+        max_wait: Duration,
+    ) -> Self {
         Client {
             api,
             base: base.trim_end_matches('/').to_owned(),
@@ -123,7 +133,11 @@ impl Client {
         match self.limiter.acquire(method, self.max_wait) {
             Ok(wait) if wait.is_zero() => Ok(()),
             Ok(wait) => {
-                tracing::debug!(method, wait_ms = wait.as_millis() as u64, "slack: waiting for the method's budget");
+                tracing::debug!(
+                    method,
+                    wait_ms = wait.as_millis() as u64,
+                    "slack: waiting for the method's budget"
+                );
                 tokio::time::sleep(wait).await;
                 Ok(())
             }
@@ -135,7 +149,11 @@ impl Client {
     }
 
     /// A read: GET `{base}/{method}?params`.
-    pub(crate) async fn read(&self, method: &str, params: &[(&str, String)]) -> Result<Value, SlackError> {
+    pub(crate) async fn read(
+        &self,
+        method: &str,
+        params: &[(&str, String)],
+    ) -> Result<Value, SlackError> {
         self.budget(method).await?;
         let url = format!("{}/{method}", self.base);
         let token = self.token.expose();
@@ -211,7 +229,10 @@ mod tests {
             needed: None,
             provided: None,
         };
-        assert_eq!(e.to_string(), "Slack refused chat.postMessage: some_new_code");
+        assert_eq!(
+            e.to_string(),
+            "Slack refused chat.postMessage: some_new_code"
+        );
         let e = SlackError::Budget {
             method: "conversations.history".into(),
             retry_in: Duration::from_millis(59_500),

@@ -23,7 +23,7 @@ fn field(out: &mut String, value: &str) {
     let clean: String = value
         .chars()
         .filter(|c| {
-            !(c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+            (!c.is_control() || matches!(c, '\n' | '\t' | '\r'))
                 && !matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}' | '\u{FEFF}')
         })
         .collect();

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 use toolyard::proto::{Resource, ResourceContents, ResourceTemplate};
-use toolyard::{DefinitionError, HandlerError, ResourceDef, ResourceFn, ResourceRequest, TemplateDef};
+use toolyard::{
+    DefinitionError, HandlerError, ResourceDef, ResourceFn, ResourceRequest, TemplateDef,
+};
 
 const CHANNEL_HEADER: [&str; 6] = ["ID", "Name", "Topic", "Purpose", "MemberCount", "Cursor"];
 const USER_HEADER: [&str; 3] = ["UserID", "UserName", "RealName"];
@@ -60,7 +62,10 @@ pub(crate) struct UsersSearchArgs {
 fn shown_name(inner: &Inner, c: &Value) -> String {
     if c["is_im"] == true {
         let user = c["user"].as_str().unwrap_or("");
-        let name = inner.names.user(user).map_or_else(|| user.to_owned(), |u| u.name);
+        let name = inner
+            .names
+            .user(user)
+            .map_or_else(|| user.to_owned(), |u| u.name);
         return format!("@{name}");
     }
     let name = c["name"].as_str().unwrap_or("");
@@ -73,7 +78,10 @@ fn shown_name(inner: &Inner, c: &Value) -> String {
 
 fn channel_row(inner: &Inner, table: &mut Table, c: &Value) {
     let id = c["id"].as_str().unwrap_or("");
-    let members = c["num_members"].as_u64().map(|n| n.to_string()).unwrap_or_else(|| "0".to_owned());
+    let members = c["num_members"]
+        .as_u64()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "0".to_owned());
     table.row(&[
         id,
         &shown_name(inner, c),

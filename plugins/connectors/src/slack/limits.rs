@@ -27,9 +27,14 @@ impl Rate {
 
     /// `"N/min"` or `"N/s"`, optionally followed by `burst B`.
     pub(crate) fn parse(text: &str) -> Result<Rate, String> {
-        let bad = || format!("`{text}` is not a rate: write \"N/min\" or \"N/s\", optionally followed by \"burst B\"");
+        let bad = || {
+            format!("`{text}` is not a rate: write \"N/min\" or \"N/s\", optionally followed by \"burst B\"")
+        };
         let mut words = text.split_whitespace();
-        let (n, unit) = words.next().and_then(|w| w.split_once('/')).ok_or_else(bad)?;
+        let (n, unit) = words
+            .next()
+            .and_then(|w| w.split_once('/'))
+            .ok_or_else(bad)?;
         let n: f64 = n.parse().map_err(|_| bad())?;
         let per_sec = match unit {
             "min" | "m" => n / 60.0,
@@ -56,7 +61,9 @@ fn tier_of(method: &str) -> Rate {
     const TIER4: Rate = Rate::per_minute(100.0, 5.0);
     match method {
         "conversations.list" | "users.list" | "search.messages" | "reactions.remove" => TIER2,
-        "conversations.history" | "conversations.replies" | "conversations.info"
+        "conversations.history"
+        | "conversations.replies"
+        | "conversations.info"
         | "reactions.add" => TIER3,
         "chat.postMessage" => Rate::per_minute(60.0, 3.0),
         _ => TIER4,
@@ -199,7 +206,10 @@ mod tests {
         assert_eq!(l.acquire("m", max), Ok(Duration::ZERO));
         assert_eq!(l.acquire("m", max), Ok(Duration::ZERO));
         let w = l.acquire("m", max).unwrap();
-        assert!(w > Duration::from_millis(50) && w <= Duration::from_millis(100), "{w:?}");
+        assert!(
+            w > Duration::from_millis(50) && w <= Duration::from_millis(100),
+            "{w:?}"
+        );
         // The third reserved its token: the fourth waits behind it, past the limit.
         let e = l.acquire("m", max).unwrap_err();
         assert!(e > Duration::from_millis(150), "{e:?}");

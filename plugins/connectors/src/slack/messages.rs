@@ -6,7 +6,7 @@
 //! unless allow-listed.
 
 use super::client::next_cursor;
-use super::csv::{date, days_from_civil, civil, ts_to_rfc3339, Table};
+use super::csv::{civil, date, days_from_civil, ts_to_rfc3339, Table};
 use super::policy::{escape_plain, markdown_to_mrkdwn, unfurl_allowed};
 use super::Inner;
 use schemars::JsonSchema;
@@ -60,7 +60,11 @@ fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s),
         Some(Value::Number(n)) => Some(n.to_string()),
-        Some(_) => return Err(serde::de::Error::custom("limit must be a string such as \"1d\" or \"50\"")),
+        Some(_) => {
+            return Err(serde::de::Error::custom(
+                "limit must be a string such as \"1d\" or \"50\"",
+            ))
+        }
     })
 }
 
@@ -223,7 +227,11 @@ pub(crate) fn parse_limit(limit: Option<&str>, now: i64) -> Result<Window, Handl
             latest: None,
         });
     };
-    if let Some(unit) = limit.chars().last().filter(|c| matches!(c, 'd' | 'w' | 'm')) {
+    if let Some(unit) = limit
+        .chars()
+        .last()
+        .filter(|c| matches!(c, 'd' | 'w' | 'm'))
+    {
         let n: i64 = limit[..limit.len() - 1]
             .parse()
             .ok()
@@ -240,7 +248,11 @@ pub(crate) fn parse_limit(limit: Option<&str>, now: i64) -> Result<Window, Handl
             _ => {
                 let (y, m, d) = civil(today);
                 let months = y * 12 + i64::from(m) - 1 - n;
-                days_from_civil(months.div_euclid(12), (months.rem_euclid(12) + 1) as u32, d.min(28))
+                days_from_civil(
+                    months.div_euclid(12),
+                    (months.rem_euclid(12) + 1) as u32,
+                    d.min(28),
+                )
             }
         };
         return Ok(Window {
@@ -249,11 +261,11 @@ pub(crate) fn parse_limit(limit: Option<&str>, now: i64) -> Result<Window, Handl
             latest: Some(format!("{now}.000000")),
         });
     }
-    let count: u32 = limit
-        .parse()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| bad(format!("invalid limit {limit:?}: a number of messages (50) or a time range (1d, 1w, 30d, 1m)")))?;
+    let count: u32 = limit.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+        bad(format!(
+            "invalid limit {limit:?}: a number of messages (50) or a time range (1d, 1w, 30d, 1m)"
+        ))
+    })?;
     Ok(Window {
         count,
         oldest: None,
@@ -262,9 +274,9 @@ pub(crate) fn parse_limit(limit: Option<&str>, now: i64) -> Result<Window, Handl
 }
 
 fn check_ts(name: &str, ts: &str) -> Result<(), HandlerError> {
-    let ok = ts
-        .split_once('.')
-        .is_some_and(|(a, b)| !a.is_empty() && !b.is_empty() && a.chars().chain(b.chars()).all(|c| c.is_ascii_digit()));
+    let ok = ts.split_once('.').is_some_and(|(a, b)| {
+        !a.is_empty() && !b.is_empty() && a.chars().chain(b.chars()).all(|c| c.is_ascii_digit())
+    });
     if ok {
         Ok(())
     } else {
@@ -297,7 +309,8 @@ impl Inner {
         self.names
             .fill_users(
                 &self.client,
-                kept.iter().filter_map(|m| m["user"].as_str().map(str::to_owned)),
+                kept.iter()
+                    .filter_map(|m| m["user"].as_str().map(str::to_owned)),
             )
             .await;
         let mut table = Table::new(&MESSAGE_HEADER);
@@ -354,7 +367,12 @@ impl Inner {
         let cursor = next_cursor(&v).filter(|_| more);
         let messages = v["messages"].as_array().cloned().unwrap_or_default();
         Ok(self
-            .message_table(&messages, Some(&channel), a.include_activity_messages, cursor)
+            .message_table(
+                &messages,
+                Some(&channel),
+                a.include_activity_messages,
+                cursor,
+            )
             .await)
     }
 
@@ -376,7 +394,12 @@ impl Inner {
         let cursor = next_cursor(&v).filter(|_| more);
         let messages = v["messages"].as_array().cloned().unwrap_or_default();
         Ok(self
-            .message_table(&messages, Some(&channel), a.include_activity_messages, cursor)
+            .message_table(
+                &messages,
+                Some(&channel),
+                a.include_activity_messages,
+                cursor,
+            )
             .await)
     }
 
@@ -386,13 +409,24 @@ impl Inner {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let mut parts = path.split('/');
         let (Some(channel), Some(p)) = (parts.next(), parts.next()) else {
-            return Err(bad("a Slack permalink looks like https://x.slack.com/archives/C123/p1712345678123456"));
+            return Err(bad(
+                "a Slack permalink looks like https://x.slack.com/archives/C123/p1712345678123456",
+            ));
         };
         let digits = p.trim_start_matches('p');
-        if !super::resolve::looks_like_id(channel) || digits.len() < 7 || !digits.chars().all(|c| c.is_ascii_digit()) {
-            return Err(bad("a Slack permalink looks like https://x.slack.com/archives/C123/p1712345678123456"));
+        if !super::resolve::looks_like_id(channel)
+            || digits.len() < 7
+            || !digits.chars().all(|c| c.is_ascii_digit())
+        {
+            return Err(bad(
+                "a Slack permalink looks like https://x.slack.com/archives/C123/p1712345678123456",
+            ));
         }
-        let ts = format!("{}.{}", &digits[..digits.len() - 6], &digits[digits.len() - 6..]);
+        let ts = format!(
+            "{}.{}",
+            &digits[..digits.len() - 6],
+            &digits[digits.len() - 6..]
+        );
         let thread = query
             .split('&')
             .find_map(|kv| kv.strip_prefix("thread_ts="))
@@ -430,9 +464,16 @@ impl Inner {
         };
         let messages: Vec<Value> = v["messages"]
             .as_array()
-            .map(|m| m.iter().filter(|m| m["ts"] == ts.as_str()).cloned().collect())
+            .map(|m| {
+                m.iter()
+                    .filter(|m| m["ts"] == ts.as_str())
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
-        Ok(self.message_table(&messages, Some(channel), true, None).await)
+        Ok(self
+            .message_table(&messages, Some(channel), true, None)
+            .await)
     }
 
     /// `in:#name` for a channel filter.
@@ -442,9 +483,14 @@ impl Inner {
             return Ok(format!("#{name}"));
         }
         if super::resolve::looks_like_id(raw) {
-            return Ok(format!("#{}", self.names.channel_name(&self.client, raw).await?));
+            return Ok(format!(
+                "#{}",
+                self.names.channel_name(&self.client, raw).await?
+            ));
         }
-        Err(bad(format!("invalid channel format: {raw:?} (C1234567890 or #general)")))
+        Err(bad(format!(
+            "invalid channel format: {raw:?} (C1234567890 or #general)"
+        )))
     }
 
     /// `<@U123>` for a user filter.
@@ -469,15 +515,31 @@ impl Inner {
         if a.filter_threads_only {
             terms.push("is:thread".to_owned());
         }
-        if let Some(c) = a.filter_in_channel.as_deref().filter(|c| !c.trim().is_empty()) {
+        if let Some(c) = a
+            .filter_in_channel
+            .as_deref()
+            .filter(|c| !c.trim().is_empty())
+        {
             terms.push(format!("in:{}", self.channel_filter(c).await?));
-        } else if let Some(u) = a.filter_in_im_or_mpim.as_deref().filter(|c| !c.trim().is_empty()) {
+        } else if let Some(u) = a
+            .filter_in_im_or_mpim
+            .as_deref()
+            .filter(|c| !c.trim().is_empty())
+        {
             terms.push(format!("in:{}", self.user_filter(u).await?));
         }
-        if let Some(u) = a.filter_users_with.as_deref().filter(|c| !c.trim().is_empty()) {
+        if let Some(u) = a
+            .filter_users_with
+            .as_deref()
+            .filter(|c| !c.trim().is_empty())
+        {
             terms.push(format!("with:{}", self.user_filter(u).await?));
         }
-        if let Some(u) = a.filter_users_from.as_deref().filter(|c| !c.trim().is_empty()) {
+        if let Some(u) = a
+            .filter_users_from
+            .as_deref()
+            .filter(|c| !c.trim().is_empty())
+        {
             terms.push(format!("from:{}", self.user_filter(u).await?));
         }
         terms.extend(date_filters(
@@ -517,7 +579,8 @@ impl Inner {
             .or_else(|| m["pagination"]["page_count"].as_u64())
             .unwrap_or(1);
         let matches = m["matches"].as_array().cloned().unwrap_or_default();
-        let cursor = (u64::from(page) < pages && !matches.is_empty()).then(|| format!("page:{}", page + 1));
+        let cursor =
+            (u64::from(page) < pages && !matches.is_empty()).then(|| format!("page:{}", page + 1));
         // Each match carries its channel and, in its permalink, its thread.
         let rows: Vec<Value> = matches
             .into_iter()
@@ -540,7 +603,11 @@ impl Inner {
         let markdown = match content_type {
             "text/markdown" => true,
             "text/plain" => false,
-            _ => return Err(bad("content_type must be either 'text/plain' or 'text/markdown'")),
+            _ => {
+                return Err(bad(
+                    "content_type must be either 'text/plain' or 'text/markdown'",
+                ))
+            }
         };
         if a.payload.trim().is_empty() {
             return Err(bad("payload is empty"));
@@ -550,14 +617,20 @@ impl Inner {
         }
         let channel = self
             .post
-            .admit("conversations_add_message", &self.names, &self.client, &a.channel_id)
+            .admit(
+                "conversations_add_message",
+                &self.names,
+                &self.client,
+                &a.channel_id,
+            )
             .await?;
         let text = if markdown {
             markdown_to_mrkdwn(&a.payload)
         } else {
             escape_plain(&a.payload)
         };
-        let unfurl = unfurl_allowed(&a.payload, &self.unfurl_hosts) && unfurl_allowed(&text, &self.unfurl_hosts);
+        let unfurl = unfurl_allowed(&a.payload, &self.unfurl_hosts)
+            && unfurl_allowed(&text, &self.unfurl_hosts);
         let mut body = json!({
             "channel": channel,
             "text": text,
@@ -577,21 +650,33 @@ impl Inner {
             message["text"] = json!(text);
         }
         let shown = v["channel"].as_str().unwrap_or(&channel).to_owned();
-        Ok(self.message_table(&[message], Some(&shown), true, None).await)
+        Ok(self
+            .message_table(&[message], Some(&shown), true, None)
+            .await)
     }
 
     pub(crate) async fn react(&self, a: ReactionArgs, add: bool) -> Result<String, HandlerError> {
         check_ts("timestamp", &a.timestamp)?;
         let emoji = a.emoji.trim().trim_matches(':').to_owned();
         if emoji.is_empty() || emoji.contains(char::is_whitespace) {
-            return Err(bad("emoji is the emoji's name without colons, e.g. thumbsup"));
+            return Err(bad(
+                "emoji is the emoji's name without colons, e.g. thumbsup",
+            ));
         }
-        let tool = if add { "reactions_add" } else { "reactions_remove" };
+        let tool = if add {
+            "reactions_add"
+        } else {
+            "reactions_remove"
+        };
         let channel = self
             .react
             .admit(tool, &self.names, &self.client, &a.channel_id)
             .await?;
-        let method = if add { "reactions.add" } else { "reactions.remove" };
+        let method = if add {
+            "reactions.add"
+        } else {
+            "reactions.remove"
+        };
         self.client
             .write(
                 method,
@@ -601,7 +686,10 @@ impl Inner {
         Ok(if add {
             format!("Added :{emoji}: to message {} in {channel}", a.timestamp)
         } else {
-            format!("Removed :{emoji}: from message {} in {channel}", a.timestamp)
+            format!(
+                "Removed :{emoji}: from message {} in {channel}",
+                a.timestamp
+            )
         })
     }
 }
@@ -632,10 +720,18 @@ fn date_filters(
     during: Option<&str>,
     now: i64,
 ) -> Result<Vec<String>, HandlerError> {
-    let given = |v: Option<&str>| v.map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+    let given = |v: Option<&str>| {
+        v.map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
     let (before, after, on, during) = (given(before), given(after), given(on), given(during));
     let parse = |name: &str, v: &str| {
-        one_date(v, now).ok_or_else(|| bad(format!("invalid '{name}' date {v:?}: use YYYY-MM-DD, Today or Yesterday")))
+        one_date(v, now).ok_or_else(|| {
+            bad(format!(
+                "invalid '{name}' date {v:?}: use YYYY-MM-DD, Today or Yesterday"
+            ))
+        })
     };
     if let Some(on) = on {
         if before.is_some() || after.is_some() || during.is_some() {
@@ -649,7 +745,9 @@ fn date_filters(
         }
         let value = one_date(&during, now).unwrap_or_else(|| during.to_lowercase());
         if !value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return Err(bad(format!("invalid 'during' value {during:?}: a date, a month (July) or a year")));
+            return Err(bad(format!(
+                "invalid 'during' value {during:?}: a date, a month (July) or a year"
+            )));
         }
         return Ok(vec![format!("during:{value}")]);
     }
@@ -679,9 +777,15 @@ mod tests {
         assert_eq!(w.oldest, Some(format!("{start}.000000")));
         assert_eq!(w.latest, Some(format!("{NOW}.000000")));
         let w = parse_limit(Some("1w"), NOW).unwrap();
-        assert_eq!(w.oldest, Some(format!("{}.000000", days_from_civil(2024, 3, 30) * 86_400)));
+        assert_eq!(
+            w.oldest,
+            Some(format!("{}.000000", days_from_civil(2024, 3, 30) * 86_400))
+        );
         let w = parse_limit(Some("2m"), NOW).unwrap();
-        assert_eq!(w.oldest, Some(format!("{}.000000", days_from_civil(2024, 2, 5) * 86_400)));
+        assert_eq!(
+            w.oldest,
+            Some(format!("{}.000000", days_from_civil(2024, 2, 5) * 86_400))
+        );
         for bad in ["0d", "xd", "-3", "abc", "0"] {
             assert!(parse_limit(Some(bad), NOW).is_err(), "{bad}");
         }

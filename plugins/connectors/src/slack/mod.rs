@@ -96,10 +96,12 @@ impl Slack {
         let history = HistoryBudget::parse(&config.history_budget).map_err(bad)?;
         let mut overrides = HashMap::new();
         for (method, rate) in &config.rate_limits {
-            let rate = Rate::parse(rate).map_err(|e| bad(format!("rate_limits.\"{method}\": {e}")))?;
+            let rate =
+                Rate::parse(rate).map_err(|e| bad(format!("rate_limits.\"{method}\": {e}")))?;
             overrides.insert(method.clone(), rate);
         }
-        let post = Gate::new(&config.post_channels).map_err(|e| bad(format!("post_channels: {e}")))?;
+        let post =
+            Gate::new(&config.post_channels).map_err(|e| bad(format!("post_channels: {e}")))?;
         let react =
             Gate::new(&config.react_channels).map_err(|e| bad(format!("react_channels: {e}")))?;
         let max_wait = Duration::from_millis(config.max_retry_wait_ms);
@@ -111,7 +113,13 @@ impl Slack {
         })?;
         // Bot tokens cannot search (`not_allowed_token_type`): the tool is left out for them.
         let search_offered = !token.expose().starts_with("xoxb-");
-        let client = Client::new(api, base, token, Limiter::new(history, overrides), max_wait);
+        let client = Client::new(
+            api,
+            &base,
+            token,
+            Limiter::new(history, overrides),
+            max_wait,
+        );
         let workspace = config
             .workspace
             .as_deref()

@@ -100,7 +100,25 @@ pub(crate) fn link_hosts(text: &str) -> Vec<String> {
     let lower = text.to_lowercase();
     let mut hosts = Vec::new();
     let stop = |c: char| {
-        c.is_whitespace() || matches!(c, '/' | '?' | '#' | '|' | '>' | '<' | ')' | '(' | ']' | '[' | '"' | '\'' | ',' | '*' | '`' | '\\')
+        c.is_whitespace()
+            || matches!(
+                c,
+                '/' | '?'
+                    | '#'
+                    | '|'
+                    | '>'
+                    | '<'
+                    | ')'
+                    | '('
+                    | ']'
+                    | '['
+                    | '"'
+                    | '\''
+                    | ','
+                    | '*'
+                    | '`'
+                    | '\\'
+            )
     };
     for (i, _) in lower.match_indices("://") {
         let rest = &lower[i + 3..];
@@ -112,13 +130,23 @@ pub(crate) fn link_hosts(text: &str) -> Vec<String> {
             hosts.push(host.trim_end_matches('.').to_owned());
         }
     }
-    for word in lower.split(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | '|' | '(' | ')' | '[' | ']' | '"' | '\'' | '`' | '*')) {
+    for word in lower.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                '<' | '>' | '|' | '(' | ')' | '[' | ']' | '"' | '\'' | '`' | '*'
+            )
+    }) {
         if word.contains("://") {
             continue;
         }
         let name = word.split(['/', '?', '#']).next().unwrap_or("");
         let name = name.rsplit('@').next().unwrap_or(name);
-        let name = name.split(':').next().unwrap_or(name).trim_end_matches(['.', ',', ';', '!']);
+        let name = name
+            .split(':')
+            .next()
+            .unwrap_or(name)
+            .trim_end_matches(['.', ',', ';', '!']);
         let labels: Vec<&str> = name.split('.').collect();
         let is_host = labels.len() >= 2
             && labels
@@ -166,7 +194,9 @@ pub(crate) fn markdown_to_mrkdwn(text: &str) -> String {
         let line = if trimmed.starts_with('#') && heading.starts_with(' ') {
             format!("*{}*", heading.trim())
         } else {
-            line.replace("**", "*").replace("__", "_").replace("~~", "~")
+            line.replace("**", "*")
+                .replace("__", "_")
+                .replace("~~", "~")
         };
         out.push(links(&line));
     }
@@ -206,7 +236,12 @@ mod tests {
                     [t](https://md.example.org/q) and evil.example.net/?secret=1 e.g. not a host";
         assert_eq!(
             link_hosts(text),
-            vec!["docs.example.com", "evil.example.net", "md.example.org", "x.test"]
+            vec![
+                "docs.example.com",
+                "evil.example.net",
+                "md.example.org",
+                "x.test"
+            ]
         );
         assert!(link_hosts("no links here, 3.14 either").is_empty());
     }
@@ -216,7 +251,10 @@ mod tests {
         let allowed = vec!["example.com".to_owned()];
         assert!(unfurl_allowed("https://docs.example.com/x", &allowed));
         assert!(unfurl_allowed("https://example.com", &allowed));
-        assert!(!unfurl_allowed("https://example.com and https://attacker.test/?k=SECRET", &allowed));
+        assert!(!unfurl_allowed(
+            "https://example.com and https://attacker.test/?k=SECRET",
+            &allowed
+        ));
         assert!(!unfurl_allowed("https://notexample.com", &allowed));
         assert!(!unfurl_allowed("no links", &allowed));
         assert!(!unfurl_allowed("https://example.com", &[]));
@@ -225,7 +263,9 @@ mod tests {
     #[test]
     fn markdown_becomes_mrkdwn_and_plain_text_is_escaped() {
         assert_eq!(
-            markdown_to_mrkdwn("# Title\n**bold** and ~~gone~~, [docs](https://d.example/x) [not](a link)"),
+            markdown_to_mrkdwn(
+                "# Title\n**bold** and ~~gone~~, [docs](https://d.example/x) [not](a link)"
+            ),
             "*Title*\n*bold* and ~gone~, <https://d.example/x|docs> [not](a link)"
         );
         assert_eq!(escape_plain("a < b & <@U1>"), "a &lt; b &amp; &lt;@U1&gt;");
@@ -235,7 +275,9 @@ mod tests {
     fn a_gate_entry_must_be_a_channel() {
         assert!(!Gate::new(&[]).unwrap().offered());
         assert!(Gate::new(&["*".into()]).unwrap().offered());
-        assert!(Gate::new(&["#ops".into(), "C123".into(), "@alice".into()]).unwrap().offered());
+        assert!(Gate::new(&["#ops".into(), "C123".into(), "@alice".into()])
+            .unwrap()
+            .offered());
         assert!(Gate::new(&["ops".into()]).is_err());
     }
 }

@@ -81,7 +81,7 @@ impl std::fmt::Debug for Names {
     }
 }
 
-fn lookup_failed(e: SlackError) -> HandlerError {
+fn lookup_failed(e: &SlackError) -> HandlerError {
     HandlerError::failed(e.to_string())
 }
 
@@ -90,7 +90,8 @@ pub(crate) fn looks_like_id(s: &str) -> bool {
     s.len() >= 2
         && s.len() <= 24
         && s.starts_with(|c: char| c.is_ascii_uppercase())
-        && s.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
 }
 
 impl Names {
@@ -131,7 +132,10 @@ impl Names {
                 .unwrap_or("")
                 .to_owned();
             self.user_ids.put(name.clone(), id.to_owned());
-            if let Some(display) = u["profile"]["display_name"].as_str().filter(|d| !d.is_empty()) {
+            if let Some(display) = u["profile"]["display_name"]
+                .as_str()
+                .filter(|d| !d.is_empty())
+            {
                 self.user_ids.put(display.to_lowercase(), id.to_owned());
             }
             self.users.put(id.to_owned(), UserNames { name, real_name });
@@ -150,7 +154,11 @@ impl Names {
 
     /// The ID `target` names: an ID as is, `#name` a channel, `@name` (or `@name_dm`) the DM
     /// with that user.
-    pub(crate) async fn conversation(&self, client: &Client, target: &str) -> Result<String, HandlerError> {
+    pub(crate) async fn conversation(
+        &self,
+        client: &Client,
+        target: &str,
+    ) -> Result<String, HandlerError> {
         let target = target.trim();
         if let Some(name) = target.strip_prefix('#') {
             return self.channel_id(client, name).await;
@@ -175,7 +183,11 @@ impl Names {
     }
 
     /// `#name`'s ID, paging `conversations.list` until it is found.
-    pub(crate) async fn channel_id(&self, client: &Client, name: &str) -> Result<String, HandlerError> {
+    pub(crate) async fn channel_id(
+        &self,
+        client: &Client,
+        name: &str,
+    ) -> Result<String, HandlerError> {
         if let Some(id) = self.channel_ids.get(name) {
             return Ok(id);
         }
@@ -192,7 +204,7 @@ impl Names {
             let page = client
                 .read("conversations.list", &params)
                 .await
-                .map_err(lookup_failed)?;
+                .map_err(|e| lookup_failed(&e))?;
             let channels = page["channels"].as_array().cloned().unwrap_or_default();
             self.learn_channels(&channels);
             if let Some(id) = self.channel_ids.get(name) {
@@ -212,7 +224,11 @@ impl Names {
     }
 
     /// `@name`'s user ID, paging `users.list` until it is found.
-    pub(crate) async fn user_id(&self, client: &Client, name: &str) -> Result<String, HandlerError> {
+    pub(crate) async fn user_id(
+        &self,
+        client: &Client,
+        name: &str,
+    ) -> Result<String, HandlerError> {
         if looks_like_id(name) {
             return Ok(name.to_owned());
         }
@@ -234,14 +250,16 @@ impl Names {
             let page = client
                 .read("users.list", &params)
                 .await
-                .map_err(lookup_failed)?;
+                .map_err(|e| lookup_failed(&e))?;
             self.learn_users(page["members"].as_array().map_or(&[][..], Vec::as_slice));
             if let Some(id) = found(self) {
                 return Ok(id);
             }
             cursor = next_cursor(&page);
             if cursor.is_none() {
-                return Err(HandlerError::failed(format!("no user @{name} in this workspace")));
+                return Err(HandlerError::failed(format!(
+                    "no user @{name} in this workspace"
+                )));
             }
         }
         Err(HandlerError::failed(format!(
@@ -251,7 +269,12 @@ impl Names {
     }
 
     /// The DM with `user`, paging `conversations.list?types=im` until it is found.
-    async fn dm_id(&self, client: &Client, user: &str, shown: &str) -> Result<String, HandlerError> {
+    async fn dm_id(
+        &self,
+        client: &Client,
+        user: &str,
+        shown: &str,
+    ) -> Result<String, HandlerError> {
         if let Some(id) = self.dms.get(user) {
             return Ok(id);
         }
@@ -264,7 +287,7 @@ impl Names {
             let page = client
                 .read("conversations.list", &params)
                 .await
-                .map_err(lookup_failed)?;
+                .map_err(|e| lookup_failed(&e))?;
             self.learn_channels(page["channels"].as_array().map_or(&[][..], Vec::as_slice));
             if let Some(id) = self.dms.get(user) {
                 return Ok(id);
@@ -280,14 +303,18 @@ impl Names {
     }
 
     /// `C123`'s name: cached, or `conversations.info`.
-    pub(crate) async fn channel_name(&self, client: &Client, id: &str) -> Result<String, HandlerError> {
+    pub(crate) async fn channel_name(
+        &self,
+        client: &Client,
+        id: &str,
+    ) -> Result<String, HandlerError> {
         if let Some(name) = self.channel_names.get(id) {
             return Ok(name);
         }
         let info = client
             .read("conversations.info", &[("channel", id.to_owned())])
             .await
-            .map_err(lookup_failed)?;
+            .map_err(|e| lookup_failed(&e))?;
         self.learn_channels(std::slice::from_ref(&info["channel"]));
         self.channel_names
             .get(id)
@@ -347,8 +374,10 @@ mod tests {
             json!({"id": "C1", "name": "general"}),
             json!({"id": "D9", "is_im": true, "user": "U7"}),
         ]);
-        n.learn_users(&[json!({"id": "U7", "name": "alice", "real_name": "Alice A",
-            "profile": {"display_name": "Ally"}})]);
+        n.learn_users(
+            &[json!({"id": "U7", "name": "alice", "real_name": "Alice A",
+            "profile": {"display_name": "Ally"}})],
+        );
         assert_eq!(n.channel_ids.get("general").as_deref(), Some("C1"));
         assert_eq!(n.channel_names.get("C1").as_deref(), Some("general"));
         assert_eq!(n.user_ids.get("ally").as_deref(), Some("U7"));

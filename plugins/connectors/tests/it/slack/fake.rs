@@ -24,7 +24,10 @@ pub(crate) const USER_TOKEN: &str = "xoxp-fake-5678-uservalue";
 pub(crate) enum Mode {
     Normal,
     /// The next `times` requests get 429 with this `Retry-After` (seconds).
-    RateLimited { retry_after: u64, times: usize },
+    RateLimited {
+        retry_after: u64,
+        times: usize,
+    },
     /// HTTP 200 `{ok: false, error: code}` (for `missing_scope`, with `needed`/`provided`).
     SlackError(&'static str),
     /// This HTTP status with a non-Slack body.
@@ -167,7 +170,12 @@ impl Fake {
 
 fn ok(mut body: Value) -> Response {
     body["ok"] = json!(true);
-    (StatusCode::OK, [("content-type", "application/json; charset=utf-8")], body.to_string()).into_response()
+    (
+        StatusCode::OK,
+        [("content-type", "application/json; charset=utf-8")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn slack_error(code: &str) -> Response {
@@ -176,7 +184,12 @@ fn slack_error(code: &str) -> Response {
         body["needed"] = json!("channels:history");
         body["provided"] = json!("chat:write");
     }
-    (StatusCode::OK, [("content-type", "application/json; charset=utf-8")], body.to_string()).into_response()
+    (
+        StatusCode::OK,
+        [("content-type", "application/json; charset=utf-8")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// `a=b&c=d` with `+` and `%XX` decoded.
@@ -187,7 +200,10 @@ fn form(text: &str) -> HashMap<String, String> {
         let mut i = 0;
         while i < bytes.len() {
             if bytes[i] == b'%' && i + 2 < bytes.len() {
-                if let Ok(b) = u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                if let Ok(b) = u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
                     out.push(b);
                     i += 3;
                     continue;
@@ -208,7 +224,11 @@ fn form(text: &str) -> HashMap<String, String> {
 }
 
 /// A page of `items` from `cursor` (`off:N`), at most `min(limit, page_size)` long.
-fn page(items: &[Value], p: &HashMap<String, String>, page_size: usize) -> Result<(Vec<Value>, String), Response> {
+fn page(
+    items: &[Value],
+    p: &HashMap<String, String>,
+    page_size: usize,
+) -> Result<(Vec<Value>, String), Response> {
     let start = match p.get("cursor").filter(|c| !c.is_empty()) {
         None => 0,
         Some(c) => match c.strip_prefix("off:").and_then(|n| n.parse::<usize>().ok()) {
@@ -223,7 +243,11 @@ fn page(items: &[Value], p: &HashMap<String, String>, page_size: usize) -> Resul
         .unwrap_or(100)
         .min(page_size);
     let end = (start + limit).min(items.len());
-    let next = if end < items.len() { format!("off:{end}") } else { String::new() };
+    let next = if end < items.len() {
+        format!("off:{end}")
+    } else {
+        String::new()
+    };
     Ok((items.get(start..end).unwrap_or(&[]).to_vec(), next))
 }
 
@@ -273,7 +297,10 @@ async fn answer(
                 *fake.mode.lock().unwrap() = if times == 1 {
                     Mode::Normal
                 } else {
-                    Mode::RateLimited { retry_after, times: times - 1 }
+                    Mode::RateLimited {
+                        retry_after,
+                        times: times - 1,
+                    }
                 };
                 return (
                     StatusCode::TOO_MANY_REQUESTS,
@@ -285,7 +312,11 @@ async fn answer(
         }
         Mode::SlackError(code) => return slack_error(code),
         Mode::Status(s) => {
-            return (StatusCode::from_u16(s).unwrap(), "<html>upstream trouble</html>").into_response()
+            return (
+                StatusCode::from_u16(s).unwrap(),
+                "<html>upstream trouble</html>",
+            )
+                .into_response()
         }
         Mode::Slow(d) => tokio::time::sleep(d).await,
         Mode::Huge(n) => {
@@ -293,7 +324,12 @@ async fn answer(
             return ok(json!({"messages": [], "filler": filler}));
         }
         Mode::Malformed => {
-            return (StatusCode::OK, [("content-type", "application/json")], "{\"ok\": tru").into_response()
+            return (
+                StatusCode::OK,
+                [("content-type", "application/json")],
+                "{\"ok\": tru",
+            )
+                .into_response()
         }
     }
     let auth = headers
@@ -302,16 +338,27 @@ async fn answer(
         .unwrap_or("");
     let form_token = p.get("token").map(String::as_str);
     let accepted = [TOKEN, USER_TOKEN];
-    let by_header = auth.strip_prefix("Bearer ").is_some_and(|t| accepted.contains(&t));
+    let by_header = auth
+        .strip_prefix("Bearer ")
+        .is_some_and(|t| accepted.contains(&t));
     if !by_header && !form_token.is_some_and(|t| accepted.contains(&t)) {
-        return slack_error(if auth.is_empty() { "not_authed" } else { "invalid_auth" });
+        return slack_error(if auth.is_empty() {
+            "not_authed"
+        } else {
+            "invalid_auth"
+        });
     }
     let get = |k: &str| p.get(k).cloned().unwrap_or_default();
     match method.as_str() {
-        "auth.test" => ok(json!({"url": "https://acme.slack.com/", "team": "Acme", "user": "bot",
-            "team_id": "T1", "user_id": "U0BOT", "bot_id": "B0BOT"})),
+        "auth.test" => ok(
+            json!({"url": "https://acme.slack.com/", "team": "Acme", "user": "bot",
+            "team_id": "T1", "user_id": "U0BOT", "bot_id": "B0BOT"}),
+        ),
         "conversations.list" => {
-            let types = p.get("types").cloned().unwrap_or_else(|| "public_channel".into());
+            let types = p
+                .get("types")
+                .cloned()
+                .unwrap_or_else(|| "public_channel".into());
             let wanted: Vec<&Value> = fake
                 .channels
                 .iter()
@@ -323,26 +370,50 @@ async fn answer(
                 .collect();
             let wanted: Vec<Value> = wanted.into_iter().cloned().collect();
             match page(&wanted, &p, fake.page_size) {
-                Ok((items, next)) => ok(json!({"channels": items, "response_metadata": {"next_cursor": next}})),
+                Ok((items, next)) => {
+                    ok(json!({"channels": items, "response_metadata": {"next_cursor": next}}))
+                }
                 Err(e) => e,
             }
         }
-        "conversations.info" => match fake.channels.iter().find(|c| c["id"] == get("channel").as_str()) {
+        "conversations.info" => match fake
+            .channels
+            .iter()
+            .find(|c| c["id"] == get("channel").as_str())
+        {
             Some(c) => ok(json!({"channel": c})),
             None => slack_error("channel_not_found"),
         },
         "conversations.history" | "conversations.replies" => {
-            let key = if method == "conversations.history" { get("channel") } else { get("ts") };
-            if !fake.channels.iter().any(|c| c["id"] == get("channel").as_str()) {
+            let key = if method == "conversations.history" {
+                get("channel")
+            } else {
+                get("ts")
+            };
+            if !fake
+                .channels
+                .iter()
+                .any(|c| c["id"] == get("channel").as_str())
+            {
                 return slack_error("channel_not_found");
             }
             if get("channel") == "C006" {
                 return slack_error("not_in_channel");
             }
             let Some(all) = fake.messages.get(&key) else {
-                return slack_error(if method == "conversations.history" { "channel_not_found" } else { "thread_not_found" });
+                return slack_error(if method == "conversations.history" {
+                    "channel_not_found"
+                } else {
+                    "thread_not_found"
+                });
             };
-            let ts = |m: &Value| m["ts"].as_str().unwrap_or("0").parse::<f64>().unwrap_or(0.0);
+            let ts = |m: &Value| {
+                m["ts"]
+                    .as_str()
+                    .unwrap_or("0")
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+            };
             let inclusive = get("inclusive") == "true";
             let oldest: Option<f64> = p.get("oldest").and_then(|o| o.parse().ok());
             let latest: Option<f64> = p.get("latest").and_then(|o| o.parse().ok());
@@ -369,9 +440,11 @@ async fn answer(
             if get("text").is_empty() {
                 return slack_error("no_text");
             }
-            ok(json!({"channel": channel, "ts": "1712349999.000900", "message": {"type": "message",
+            ok(
+                json!({"channel": channel, "ts": "1712349999.000900", "message": {"type": "message",
                 "user": "U0BOT", "bot_id": "B0BOT", "text": get("text"), "ts": "1712349999.000900",
-                "thread_ts": p.get("thread_ts")}}))
+                "thread_ts": p.get("thread_ts")}}),
+            )
         }
         "reactions.add" | "reactions.remove" => {
             if get("name").is_empty() || get("timestamp").is_empty() {
@@ -380,7 +453,9 @@ async fn answer(
             ok(json!({}))
         }
         "users.list" => match page(&fake.users, &p, fake.page_size) {
-            Ok((items, next)) => ok(json!({"members": items, "cache_ts": 0, "response_metadata": {"next_cursor": next}})),
+            Ok((items, next)) => ok(
+                json!({"members": items, "cache_ts": 0, "response_metadata": {"next_cursor": next}}),
+            ),
             Err(e) => e,
         },
         "users.info" => match fake.users.iter().find(|u| u["id"] == get("user").as_str()) {
@@ -389,17 +464,24 @@ async fn answer(
         },
         "search.messages" => {
             let page_no: u64 = get("page").parse().unwrap_or(1);
-            let hit = |ts: &str, text: &str| json!({"type": "message", "user": "U001", "username": "alice",
+            let hit = |ts: &str, text: &str| {
+                json!({"type": "message", "user": "U001", "username": "alice",
                 "ts": ts, "text": text, "channel": {"id": "C003", "name": "eng"},
-                "permalink": format!("https://acme.slack.com/archives/C003/p{}?thread_ts=1712340000.000001", ts.replace('.', ""))});
+                "permalink": format!("https://acme.slack.com/archives/C003/p{}?thread_ts=1712340000.000001", ts.replace('.', ""))})
+            };
             let matches = if page_no == 1 {
-                vec![hit("1712345001.000001", "deploy failed"), hit("1712345002.000002", "deploy fixed")]
+                vec![
+                    hit("1712345001.000001", "deploy failed"),
+                    hit("1712345002.000002", "deploy fixed"),
+                ]
             } else {
                 vec![hit("1712345003.000003", "deploy again")]
             };
-            ok(json!({"query": get("query"), "messages": {"total": 3, "matches": matches,
+            ok(
+                json!({"query": get("query"), "messages": {"total": 3, "matches": matches,
                 "paging": {"count": 2, "total": 3, "page": page_no, "pages": 2},
-                "pagination": {"total_count": 3, "page": page_no, "per_page": 2, "page_count": 2}}}))
+                "pagination": {"total_count": 3, "page": page_no, "per_page": 2, "page_count": 2}}}),
+            )
         }
         _ => slack_error("unknown_method"),
     }

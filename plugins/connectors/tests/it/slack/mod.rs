@@ -27,7 +27,8 @@ fn config(base: &str) -> SlackConfig {
     // The fake's pages are tiny: the listing methods' real budgets (Tier 2: 20 a minute)
     // would make these tests wait; the budget tests set their own.
     for method in ["conversations.list", "users.list", "users.info"] {
-        c.rate_limits.insert(method.into(), "6000/min burst 50".into());
+        c.rate_limits
+            .insert(method.into(), "6000/min burst 50".into());
     }
     c
 }
@@ -114,7 +115,12 @@ async fn slack_writes_are_offered_only_where_allowed_and_never_read_only() {
     let (_f, base) = started().await;
     let c = config(&base);
     let names = tools(&c).await.names().await;
-    assert!(!names.iter().any(|n| n == "conversations_add_message" || n.starts_with("reactions_")), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n == "conversations_add_message" || n.starts_with("reactions_")),
+        "{names:?}"
+    );
     // A bot token cannot search: the tool is left out; a user token gets it.
     assert!(!names.iter().any(|n| n == "conversations_search_messages"));
     let mut c = user_config(&base);
@@ -143,11 +149,17 @@ async fn slack_history_is_the_anchors_csv_paged_by_the_last_rows_cursor() {
     let (f, base) = started().await;
     let t = tools(&config(&base)).await;
     let r = t
-        .call("conversations_history", json!({"channel_id": "C001", "limit": 50}))
+        .call(
+            "conversations_history",
+            json!({"channel_id": "C001", "limit": 50}),
+        )
         .await;
     let text = r.ok().to_owned();
     let lines = rows(&text);
-    assert_eq!(lines[0], "MsgID,UserID,UserName,RealName,Channel,ThreadTs,Text,Time,Cursor");
+    assert_eq!(
+        lines[0],
+        "MsgID,UserID,UserName,RealName,Channel,ThreadTs,Text,Time,Cursor"
+    );
     // Three a page; the channel_join activity message is left out, the bot message kept.
     assert_eq!(lines.len(), 3, "{text}");
     assert_eq!(
@@ -165,13 +177,23 @@ async fn slack_history_is_the_anchors_csv_paged_by_the_last_rows_cursor() {
     assert_eq!(seen.params["limit"], "50");
     assert!(!seen.params.contains_key("oldest"));
     let next = t
-        .call("conversations_history", json!({"channel_id": "C001", "cursor": "off:3", "include_activity_messages": true}))
+        .call(
+            "conversations_history",
+            json!({"channel_id": "C001", "cursor": "off:3", "include_activity_messages": true}),
+        )
         .await;
     let text = next.ok().to_owned();
     let lines = rows(&text);
     assert_eq!(lines.len(), 3, "{text}");
-    assert!(lines[1].starts_with("1712345600.000200,U001,alice,Alice Archer,C001,,\"second\nline two\""), "{text}");
-    assert!(lines[2].ends_with(",1712345500.000100,first,2024-04-05T19:31:40Z,"), "{text}");
+    assert!(
+        lines[1]
+            .starts_with("1712345600.000200,U001,alice,Alice Archer,C001,,\"second\nline two\""),
+        "{text}"
+    );
+    assert!(
+        lines[2].ends_with(",1712345500.000100,first,2024-04-05T19:31:40Z,"),
+        "{text}"
+    );
     assert!(next.raw["structuredContent"].get("next_cursor").is_none());
 }
 
@@ -179,17 +201,29 @@ async fn slack_history_is_the_anchors_csv_paged_by_the_last_rows_cursor() {
 async fn slack_history_limit_as_a_time_window_sends_oldest_and_latest() {
     let (f, base) = started().await;
     let t = tools(&config(&base)).await;
-    t.call("conversations_history", json!({"channel_id": "C001", "limit": "1d"}))
-        .await
-        .ok();
+    t.call(
+        "conversations_history",
+        json!({"channel_id": "C001", "limit": "1d"}),
+    )
+    .await
+    .ok();
     let seen = f.last("conversations.history").unwrap();
     assert_eq!(seen.params["limit"], "100");
-    let oldest: u64 = seen.params["oldest"].trim_end_matches(".000000").parse().unwrap();
-    let latest: u64 = seen.params["latest"].trim_end_matches(".000000").parse().unwrap();
+    let oldest: u64 = seen.params["oldest"]
+        .trim_end_matches(".000000")
+        .parse()
+        .unwrap();
+    let latest: u64 = seen.params["latest"]
+        .trim_end_matches(".000000")
+        .parse()
+        .unwrap();
     assert_eq!(oldest % 86_400, 0, "the window starts at midnight UTC");
     assert!(latest - oldest < 86_400 && latest >= oldest);
     let r = t
-        .call("conversations_history", json!({"channel_id": "C001", "limit": "soon"}))
+        .call(
+            "conversations_history",
+            json!({"channel_id": "C001", "limit": "soon"}),
+        )
         .await;
     assert!(r.err().contains("invalid limit"), "{}", r.text);
 }
@@ -200,22 +234,41 @@ async fn slack_channel_names_are_resolved_on_first_use_stopping_at_the_page_foun
     let t = tools(&config(&base)).await;
     assert_eq!(f.count("*"), 0);
     let r = t
-        .call("conversations_history", json!({"channel_id": "#ops", "limit": "5"}))
+        .call(
+            "conversations_history",
+            json!({"channel_id": "#ops", "limit": "5"}),
+        )
         .await;
     // #ops (C004) is on the second page of two channels: two pages read, not three.
-    assert!(r.err().contains("channel_not_found") || r.is_error, "{}", r.text);
+    assert!(
+        r.err().contains("channel_not_found") || r.is_error,
+        "{}",
+        r.text
+    );
     assert_eq!(f.count("conversations.list"), 2);
-    assert_eq!(f.last("conversations.history").unwrap().params["channel"], "C004");
+    assert_eq!(
+        f.last("conversations.history").unwrap().params["channel"],
+        "C004"
+    );
     // Cached: #ops again and #eng (seen on the way) cost no lookup.
-    t.call("conversations_history", json!({"channel_id": "#ops"})).await;
-    t.call("conversations_history", json!({"channel_id": "#eng"})).await;
+    t.call("conversations_history", json!({"channel_id": "#ops"}))
+        .await;
+    t.call("conversations_history", json!({"channel_id": "#eng"}))
+        .await;
     assert_eq!(f.count("conversations.list"), 2);
-    assert_eq!(f.last("conversations.history").unwrap().params["channel"], "C003");
+    assert_eq!(
+        f.last("conversations.history").unwrap().params["channel"],
+        "C003"
+    );
     let r = t
         .call("conversations_history", json!({"channel_id": "#nosuch"}))
         .await;
     assert!(r.err().contains("no channel #nosuch"), "{}", r.text);
-    assert_eq!(f.count("conversations.list"), 5, "a miss pages to the end once");
+    assert_eq!(
+        f.count("conversations.list"),
+        5,
+        "a miss pages to the end once"
+    );
     let r = t
         .call("conversations_history", json!({"channel_id": "gen eral"}))
         .await;
@@ -230,12 +283,21 @@ async fn slack_at_user_resolves_to_the_dm_through_users_and_ims() {
         .call("conversations_history", json!({"channel_id": "@bob_dm"}))
         .await;
     assert!(r.ok().contains("hi from bob"), "{}", r.text);
-    assert_eq!(f.last("conversations.history").unwrap().params["channel"], "D001");
+    assert_eq!(
+        f.last("conversations.history").unwrap().params["channel"],
+        "D001"
+    );
     assert_eq!(f.count("users.list"), 1, "bob is on the first page");
     assert_eq!(f.last("conversations.list").unwrap().params["types"], "im");
     let before = f.count("*");
-    t.call("conversations_history", json!({"channel_id": "@bob"})).await.ok();
-    assert_eq!(f.count("*"), before + 1, "only the history call: the DM is cached");
+    t.call("conversations_history", json!({"channel_id": "@bob"}))
+        .await
+        .ok();
+    assert_eq!(
+        f.count("*"),
+        before + 1,
+        "only the history call: the DM is cached"
+    );
 }
 
 #[tokio::test]
@@ -243,54 +305,91 @@ async fn slack_replies_read_the_thread() {
     let (f, base) = started().await;
     let t = tools(&config(&base)).await;
     let r = t
-        .call("conversations_replies", json!({"channel_id": "C001", "thread_ts": "1712345500.000100"}))
+        .call(
+            "conversations_replies",
+            json!({"channel_id": "C001", "thread_ts": "1712345500.000100"}),
+        )
         .await;
     let lines = rows(r.ok());
     assert_eq!(lines.len(), 4, "{}", r.text);
     assert!(lines[3].contains("reply two"));
-    assert_eq!(f.last("conversations.replies").unwrap().params["ts"], "1712345500.000100");
+    assert_eq!(
+        f.last("conversations.replies").unwrap().params["ts"],
+        "1712345500.000100"
+    );
     let r = t
-        .call("conversations_replies", json!({"channel_id": "C001", "thread_ts": "yesterday"}))
+        .call(
+            "conversations_replies",
+            json!({"channel_id": "C001", "thread_ts": "yesterday"}),
+        )
         .await;
     assert!(r.err().contains("1234567890.123456"), "{}", r.text);
 }
 
 #[tokio::test]
-async fn slack_non_marketplace_budget_caps_pages_at_15_and_refuses_a_second_call_within_the_minute() {
+async fn slack_non_marketplace_budget_caps_pages_at_15_and_refuses_a_second_call_within_the_minute()
+{
     let (f, base) = started().await;
     let mut c = config(&base);
     c.history_budget = "non_marketplace".into();
     let t = tools(&c).await;
-    t.call("conversations_history", json!({"channel_id": "C001", "limit": "50"}))
-        .await
-        .ok();
-    assert_eq!(f.last("conversations.history").unwrap().params["limit"], "15");
+    t.call(
+        "conversations_history",
+        json!({"channel_id": "C001", "limit": "50"}),
+    )
+    .await
+    .ok();
+    assert_eq!(
+        f.last("conversations.history").unwrap().params["limit"],
+        "15"
+    );
     let started = Instant::now();
     let r = t
         .call("conversations_history", json!({"channel_id": "C001"}))
         .await;
     let e = r.err();
-    assert!(e.contains("rate limited") && e.contains("retry in 60 s"), "{e}");
-    assert!(started.elapsed() < Duration::from_secs(1), "refused at once");
-    assert_eq!(f.count("conversations.history"), 1, "the refused call sent nothing");
+    assert!(
+        e.contains("rate limited") && e.contains("retry in 60 s"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    assert_eq!(
+        f.count("conversations.history"),
+        1,
+        "the refused call sent nothing"
+    );
 }
 
 #[tokio::test]
 async fn slack_a_tiny_method_bucket_waits_out_a_short_wait() {
     let (f, base) = started().await;
     let mut c = config(&base);
-    c.rate_limits.insert("conversations.history".into(), "300/min".into());
+    c.rate_limits
+        .insert("conversations.history".into(), "300/min".into());
     let t = tools(&c).await;
     let started = Instant::now();
     for _ in 0..3 {
-        t.call("conversations_history", json!({"channel_id": "C001"})).await.ok();
+        t.call("conversations_history", json!({"channel_id": "C001"}))
+            .await
+            .ok();
     }
     // 5 a second, burst 1: the second and third wait ~200 ms each.
-    assert!(started.elapsed() >= Duration::from_millis(350), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(350),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(f.count("conversations.history"), 3);
     let mut c = config(&base);
-    c.rate_limits.insert("conversations.history".into(), "x".into());
-    assert!(Slack::new(&c).unwrap_err().to_string().contains("rate_limits"));
+    c.rate_limits
+        .insert("conversations.history".into(), "x".into());
+    assert!(Slack::new(&c)
+        .unwrap_err()
+        .to_string()
+        .contains("rate_limits"));
 }
 
 #[tokio::test]
@@ -300,12 +399,26 @@ async fn slack_posting_is_refused_outside_post_channels_before_anything_is_writt
     c.post_channels = vec!["C001".into()];
     let t = tools(&c).await;
     let r = t
-        .call("conversations_add_message", json!({"channel_id": "C002", "payload": "hello"}))
+        .call(
+            "conversations_add_message",
+            json!({"channel_id": "C002", "payload": "hello"}),
+        )
         .await;
-    assert!(r.err().contains("may not write to C002") && r.text.contains("C001"), "{}", r.text);
-    assert_eq!(f.count("*"), 0, "an ID outside an ID-only list costs no request");
+    assert!(
+        r.err().contains("may not write to C002") && r.text.contains("C001"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        f.count("*"),
+        0,
+        "an ID outside an ID-only list costs no request"
+    );
     let r = t
-        .call("conversations_add_message", json!({"channel_id": "#random", "payload": "hello"}))
+        .call(
+            "conversations_add_message",
+            json!({"channel_id": "#random", "payload": "hello"}),
+        )
         .await;
     assert!(r.err().contains("may not write"), "{}", r.text);
     assert_eq!(f.count("chat.postMessage"), 0);
@@ -314,12 +427,18 @@ async fn slack_posting_is_refused_outside_post_channels_before_anything_is_writt
     c.post_channels = vec!["#ops".into(), "C001".into()];
     let t = tools(&c).await;
     let r = t
-        .call("conversations_add_message", json!({"channel_id": "C002", "payload": "hello"}))
+        .call(
+            "conversations_add_message",
+            json!({"channel_id": "C002", "payload": "hello"}),
+        )
         .await;
     assert!(r.err().contains("may not write"), "{}", r.text);
     assert_eq!(f.count("chat.postMessage"), 0);
     let r = t
-        .call("conversations_add_message", json!({"channel_id": "#ops", "payload": "deploying", "thread_ts": "1712345500.000100"}))
+        .call(
+            "conversations_add_message",
+            json!({"channel_id": "#ops", "payload": "deploying", "thread_ts": "1712345500.000100"}),
+        )
         .await;
     assert!(r.ok().contains("1712349999.000900,U0BOT"), "{}", r.text);
     let sent = f.last("chat.postMessage").unwrap();
@@ -328,9 +447,12 @@ async fn slack_posting_is_refused_outside_post_channels_before_anything_is_writt
     assert_eq!(sent.params["channel"], "C004");
     assert_eq!(sent.params["thread_ts"], "1712345500.000100");
     // C004 by ID is #ops: allowed too.
-    t.call("conversations_add_message", json!({"channel_id": "C004", "payload": "again"}))
-        .await
-        .ok();
+    t.call(
+        "conversations_add_message",
+        json!({"channel_id": "C004", "payload": "again"}),
+    )
+    .await
+    .ok();
     assert_eq!(f.count("chat.postMessage"), 2);
 }
 
@@ -344,13 +466,19 @@ async fn slack_unfurling_is_off_unless_every_link_is_allow_listed() {
     let cases = [
         ("notes at https://docs.example.com/runbook", "true"),
         ("leak https://attacker.test/?k=SECRET", "false"),
-        ("[ok](https://example.com) and attacker.test/x?k=SECRET", "false"),
+        (
+            "[ok](https://example.com) and attacker.test/x?k=SECRET",
+            "false",
+        ),
         ("no links at all", "false"),
     ];
     for (payload, unfurl) in cases {
-        t.call("conversations_add_message", json!({"channel_id": "C001", "payload": payload}))
-            .await
-            .ok();
+        t.call(
+            "conversations_add_message",
+            json!({"channel_id": "C001", "payload": payload}),
+        )
+        .await
+        .ok();
         let sent = f.last("chat.postMessage").unwrap();
         assert_eq!(sent.params["unfurl_links"], unfurl, "{payload}");
         assert_eq!(sent.params["unfurl_media"], unfurl, "{payload}");
@@ -360,10 +488,16 @@ async fn slack_unfurling_is_off_unless_every_link_is_allow_listed() {
     c.post_channels = vec!["*".into()];
     tools(&c)
         .await
-        .call("conversations_add_message", json!({"channel_id": "C001", "payload": "https://example.com"}))
+        .call(
+            "conversations_add_message",
+            json!({"channel_id": "C001", "payload": "https://example.com"}),
+        )
         .await
         .ok();
-    assert_eq!(f.last("chat.postMessage").unwrap().params["unfurl_links"], "false");
+    assert_eq!(
+        f.last("chat.postMessage").unwrap().params["unfurl_links"],
+        "false"
+    );
 }
 
 #[tokio::test]
@@ -372,11 +506,17 @@ async fn slack_markdown_is_sent_as_mrkdwn_and_plain_text_escaped() {
     let mut c = config(&base);
     c.post_channels = vec!["*".into()];
     let t = tools(&c).await;
-    t.call("conversations_add_message", json!({"channel_id": "C001", "payload": "# Done\n**v2** is [out](https://e.test/r)"}))
-        .await
-        .ok();
+    t.call(
+        "conversations_add_message",
+        json!({"channel_id": "C001", "payload": "# Done\n**v2** is [out](https://e.test/r)"}),
+    )
+    .await
+    .ok();
     let sent = f.last("chat.postMessage").unwrap();
-    assert_eq!(sent.params["text"], "*Done*\n*v2* is <https://e.test/r|out>");
+    assert_eq!(
+        sent.params["text"],
+        "*Done*\n*v2* is <https://e.test/r|out>"
+    );
     assert_eq!(sent.params["mrkdwn"], "true");
     t.call("conversations_add_message", json!({"channel_id": "C001", "payload": "a <b> & <!channel>", "content_type": "text/plain"}))
         .await
@@ -385,7 +525,10 @@ async fn slack_markdown_is_sent_as_mrkdwn_and_plain_text_escaped() {
     assert_eq!(sent.params["text"], "a &lt;b&gt; &amp; &lt;!channel&gt;");
     assert_eq!(sent.params["mrkdwn"], "false");
     let r = t
-        .call("conversations_add_message", json!({"channel_id": "C001", "payload": "x", "content_type": "text/html"}))
+        .call(
+            "conversations_add_message",
+            json!({"channel_id": "C001", "payload": "x", "content_type": "text/html"}),
+        )
         .await;
     assert!(r.err().contains("content_type"), "{}", r.text);
 }
@@ -401,13 +544,25 @@ async fn slack_reactions_resolve_the_channel_and_strip_colons() {
         .await;
     assert!(r.ok().contains(":thumbsup:"), "{}", r.text);
     let sent = f.last("reactions.add").unwrap();
-    assert_eq!((sent.params["channel"].as_str(), sent.params["name"].as_str()), ("C001", "thumbsup"));
-    t.call("reactions_remove", json!({"channel_id": "C001", "timestamp": "1712345700.000300", "emoji": "thumbsup"}))
-        .await
-        .ok();
+    assert_eq!(
+        (
+            sent.params["channel"].as_str(),
+            sent.params["name"].as_str()
+        ),
+        ("C001", "thumbsup")
+    );
+    t.call(
+        "reactions_remove",
+        json!({"channel_id": "C001", "timestamp": "1712345700.000300", "emoji": "thumbsup"}),
+    )
+    .await
+    .ok();
     assert_eq!(f.count("reactions.remove"), 1);
     let r = t
-        .call("reactions_add", json!({"channel_id": "C002", "timestamp": "1712345700.000300", "emoji": "x"}))
+        .call(
+            "reactions_add",
+            json!({"channel_id": "C002", "timestamp": "1712345700.000300", "emoji": "x"}),
+        )
         .await;
     assert!(r.err().contains("react_channels"), "{}", r.text);
     assert_eq!(f.count("reactions.add"), 1);
@@ -421,20 +576,36 @@ async fn slack_ok_false_codes_become_errors_with_hints_and_never_the_token() {
         ("invalid_auth", "check `token`"),
         ("token_revoked", "revoked"),
         ("token_expired", "expired"),
-        ("missing_scope", "needs `channels:history`, has `chat:write`"),
+        (
+            "missing_scope",
+            "needs `channels:history`, has `chat:write`",
+        ),
         ("ratelimited", "retry"),
     ];
     for (code, hint) in cases {
         f.set(Mode::SlackError(code));
-        let r = t.call("conversations_history", json!({"channel_id": "C001"})).await;
+        let r = t
+            .call("conversations_history", json!({"channel_id": "C001"}))
+            .await;
         let e = r.err();
-        assert!(e.contains(&format!("Slack refused conversations.history: {code}")) && e.contains(hint), "{e}");
+        assert!(
+            e.contains(&format!("Slack refused conversations.history: {code}")) && e.contains(hint),
+            "{e}"
+        );
         assert!(!e.contains(TOKEN) && !e.contains("secretvalue"), "{e}");
     }
     f.set(Mode::Normal);
-    let r = t.call("conversations_history", json!({"channel_id": "C006"})).await;
-    assert!(r.err().contains("not_in_channel") && r.text.contains("/invite"), "{}", r.text);
-    let r = t.call("conversations_history", json!({"channel_id": "C999"})).await;
+    let r = t
+        .call("conversations_history", json!({"channel_id": "C006"}))
+        .await;
+    assert!(
+        r.err().contains("not_in_channel") && r.text.contains("/invite"),
+        "{}",
+        r.text
+    );
+    let r = t
+        .call("conversations_history", json!({"channel_id": "C999"}))
+        .await;
     assert!(r.err().contains("channel_not_found"), "{}", r.text);
 }
 
@@ -448,30 +619,53 @@ async fn slack_a_refused_token_is_reported_without_its_value_anywhere() {
         assert!(!printed.contains("topsecret"), "{printed}");
     }
     let t = Tools::with(slack).await;
-    let r = t.call("channels_list", json!({"channel_types": "public_channel"})).await;
+    let r = t
+        .call("channels_list", json!({"channel_types": "public_channel"}))
+        .await;
     assert!(r.err().contains("invalid_auth"), "{}", r.text);
     assert!(!r.text.contains("topsecret"));
-    let listed = t.request("tools/list", json!({})).await.unwrap().to_string();
+    let listed = t
+        .request("tools/list", json!({}))
+        .await
+        .unwrap()
+        .to_string();
     assert!(!listed.contains("topsecret"));
     let mut c = config(&base);
     c.token = SecretSource::parse("${TOOLYARD_SLACK_IT_SURELY_UNSET}").unwrap();
     let e = Slack::new(&c).unwrap_err().to_string();
-    assert!(e.contains("TOOLYARD_SLACK_IT_SURELY_UNSET} is not set"), "{e}");
+    assert!(
+        e.contains("TOOLYARD_SLACK_IT_SURELY_UNSET} is not set"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
 async fn slack_a_short_retry_after_is_waited_out_and_a_long_one_reported() {
     let (f, base) = started().await;
     let t = tools(&config(&base)).await;
-    f.set(Mode::RateLimited { retry_after: 1, times: 1 });
+    f.set(Mode::RateLimited {
+        retry_after: 1,
+        times: 1,
+    });
     let started = Instant::now();
-    t.call("conversations_history", json!({"channel_id": "C001"})).await.ok();
+    t.call("conversations_history", json!({"channel_id": "C001"}))
+        .await
+        .ok();
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(f.count("conversations.history"), 2);
-    f.set(Mode::RateLimited { retry_after: 120, times: 1 });
+    f.set(Mode::RateLimited {
+        retry_after: 120,
+        times: 1,
+    });
     let started = Instant::now();
-    let r = t.call("conversations_history", json!({"channel_id": "C001"})).await;
-    assert!(r.err().contains("rate limiting") && r.text.contains("retry after 120 s"), "{}", r.text);
+    let r = t
+        .call("conversations_history", json!({"channel_id": "C001"}))
+        .await;
+    assert!(
+        r.err().contains("rate limiting") && r.text.contains("retry after 120 s"),
+        "{}",
+        r.text
+    );
     assert!(started.elapsed() < Duration::from_secs(1), "not waited");
 }
 
@@ -490,11 +684,19 @@ async fn slack_server_errors_slow_huge_and_malformed_answers_are_tool_errors() {
     let before = f.count("conversations.history");
     let r = call().await;
     assert!(r.err().contains("HTTP 503"), "{}", r.text);
-    assert_eq!(f.count("conversations.history"), before + 2, "a read is retried once");
+    assert_eq!(
+        f.count("conversations.history"),
+        before + 2,
+        "a read is retried once"
+    );
     f.set(Mode::Slow(Duration::from_secs(2)));
     let started = Instant::now();
     let r = call().await;
-    assert!(r.err().contains("did not answer within 300 ms"), "{}", r.text);
+    assert!(
+        r.err().contains("did not answer within 300 ms"),
+        "{}",
+        r.text
+    );
     assert!(started.elapsed() < Duration::from_millis(1_500));
     f.set(Mode::Huge(200_000));
     let r = call().await;
@@ -508,7 +710,10 @@ async fn slack_server_errors_slow_huge_and_malformed_answers_are_tool_errors() {
     let t = tools(&c).await;
     f.set(Mode::Status(503));
     let r = t
-        .call("conversations_add_message", json!({"channel_id": "C001", "payload": "once"}))
+        .call(
+            "conversations_add_message",
+            json!({"channel_id": "C001", "payload": "once"}),
+        )
         .await;
     assert!(r.err().contains("HTTP 503"), "{}", r.text);
     assert_eq!(f.count("chat.postMessage"), 1);
@@ -524,7 +729,10 @@ async fn slack_search_builds_slack_modifiers_and_pages_by_cursor() {
         .await;
     let text = r.ok().to_owned();
     let seen = f.last("search.messages").unwrap();
-    assert_eq!(seen.params["query"], "deploy is:thread in:#eng from:<@U001> after:2024-04-01");
+    assert_eq!(
+        seen.params["query"],
+        "deploy is:thread in:#eng from:<@U001> after:2024-04-01"
+    );
     assert_eq!(seen.params["count"], "2");
     let lines = rows(&text);
     assert_eq!(lines.len(), 3, "{text}");
@@ -534,13 +742,19 @@ async fn slack_search_builds_slack_modifiers_and_pages_by_cursor() {
     );
     assert!(lines[2].ends_with(",page:2"), "{text}");
     let next = t
-        .call("conversations_search_messages", json!({"search_query": "deploy", "cursor": "page:2"}))
+        .call(
+            "conversations_search_messages",
+            json!({"search_query": "deploy", "cursor": "page:2"}),
+        )
         .await;
     assert!(next.ok().contains("deploy again"));
     assert!(next.raw["structuredContent"].get("next_cursor").is_none());
     assert_eq!(f.last("search.messages").unwrap().params["page"], "2");
     let r = t
-        .call("conversations_search_messages", json!({"search_query": "x", "cursor": "../admin"}))
+        .call(
+            "conversations_search_messages",
+            json!({"search_query": "x", "cursor": "../admin"}),
+        )
         .await;
     assert!(r.err().contains("cursor"), "{}", r.text);
     let r = t.call("conversations_search_messages", json!({})).await;
@@ -552,7 +766,10 @@ async fn slack_search_by_permalink_reads_that_one_message() {
     let (f, base) = started().await;
     let t = tools(&user_config(&base)).await;
     let r = t
-        .call("conversations_search_messages", json!({"search_query": "https://acme.slack.com/archives/C001/p1712345600000200"}))
+        .call(
+            "conversations_search_messages",
+            json!({"search_query": "https://acme.slack.com/archives/C001/p1712345600000200"}),
+        )
         .await;
     let lines = rows(r.ok());
     assert_eq!(lines.len(), 2, "{}", r.text);
@@ -568,22 +785,35 @@ async fn slack_channels_list_and_users_search_answer_csv() {
     let (f, base) = started().await;
     let t = tools(&config(&base)).await;
     let r = t
-        .call("channels_list", json!({"channel_types": "public_channel,private_channel", "limit": 5}))
+        .call(
+            "channels_list",
+            json!({"channel_types": "public_channel,private_channel", "limit": 5}),
+        )
         .await;
     let lines = rows(r.ok());
     assert_eq!(lines[0], "ID,Name,Topic,Purpose,MemberCount,Cursor");
     assert_eq!(lines[1], "C001,#general,general topic,about general,40,");
     assert_eq!(lines[2], "C002,#random,random topic,about random,35,off:2");
     assert_eq!(f.last("conversations.list").unwrap().params["limit"], "5");
-    let r = t.call("users_search", json!({"query": "example.org"})).await;
+    let r = t
+        .call("users_search", json!({"query": "example.org"}))
+        .await;
     let lines = rows(r.ok());
-    assert_eq!(lines[0], "UserID,UserName,RealName,DisplayName,Email,Title,DMChannelID");
-    assert_eq!(lines[1..], ["U004,dave,Dave Dune,dd,dave@example.org,Engineer,".to_owned()]);
+    assert_eq!(
+        lines[0],
+        "UserID,UserName,RealName,DisplayName,Email,Title,DMChannelID"
+    );
+    assert_eq!(
+        lines[1..],
+        ["U004,dave,Dave Dune,dd,dave@example.org,Engineer,".to_owned()]
+    );
     let r = t.call("users_search", json!({"query": "Erin"})).await;
     assert_eq!(rows(r.ok()).len(), 1, "deleted users are left out");
     // Stops paging once the limit is met.
     let before = f.count("users.list");
-    let r = t.call("users_search", json!({"query": "a", "limit": 1})).await;
+    let r = t
+        .call("users_search", json!({"query": "a", "limit": 1}))
+        .await;
     assert_eq!(rows(r.ok()).len(), 2);
     assert_eq!(f.count("users.list"), before + 1);
 }
@@ -616,8 +846,15 @@ async fn slack_directory_resources_are_read_on_demand_and_capped() {
     // Without a configured workspace: templates, and any workspace name reads this one.
     let (f, base) = started().await;
     let t = tools(&config(&base)).await;
-    let listed = t.request("resources/templates/list", json!({})).await.unwrap();
-    let templates: Vec<&Value> = listed["resourceTemplates"].as_array().unwrap().iter().collect();
+    let listed = t
+        .request("resources/templates/list", json!({}))
+        .await
+        .unwrap();
+    let templates: Vec<&Value> = listed["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
     assert_eq!(templates.len(), 2);
     assert_eq!(templates[0]["uriTemplate"], "slack://{workspace}/channels");
     assert_eq!(f.count("*"), 0);
