@@ -24,9 +24,18 @@ fn config(base: &str) -> SlackConfig {
     c.timeout_ms = 2_000;
     c.max_retry_wait_ms = 2_000;
     c.lookup_max_pages = 5;
-    // The fake's pages are tiny: the listing methods' real budgets (Tier 2: 20 a minute)
-    // would make these tests wait; the budget tests set their own.
-    for method in ["conversations.list", "users.list", "users.info"] {
+    // The fake's pages are tiny and the tests quick: Slack's real budgets (Tier 2: 20 a
+    // minute, Tier 3: 50) would make them wait; the budget tests set their own.
+    for method in [
+        "conversations.list",
+        "conversations.info",
+        "conversations.history",
+        "conversations.replies",
+        "users.list",
+        "users.info",
+        "chat.postMessage",
+        "search.messages",
+    ] {
         c.rate_limits
             .insert(method.into(), "6000/min burst 50".into());
     }
@@ -332,6 +341,7 @@ async fn slack_non_marketplace_budget_caps_pages_at_15_and_refuses_a_second_call
     let (f, base) = started().await;
     let mut c = config(&base);
     c.history_budget = "non_marketplace".into();
+    c.rate_limits.remove("conversations.history");
     let t = tools(&c).await;
     t.call(
         "conversations_history",
