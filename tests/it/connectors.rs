@@ -585,3 +585,84 @@ fn the_filesystem_connector_answers_like_the_official_server() {
         );
     }
 }
+
+/// A Slack Web API stand-in on 127.0.0.1: every method answers one page of one message, and
+/// the request lines are recorded.
+fn one_message_slack() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut request = [0u8; 4096];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..n]).to_string();
+            log.lock()
+                .unwrap()
+                .push(head.lines().next().unwrap_or("").to_owned());
+            let body = if head.contains("authorization: Bearer xoxb-system-test")
+                || head.contains("Authorization: Bearer xoxb-system-test")
+            {
+                r#"{"ok":true,"messages":[{"type":"message","user":"U001","text":"hello from the fake","ts":"1712345600.000200"}],"has_more":false,"response_metadata":{"next_cursor":""}}"#
+            } else {
+                r#"{"ok":false,"error":"invalid_auth"}"#
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn a_slack_section_serves_the_slack_read_tools_and_sends_nothing_until_called() {
+    let tmp = Temp::new("conn-slack");
+    let (port, seen) = one_message_slack();
+    std::fs::write(tmp.0.join("token"), "xoxb-system-test\n").unwrap();
+    let path = config(
+        &tmp.0,
+        &format!(
+            "[connectors.slack]\ntoken = \"file:{}\"\nbase_url = \"http://127.0.0.1:{port}/api\"\n",
+            tmp.0.join("token").display()
+        ),
+    );
+    let mut p = Proc::spawn(&[
+        "serve",
+        "--stdio",
+        "--no-demo",
+        "--config",
+        path.to_str().unwrap(),
+    ]);
+    p.initialize();
+    p.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    assert_eq!(
+        tool_names(&p.answer(json!(1))),
+        [
+            "channels_list",
+            "conversations_history",
+            "conversations_replies",
+            "users_search"
+        ]
+    );
+    assert!(seen.lock().unwrap().is_empty(), "start-up sent requests");
+    let history = call(
+        &mut p,
+        2,
+        "conversations_history",
+        json!({"channel_id": "C001"}),
+    );
+    let text = history["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("MsgID,UserID,UserName,RealName,Channel,ThreadTs,Text,Time,Cursor\n")
+            && text.contains("hello from the fake"),
+        "{history}"
+    );
+    assert!(seen.lock().unwrap()[0].starts_with("GET /api/conversations.history?"));
+    assert!(p.close_and_wait().success());
+}
