@@ -2,8 +2,11 @@
 # mcpload over stdio: the demo `echo` served directly (`toolyard serve --stdio`) against the
 # same tool served by a `toolyard worker` on a NATS bus behind `toolyard serve --stdio --nats`
 # (`calc__echo`), interleaved in one run, c = 1, 16, 64. Prints medians, the per-round ratio
-# of forwarded to direct calls/s, the added p50 latency, and the worker's CPU per forwarded
-# call (from /proc, user + system). Needs ../shared/mcpload and scripts/install-test-deps'
+# of forwarded to direct calls/s, the added p50 latency, the worker's CPU per forwarded call,
+# and the CPU per call of the process mcpload serves through (the direct server, or the
+# gateway), all from /proc (user + system). The served process is mcpload's child and is
+# killed when the run ends, so its ticks are sampled every 20 ms while it runs: the last
+# sample misses at most 20 ms of a 2 s run. Needs ../shared/mcpload and scripts/install-test-deps'
 # nats-server. Cores: mcpload and nats-server on 0, the servers on 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,14 +26,33 @@ taskset -c 1 "$T" worker --nats "$url" --name calc --workers 1 2> "$work/worker.
 worker_pid=$!
 sleep 1
 cpu() { awk '{print $14 + $15}' "/proc/$worker_pid/stat"; }
+# Samples the CPU ticks of the server mcpload spawned into file $2 until $1 (the `timeout`
+# running mcpload) exits: timeout -> mcpload -> server.
+served_cpu() {
+  local load=$1 file=$2 m child t
+  echo 0 > "$file"
+  while kill -0 "$load" 2>/dev/null; do
+    m=$(pgrep -P "$load" | head -1)
+    child=${m:+$(pgrep -P "$m" | head -1)}
+    if [ -n "$child" ] && t=$(awk '{print $14 + $15}' "/proc/$child/stat" 2>/dev/null); then
+      echo "$t" > "$file"
+    fi
+    sleep 0.02
+  done
+}
 for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
   for s in "direct|$T serve --stdio --workers 1|echo" "nats|$T serve --stdio --workers 1 --nats $url|calc__echo"; do
     IFS='|' read -r label cmd tool <<< "$s"
     before=$(cpu)
-    line=$(timeout 60 taskset -c 0 "$M/mcpload" --json --label "$label" -c "$c" -d "${DURATION:-2}" --warmup 500 \
-      --protocol-version 2025-06-18 --tool "$tool" stdio -- taskset -c 1 $cmd)
+    timeout 60 taskset -c 0 "$M/mcpload" --json --label "$label" -c "$c" -d "${DURATION:-2}" --warmup 500 \
+      --protocol-version 2025-06-18 --tool "$tool" stdio -- taskset -c 1 $cmd > "$work/line" &
+    load=$!
+    served_cpu "$load" "$work/served" &
+    sampler=$!
+    wait "$load"; wait "$sampler"
+    line=$(cat "$work/line")
     after=$(cpu)
-    python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['worker_ticks']=$after-$before; print(json.dumps(r))" "$line" >> "$out"
+    python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['worker_ticks']=$after-$before; r['served_ticks']=int(sys.argv[2]); print(json.dumps(r))" "$line" "$(cat "$work/served")" >> "$out"
   done
 done; done
 python3 - "$out" <<'PY'
@@ -41,12 +63,19 @@ for l in open(sys.argv[1]):
     r = json.loads(l); d[(r['label'], r['concurrency'])].append(r)
 for (lab, c), rs in sorted(d.items(), key=lambda x: (x[0][1], x[0][0])):
 
-    wcpu = [r['worker_ticks'] / hz * 1e6 / max(r['ok'] + r['warmup'], 1) for r in rs]  # warm-up calls run on the worker too
+    calls = [max(r['ok'] + r['warmup'], 1) for r in rs]  # warm-up calls run on the servers too
+    wcpu = [r['worker_ticks'] / hz * 1e6 / n for r, n in zip(rs, calls)]
+    scpu = [r['served_ticks'] / hz * 1e6 / n for r, n in zip(rs, calls)]
     print(f"{lab:7} c={c:3} {st.median(r['calls_per_s'] for r in rs):>8.0f}/s "
           f"p50={st.median(r['latency_us']['p50'] for r in rs)}us p99={st.median(r['latency_us']['p99'] for r in rs)}us "
-          f"worker_cpu={st.median(wcpu):.1f}us/call errors={sum(r['errors'] for r in rs)}")
+          f"served_cpu={st.median(scpu):.1f}us/call"
+          + (f" worker_cpu={st.median(wcpu):.1f}us/call" if lab == 'nats' else '')
+          + f" errors={sum(r['errors'] for r in rs)}")
 for c in (1, 16, 64):
     rat = [a['calls_per_s'] / b['calls_per_s'] for a, b in zip(d[('nats', c)], d[('direct', c)])]
     added = [a['latency_us']['p50'] - b['latency_us']['p50'] for a, b in zip(d[('nats', c)], d[('direct', c)])]
-    print(f"nats/direct c={c}: median calls/s ratio {st.median(rat):.2f}, added p50 {st.median(added):.0f} us")
+    cpu = [(a['served_ticks'] / max(a['ok'] + a['warmup'], 1)) / max(b['served_ticks'] / max(b['ok'] + b['warmup'], 1), 1e-9)
+           for a, b in zip(d[('nats', c)], d[('direct', c)])]
+    print(f"nats/direct c={c}: median calls/s ratio {st.median(rat):.2f}, added p50 {st.median(added):.0f} us, "
+          f"gateway CPU per call / direct server's {st.median(cpu):.2f}")
 PY

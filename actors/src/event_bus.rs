@@ -33,6 +33,11 @@ pub enum Event {
 /// loses its last. Called inside the bus actor: it must return at once (spawn the work).
 pub type SubscriptionWatcher = Arc<dyn Fn(&str, bool) + Send + Sync>;
 
+/// Told every event published in this process (not those relayed from elsewhere with
+/// `Server::publish_relayed`): how a cluster bus carries events to other processes without
+/// echoing them back. Called inside the bus actor: it must return at once.
+pub type EventTap = Arc<dyn Fn(&Event) + Send + Sync>;
+
 /// Identifies a listener.
 pub(crate) type ListenerId = u64;
 
@@ -85,8 +90,12 @@ pub(crate) struct TaskNotice {
 /// Messages of the EventBus.
 #[derive(Debug)]
 pub(crate) enum BusMsg {
-    /// Deliver an event.
+    /// Deliver an event raised in this process (taps hear it).
     Publish(Event),
+    /// Deliver an event relayed from another process (taps do not hear it).
+    PublishRelayed(Event),
+    /// Add a tap.
+    Tap(Tap),
     /// Add a listener.
     Listen(ListenerId, Listener),
     /// Remove a listener.
@@ -99,6 +108,15 @@ pub(crate) enum BusMsg {
     TaskStatus(Box<TaskNotice>),
     /// Add a watcher of resource interest.
     Watch(Watcher),
+}
+
+/// An [`EventTap`] in a message.
+pub(crate) struct Tap(pub(crate) EventTap);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tap")
+    }
 }
 
 /// A [`SubscriptionWatcher`] in a message.
@@ -118,9 +136,37 @@ pub(crate) struct BusState {
     /// Listeners per resource URI (only URIs with at least one).
     interest: HashMap<String, usize>,
     watchers: Vec<SubscriptionWatcher>,
+    taps: Vec<EventTap>,
 }
 
 impl BusState {
+    /// Sends `event` to every listener that wants it.
+    fn deliver(&mut self, event: &Event) {
+        self.drop_closed();
+        for l in self.listeners.values() {
+            let (wanted, method, uri) = match event {
+                Event::ToolsChanged => (l.filter.tools, "notifications/tools/list_changed", None),
+                Event::PromptsChanged => {
+                    (l.filter.prompts, "notifications/prompts/list_changed", None)
+                }
+                Event::ResourcesChanged => (
+                    l.filter.resources,
+                    "notifications/resources/list_changed",
+                    None,
+                ),
+                Event::ResourceUpdated(uri) => (
+                    l.filter.resource_uris.contains(uri),
+                    "notifications/resources/updated",
+                    Some(uri.as_str()),
+                ),
+            };
+            if wanted {
+                l.sink
+                    .send(notification(method, uri, l.subscription_id.as_deref()));
+            }
+        }
+    }
+
     fn gained(&mut self, uri: &str) {
         let count = self.interest.entry(uri.to_owned()).or_default();
         *count += 1;
@@ -264,33 +310,14 @@ impl Actor for EventBus {
                     }
                 }
             }
+            BusMsg::Tap(Tap(tap)) => state.taps.push(tap),
             BusMsg::Publish(event) => {
-                state.drop_closed();
-                for l in state.listeners.values() {
-                    let (wanted, method, uri) = match &event {
-                        Event::ToolsChanged => {
-                            (l.filter.tools, "notifications/tools/list_changed", None)
-                        }
-                        Event::PromptsChanged => {
-                            (l.filter.prompts, "notifications/prompts/list_changed", None)
-                        }
-                        Event::ResourcesChanged => (
-                            l.filter.resources,
-                            "notifications/resources/list_changed",
-                            None,
-                        ),
-                        Event::ResourceUpdated(uri) => (
-                            l.filter.resource_uris.contains(uri),
-                            "notifications/resources/updated",
-                            Some(uri.as_str()),
-                        ),
-                    };
-                    if wanted {
-                        l.sink
-                            .send(notification(method, uri, l.subscription_id.as_deref()));
-                    }
+                for tap in &state.taps {
+                    tap(&event);
                 }
+                state.deliver(&event);
             }
+            BusMsg::PublishRelayed(event) => state.deliver(&event),
         }
         Ok(())
     }

@@ -48,7 +48,7 @@ pub mod transport {
 
 pub use context::{Caller, InputError, RequestContext};
 pub use error::{HandlerError, ToolError};
-pub use event_bus::{Event, SubscriptionWatcher};
+pub use event_bus::{Event, EventTap, SubscriptionWatcher};
 pub use handlers::custom::MethodFn;
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
 pub use middleware::{Completion, Layer, Layers, Outcome, Peer, RequestInfo, SessionInfo};

@@ -662,6 +662,23 @@ impl Server {
         let _ = self.core.routes().bus.cast(BusMsg::Publish(event));
     }
 
+    /// Publishes an event that was raised in another process (a cluster bus relays it):
+    /// delivered to this server's listeners like [`publish`](Self::publish), but not told
+    /// to the taps, so it is never sent back out.
+    pub fn publish_relayed(&self, event: Event) {
+        let _ = self.core.routes().bus.cast(BusMsg::PublishRelayed(event));
+    }
+
+    /// Calls `tap` with every event raised in this process (not the relayed ones). It runs
+    /// inside the event bus actor: hand the event on (a channel) and return.
+    pub fn tap_events(&self, tap: crate::event_bus::EventTap) {
+        let _ = self
+            .core
+            .routes()
+            .bus
+            .cast(BusMsg::Tap(crate::event_bus::Tap(tap)));
+    }
+
     /// Tells subscribers that a resource changed.
     pub fn notify_resource_updated(&self, uri: impl Into<String>) {
         let _ = self

@@ -286,14 +286,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _nats = match &nats_url {
             Some(url) => {
                 let client = toolyard_nats::connect(url, "ty-gateway").await?;
-                Some(
-                    toolyard_nats::RemoteTools::start(
-                        server.clone(),
-                        client,
-                        nats_file.nats.remote(),
-                    )
-                    .await?,
+                let remote = nats_file.nats.remote();
+                // Change events raised here reach every gateway's subscribers, and theirs ours.
+                let events = toolyard_nats::EventRelay::start(
+                    server.clone(),
+                    client.clone(),
+                    &remote.prefix,
                 )
+                .await?;
+                Some((
+                    toolyard_nats::RemoteTools::start(server.clone(), client, remote).await?,
+                    events,
+                ))
             }
             None => None,
         };

@@ -89,6 +89,9 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let mut worker_config = WorkerConfig::new(&args.name);
         worker_config.concurrency = args.concurrency.max(1);
         worker_config.drain_timeout = std::time::Duration::from_secs(args.drain_seconds);
+        let events =
+            toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)
+                .await?;
         let worker = Worker::start(server.clone(), client, worker_config).await?;
         eprintln!("toolyard: worker `{}` serving on {}", args.name, args.nats);
         tokio::select! {
@@ -96,6 +99,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
         worker.shutdown().await;
+        events.shutdown();
         server.shutdown();
         telemetry.shutdown().await;
         anyhow::Ok(())

@@ -68,9 +68,9 @@ pub mod __private {
     pub use serde_json;
     pub use std::sync::Arc;
     pub use toolyard_actors::{
-        BoxFuture, DefinitionError, HandlerError, IntoCallToolResult, PromptDef, PromptFn,
-        RequestContext, ResourceDef, ResourceFn, ResourceRequest, TemplateDef, ToolArgs, ToolDef,
-        ToolFn,
+        BoxFuture, DefinitionError, EventTap, HandlerError, IntoCallToolResult, PromptDef,
+        PromptFn, RequestContext, ResourceDef, ResourceFn, ResourceRequest, TemplateDef, ToolArgs,
+        ToolDef, ToolFn,
     };
     pub use toolyard_proto::{
         JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool, ToolAnnotations,

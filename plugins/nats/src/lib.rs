@@ -6,12 +6,15 @@
 //!   (`Server::serve_stateless`), and its messages go back as frames.
 //! - [`RemoteTools`] is the gateway side: it follows the catalog bucket the workers write and
 //!   exposes their tools through a server, forwarding each call over the bus.
+//! - [`EventRelay`] is the cluster event bus: the `list_changed` and `resources/updated`
+//!   events raised in one process reach the subscribers of every gateway.
 //! - [`wire`] is the wire (subjects, headers, frames, codes), compatible with
 //!   nats-mcp-gateway's v1 where it has one; `docs/nats.md` specifies it for other clients.
 
 mod catalog;
 mod config;
 mod error;
+mod events;
 mod remote;
 pub mod wire;
 mod worker;
@@ -19,6 +22,7 @@ mod worker;
 pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
 pub use config::{NatsConfig, NatsSection};
 pub use error::NatsError;
+pub use events::{events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER};
 pub use remote::{RemoteConfig, RemoteTools};
 pub use worker::{Worker, WorkerConfig};
 

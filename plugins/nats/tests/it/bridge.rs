@@ -223,3 +223,73 @@ async fn the_trace_context_crosses_the_bus_from_meta_or_from_the_headers() {
     let end: serde_json::Value = serde_json::from_slice(&end.payload).unwrap();
     assert_eq!(end["result"]["content"][0]["text"], PARENT, "{end}");
 }
+
+/// The notifications a raw client gets within `ms`.
+async fn notifications_within(client: &toolyard_testkit::RawClient, ms: u64) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Ok(Some(n)) =
+        tokio::time::timeout(Duration::from_millis(ms), client.next_notification()).await
+    {
+        seen.push(format!(
+            "{} {}",
+            n["method"].as_str().unwrap_or_default(),
+            n["params"]["uri"].as_str().unwrap_or_default()
+        ));
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_events_raised_anywhere_reach_the_subscribers_of_every_gateway_once() {
+    let nats = NatsServer::start();
+    let mut servers = Vec::new();
+    let mut relays = Vec::new();
+    for name in ["gw-a", "gw-b", "worker"] {
+        let server = toolyard_testkit::demo(ServerBuilder::new(name, "1"))
+            .start()
+            .await
+            .unwrap();
+        let client = toolyard_nats::connect(&nats.url(), name).await.unwrap();
+        relays.push(
+            toolyard_nats::EventRelay::start(server.clone(), client, "mcp.v1")
+                .await
+                .unwrap(),
+        );
+        servers.push(server);
+    }
+    let (a, b, worker) = (&servers[0], &servers[1], &servers[2]);
+    let on_a = toolyard_testkit::RawClient::connect(a).await.unwrap();
+    on_a.initialize(json!({})).await.unwrap();
+    let on_b = toolyard_testkit::RawClient::connect(b).await.unwrap();
+    on_b.initialize(json!({})).await.unwrap();
+    on_b.request("resources/subscribe", json!({"uri": "demo://readme"}))
+        .await
+        .unwrap();
+    // The subscriptions reach the broker before anything is published.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Raised on a worker: a subscriber on a gateway hears of it.
+    worker.notify_resource_updated("demo://readme");
+    worker.notify_resource_updated("demo://not-subscribed");
+    let seen = notifications_within(&on_b, 500).await;
+    assert_eq!(seen, vec!["notifications/resources/updated demo://readme"]);
+
+    // Raised on gateway A: its own client hears it once (no echo back over the bus), and
+    // B's client hears it too.
+    a.publish(toolyard::Event::ToolsChanged);
+    let seen_a = notifications_within(&on_a, 500).await;
+    assert_eq!(seen_a, vec!["notifications/tools/list_changed "]);
+    let seen_b = notifications_within(&on_b, 500).await;
+    assert_eq!(seen_b, vec!["notifications/tools/list_changed "]);
+
+    // A malformed event on the subject is dropped; the relay keeps working.
+    let raw = toolyard_nats::connect(&nats.url(), "raw").await.unwrap();
+    raw.publish("mcp.v1.events", "not json".into())
+        .await
+        .unwrap();
+    raw.flush().await.unwrap();
+    worker.publish(toolyard::Event::ToolsChanged);
+    let seen_b = notifications_within(&on_b, 500).await;
+    assert_eq!(seen_b, vec!["notifications/tools/list_changed "]);
+    assert!(relays.iter().all(|r| r.dropped() == 0));
+}
