@@ -83,8 +83,10 @@ impl ServiceAccount {
         if file.kind.as_deref().is_some_and(|k| k != "service_account") {
             return Err("the key file's `type` is not `service_account`".into());
         }
-        let key = jsonwebtoken::EncodingKey::from_rsa_pem(file.private_key.as_bytes())
-            .map_err(|_| "the key file's `private_key` is not an RSA private key in PEM".to_owned())?;
+        let key =
+            jsonwebtoken::EncodingKey::from_rsa_pem(file.private_key.as_bytes()).map_err(|_| {
+                "the key file's `private_key` is not an RSA private key in PEM".to_owned()
+            })?;
         Ok(ServiceAccount {
             email: file.client_email,
             key_id: file.private_key_id,
@@ -276,10 +278,13 @@ impl Auth {
                 },
                 Err(_) => {
                     return Err(AuthError::Endpoint(
-                        reply.error_for_status().err().unwrap_or(ApiError::Malformed {
-                            service: "Google's token endpoint",
-                            message: "an error without a body".into(),
-                        }),
+                        reply
+                            .error_for_status()
+                            .err()
+                            .unwrap_or(ApiError::Malformed {
+                                service: "Google's token endpoint",
+                                message: "an error without a body".into(),
+                            }),
                     ))
                 }
             };
@@ -321,9 +326,10 @@ mod tests {
 
     #[test]
     fn a_key_file_that_is_not_json_is_refused_without_quoting_it() {
-        let e = ServiceAccount::from_json("-----BEGIN PRIVATE KEY----- secret", None, SCOPE_READONLY)
-            .err()
-            .unwrap();
+        let e =
+            ServiceAccount::from_json("-----BEGIN PRIVATE KEY----- secret", None, SCOPE_READONLY)
+                .err()
+                .unwrap();
         assert!(e.contains("not a JSON key file"), "{e}");
         assert!(!e.contains("secret"), "{e}");
     }

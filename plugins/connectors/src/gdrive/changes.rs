@@ -127,8 +127,13 @@ async fn poll(inner: Arc<Inner>, watched: Arc<Watched>, server: Server, interval
                 // A token Drive no longer knows is replaced by a fresh one.
                 if matches!(
                     &e,
-                    DriveError::Refused { status: 400 | 404 | 410, .. }
-                        | DriveError::Api(crate::http::ApiError::Status { status: 400 | 404 | 410, .. })
+                    DriveError::Refused {
+                        status: 400 | 404 | 410,
+                        ..
+                    } | DriveError::Api(crate::http::ApiError::Status {
+                        status: 400 | 404 | 410,
+                        ..
+                    })
                 ) {
                     token = None;
                 }

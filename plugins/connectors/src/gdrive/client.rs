@@ -388,7 +388,8 @@ fn file_path(id: &str) -> Result<String, DriveError> {
 /// A plain 404 of a request about `id` becomes [`DriveError::NotFound`].
 fn not_found_as(e: DriveError, id: &str) -> DriveError {
     match e {
-        DriveError::Refused { status: 404, .. } | DriveError::Api(ApiError::Status { status: 404, .. }) => {
+        DriveError::Refused { status: 404, .. }
+        | DriveError::Api(ApiError::Status { status: 404, .. }) => {
             DriveError::NotFound { id: id.to_owned() }
         }
         other => other,
@@ -452,12 +453,15 @@ fn check(reply: Reply) -> Result<Reply, DriveError> {
             });
         }
     }
-    Err(reply.error_for_status().err().unwrap_or(ApiError::Status {
-        service: "Google Drive",
-        status,
-        detail: String::new(),
-    })
-    .into())
+    Err(reply
+        .error_for_status()
+        .err()
+        .unwrap_or(ApiError::Status {
+            service: "Google Drive",
+            status,
+            detail: String::new(),
+        })
+        .into())
 }
 
 #[cfg(test)]

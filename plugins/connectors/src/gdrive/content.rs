@@ -264,7 +264,11 @@ pub(crate) async fn read(
             reply.body
         }
         Plan::Media => {
-            let reply = match inner.drive.media(&file.id, Some((offset, offset + len - 1))).await {
+            let reply = match inner
+                .drive
+                .media(&file.id, Some((offset, offset + len - 1)))
+                .await
+            {
                 Err(DriveError::PastEnd) => {
                     content.total_bytes = file.bytes();
                     return Ok(content);
@@ -437,8 +441,14 @@ mod tests {
             plan(&file(DOC), Some(Format::Text)).unwrap(),
             Plan::Export("text/plain", None)
         );
-        assert_eq!(plan(&file(SHEET), None).unwrap(), Plan::Export("text/csv", None));
-        assert_eq!(plan(&file(SLIDES), None).unwrap(), Plan::Export("text/plain", None));
+        assert_eq!(
+            plan(&file(SHEET), None).unwrap(),
+            Plan::Export("text/csv", None)
+        );
+        assert_eq!(
+            plan(&file(SLIDES), None).unwrap(),
+            Plan::Export("text/plain", None)
+        );
         assert!(plan(&file(SHEET), Some(Format::Markdown)).is_err());
         assert_eq!(plan(&file("text/plain"), None).unwrap(), Plan::Media);
         assert_eq!(plan(&file("application/json"), None).unwrap(), Plan::Media);
@@ -449,7 +459,7 @@ mod tests {
     #[test]
     fn a_window_never_cuts_a_character() {
         let text = "aé€😀b".as_bytes(); // 1 + 2 + 3 + 4 + 1 bytes
-        // Ends inside 😀: the partial character is left for the next window.
+                                        // Ends inside 😀: the partial character is left for the next window.
         let (skip, t, used) = utf8_window(&text[..8], false);
         assert_eq!((skip, t.as_str(), used), (0, "aé€", 6));
         // Starts inside é: the continuation byte is skipped.

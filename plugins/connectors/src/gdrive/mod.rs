@@ -133,12 +133,9 @@ fn credential(config: &GdriveConfig) -> Result<Credential, ConnectorError> {
         return Err(bad("no credential"));
     };
     let text = resolve("service_account_key", key)?;
-    let account = ServiceAccount::from_json(
-        text.expose(),
-        config.subject.clone(),
-        auth::SCOPE_READONLY,
-    )
-    .map_err(|e| bad(format!("`service_account_key`: {e}")))?;
+    let account =
+        ServiceAccount::from_json(text.expose(), config.subject.clone(), auth::SCOPE_READONLY)
+            .map_err(|e| bad(format!("`service_account_key`: {e}")))?;
     Ok(Credential::ServiceAccount(account))
 }
 

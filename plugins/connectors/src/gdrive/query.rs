@@ -108,7 +108,9 @@ pub(crate) fn check_raw(query: &str) -> Result<(), String> {
         }
     }
     if quoted {
-        return Err("the query leaves a quoted string open (escape a ' inside a value as \\')".into());
+        return Err(
+            "the query leaves a quoted string open (escape a ' inside a value as \\')".into(),
+        );
     }
     if depth != 0 {
         return Err("the query leaves a parenthesis open".into());
@@ -159,7 +161,10 @@ pub(crate) fn check_order_by(order_by: &str) -> Result<(), String> {
         let mut words = part.split_whitespace();
         let key = words.next().unwrap_or_default();
         let dir = words.next();
-        if !KEYS.contains(&key) || !matches!(dir, None | Some("desc" | "asc")) || words.next().is_some() {
+        if !KEYS.contains(&key)
+            || !matches!(dir, None | Some("desc" | "asc"))
+            || words.next().is_some()
+        {
             return Err(format!(
                 "order_by `{}` is not a Drive sort key (one of {}; optionally followed by desc)",
                 part.trim(),
@@ -204,10 +209,7 @@ mod tests {
             build("name contains 'plan'", Some("application/pdf")).unwrap(),
             "(name contains 'plan') and trashed = false and mimeType = 'application/pdf'"
         );
-        assert_eq!(
-            build("trashed = true", None).unwrap(),
-            "(trashed = true)"
-        );
+        assert_eq!(build("trashed = true", None).unwrap(), "(trashed = true)");
     }
 
     #[test]

@@ -111,9 +111,9 @@ fn page_size(inner: &Inner, asked: Option<u32>) -> u32 {
 
 fn not_blank(name: &str, value: Option<String>) -> Result<Option<String>, HandlerError> {
     match value {
-        Some(v) if v.trim().is_empty() => Err(HandlerError::invalid_arguments(format!(
-            "{name} is empty"
-        ))),
+        Some(v) if v.trim().is_empty() => {
+            Err(HandlerError::invalid_arguments(format!("{name} is empty")))
+        }
         other => Ok(other),
     }
 }
