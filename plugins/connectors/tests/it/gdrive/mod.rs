@@ -948,3 +948,18 @@ async fn nothing_is_polled_while_nothing_is_subscribed_and_polling_can_be_off() 
     config.poll_interval_ms = 0;
     assert!(Gdrive::new(&config).unwrap().watch(&server).is_none());
 }
+
+#[tokio::test]
+async fn a_wrong_oauth_client_secret_says_which_settings_to_check() {
+    let d = Drive::start().await;
+    let mut config = d.config();
+    config.client_secret = Some(d.secret("wrong", "not-the-secret"));
+    let tools = d.tools_with(config).await;
+    let e = tools.call("list_recent_files", json!({})).await;
+    let text = e.err();
+    assert!(
+        text.contains("invalid_client") && text.contains("client_secret"),
+        "{text}"
+    );
+    assert!(!text.contains("not-the-secret"), "{text}");
+}
