@@ -666,3 +666,81 @@ fn a_slack_section_serves_the_slack_read_tools_and_sends_nothing_until_called() 
     assert!(seen.lock().unwrap()[0].starts_with("GET /api/conversations.history?"));
     assert!(p.close_and_wait().success());
 }
+
+/// A one-route Drive v3 on 127.0.0.1: `GET /drive/v3/files` with the shared-drive flags and
+/// the bearer token `ya29.system-test` lists one file; anything else is Google's 404 body.
+fn one_file_drive() -> u16 {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut request = [0u8; 8192];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..n]).to_lowercase();
+            let ok = head.starts_with("get /drive/v3/files?")
+                && head.contains("supportsalldrives=true")
+                && head.contains("includeitemsfromalldrives=true")
+                && head.contains("authorization: bearer ya29.system-test");
+            let (status, body) = if ok {
+                (
+                    "200 OK",
+                    r#"{"files":[{"id":"doc1","name":"Plan","mimeType":"application/vnd.google-apps.document"}]}"#,
+                )
+            } else {
+                (
+                    "404 Not Found",
+                    r#"{"error":{"code":404,"message":"File not found.","errors":[{"reason":"notFound"}]}}"#,
+                )
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn a_gdrive_section_serves_the_hosted_drive_servers_tools() {
+    let tmp = Temp::new("conn-gdrive");
+    let port = one_file_drive();
+    let token = tmp.0.join("token");
+    std::fs::write(&token, "ya29.system-test\n").unwrap();
+    let path = config(
+        &tmp.0,
+        &format!(
+            "[connectors.gdrive]\nbase_url = \"http://127.0.0.1:{port}\"\naccess_token = \"file:{}\"\n",
+            token.display()
+        ),
+    );
+    let mut p = Proc::spawn(&[
+        "serve",
+        "--stdio",
+        "--no-demo",
+        "--config",
+        path.to_str().unwrap(),
+    ]);
+    p.initialize();
+    p.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    assert_eq!(
+        tool_names(&p.answer(json!(1))),
+        [
+            "download_file_content",
+            "get_file_metadata",
+            "list_recent_files",
+            "read_file_content",
+            "search_files"
+        ]
+    );
+    let found = call(&mut p, 2, "search_files", json!({"query": "plan"}));
+    assert_eq!(
+        found["structuredContent"]["files"][0]["id"], "doc1",
+        "{found}"
+    );
+    assert!(!found.to_string().contains("ya29.system-test"));
+    assert!(p.close_and_wait().success());
+}
