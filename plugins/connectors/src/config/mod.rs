@@ -270,8 +270,19 @@ impl ConnectorsConfig {
 
     /// Parses this crate's sections of a whole config file's TOML text (other top-level
     /// keys belong to other crates and are left alone).
+    ///
+    /// An error names the line and the problem but never quotes the line: it may hold a
+    /// credential written where a `${VAR}` belongs (and refused for that very reason).
     pub fn parse(text: &str) -> Result<ConnectorsConfig, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        toml::from_str(text).map_err(|e: toml::de::Error| {
+            let line = e
+                .span()
+                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+            match line {
+                Some(line) => format!("line {line}: {}", e.message()),
+                None => e.message().to_owned(),
+            }
+        })
     }
 
     /// No connector is configured.
@@ -285,8 +296,21 @@ impl ConnectorsConfig {
             && self.connectors.gdrive.is_none()
     }
 
-    /// Adds the configured connectors' tools to `builder`.
+    /// Adds the configured connectors' tools to `builder`. Connectors that watch for changes
+    /// (Drive's `changes.list` poller) need the running server: use
+    /// [`install_watched`](Self::install_watched) for them to run.
     pub fn install(&self, builder: ServerBuilder) -> Result<ServerBuilder, ConnectorError> {
+        self.install_watched(builder).map(|(builder, _)| builder)
+    }
+
+    /// Like [`install`](Self::install), also giving what starts the connectors' change
+    /// watchers once the server runs ([`Watchers::start`]).
+    pub fn install_watched(
+        &self,
+        builder: ServerBuilder,
+    ) -> Result<(ServerBuilder, Watchers), ConnectorError> {
+        #[cfg_attr(not(feature = "gdrive"), allow(unused_mut))]
+        let mut watchers = Watchers::default();
         let mut builder = builder;
         let read_only = self.connectors.read_only;
         if let Some(fs) = &self.connectors.filesystem {
@@ -312,9 +336,51 @@ impl ConnectorsConfig {
             builder = install_slack(builder, slack, read_only)?;
         }
         if let Some(gdrive) = &self.connectors.gdrive {
-            builder = install_gdrive(builder, gdrive, read_only)?;
+            #[cfg(feature = "gdrive")]
+            {
+                let mut config = gdrive.clone();
+                config.read_only |= read_only;
+                let connector = crate::gdrive::Gdrive::new(&config)?;
+                watchers.gdrive = Some(connector.clone());
+                builder = builder.controller(connector);
+            }
+            #[cfg(not(feature = "gdrive"))]
+            {
+                builder = install_gdrive(builder, gdrive, read_only)?;
+            }
         }
-        Ok(builder)
+        Ok((builder, watchers))
+    }
+}
+
+/// What starts the connectors' change watchers on a running server.
+#[derive(Debug, Default)]
+pub struct Watchers {
+    #[cfg(feature = "gdrive")]
+    gdrive: Option<crate::gdrive::Gdrive>,
+}
+
+/// The running watchers; dropping this stops them (as does the server stopping).
+#[derive(Debug, Default)]
+pub struct Watching {
+    #[cfg(feature = "gdrive")]
+    _gdrive: Option<crate::gdrive::ChangeWatch>,
+}
+
+impl Watchers {
+    /// Starts the watchers for `server`'s subscribers.
+    pub fn start(&self, server: &toolyard::Server) -> Watching {
+        #[cfg(feature = "gdrive")]
+        {
+            Watching {
+                _gdrive: self.gdrive.as_ref().and_then(|g| g.watch(server)),
+            }
+        }
+        #[cfg(not(feature = "gdrive"))]
+        {
+            let _ = server;
+            Watching::default()
+        }
     }
 }
 
@@ -449,18 +515,6 @@ fn install_slack(
 }
 
 /// `read_only` is the `[connectors]`-wide switch: the connector leaves out its write tools.
-#[cfg(feature = "gdrive")]
-fn install_gdrive(
-    builder: ServerBuilder,
-    config: &GdriveConfig,
-    read_only: bool,
-) -> Result<ServerBuilder, ConnectorError> {
-    let mut config = config.clone();
-    config.read_only |= read_only;
-    let connector = crate::gdrive::Gdrive::new(&config)?;
-    Ok(builder.controller(connector))
-}
-
 #[cfg(not(feature = "gdrive"))]
 fn install_gdrive(
     _builder: ServerBuilder,

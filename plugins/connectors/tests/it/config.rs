@@ -64,3 +64,17 @@ async fn one_read_only_switch_covers_every_connector() {
     }
     assert!(names.contains(&"read_text_file".to_owned()) && names.contains(&"query".to_owned()));
 }
+
+#[test]
+fn a_literal_credential_is_refused_without_being_quoted_back() {
+    let err = ConnectorsConfig::parse(
+        "[connectors.slack]\ntoken = \"xoxb-1111-live-token\"\n\n[connectors.gdrive]\n",
+    )
+    .unwrap_err();
+    assert!(err.starts_with("line 2:"), "{err}");
+    assert!(
+        err.contains("${VAR}"),
+        "the error says how to write it: {err}"
+    );
+    assert!(!err.contains("xoxb-1111"), "the token is not echoed: {err}");
+}

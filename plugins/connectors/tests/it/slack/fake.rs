@@ -228,12 +228,12 @@ fn page(
     items: &[Value],
     p: &HashMap<String, String>,
     page_size: usize,
-) -> Result<(Vec<Value>, String), Response> {
+) -> Result<(Vec<Value>, String), Box<Response>> {
     let start = match p.get("cursor").filter(|c| !c.is_empty()) {
         None => 0,
         Some(c) => match c.strip_prefix("off:").and_then(|n| n.parse::<usize>().ok()) {
             Some(n) => n,
-            None => return Err(slack_error("invalid_cursor")),
+            None => return Err(Box::new(slack_error("invalid_cursor"))),
         },
     };
     let limit = p
@@ -373,7 +373,7 @@ async fn answer(
                 Ok((items, next)) => {
                     ok(json!({"channels": items, "response_metadata": {"next_cursor": next}}))
                 }
-                Err(e) => e,
+                Err(e) => *e,
             }
         }
         "conversations.info" => match fake
@@ -429,7 +429,7 @@ async fn answer(
             match page(&within, &p, fake.page_size.max(3)) {
                 Ok((items, next)) => ok(json!({"messages": items, "has_more": !next.is_empty(),
                     "pin_count": 0, "response_metadata": {"next_cursor": next}})),
-                Err(e) => e,
+                Err(e) => *e,
             }
         }
         "chat.postMessage" => {
@@ -456,7 +456,7 @@ async fn answer(
             Ok((items, next)) => ok(
                 json!({"members": items, "cache_ts": 0, "response_metadata": {"next_cursor": next}}),
             ),
-            Err(e) => e,
+            Err(e) => *e,
         },
         "users.info" => match fake.users.iter().find(|u| u["id"] == get("user").as_str()) {
             Some(u) => ok(json!({"user": u})),
