@@ -106,7 +106,7 @@ impl From<ApiError> for HandlerError {
 
 impl Api {
     /// A client with these settings and the runtime's User-Agent.
-    pub fn new(settings: ApiSettings) -> Result<Api, ConnectorError> {
+    pub(crate) fn new(settings: ApiSettings) -> Result<Api, ConnectorError> {
         let client = reqwest::Client::builder()
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
@@ -120,12 +120,20 @@ impl Api {
     }
 
     /// The underlying client, to build requests with.
-    pub fn client(&self) -> &reqwest::Client {
+    #[allow(
+        dead_code,
+        reason = "not every connector builds requests outside `send`"
+    )]
+    pub(crate) fn client(&self) -> &reqwest::Client {
         &self.client
     }
 
     /// The service's name in messages.
-    pub fn service(&self) -> &'static str {
+    #[allow(
+        dead_code,
+        reason = "not every connector names its service outside errors"
+    )]
+    pub(crate) fn service(&self) -> &'static str {
         self.settings.service
     }
 
@@ -137,7 +145,7 @@ impl Api {
     /// after a short pause; a request that may change something is never repeated (a
     /// 429 means the service did not act on it, so that one is). Every other status comes
     /// back as a [`Reply`].
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         idempotent: bool,
         build: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
@@ -277,7 +285,7 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 impl Reply {
     /// The body as `T`.
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         serde_json::from_slice(&self.body).map_err(|e| ApiError::Malformed {
             service: self.service,
             message: format!("expected JSON ({e})"),
@@ -285,14 +293,14 @@ impl Reply {
     }
 
     /// A header's value as text.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name)?.to_str().ok()
     }
 
     /// The reply itself when its status is 2xx (or 304); otherwise the error it stands for,
     /// with the service's own message when the body has one (`message`, `error.message`,
     /// `error_description` or `error`), cut to 300 characters.
-    pub fn error_for_status(self) -> Result<Reply, ApiError> {
+    pub(crate) fn error_for_status(self) -> Result<Reply, ApiError> {
         if self.status.is_success() || self.status == StatusCode::NOT_MODIFIED {
             return Ok(self);
         }
@@ -314,7 +322,7 @@ impl Reply {
     }
 
     /// The service's own words about an error, or the status's reason.
-    pub fn detail(&self) -> String {
+    pub(crate) fn detail(&self) -> String {
         let from_json = serde_json::from_slice::<serde_json::Value>(&self.body)
             .ok()
             .and_then(|v| {
