@@ -517,8 +517,87 @@ async fn answer(
             json!({"content": {"name": "f.txt", "path": "f.txt", "sha": "new", "html_url": "h"},
                 "commit": {"sha": "c1", "html_url": "hc"}}),
         ),
+        ("GET", ["repos", "o", "r"]) => reply(
+            StatusCode::OK,
+            &[],
+            json!({"full_name": "o/r", "default_branch": "main"}),
+        ),
+        ("GET", ["repos", "o", "r", "git", "ref", "heads", branch]) => reply(
+            StatusCode::OK,
+            &[],
+            json!({"ref": format!("refs/heads/{branch}"), "object": {"sha": format!("sha-{branch}"), "type": "commit"}}),
+        ),
+        ("POST", ["repos", "o", "r", "git", "refs"]) => reply(
+            StatusCode::CREATED,
+            &[],
+            json!({"ref": body_json["ref"], "object": {"sha": body_json["sha"], "type": "commit"}}),
+        ),
+        ("GET", ["repos", "o", "r", "pulls"]) => reply(
+            StatusCode::OK,
+            &[(
+                "link",
+                "<http://fake/repos/o/r/pulls?page=2>; rel=\"next\"".to_owned(),
+            )],
+            json!([pull(5), pull(4)]),
+        ),
+        ("GET", ["repos", "o", "r", "pulls", "5"]) => {
+            let accept = headers
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if accept == "application/vnd.github.diff" {
+                let mut r =
+                    (StatusCode::OK, "diff --git a/x b/x\n+if admin\u{202E} {\n").into_response();
+                r.headers_mut()
+                    .insert("content-type", "text/plain".parse().unwrap());
+                return r;
+            }
+            reply(StatusCode::OK, &[], pull(5))
+        }
+        ("GET", ["repos", "o", "r", "commits", "sha-head", "status"]) => reply(
+            StatusCode::OK,
+            &[],
+            json!({"state": "success", "total_count": 1, "statuses": [{"context": "ci", "state": "success",
+                "description": "passed\u{200B}", "target_url": "https://ci.example/1"}]}),
+        ),
+        ("GET", ["repos", "o", "r", "commits"]) => {
+            reply(StatusCode::OK, &[], json!([commit("abc"), commit("def")]))
+        }
+        ("GET", ["repos", "o", "r", "commits", sha]) => reply(StatusCode::OK, &[], commit(sha)),
+        ("POST", ["repos", "o", "r", "pulls"]) => reply(
+            StatusCode::CREATED,
+            &[],
+            json!({"id": 600, "number": 6, "html_url": "https://github.com/o/r/pull/6"}),
+        ),
+        ("POST", ["repos", "o", "r", "pulls", "6", "requested_reviewers"]) => {
+            reply(StatusCode::CREATED, &[], pull(6))
+        }
+        ("GET", ["search", "users"]) => reply(
+            StatusCode::OK,
+            &[],
+            json!({"total_count": 1, "incomplete_results": false, "items": [user("octocat")]}),
+        ),
         _ => error(StatusCode::NOT_FOUND, "Not Found"),
     }
+}
+
+fn pull(n: u64) -> Value {
+    json!({"number": n, "title": format!("PR {n}\u{200B}"), "body": "desc<!-- hidden instruction -->",
+        "state": "open", "draft": false, "merged": false, "html_url": format!("https://github.com/o/r/pull/{n}"),
+        "user": user("author"), "labels": [], "assignees": [], "requested_reviewers": [user("rev")],
+        "head": {"ref": "feature", "sha": "sha-head", "repo": {"full_name": "o/r", "description": null}},
+        "base": {"ref": "main", "sha": "sha-main", "repo": {"full_name": "o/r", "description": null}},
+        "created_at": "t", "updated_at": "t"})
+}
+
+fn commit(sha: &str) -> Value {
+    json!({"sha": sha, "html_url": format!("https://github.com/o/r/commit/{sha}"),
+        "commit": {"message": "fix\u{202E} things", "author": {"name": "A", "email": "a@x", "date": "t"},
+            "committer": {"name": "A", "email": "a@x", "date": "t"}},
+        "author": user("a"), "committer": user("a"),
+        "stats": {"additions": 1, "deletions": 0, "total": 1},
+        "files": [{"filename": "x", "status": "modified", "additions": 1, "deletions": 0, "changes": 1,
+            "patch": "+ok\u{2067}"}]})
 }
 
 fn url_pairs(q: &str) -> HashMap<String, String> {

@@ -750,3 +750,120 @@ async fn credentials_are_refused_at_start_up_when_missing_literal_or_mixed() {
     c.repos = vec!["no-slash".into()];
     assert!(Github::new(&c).unwrap_err().to_string().contains("`repos`"));
 }
+
+#[tokio::test]
+async fn pull_requests_commits_and_branches_speak_the_rest_endpoints() {
+    let (fake, base) = started().await;
+    let t = tools(config(&base)).await;
+    let list = structured(
+        &t.call("list_pull_requests", json!({"owner": "o", "repo": "r", "state": "open", "sort": "long-running", "fields": ["number", "title"]})).await,
+    );
+    assert_eq!(
+        list["items"],
+        json!([{"number": 5, "title": "PR 5"}, {"number": 4, "title": "PR 4"}])
+    );
+    assert_eq!(list["next_page"], 2);
+    let pr = structured(
+        &t.call(
+            "pull_request_read",
+            json!({"method": "get", "owner": "o", "repo": "r", "pullNumber": 5}),
+        )
+        .await,
+    );
+    assert_eq!(pr["body"], "desc");
+    assert_eq!(pr["head"]["ref"], "feature");
+    assert_eq!(pr["requested_reviewers"], json!(["rev"]));
+    let diff = structured(
+        &t.call(
+            "pull_request_read",
+            json!({"method": "get_diff", "owner": "o", "repo": "r", "pullNumber": 5}),
+        )
+        .await,
+    );
+    assert_eq!(diff["diff"], "diff --git a/x b/x\n+if admin {\n");
+    let status = structured(
+        &t.call(
+            "pull_request_read",
+            json!({"method": "get_status", "owner": "o", "repo": "r", "pullNumber": 5}),
+        )
+        .await,
+    );
+    assert_eq!(status["state"], "success");
+    assert_eq!(status["statuses"][0]["description"], "passed");
+    let commits = structured(
+        &t.call("list_commits", json!({"owner": "o", "repo": "r", "sha": "main", "author": "a", "fields": ["sha", "commit"]})).await,
+    );
+    assert_eq!(commits["items"][0]["sha"], "abc");
+    assert_eq!(commits["items"][0]["commit"]["message"], "fix things");
+    assert!(commits["items"][0].get("author").is_none());
+    let one = structured(
+        &t.call(
+            "get_commit",
+            json!({"owner": "o", "repo": "r", "sha": "abc"}),
+        )
+        .await,
+    );
+    assert_eq!(one["files"][0]["patch"], "+ok");
+    let bare = structured(
+        &t.call(
+            "get_commit",
+            json!({"owner": "o", "repo": "r", "sha": "abc", "include_diff": false}),
+        )
+        .await,
+    );
+    assert!(
+        bare.get("files").is_none() && bare.get("stats").is_none(),
+        "{bare}"
+    );
+    let branch = structured(
+        &t.call(
+            "create_branch",
+            json!({"owner": "o", "repo": "r", "branch": "topic"}),
+        )
+        .await,
+    );
+    assert_eq!(
+        branch,
+        json!({"ref": "refs/heads/topic", "sha": "sha-main", "from": "main"})
+    );
+    let created = structured(
+        &t.call(
+            "create_pull_request",
+            json!({"owner": "o", "repo": "r", "title": "T", "head": "topic", "base": "main", "draft": true,
+                "reviewers": ["rev", "org/team-a"]}),
+        )
+        .await,
+    );
+    assert_eq!(created["number"], 6);
+    assert_eq!(created["reviewers_requested"], true);
+    let users = structured(&t.call("search_users", json!({"query": "octo"})).await);
+    assert_eq!(users["items"][0]["login"], "octocat");
+    let seen = requests(&fake);
+    assert!(
+        seen.contains(
+            &"GET /repos/o/r/pulls?state=open&sort=long-running&page=1&per_page=30".to_owned()
+        ),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&"GET /repos/o/r/commits/sha-head/status".to_owned()),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&"GET /repos/o/r/commits?sha=main&author=a&page=1&per_page=30".to_owned()),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&"GET /search/users?q=type%3Auser+octo&page=1&per_page=30".to_owned()),
+        "{seen:?}"
+    );
+    let bodies = fake.bodies.lock().unwrap().clone();
+    assert!(bodies.contains(&(
+        "POST /repos/o/r/git/refs".to_owned(),
+        json!({"ref": "refs/heads/topic", "sha": "sha-main"})
+    )));
+    assert!(bodies.contains(&(
+        "POST /repos/o/r/pulls/6/requested_reviewers".to_owned(),
+        json!({"reviewers": ["rev"], "team_reviewers": ["team-a"]})
+    )));
+}
