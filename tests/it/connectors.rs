@@ -744,3 +744,83 @@ fn a_gdrive_section_serves_the_hosted_drive_servers_tools() {
     assert!(!found.to_string().contains("ya29.system-test"));
     assert!(p.close_and_wait().success());
 }
+
+/// A minimal GitHub on 127.0.0.1: `GET /user` with a bearer token, anything else 404.
+fn one_user_github() -> u16 {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut request = [0u8; 8192];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
+            let (status, body) = if head.starts_with("get /user ")
+                && head.contains("authorization: bearer ghp_system_test")
+                && head.contains("x-github-api-version: 2022-11-28")
+            {
+                (
+                    "200 OK",
+                    r#"{"login":"octocat","id":1,"html_url":"https://github.com/octocat","bio":"hi<!-- hidden -->"}"#,
+                )
+            } else {
+                ("404 Not Found", r#"{"message":"Not Found"}"#)
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn a_github_section_alone_serves_the_github_tools_and_answers_get_me() {
+    let tmp = Temp::new("conn-github");
+    let port = one_user_github();
+    let token = tmp.0.join("token");
+    std::fs::write(&token, "ghp_system_test\n").unwrap();
+    let file = config(
+        &tmp.0,
+        &format!(
+            "[connectors.github]\nbase_url = \"http://127.0.0.1:{port}\"\ntoken = \"file:{}\"\nread_only = true\n",
+            token.display()
+        ),
+    );
+    let mut p = Proc::spawn(&[
+        "serve",
+        "--stdio",
+        "--no-demo",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    p.initialize();
+    p.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    assert_eq!(
+        tool_names(&p.answer(json!(1))),
+        [
+            "get_commit",
+            "get_file_contents",
+            "get_me",
+            "issue_read",
+            "list_branches",
+            "list_commits",
+            "list_issues",
+            "list_pull_requests",
+            "list_tags",
+            "pull_request_read",
+            "search_code",
+            "search_issues",
+            "search_pull_requests",
+            "search_repositories",
+            "search_users",
+        ]
+    );
+    let me = call(&mut p, 2, "get_me", json!({}));
+    assert_eq!(me["structuredContent"]["login"], "octocat", "{me}");
+    assert_eq!(me["structuredContent"]["details"]["bio"], "hi", "{me}");
+    assert!(p.close_and_wait().success());
+}
