@@ -266,9 +266,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         builder = builder.config(&config);
         #[cfg(feature = "connectors")]
-        {
-            builder = connectors.install(builder)?;
-        }
+        let watchers = {
+            let (b, watchers) = connectors.install_watched(builder)?;
+            builder = b;
+            watchers
+        };
         let mut limits = Limits::default();
         if let Some(n) = args.max_in_flight.or(config.server.max_in_flight) {
             limits.max_in_flight = n;
@@ -282,6 +284,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
         }
         let server = builder.start().await?;
+        // Connectors that watch for changes (Drive's poller) run while the server does.
+        #[cfg(feature = "connectors")]
+        let _watching = watchers.start(&server);
         #[cfg(feature = "nats")]
         let _nats = match &nats_url {
             Some(url) => {

@@ -76,6 +76,13 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             builder = toolyard_demo::demo(builder);
         }
         builder = builder.config(&config).limits(Limits::default());
+        // The built-in connectors serve from workers as from `serve`.
+        #[cfg(feature = "connectors")]
+        let watchers = {
+            let (b, watchers) = file.connectors.install_watched(builder)?;
+            builder = b;
+            watchers
+        };
         if let Some(secret) = args
             .state_secret
             .clone()
@@ -84,6 +91,8 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
         }
         let server = builder.start().await?;
+        #[cfg(feature = "connectors")]
+        let _watching = watchers.start(&server);
         let client =
             toolyard_nats::connect(&args.nats, &format!("ty-worker-{}", args.name)).await?;
         let mut worker_config = WorkerConfig::new(&args.name);

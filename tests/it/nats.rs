@@ -454,3 +454,43 @@ fn readyz_follows_the_gateways_nats_connection() {
     nats.restart();
     wait_for(200);
 }
+
+#[test]
+fn a_worker_serves_the_built_in_connectors_of_its_config() {
+    let nats = NatsServer::start();
+    let dir = std::env::temp_dir().join(format!("toolyard-it-worker-conn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("worker.toml");
+    std::fs::write(&config, "[connectors.sql]\nurl = \"sqlite::memory:\"\n").unwrap();
+    let _w = WorkerProcess(
+        Command::new(BIN)
+            .args([
+                "worker",
+                "--nats",
+                &nats.url(),
+                "--name",
+                "db",
+                "--no-demo",
+                "--config",
+            ])
+            .arg(&config)
+            .env_remove("TOOLYARD_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start toolyard worker"),
+    );
+    let answer = through_gateway(
+        &nats.url(),
+        &[
+            "call",
+            "db__query",
+            "--args",
+            r#"{"sql":"select 6 * 7 as answer"}"#,
+        ],
+        |v| v.to_string().contains("42"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_ne!(answer["isError"], true, "{answer}");
+}
