@@ -362,7 +362,7 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
 /// `serve --prometheus`: `GET /metrics` answers the MCP duration histogram in the Prometheus
 /// text format, with the tool's name as a label, and no OTLP endpoint is needed.
 #[test]
-fn prometheus_scrapes_the_mcp_duration_histogram_from_metrics() {
+fn a_real_prometheus_scrapes_the_mcp_duration_histogram_from_metrics() {
     let server = toolyard_testkit::ServerProcess::start(BIN, &["serve", "--prometheus"]);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -397,6 +397,96 @@ fn prometheus_scrapes_the_mcp_duration_histogram_from_metrics() {
         .unwrap_or_else(|| panic!("no echo series in /metrics:\n{text}"));
     assert!(series.ends_with(" 1"), "{series}");
     assert!(text.contains("# TYPE mcp_server_operation_duration_seconds histogram"));
+
+    // A real Prometheus (Debian's, unpacked by scripts/install-test-deps) scrapes it, and its
+    // query API returns our series.
+    let prometheus = Prometheus::scraping(&server.base_url());
+    let value = runtime.block_on(prometheus.query(
+        r#"mcp_server_operation_duration_seconds_count{gen_ai_tool_name="echo",mcp_method_name="tools/call"}"#,
+    ));
+    assert_eq!(value, "1", "Prometheus has the echo call's count");
+}
+
+/// A Prometheus server on a free loopback port scraping one target every 250 ms; killed
+/// (with its data directory removed) when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Prometheus {
+    fn scraping(base_url: &str) -> Prometheus {
+        let bin = toolyard_testkit::cache().join("prometheus/usr/bin/prometheus");
+        assert!(
+            bin.exists(),
+            "{} is missing: run scripts/install-test-deps",
+            bin.display()
+        );
+        let dir = std::env::temp_dir().join(format!("toolyard-it-prom-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = base_url.trim_start_matches("http://");
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            format!(
+                "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\n\
+                 scrape_configs:\n  - job_name: toolyard\n    static_configs:\n      - targets: [\"{target}\"]\n"
+            ),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(bin)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Prometheus { child, dir, port }
+    }
+
+    /// The value of the instant query `query`'s first sample, once it has one.
+    async fn query(&self, query: &str) -> String {
+        let url = format!("http://127.0.0.1:{}/api/v1/query", self.port);
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(r) = client.get(&url).query(&[("query", query)]).send().await {
+                if let Ok(v) = serde_json::from_slice::<Value>(&r.bytes().await.unwrap_or_default())
+                {
+                    if let Some(value) = v["data"]["result"][0]["value"][1].as_str() {
+                        return value.to_owned();
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus never returned a sample for {query}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 #[test]
