@@ -31,6 +31,9 @@ pub struct RequestInfo {
     pub traceparent: Option<Arc<str>>,
     /// W3C `tracestate` from the request's `_meta`.
     pub tracestate: Option<Arc<str>>,
+    /// W3C `traceparent` of the transport's own request (the HTTP header), when it had one:
+    /// a tracing layer links it (and parents on it when `_meta` carries none).
+    pub transport_traceparent: Option<Arc<str>>,
     /// A `tools/call`'s `arguments` as the caller sent them (JSON text), only when a layer
     /// asked for payloads ([`Layer::captures_payloads`]): otherwise nobody pays the copy.
     pub arguments: Option<Arc<str>>,

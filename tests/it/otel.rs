@@ -570,3 +570,77 @@ fn opt_in_capture_puts_redacted_tool_arguments_and_results_on_the_span() {
         "the configured secret never reaches the span"
     );
 }
+
+#[test]
+fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() {
+    let receiver = OtlpReceiver::start();
+    // Export within 100 ms instead of 5 s (nextest runs each test in a process of its own,
+    // so the variable reaches only this test's server).
+    std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let server =
+        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--otel-endpoint", &receiver.url()]);
+    let meta_trace = "0af7651916cd43dd8448eb211c80319c";
+    let meta_span = "b7ad6b7169203331";
+    let http_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let http_span = "00f067aa0ba902b7";
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        for (id, meta) in [
+            (
+                1,
+                json!({"traceparent": format!("00-{meta_trace}-{meta_span}-01")}),
+            ),
+            (2, json!({})),
+        ] {
+            let mut meta = meta;
+            meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+            meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+            let response = client
+                .post(server.url())
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "echo")
+                .header("traceparent", format!("00-{http_trace}-{http_span}-01"))
+                .body(
+                    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                        "name": "echo", "arguments": {"message": "linked"}, "_meta": meta}})
+                    .to_string(),
+                )
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            let body = response.text().await.unwrap();
+            assert!(
+                status.is_success() && body.contains("linked"),
+                "{status} {body}"
+            );
+        }
+    });
+    let spans = receiver.wait_for_spans(WAIT, |s| {
+        s.iter().filter(|s| s.name == "tools/call echo").count() == 2
+    });
+    drop(server);
+    let with_meta = spans
+        .iter()
+        .find(|s| s.name == "tools/call echo" && s.trace_id == meta_trace)
+        .unwrap_or_else(|| panic!("the call with _meta joins its trace: {spans:#?}"));
+    assert_eq!(with_meta.parent_span_id, meta_span);
+    assert_eq!(
+        with_meta.links,
+        vec![(http_trace.to_owned(), http_span.to_owned())],
+        "the transport's context is linked"
+    );
+    let without_meta = spans
+        .iter()
+        .find(|s| s.name == "tools/call echo" && s.trace_id == http_trace)
+        .unwrap_or_else(|| panic!("the call without _meta parents on the header: {spans:#?}"));
+    assert_eq!(without_meta.parent_span_id, http_span);
+    assert!(without_meta.links.is_empty(), "{without_meta:?}");
+}

@@ -31,9 +31,15 @@ pub(crate) struct SessionView {
     pub(super) session_id: Option<Arc<str>>,
 }
 
+/// What [`launch_direct`] and [`SessionView::launch`] hand back: the request, whole, for the
+/// connection actor. Not boxed: it is moved once on the unusual path, where a box would add an
+/// allocation.
+type HandedBack = (Request, Delivery);
+
 impl SessionView {
     /// Launches `req` if it is an ordinary legacy request; gives it back otherwise.
-    pub(crate) fn launch(&self, req: Request, d: Delivery) -> Result<(), (Request, Delivery)> {
+    #[allow(clippy::result_large_err, reason = "see `HandedBack`")]
+    pub(crate) fn launch(&self, req: Request, d: Delivery) -> Result<(), HandedBack> {
         if !method::handled(&req.method) {
             return Err((req, d));
         }
@@ -43,12 +49,13 @@ impl SessionView {
         }
     }
 
+    #[allow(clippy::result_large_err, reason = "see `HandedBack`")]
     fn launch_legacy(
         &self,
         req: Request,
         edge: Edge,
         d: Delivery,
-    ) -> Result<(), (Request, Delivery)> {
+    ) -> Result<(), HandedBack> {
         if !self
             .inflight
             .enter(&req.id, &d.cancel, self.core.limits.max_in_flight)
@@ -76,6 +83,7 @@ impl SessionView {
                 cancel: d.cancel,
                 session_id: self.session_id.clone(),
                 release: Some(self.inflight.clone()),
+                transport_traceparent: d.transport_traceparent,
             },
         );
         Ok(())
@@ -98,12 +106,13 @@ pub(crate) struct DirectModern {
 /// Launches an ordinary request of either generation straight to its handler, or gives it
 /// back for the connection actor (anything unusual: lifecycle methods, `_meta` problems,
 /// duplicate ids, a legacy request before `initialize`), which answers it as before.
+#[allow(clippy::result_large_err, reason = "see `HandedBack`")]
 pub(crate) fn launch_direct(
     direct: &DirectModern,
     view: Option<&SessionView>,
     req: Request,
     d: Delivery,
-) -> Result<(), (Request, Delivery)> {
+) -> Result<(), HandedBack> {
     if !method::handled(&req.method) || direct.closing.is_cancelled() {
         return Err((req, d));
     }
@@ -158,6 +167,7 @@ pub(crate) fn launch_direct(
             cancel: d.cancel,
             session_id: None,
             release: Some(direct.inflight.clone()),
+            transport_traceparent: d.transport_traceparent,
         },
     );
     Ok(())

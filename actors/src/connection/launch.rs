@@ -38,6 +38,8 @@ pub struct Delivery {
     /// Where this request came from, when the transport knows it per request (HTTP);
     /// otherwise the connection's peer applies.
     pub peer: Option<Arc<crate::middleware::Peer>>,
+    /// The transport's own W3C `traceparent` for this request (an HTTP header), if any.
+    pub transport_traceparent: Option<Arc<str>>,
 }
 
 /// The parts of a request's `_meta` a running request still needs.
@@ -82,6 +84,8 @@ pub(crate) struct Launch {
     pub(crate) cancel: CancellationToken,
     pub(crate) session_id: Option<Arc<str>>,
     pub(crate) release: Option<Arc<Inflight>>,
+    /// The delivery's [`Delivery::transport_traceparent`].
+    pub(crate) transport_traceparent: Option<Arc<str>>,
 }
 
 /// Runs the layers' start hooks, builds the request's context and answer channel, and casts
@@ -99,6 +103,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
         cancel,
         session_id,
         release,
+        transport_traceparent,
     } = l;
     let watch = if core.layers.is_empty() {
         None
@@ -122,6 +127,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
                 .as_ref()
                 .and_then(|m| m.tracestate.as_deref())
                 .map(Into::into),
+            transport_traceparent,
             arguments: if core.layers.captures() {
                 arguments_of(&req, call.as_ref())
             } else {
@@ -292,6 +298,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
             cancel: d.cancel,
             session_id: None,
             release: None,
+            transport_traceparent: d.transport_traceparent,
         },
     );
 }

@@ -652,6 +652,10 @@ impl ConnState {
                 cancel,
                 session_id: self.session_id.clone(),
                 release,
+                transport_traceparent: self
+                    .current
+                    .as_ref()
+                    .and_then(|d| d.transport_traceparent.clone()),
             },
         );
     }

@@ -360,6 +360,7 @@ async fn handle(inner: &Inner, message: Message) {
         return out.err(Some(&request.id), &error).await;
     }
     let mut meta = head.meta.unwrap_or_default();
+    let transport_traceparent = header(&message, wire::TRACEPARENT).map(std::sync::Arc::from);
     // A caller that put the trace context only in the headers still gets it to the tool.
     if meta.traceparent.is_none() {
         meta.traceparent = header(&message, wire::TRACEPARENT).map(str::to_owned);
@@ -398,6 +399,7 @@ async fn handle(inner: &Inner, message: Message) {
             track: false,
             principal: None,
             peer: None,
+            transport_traceparent,
         },
     );
     // The first keepalive one period from now. (`interval` + an initial `tick()` cost every
@@ -577,6 +579,7 @@ async fn list_tools(server: &Server) -> Vec<Tool> {
                 track: false,
                 principal: None,
                 peer: None,
+                transport_traceparent: None,
             },
         );
         let answer = loop {

@@ -75,7 +75,25 @@ impl Layer for ObservabilityLayer {
     fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject> {
         let method: &str = &info.method;
         let target = info.target.as_deref();
-        let parent = parent_context(info.traceparent.as_deref(), info.tracestate.as_deref());
+        // The span parents on the `_meta` context (SEP-414) and links the transport's own (an
+        // HTTP `traceparent` header, a NATS one); with no `_meta` context it parents on the
+        // transport's.
+        let transport = info
+            .transport_traceparent
+            .as_deref()
+            .map(|tp| parent_context(Some(tp), None))
+            .filter(|cx| cx.span().span_context().is_valid());
+        let (parent, link) = match (&info.traceparent, transport) {
+            (Some(tp), transport) => (
+                parent_context(Some(tp), info.tracestate.as_deref()),
+                transport,
+            ),
+            (None, Some(transport)) => (transport, None),
+            (None, None) => (Context::new(), None),
+        };
+        let link = link
+            .map(|cx| cx.span().span_context().clone())
+            .filter(|sc| sc != parent.span().span_context());
         let mut attributes = vec![
             KeyValue::new(semconv::MCP_METHOD_NAME, method.to_owned()),
             KeyValue::new(semconv::JSONRPC_REQUEST_ID, id_text(&info.id)),
@@ -114,12 +132,15 @@ impl Layer for ObservabilityLayer {
                 }
             }
         }
-        let span = self
+        let mut builder = self
             .tracer
             .span_builder(span_name(method, target))
             .with_kind(SpanKind::Server)
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, &parent);
+            .with_attributes(attributes);
+        if let Some(sc) = link {
+            builder = builder.with_links(vec![opentelemetry::trace::Link::with_context(sc)]);
+        }
+        let span = builder.start_with_context(&self.tracer, &parent);
         let cx = Context::new().with_remote_span_context(span.span_context().clone());
         let trace = traceparent_of(&cx);
         Ok(Some(Box::new(ServerSpan {

@@ -705,6 +705,7 @@ async fn positional_params_handed_in_unparsed_through_the_transport_api_are_inva
         track,
         principal: None,
         peer: None,
+        transport_traceparent: None,
     };
     async fn next(rx: &mut mpsc::UnboundedReceiver<Vec<u8>>, id: i64) -> Value {
         loop {

@@ -34,6 +34,8 @@ pub struct ReceivedSpan {
     pub attributes: BTreeMap<String, String>,
     /// OTLP status code (0 unset, 1 ok, 2 error).
     pub status: i32,
+    /// The span's links, as (hex trace id, hex span id).
+    pub links: Vec<(String, String)>,
 }
 
 /// A histogram or sum data point as received.
@@ -100,7 +102,11 @@ impl OtlpReceiver {
                     .route(
                         "/v1/traces",
                         post(move |body: Bytes| async move {
-                            if let Ok(req) = ExportTraceServiceRequest::decode(body) {
+                            let decoded = ExportTraceServiceRequest::decode(body);
+                            if let Err(e) = &decoded {
+                                eprintln!("OtlpReceiver: an undecodable trace export: {e}");
+                            }
+                            if let Ok(req) = decoded {
                                 let mut r = traces.lock().unwrap();
                                 for rs in req.resource_spans {
                                     let service = rs
@@ -120,6 +126,11 @@ impl OtlpReceiver {
                                                 kind: s.kind,
                                                 attributes: text(&s.attributes),
                                                 status: s.status.map(|st| st.code).unwrap_or(0),
+                                                links: s
+                                                    .links
+                                                    .iter()
+                                                    .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                                                    .collect(),
                                             });
                                         }
                                     }

@@ -129,6 +129,10 @@ pub(crate) async fn post(
 ) -> Response {
     let principal = principal_of(caller);
     let peer = peer_of(remote);
+    // The HTTP request's own trace context (an ingress or a client instrumenting its HTTP
+    // calls): the request's span links it.
+    let transport_traceparent: Option<Arc<str>> =
+        header_str(&headers, "traceparent").map(Arc::from);
     let content_type = header_str(&headers, "content-type").unwrap_or("");
     if !content_type.starts_with("application/json") {
         return json_error(
@@ -159,7 +163,15 @@ pub(crate) async fn post(
     if let Incoming::Request(req) = &message {
         // A modern request named `initialize` is a removed method, not a new session.
         if req.method == method::INITIALIZE && session_id.is_none() && !has_protocol_meta(req) {
-            return initialize(state, message, accept_json, principal, peer).await;
+            return initialize(
+                state,
+                message,
+                accept_json,
+                principal,
+                peer,
+                transport_traceparent,
+            )
+            .await;
         }
     }
     if let Some(id) = session_id {
@@ -191,6 +203,7 @@ pub(crate) async fn post(
                     req,
                     accept_json,
                     peer,
+                    transport_traceparent,
                     Route::Session {
                         session,
                         announce: None,
@@ -218,6 +231,7 @@ pub(crate) async fn post(
                 req,
                 accept_json,
                 peer,
+                transport_traceparent,
                 Route::Stateless { principal, direct },
             )
             .await
@@ -234,6 +248,7 @@ async fn initialize(
     accept_json: bool,
     principal: Option<Arc<str>>,
     peer: Option<Arc<toolyard_actors::Peer>>,
+    transport_traceparent: Option<Arc<str>>,
 ) -> Response {
     if state.sessions.len() >= state.config.max_sessions {
         return json_error(
@@ -273,6 +288,7 @@ async fn initialize(
         req,
         accept_json,
         peer,
+        transport_traceparent,
         Route::Session {
             session,
             announce: Some(id),

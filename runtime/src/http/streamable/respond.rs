@@ -102,6 +102,7 @@ pub(super) async fn respond(
     req: Request,
     accept_json: bool,
     peer: Option<Arc<toolyard_actors::Peer>>,
+    transport_traceparent: Option<Arc<str>>,
     route: Route,
 ) -> Response {
     let (mut session, mut session_id, mut principal, mut direct) = (None, None, None, None);
@@ -138,6 +139,7 @@ pub(super) async fn respond(
         track,
         principal,
         peer,
+        transport_traceparent,
     };
     let id = req.id.clone();
     // In-flight calls may finish during a graceful shutdown; a listen stream never
