@@ -32,8 +32,8 @@ served_cpu() {
   local load=$1 file=$2 m child t
   echo 0 > "$file"
   while kill -0 "$load" 2>/dev/null; do
-    m=$(pgrep -P "$load" | head -1)
-    child=${m:+$(pgrep -P "$m" | head -1)}
+    m=$(pgrep -P "$load" | head -1) || true
+    child=${m:+$(pgrep -P "$m" | head -1 || true)}
     if [ -n "$child" ] && t=$(awk '{print $14 + $15}' "/proc/$child/stat" 2>/dev/null); then
       echo "$t" > "$file"
     fi
@@ -49,7 +49,7 @@ for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
     load=$!
     served_cpu "$load" "$work/served" &
     sampler=$!
-    wait "$load"; wait "$sampler"
+    wait "$load"; wait "$sampler" || true
     line=$(cat "$work/line")
     after=$(cpu)
     python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['worker_ticks']=$after-$before; r['served_ticks']=int(sys.argv[2]); print(json.dumps(r))" "$line" "$(cat "$work/served")" >> "$out"
