@@ -35,6 +35,7 @@ mod feedback;
 pub mod llm;
 pub mod names;
 mod sampling;
+pub mod schema;
 mod toolbox;
 
 pub use agent::{
