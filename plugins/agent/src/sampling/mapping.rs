@@ -93,6 +93,9 @@ pub(crate) fn to_chat(
             .take(MAX_STOP)
             .cloned()
             .collect(),
+        // The server's own context (the span of the tool that asked), so the sampling
+        // call joins its trace.
+        parent: crate::TraceContext::from_meta(params.meta.as_ref()),
     };
     Ok((request, back))
 }
