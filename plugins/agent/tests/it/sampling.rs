@@ -396,11 +396,7 @@ async fn only_a_named_stop_string_is_a_stop_sequence_and_openais_plain_stop_is_a
         (Quirks::default(), "endTurn"),
     ];
     for (quirks, expected) in cases {
-        let fake = FakeLlm::start(
-            Auth::Any,
-            vec![Turn::text("one, two").quirks(quirks.clone())],
-        )
-        .await;
+        let fake = FakeLlm::start(Auth::Any, vec![Turn::text("one, two").quirks(quirks)]).await;
         let mut params = simple(10);
         params.stop_sequences = Some(vec!["END".into(), "STOP".into()]);
         let r = sampler(&fake, None)
