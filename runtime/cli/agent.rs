@@ -37,6 +37,8 @@ pub(crate) struct AgentArgs {
     /// Model requests per prompt at most (overrides `[agent] max_turns`; default 8).
     #[arg(long)]
     max_turns: Option<usize>,
+    #[command(flatten)]
+    telemetry: crate::telemetry::TelemetryArgs,
     /// Log filter (tracing syntax), written to stderr.
     #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
     log: String,
@@ -195,10 +197,24 @@ fn print_event(event: &AgentEvent, streamed: &Mutex<bool>) {
 }
 
 async fn run(args: AgentArgs) -> anyhow::Result<std::process::ExitCode> {
-    let config = match &args.config {
-        Some(path) => ConfigFile::load(path)?.agent,
-        None => toolyard_agent::config::AgentConfig::default(),
+    let file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
     };
+    // Before any MCP client is built, so their requests are observed too.
+    let telemetry = args
+        .telemetry
+        .install("toolyard-agent", false, &file.telemetry)?;
+    let outcome = run_with(args, file.agent, telemetry.is_active()).await;
+    telemetry.shutdown().await;
+    outcome
+}
+
+async fn run_with(
+    args: AgentArgs,
+    config: toolyard_agent::config::AgentConfig,
+    observed: bool,
+) -> anyhow::Result<std::process::ExitCode> {
     let settings = config
         .model_settings(
             &Overrides {
@@ -211,7 +227,13 @@ async fn run(args: AgentArgs) -> anyhow::Result<std::process::ExitCode> {
             Some(p) => anyhow::anyhow!("invalid config file {}: {e}", p.display()),
             None => anyhow::anyhow!(e),
         })?;
-    let llm = LlmClient::new(settings.endpoint.clone(), settings.options.clone())?;
+    let mut llm = LlmClient::new(settings.endpoint.clone(), settings.options.clone())?;
+    #[cfg(feature = "otel")]
+    if observed {
+        llm = llm.with_observer(Arc::new(genai_otel::OtelGenAi::global()));
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = (observed, &mut llm);
     let section = &config.agent;
     let yes = args.yes;
     let sampler = section.sampling.as_ref().map(|s| {
@@ -389,4 +411,256 @@ async fn session(
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The agent's GenAI spans and metrics on the OpenTelemetry providers `--otel-endpoint`
+/// installed: the crate reports operations through its `GenAiObserver` seam, and this turns
+/// them into spans with the GenAI semantic conventions' attributes, plus the
+/// `gen_ai.client.operation.duration` and `gen_ai.client.token.usage` histograms for chats.
+#[cfg(feature = "otel")]
+mod genai_otel {
+    use std::time::Instant;
+    use toolyard_agent::{GenAiObserver, GenAiSpan, Operation, Outcome, TraceContext};
+    use toolyard_otel::opentelemetry::global::{BoxedSpan, BoxedTracer};
+    use toolyard_otel::opentelemetry::metrics::Histogram;
+    use toolyard_otel::opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
+    use toolyard_otel::opentelemetry::{global, Array, Context, KeyValue, StringValue, Value};
+
+    /// The conventions' boundaries for `gen_ai.client.operation.duration`, in seconds.
+    const DURATION_BOUNDARIES: [f64; 14] = [
+        0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+    ];
+    /// The conventions' boundaries for `gen_ai.client.token.usage`.
+    const TOKEN_BOUNDARIES: [f64; 14] = [
+        1.0,
+        4.0,
+        16.0,
+        64.0,
+        256.0,
+        1024.0,
+        4096.0,
+        16384.0,
+        65536.0,
+        262_144.0,
+        1_048_576.0,
+        4_194_304.0,
+        16_777_216.0,
+        67_108_864.0,
+    ];
+
+    /// Observes the agent on the global providers.
+    pub(crate) struct OtelGenAi {
+        tracer: BoxedTracer,
+        duration: Histogram<f64>,
+        tokens: Histogram<u64>,
+    }
+
+    impl OtelGenAi {
+        pub(crate) fn global() -> Self {
+            let meter = global::meter(toolyard_otel::SCOPE);
+            OtelGenAi {
+                tracer: global::tracer(toolyard_otel::SCOPE),
+                duration: meter
+                    .f64_histogram("gen_ai.client.operation.duration")
+                    .with_unit("s")
+                    .with_description("GenAI operation duration")
+                    .with_boundaries(DURATION_BOUNDARIES.to_vec())
+                    .build(),
+                tokens: meter
+                    .u64_histogram("gen_ai.client.token.usage")
+                    .with_unit("{token}")
+                    .with_description("Number of input and output tokens used")
+                    .with_boundaries(TOKEN_BOUNDARIES.to_vec())
+                    .build(),
+            }
+        }
+    }
+
+    fn text(key: &'static str, value: &str) -> KeyValue {
+        KeyValue::new(key, value.to_owned())
+    }
+
+    impl GenAiObserver for OtelGenAi {
+        fn start(
+            &self,
+            operation: &Operation<'_>,
+            parent: Option<&TraceContext>,
+        ) -> Box<dyn GenAiSpan> {
+            let mut attributes = vec![text("gen_ai.operation.name", operation.name())];
+            // Chats are measured; `point` is what their metric points carry.
+            let mut point = None;
+            let kind = match *operation {
+                Operation::InvokeAgent {
+                    agent,
+                    provider,
+                    model,
+                } => {
+                    attributes.push(text("gen_ai.agent.name", agent));
+                    attributes.push(text("gen_ai.provider.name", provider));
+                    attributes.push(text("gen_ai.request.model", model));
+                    SpanKind::Internal
+                }
+                Operation::Chat {
+                    provider,
+                    model,
+                    server_address,
+                    server_port,
+                    stream,
+                    max_tokens,
+                    temperature,
+                    stop_sequences,
+                } => {
+                    let mut common = vec![
+                        text("gen_ai.operation.name", "chat"),
+                        text("gen_ai.provider.name", provider),
+                        text("gen_ai.request.model", model),
+                    ];
+                    if let Some(a) = server_address {
+                        common.push(text("server.address", a));
+                    }
+                    if let Some(p) = server_port {
+                        common.push(KeyValue::new("server.port", i64::from(p)));
+                    }
+                    attributes.extend(common.iter().skip(1).cloned());
+                    // Deprecated in favour of `gen_ai.provider.name`, still what many
+                    // backends read.
+                    attributes.push(text("gen_ai.system", provider));
+                    attributes.push(KeyValue::new("gen_ai.request.stream", stream));
+                    if let Some(m) = max_tokens {
+                        attributes.push(KeyValue::new(
+                            "gen_ai.request.max_tokens",
+                            i64::try_from(m).unwrap_or(i64::MAX),
+                        ));
+                    }
+                    if let Some(t) = temperature {
+                        attributes.push(KeyValue::new("gen_ai.request.temperature", t));
+                    }
+                    if !stop_sequences.is_empty() {
+                        attributes.push(KeyValue::new(
+                            "gen_ai.request.stop_sequences",
+                            strings(stop_sequences.iter().map(String::as_str)),
+                        ));
+                    }
+                    point = Some(common);
+                    SpanKind::Client
+                }
+                Operation::ExecuteTool {
+                    tool,
+                    call_id,
+                    description,
+                    server,
+                } => {
+                    attributes.push(text("gen_ai.tool.name", tool));
+                    attributes.push(text("gen_ai.tool.call.id", call_id));
+                    attributes.push(text("gen_ai.tool.type", "extension"));
+                    if let Some(d) = description {
+                        attributes.push(text("gen_ai.tool.description", d));
+                    }
+                    attributes.push(text("mcp.server", server));
+                    SpanKind::Internal
+                }
+            };
+            let parent = toolyard_otel::parent_context(
+                parent.map(|p| p.traceparent.as_str()),
+                parent.and_then(|p| p.tracestate.as_deref()),
+            );
+            let span = self
+                .tracer
+                .span_builder(operation.span_name())
+                .with_kind(kind)
+                .with_attributes(attributes)
+                .start_with_context(&self.tracer, &parent);
+            let cx = Context::new().with_remote_span_context(span.span_context().clone());
+            let context =
+                toolyard_otel::traceparent_of(&cx).map(|(traceparent, tracestate)| TraceContext {
+                    traceparent,
+                    tracestate,
+                });
+            Box::new(OtelSpan {
+                span,
+                context,
+                metrics: point.map(|p| Metrics {
+                    point: p,
+                    duration: self.duration.clone(),
+                    tokens: self.tokens.clone(),
+                    started: Instant::now(),
+                }),
+            })
+        }
+    }
+
+    fn strings<'a>(items: impl Iterator<Item = &'a str>) -> Value {
+        Value::Array(Array::String(
+            items.map(|s| StringValue::from(s.to_owned())).collect(),
+        ))
+    }
+
+    struct Metrics {
+        point: Vec<KeyValue>,
+        duration: Histogram<f64>,
+        tokens: Histogram<u64>,
+        started: Instant,
+    }
+
+    struct OtelSpan {
+        span: BoxedSpan,
+        context: Option<TraceContext>,
+        metrics: Option<Metrics>,
+    }
+
+    impl GenAiSpan for OtelSpan {
+        fn context(&self) -> Option<TraceContext> {
+            self.context.clone()
+        }
+
+        fn finish(self: Box<Self>, outcome: &Outcome<'_>) {
+            let OtelSpan {
+                mut span, metrics, ..
+            } = *self;
+            let mut extra = Vec::new();
+            if let Some(m) = outcome.response_model {
+                extra.push(text("gen_ai.response.model", m));
+            }
+            if let Some(id) = outcome.response_id {
+                span.set_attribute(text("gen_ai.response.id", id));
+            }
+            if !outcome.finish_reasons.is_empty() {
+                span.set_attribute(KeyValue::new(
+                    "gen_ai.response.finish_reasons",
+                    strings(outcome.finish_reasons.iter().copied()),
+                ));
+            }
+            let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            if let Some(u) = outcome.usage {
+                span.set_attribute(KeyValue::new(
+                    "gen_ai.usage.input_tokens",
+                    tokens(u.prompt_tokens),
+                ));
+                span.set_attribute(KeyValue::new(
+                    "gen_ai.usage.output_tokens",
+                    tokens(u.completion_tokens),
+                ));
+            }
+            if let Some(e) = outcome.error_type {
+                extra.push(text("error.type", e));
+                span.set_status(Status::error(e.to_owned()));
+            }
+            for kv in &extra {
+                span.set_attribute(kv.clone());
+            }
+            if let Some(m) = metrics {
+                let mut point = m.point;
+                point.extend(extra);
+                m.duration.record(m.started.elapsed().as_secs_f64(), &point);
+                if let Some(u) = outcome.usage {
+                    for (kind, n) in [("input", u.prompt_tokens), ("output", u.completion_tokens)] {
+                        let mut p = point.clone();
+                        p.push(text("gen_ai.token.type", kind));
+                        m.tokens.record(n, &p);
+                    }
+                }
+            }
+            span.end();
+        }
+    }
 }

@@ -51,6 +51,15 @@ impl TelemetryArgs {
 }
 
 impl Installed {
+    /// Whether anything was installed (an endpoint or a scrape was asked for).
+    #[cfg_attr(not(feature = "agent"), allow(dead_code))]
+    pub(crate) fn is_active(&self) -> bool {
+        #[cfg(feature = "otel")]
+        return self.0.is_some();
+        #[cfg(not(feature = "otel"))]
+        false
+    }
+
     /// Adds the server layer (outermost: call before any other `layer`).
     pub(crate) fn layer(&self, builder: ServerBuilder) -> ServerBuilder {
         #[cfg(feature = "otel")]

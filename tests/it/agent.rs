@@ -375,3 +375,139 @@ async fn agent_in_a_terminal_without_a_prompt_keeps_the_conversation() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// With an OTLP endpoint the agent's run is one trace: `invoke_agent toolyard` with a
+/// `chat {model}` CLIENT span per model request (the GenAI attributes: provider, models,
+/// tokens, finish reasons) and an `execute_tool echo` span whose child is the MCP client's
+/// `tools/call echo`, itself the parent of the demo server's SERVER span in its own process;
+/// the chats' duration and token histograms are exported too.
+#[cfg(feature = "otel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_with_an_otlp_endpoint_exports_its_chats_and_tool_calls_as_one_trace() {
+    use toolyard_testkit::{OtlpReceiver, ReceivedSpan};
+    let receiver = OtlpReceiver::start();
+    let mut replies = echo_then_answer();
+    // The fake reports usage on the first answer (the usage chunk of `include_usage`).
+    replies[0] = replies[0].replace(
+        "data: [DONE]",
+        &format!(
+            "data: {}\n\ndata: [DONE]",
+            json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [], "usage": {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}})
+        ),
+    );
+    let model = fake_model(replies).await;
+    let dir = tempdir("otel");
+    let path = dir.join("agent.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[agent]\nmodel = \"test-model\"\nbase_url = \"{}\"\n\n\
+             [[clients]]\nname = \"demo\"\ncommand = \"{BIN}\"\n\
+             args = [\"serve\", \"--stdio\", \"--otel-endpoint\", \"{}\"]\n",
+            model.url,
+            receiver.url()
+        ),
+    )
+    .unwrap();
+    let out = agent(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--yes",
+        "--otel-endpoint",
+        &receiver.url(),
+        "Echo hi",
+    ])
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "The echo said hi.\n");
+    let spans = tokio::task::spawn_blocking(move || {
+        let spans = receiver.wait_for_spans(std::time::Duration::from_secs(20), |s| {
+            s.iter().filter(|s| s.name == "chat test-model").count() == 2
+                && s.iter().any(|s| s.name == "invoke_agent toolyard")
+                && s.iter().filter(|s| s.name == "tools/call echo").count() == 2
+        });
+        (spans, receiver.points())
+    })
+    .await
+    .unwrap();
+    let (spans, points) = spans;
+    let one = |name: &str, kind: i32| -> ReceivedSpan {
+        spans
+            .iter()
+            .find(|s| s.name == name && s.kind == kind)
+            .unwrap_or_else(|| panic!("no {name} span of kind {kind}: {spans:#?}"))
+            .clone()
+    };
+    let run = one("invoke_agent toolyard", 1);
+    assert_eq!(run.parent_span_id, "", "the run is the trace's root");
+    let chats: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.name == "chat test-model")
+        .collect();
+    for chat in &chats {
+        assert_eq!(chat.kind, 3, "a chat is a CLIENT span");
+        assert_eq!(chat.trace_id, run.trace_id);
+        assert_eq!(chat.parent_span_id, run.span_id);
+        let a = &chat.attributes;
+        for (key, value) in [
+            ("gen_ai.operation.name", "chat"),
+            ("gen_ai.provider.name", "openai"),
+            ("gen_ai.system", "openai"),
+            ("gen_ai.request.model", "test-model"),
+            ("gen_ai.response.model", "m"),
+            ("server.address", "127.0.0.1"),
+        ] {
+            assert_eq!(a.get(key).map(String::as_str), Some(value), "{key}: {a:?}");
+        }
+    }
+    let first = chats
+        .iter()
+        .find(|c| c.attributes.contains_key("gen_ai.usage.input_tokens"))
+        .expect("the first chat reports its usage");
+    assert_eq!(first.attributes["gen_ai.usage.input_tokens"], "21");
+    assert_eq!(first.attributes["gen_ai.usage.output_tokens"], "7");
+    assert!(
+        first.attributes["gen_ai.response.finish_reasons"].contains("\"tool_calls\""),
+        "{:?}",
+        first.attributes
+    );
+    assert!(chats.iter().any(|c| c
+        .attributes
+        .get("gen_ai.response.finish_reasons")
+        .is_some_and(|r| r.contains("\"stop\""))));
+    let tool = one("execute_tool echo", 1);
+    assert_eq!(tool.trace_id, run.trace_id);
+    assert_eq!(tool.parent_span_id, run.span_id);
+    assert_eq!(tool.attributes["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(tool.attributes["gen_ai.tool.name"], "echo");
+    assert_eq!(tool.attributes["gen_ai.tool.call.id"], "call_1");
+    let client = one("tools/call echo", 3);
+    assert_eq!(client.trace_id, run.trace_id);
+    assert_eq!(client.parent_span_id, tool.span_id);
+    let server = one("tools/call echo", 2);
+    assert_eq!(server.trace_id, run.trace_id);
+    assert_eq!(server.parent_span_id, client.span_id);
+    assert_ne!(server.service, client.service, "two processes");
+    assert!(
+        points
+            .iter()
+            .any(|p| p.metric == "gen_ai.client.operation.duration"
+                && p.unit == "s"
+                && p.attributes.get("gen_ai.request.model").map(String::as_str)
+                    == Some("test-model")
+                && p.count == 2),
+        "{points:#?}"
+    );
+    for kind in ["input", "output"] {
+        assert!(
+            points
+                .iter()
+                .any(|p| p.metric == "gen_ai.client.token.usage"
+                    && p.attributes.get("gen_ai.token.type").map(String::as_str) == Some(kind)),
+            "{points:#?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -56,3 +56,18 @@ impl From<LlmError> for AgentError {
         }
     }
 }
+
+impl AgentError {
+    /// A short, low-cardinality name of the failure (the `error.type` of a run's span).
+    pub fn kind(&self) -> String {
+        match self {
+            AgentError::Llm(e) => e.kind(),
+            AgentError::Config(_) => "config".to_owned(),
+            AgentError::Connect { .. } => "connect".to_owned(),
+            AgentError::ListTools { .. } => "list_tools".to_owned(),
+            AgentError::TooManyTools { .. } => "too_many_tools".to_owned(),
+            AgentError::UnmatchedAllowEntry(_) => "unmatched_allow_entry".to_owned(),
+            AgentError::Cancelled => "cancelled".to_owned(),
+        }
+    }
+}

@@ -34,7 +34,9 @@ mod error;
 mod feedback;
 pub mod llm;
 pub mod names;
+mod observe;
 mod sampling;
+pub mod schema;
 mod toolbox;
 
 pub use agent::{
@@ -44,6 +46,7 @@ pub use agent::{
 pub use connect::ToolHandlers;
 pub use error::AgentError;
 pub use feedback::result_text;
+pub use observe::{GenAiObserver, GenAiSpan, Operation, Outcome, SharedObserver, TraceContext};
 pub use sampling::{LlmSampler, Review, ReviewHook, SamplerConfig, REJECTED};
 /// Cancels a run (re-exported: it is part of this crate's API).
 pub use tokio_util::sync::CancellationToken;

@@ -4,9 +4,11 @@
 //! MCP tool that owns it.
 //!
 //! A server that sends `notifications/tools/list_changed` marks the toolbox changed, and the
-//! agent lists again before its next model request. (A legacy session gets these
-//! notifications unasked; a modern server sends them only on a `subscriptions/listen`
-//! stream, which the toolbox does not open.)
+//! agent lists again before its next model request (never while a turn's calls run, so a
+//! call always goes to the tool the model saw). A legacy session gets these notifications
+//! unasked; a modern (2026-07-28) server sends them only on a `subscriptions/listen`
+//! stream, so the toolbox opens one (`toolsListChanged`) on each modern connection whose
+//! server declares `tools.listChanged`, and keeps it open as long as the toolbox lives.
 
 use crate::error::AgentError;
 use crate::llm::FunctionTool;
@@ -15,8 +17,8 @@ use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
-use toolyard_client::{Client, ClientRegistry};
-use toolyard_proto::Tool;
+use toolyard_client::{Client, ClientRegistry, Subscription};
+use toolyard_proto::{SubscriptionFilter, Tool};
 
 /// The most tools one chat request may carry (OpenAI's `array_above_max_length`).
 pub const MAX_TOOLS: usize = 128;
@@ -51,6 +53,8 @@ pub struct Toolbox {
     allow: Vec<String>,
     /// Set when a server said its tools changed.
     changed: Arc<AtomicBool>,
+    /// The modern connections' `subscriptions/listen` streams (closed when dropped).
+    subscriptions: Arc<Vec<Subscription>>,
 }
 
 /// Whether an allow-list entry (`server/tool`, `server/*` or `tool`) names this tool.
@@ -83,6 +87,7 @@ impl Toolbox {
     ) -> Result<Toolbox, AgentError> {
         // Listening starts before the listing, so no change falls between the two.
         let receivers: Vec<_> = clients.iter().map(|(_, c)| c.notifications()).collect();
+        let subscriptions = listen_for_changes(&clients).await;
         let tools = list(&clients, allow, true).await?;
         let changed = Arc::new(AtomicBool::new(false));
         for mut receiver in receivers {
@@ -106,6 +111,7 @@ impl Toolbox {
             tools,
             allow: allow.to_vec(),
             changed,
+            subscriptions: Arc::new(subscriptions),
         })
     }
 
@@ -124,6 +130,7 @@ impl Toolbox {
             tools,
             allow: self.allow.clone(),
             changed: self.changed.clone(),
+            subscriptions: self.subscriptions.clone(),
         })
     }
 
@@ -171,6 +178,40 @@ impl Toolbox {
             })
             .collect()
     }
+}
+
+/// Opens a `subscriptions/listen` for tool-list changes on every modern connection whose
+/// server announces them. A server that refuses costs only the refresh: it is logged, and
+/// the agent keeps the tools it listed.
+async fn listen_for_changes(clients: &[(String, Client)]) -> Vec<Subscription> {
+    let wanted = clients.iter().filter(|(_, c)| {
+        c.is_modern()
+            && c.session().is_some_and(|s| {
+                s.capabilities
+                    .tools
+                    .as_ref()
+                    .and_then(|t| t.list_changed)
+                    .unwrap_or(false)
+            })
+    });
+    let opened = futures_util::future::join_all(wanted.map(|(name, c)| async move {
+        let filter = SubscriptionFilter {
+            tools_list_changed: Some(true),
+            ..SubscriptionFilter::default()
+        };
+        c.subscribe(filter).await.map_err(|e| (name, e))
+    }))
+    .await;
+    opened
+        .into_iter()
+        .filter_map(|r| match r {
+            Ok(s) => Some(s),
+            Err((server, error)) => {
+                tracing::warn!(server, %error, "cannot follow this server's tool changes");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Lists the tools of `clients` that `allow` lets through (all when it is empty), under
@@ -225,11 +266,12 @@ async fn list(
         .collect())
 }
 
-/// An input schema as function parameters: `$schema` dropped (some providers refuse it), and
-/// `type`/`properties` present (some refuse an object schema without them). `strict` mode
-/// is not asked for, since it needs every property required.
+/// An input schema as function parameters: local `$ref`s inlined and `$defs` dropped (see
+/// [`schema`](crate::schema); several providers refuse references), `$schema` dropped (some
+/// refuse it), and `type`/`properties` present (some refuse an object schema without them).
+/// `strict` mode is not asked for, since it needs every property required.
 pub(crate) fn parameters(schema: &Map<String, Value>) -> Value {
-    let mut s = schema.clone();
+    let (mut s, _) = crate::schema::inline_refs(schema);
     s.remove("$schema");
     s.entry("type").or_insert_with(|| "object".into());
     if s.get("type") == Some(&Value::from("object")) {
@@ -261,6 +303,7 @@ mod tests {
         let toolbox = Toolbox {
             allow: Vec::new(),
             changed: Arc::default(),
+            subscriptions: Arc::default(),
             clients: Vec::new(),
             tools: vec![
                 info("fs", "files.read", "files_read"),

@@ -38,5 +38,10 @@ pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, Observabl
 pub use propagation::{parent_context, traceparent_of};
 pub use server::ObservabilityLayer;
 
+/// The OpenTelemetry API this crate is built on, for embedders who add spans of their own
+/// (the `toolyard agent` command's GenAI spans) on the same providers without a second
+/// copy of the dependency to keep in step.
+pub use opentelemetry;
+
 /// The instrumentation scope every span and metric of Toolyard carries.
 pub const SCOPE: &str = "toolyard";

@@ -9,6 +9,7 @@
 use super::hooks::{AgentEvent, AgentHooks, PendingCall};
 use crate::feedback::result_text;
 use crate::llm::ToolCall;
+use crate::observe::{self, Observed, Operation, SharedObserver, TraceContext};
 use crate::toolbox::{ToolInfo, Toolbox};
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -37,6 +38,9 @@ pub(crate) struct Batch<'a> {
     pub(crate) hooks: &'a AgentHooks,
     pub(crate) max_parallel: usize,
     pub(crate) timeout: Option<Duration>,
+    /// Reports each call as an `execute_tool` span under `parent` (the run's).
+    pub(crate) observer: Option<&'a SharedObserver>,
+    pub(crate) parent: Option<&'a TraceContext>,
 }
 
 impl Batch<'_> {
@@ -161,7 +165,22 @@ impl Batch<'_> {
                 });
             });
         }
-        // The GenAI `execute_tool` span of this call.
+        let observed = Observed::start(
+            self.observer,
+            &Operation::ExecuteTool {
+                tool: &info.tool.name,
+                call_id: &id,
+                description: info.tool.description.as_deref(),
+                server: &info.server,
+            },
+            self.parent,
+        );
+        // The MCP request carries the span's context, so its own CLIENT span (and the
+        // server's spans) are its children.
+        if let Some(cx) = observed.context() {
+            options.meta = Some(cx.to_meta());
+        }
+        // The GenAI `execute_tool` span of this call, for `tracing` subscribers.
         let span = tracing::info_span!(
             "execute_tool",
             otel.name = %format_args!("execute_tool {}", info.tool.name),
@@ -179,6 +198,15 @@ impl Batch<'_> {
             }
             None => Err(toolyard_client::ClientError::Closed),
         };
+        let error_type = match &outcome {
+            Ok(r) if r.failed() => Some("tool_error"),
+            Ok(_) => None,
+            Err(e) => Some(e.kind()),
+        };
+        observed.finish(&observe::Outcome {
+            error_type,
+            ..observe::Outcome::default()
+        });
         let (text, is_error, result) = match outcome {
             Ok(result) => (result_text(&result), result.failed(), Some(result)),
             Err(e) => (format!("Error: the call failed: {e}"), true, None),

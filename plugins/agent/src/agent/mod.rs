@@ -15,11 +15,15 @@ pub use hooks::{AgentEvent, AgentHooks, ConfirmCallback, EventCallback, PendingC
 
 use crate::error::AgentError;
 use crate::llm::{ChatRequest, FinishReason, LlmClient, Message, ToolChoice, Usage};
+use crate::observe::{Observed, Operation, Outcome, TraceContext};
 use crate::toolbox::Toolbox;
 use calls::Batch;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// `gen_ai.agent.name` of the runs' spans.
+const AGENT_NAME: &str = "toolyard";
 
 /// How an agent runs.
 #[derive(Debug, Clone)]
@@ -133,10 +137,54 @@ impl Agent {
     /// and the tool calls in flight (the servers are told), and returns
     /// [`AgentError::Cancelled`]; the history then holds the turns that were completed, and
     /// calls that were cancelled have the result `Error: cancelled by the user`.
+    ///
+    /// With an observer on the LLM client ([`LlmClient::with_observer`]) the run is an
+    /// `invoke_agent toolyard` span, the parent of each model request's `chat` span and each
+    /// tool call's `execute_tool` span (whose context the MCP request carries in `_meta`).
     pub async fn run(
         &self,
         history: &mut Vec<Message>,
         cancel: &CancellationToken,
+    ) -> Result<RunOutcome, AgentError> {
+        let observed = Observed::start(
+            self.llm.observer(),
+            &Operation::InvokeAgent {
+                agent: AGENT_NAME,
+                provider: self.llm.endpoint().provider_name(),
+                model: &self.options.model,
+            },
+            None,
+        );
+        let parent = observed.context();
+        let outcome = self.run_inner(history, cancel, parent.as_ref()).await;
+        match &outcome {
+            Ok(o) => {
+                let reason = match &o.stop {
+                    StopReason::Finished(f) => f.as_str(),
+                    StopReason::MaxTurns => Some("max_turns"),
+                };
+                observed.finish(&Outcome {
+                    finish_reasons: reason.into_iter().collect(),
+                    usage: Some(o.usage),
+                    ..Outcome::default()
+                });
+            }
+            Err(e) => {
+                let kind = e.kind();
+                observed.finish(&Outcome {
+                    error_type: Some(&kind),
+                    ..Outcome::default()
+                });
+            }
+        }
+        outcome
+    }
+
+    async fn run_inner(
+        &self,
+        history: &mut Vec<Message>,
+        cancel: &CancellationToken,
+        parent: Option<&TraceContext>,
     ) -> Result<RunOutcome, AgentError> {
         let mut usage = Usage::default();
         for turn in 1..=self.options.max_turns {
@@ -148,6 +196,8 @@ impl Agent {
                 hooks: &self.hooks,
                 max_parallel: self.options.max_parallel_calls,
                 timeout: self.options.tool_timeout,
+                observer: self.llm.observer(),
+                parent,
             };
             let mut messages = Vec::with_capacity(history.len() + 1);
             if let Some(system) = &self.options.system_prompt {
@@ -161,6 +211,7 @@ impl Agent {
                 tools: functions,
                 max_tokens: self.options.max_tokens,
                 temperature: self.options.temperature,
+                parent: parent.cloned(),
                 ..ChatRequest::default()
             };
             let answer = if self.options.stream {

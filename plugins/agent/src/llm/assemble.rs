@@ -50,6 +50,9 @@ struct Choice {
     /// vLLM's extension: the stop string that ended the answer (or a token id).
     #[serde(default)]
     stop_reason: Option<Value>,
+    /// SGLang's name for the same.
+    #[serde(default)]
+    matched_stop: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -146,7 +149,8 @@ impl Assembler {
                     self.tool_call(call);
                 }
             }
-            if let Some(Value::String(stop)) = choice.stop_reason {
+            // A string is a stop sequence; a number is a stop token (an end of turn).
+            if let Some(Value::String(stop)) = choice.stop_reason.or(choice.matched_stop) {
                 self.stop_sequence = Some(stop);
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {

@@ -209,6 +209,9 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     /// Stop sequences.
     pub stop: Vec<String>,
+    /// The trace context the call's `chat` span is parented on (not sent to the model; see
+    /// [`GenAiObserver`](crate::GenAiObserver)).
+    pub parent: Option<crate::TraceContext>,
 }
 
 /// Why the model stopped.
@@ -229,6 +232,19 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// The OpenAI name (`stop`, `length`, `tool_calls`, `content_filter`, or what the
+    /// server said); `None` when it said nothing.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            FinishReason::Stop => Some("stop"),
+            FinishReason::Length => Some("length"),
+            FinishReason::ToolCalls => Some("tool_calls"),
+            FinishReason::ContentFilter => Some("content_filter"),
+            FinishReason::Other(s) => Some(s),
+            FinishReason::Unknown => None,
+        }
+    }
+
     pub(crate) fn parse(s: &str) -> Self {
         match s {
             "stop" | "end_turn" => FinishReason::Stop,

@@ -15,6 +15,7 @@ use super::endpoint::Endpoint;
 use super::error::{ApiError, LlmError};
 use super::retry::{backoff, retry_after, retryable};
 use super::sse::{Decoder, MAX_EVENT_BYTES};
+use crate::observe::{Observed, Operation, Outcome, SharedObserver};
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use std::future::Future;
@@ -76,11 +77,22 @@ impl Default for LlmOptions {
 }
 
 /// A client for one OpenAI-compatible chat-completions endpoint. Cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LlmClient {
     http: reqwest::Client,
     endpoint: Endpoint,
     options: LlmOptions,
+    observer: Option<SharedObserver>,
+}
+
+impl std::fmt::Debug for LlmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmClient")
+            .field("endpoint", &self.endpoint)
+            .field("options", &self.options)
+            .field("observer", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl LlmClient {
@@ -94,7 +106,42 @@ impl LlmClient {
             http,
             endpoint,
             options,
+            observer: None,
         })
+    }
+
+    /// Reports each call (a `chat {model}` span), and the runs and tool calls of the agents
+    /// built on this client, to `observer`.
+    pub fn with_observer(mut self, observer: SharedObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The observer, if any.
+    pub fn observer(&self) -> Option<&SharedObserver> {
+        self.observer.as_ref()
+    }
+
+    /// Starts the observed `chat` span of one call.
+    fn observe(&self, request: &ChatRequest, stream: bool) -> Observed {
+        let Some(observer) = &self.observer else {
+            return Observed::none();
+        };
+        let url = reqwest::Url::parse(&self.endpoint.chat_url()).ok();
+        Observed::start(
+            Some(observer),
+            &Operation::Chat {
+                provider: self.endpoint.provider_name(),
+                model: &request.model,
+                server_address: url.as_ref().and_then(|u| u.host_str()),
+                server_port: url.as_ref().and_then(reqwest::Url::port_or_known_default),
+                stream,
+                max_tokens: request.max_tokens,
+                temperature: request.temperature,
+                stop_sequences: &request.stop,
+            },
+            request.parent.as_ref(),
+        )
     }
 
     /// The endpoint.
@@ -114,11 +161,13 @@ impl LlmClient {
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
         let span = self.span(request, false);
+        let observed = self.observe(request, false);
         let outcome = self
             .complete_inner(request, cancel)
             .instrument(span.clone())
             .await;
         record(&span, &outcome);
+        finish(observed, &outcome);
         outcome
     }
 
@@ -154,11 +203,13 @@ impl LlmClient {
         on_text: &mut (dyn FnMut(&str) + Send),
     ) -> Result<ChatResponse, LlmError> {
         let span = self.span(request, true);
+        let observed = self.observe(request, true);
         let outcome = self
             .stream_inner(request, cancel, on_text)
             .instrument(span.clone())
             .await;
         record(&span, &outcome);
+        finish(observed, &outcome);
         outcome
     }
 
@@ -373,6 +424,26 @@ impl LlmClient {
     }
 }
 
+/// Ends the observed span with what the answer says.
+fn finish(observed: Observed, outcome: &Result<ChatResponse, LlmError>) {
+    match outcome {
+        Ok(answer) => observed.finish(&Outcome {
+            response_model: Some(answer.model.as_str()).filter(|m| !m.is_empty()),
+            response_id: Some(answer.id.as_str()).filter(|i| !i.is_empty()),
+            finish_reasons: answer.finish_reason.as_str().into_iter().collect(),
+            usage: answer.usage,
+            error_type: None,
+        }),
+        Err(e) => {
+            let kind = e.kind();
+            observed.finish(&Outcome {
+                error_type: Some(&kind),
+                ..Outcome::default()
+            });
+        }
+    }
+}
+
 /// Puts what the answer says on its span.
 fn record(span: &tracing::Span, outcome: &Result<ChatResponse, LlmError>) {
     match outcome {
@@ -388,16 +459,7 @@ fn record(span: &tracing::Span, outcome: &Result<ChatResponse, LlmError>) {
             }
         }
         Err(e) => {
-            let kind = match e {
-                LlmError::Api { status, .. } => status.to_string(),
-                LlmError::Stream(_) => "stream_error".to_owned(),
-                LlmError::Truncated => "truncated".to_owned(),
-                LlmError::Timeout(_) => "timeout".to_owned(),
-                LlmError::Http(_) => "http".to_owned(),
-                LlmError::Decode(_) => "decode".to_owned(),
-                LlmError::Cancelled => "cancelled".to_owned(),
-            };
-            span.record("error.type", kind.as_str());
+            span.record("error.type", e.kind().as_str());
         }
     }
 }

@@ -108,4 +108,19 @@ impl LlmError {
             _ => None,
         }
     }
+
+    /// A short, low-cardinality name of the failure (the `error.type` of a `chat` span):
+    /// the HTTP status of an API error, else `stream_error`, `truncated`, `timeout`,
+    /// `http`, `decode` or `cancelled`.
+    pub fn kind(&self) -> String {
+        match self {
+            LlmError::Api { status, .. } => status.to_string(),
+            LlmError::Stream(_) => "stream_error".to_owned(),
+            LlmError::Truncated => "truncated".to_owned(),
+            LlmError::Timeout(_) => "timeout".to_owned(),
+            LlmError::Http(_) => "http".to_owned(),
+            LlmError::Decode(_) => "decode".to_owned(),
+            LlmError::Cancelled => "cancelled".to_owned(),
+        }
+    }
 }

@@ -12,8 +12,12 @@
 //! | `includeContext`, `metadata` | not sent: the first is soft-deprecated, the second provider-specific |
 //!
 //! Stop reasons come back as `endTurn`, `maxTokens`, `toolUse`, `contentFilter`, and
-//! `stopSequence` when the server names the stop that matched (vLLM's `stop_reason`; OpenAI
-//! does not say, so its stops read `endTurn`).
+//! `stopSequence`. The last needs the server to say which stop matched: vLLM's
+//! `stop_reason` and SGLang's `matched_stop` name the string (a number there is a stop
+//! *token*, an end of turn). OpenAI and Azure answer `finish_reason: "stop"` for a natural
+//! end and a stop sequence alike and strip the sequence from the text, so nothing tells the
+//! two apart: their stops read `endTurn`, rather than a guess. A server that did not say
+//! why it stopped gives no `stopReason`.
 //!
 //! Content a chat model cannot take (audio other than WAV or MP3, images in an assistant
 //! message, tool use from the user) is refused with -32602 rather than silently dropped.
@@ -93,6 +97,9 @@ pub(crate) fn to_chat(
             .take(MAX_STOP)
             .cloned()
             .collect(),
+        // The server's own context (the span of the tool that asked), so the sampling
+        // call joins its trace.
+        parent: crate::TraceContext::from_meta(params.meta.as_ref()),
     };
     Ok((request, back))
 }

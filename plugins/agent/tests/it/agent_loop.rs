@@ -444,13 +444,15 @@ async fn cancelling_a_run_cancels_the_tool_calls_in_flight() {
         Toolbox::from_registry(&registry, &[]).await.unwrap(),
         AgentOptions::new("m"),
     );
+    // The toolbox's `subscriptions/listen` stays in flight all along.
+    let idle = in_flight(&url).await;
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
     let probe = url.clone();
     tokio::spawn(async move {
         // Cancel once the call is running on the server.
         for _ in 0..100 {
-            if in_flight(&probe).await > 0 {
+            if in_flight(&probe).await > idle {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -468,7 +470,7 @@ async fn cancelling_a_run_cancels_the_tool_calls_in_flight() {
         json!({"role": "tool", "tool_call_id": "c1", "content": "Error: cancelled by the user"})
     );
     let deadline = Instant::now() + Duration::from_secs(5);
-    while in_flight(&url).await > 0 {
+    while in_flight(&url).await > idle {
         assert!(Instant::now() < deadline, "the server still runs the call");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -793,4 +795,307 @@ async fn tools_a_server_adds_are_offered_from_the_next_model_request() {
         .unwrap()
         .iter()
         .any(|e| matches!(e, AgentEvent::ToolsChanged(n) if *n == count)));
+}
+
+/// Serves `server` over Streamable HTTP on 127.0.0.1: its base URL and the task.
+async fn serve_http(server: toolyard::Server) -> (String, tokio::task::JoinHandle<()>) {
+    use toolyard::http::{HttpConfig, Security};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = HttpConfig {
+        security: Security::loopback(),
+        ..HttpConfig::default()
+    };
+    let app = toolyard::http::router(server, config).await.unwrap();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), task)
+}
+
+/// A modern (2026-07-28) server sends `notifications/tools/list_changed` only on a
+/// `subscriptions/listen` stream: the toolbox opens one, so a tool the server adds between
+/// two prompts is offered from the next model request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_a_modern_server_adds_are_offered_from_the_next_model_request() {
+    let server = toolyard_testkit::demo(toolyard::ServerBuilder::new("demo", "1"))
+        .start()
+        .await
+        .unwrap();
+    let (url, _task) = serve_http(server.clone()).await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::text("one"),
+            Turn::calls(&[("c1", "late", "{}")]),
+            Turn::text("two"),
+        ],
+    )
+    .await;
+    let (hooks, events) = recorder();
+    let toolbox = Toolbox::connect(
+        &entries(&url, None),
+        Implementation::new("agent-test", "1"),
+        &ToolHandlers::default(),
+        &[],
+    )
+    .await
+    .unwrap();
+    let client = toolbox.client("demo").unwrap().clone();
+    assert!(client.is_modern(), "the demo server speaks 2026-07-28");
+    let agent = Agent::new(llm(&fake), toolbox, AgentOptions::new("m")).with_hooks(hooks);
+    let mut history = vec![Message::user("first")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(!tool_names(&fake.requests()[0].body).contains(&"late".to_owned()));
+    let late = toolyard::proto::Tool::new("late", toolyard::empty_object_schema());
+    server.add_tools(vec![toolyard::ToolDef::new(
+        late,
+        Arc::new(|_ctx, _args| {
+            Box::pin(async { Ok(toolyard::proto::CallToolResult::text("late answer")) })
+        }),
+    )
+    .unwrap()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !agent.toolbox().tools_changed() {
+        assert!(
+            Instant::now() < deadline,
+            "no list_changed arrived on the subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    history.push(Message::user("second"));
+    let outcome = agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("two"));
+    let requests = fake.requests();
+    assert!(tool_names(&requests[1].body).contains(&"late".to_owned()));
+    // The new tool is not only offered but routed to.
+    assert_eq!(
+        requests[2].body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap(),
+        &json!({"role": "tool", "tool_call_id": "c1", "content": "late answer"})
+    );
+    let count = agent.toolbox().tools().len();
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolsChanged(n) if *n == count)));
+    agent.toolbox().close().await;
+}
+
+/// A server whose input schema shares a type through `$defs` (as Pydantic and schemars
+/// write them): the model is sent the schema with the type inlined and no `$ref`, and the
+/// call it makes reaches the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_schemas_with_refs_reach_the_model_inlined() {
+    let schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "from": {"$ref": "#/$defs/Point", "description": "where to start"},
+            "to": {"$ref": "#/$defs/Point"},
+            "via": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}
+        },
+        "required": ["from", "to"],
+        "$defs": {
+            "Point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                "required": ["x", "y"]},
+            "Tree": {"type": "object", "properties": {"at": {"$ref": "#/$defs/Point"},
+                "next": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}}}
+        }
+    });
+    let Value::Object(schema) = schema else {
+        unreachable!()
+    };
+    let route = toolyard::proto::Tool::new("route", schema);
+    let server = toolyard::ServerBuilder::new("maps", "1")
+        .tool(
+            toolyard::ToolDef::new(
+                route,
+                Arc::new(|_ctx, args| {
+                    Box::pin(async move {
+                        let args = args.into_value();
+                        Ok(toolyard::proto::CallToolResult::text(format!(
+                            "from {} to {}",
+                            args["from"]["x"], args["to"]["x"]
+                        )))
+                    })
+                }),
+            )
+            .unwrap(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let client = ClientBuilder::new(Implementation::new("agent-test", "1"))
+        .connect(toolyard::MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[(
+                "c1",
+                "route",
+                r#"{"from":{"x":1,"y":2},"to":{"x":3,"y":4}}"#,
+            )]),
+            Turn::text("done"),
+        ],
+    )
+    .await;
+    let toolbox = Toolbox::from_clients(vec![("maps".into(), client)], &[])
+        .await
+        .unwrap();
+    let agent = Agent::new(llm(&fake), toolbox, AgentOptions::new("m"));
+    let mut history = vec![Message::user("route me")];
+    agent
+        .run(&mut history, &CancellationToken::new())
+        .await
+        .unwrap();
+    let requests = fake.requests();
+    let parameters = &requests[0].body["tools"][0]["function"]["parameters"];
+    let point = json!({"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+        "required": ["x", "y"]});
+    let mut from = point.clone();
+    from["description"] = json!("where to start");
+    assert_eq!(
+        parameters,
+        &json!({
+            "type": "object",
+            "properties": {
+                "from": from,
+                "to": point,
+                // The recursive type is expanded once; its recurrence accepts anything.
+                "via": {"type": "array", "items": {"type": "object", "properties": {
+                    "at": point, "next": {"type": "array", "items": {}}}}}
+            },
+            "required": ["from", "to"]
+        })
+    );
+    assert!(!parameters.to_string().contains("$ref"));
+    assert_eq!(
+        requests[1].body["messages"][2],
+        json!({"role": "tool", "tool_call_id": "c1", "content": "from 1 to 3"})
+    );
+}
+
+/// What an observer was told: each operation's span name, the parent it was started under,
+/// and how it ended.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    name: String,
+    context: String,
+    parent: Option<String>,
+    error_type: Option<String>,
+    finish_reasons: Vec<String>,
+    input_tokens: Option<u64>,
+}
+
+/// An observer that records (a stand-in for an OpenTelemetry tracer, which the binary's
+/// system test `agent::agent_with_an_otlp_endpoint_exports_...` uses for real).
+#[derive(Default)]
+struct Recording(Arc<Mutex<Vec<Seen>>>);
+
+struct RecordedSpan(Arc<Mutex<Vec<Seen>>>, Seen);
+
+impl toolyard_agent::GenAiObserver for Recording {
+    fn start(
+        &self,
+        operation: &toolyard_agent::Operation<'_>,
+        parent: Option<&toolyard_agent::TraceContext>,
+    ) -> Box<dyn toolyard_agent::GenAiSpan> {
+        let n = self.0.lock().unwrap().len() + 1;
+        Box::new(RecordedSpan(
+            self.0.clone(),
+            Seen {
+                name: operation.span_name(),
+                context: format!("00-{:032x}-{n:016x}-01", 7),
+                parent: parent.map(|p| p.traceparent.clone()),
+                ..Seen::default()
+            },
+        ))
+    }
+}
+
+impl toolyard_agent::GenAiSpan for RecordedSpan {
+    fn context(&self) -> Option<toolyard_agent::TraceContext> {
+        Some(toolyard_agent::TraceContext {
+            traceparent: self.1.context.clone(),
+            tracestate: None,
+        })
+    }
+
+    fn finish(self: Box<Self>, outcome: &toolyard_agent::Outcome<'_>) {
+        let RecordedSpan(sink, mut seen) = *self;
+        seen.error_type = outcome.error_type.map(str::to_owned);
+        seen.finish_reasons = outcome
+            .finish_reasons
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        seen.input_tokens = outcome.usage.map(|u| u.prompt_tokens);
+        sink.lock().unwrap().push(seen);
+    }
+}
+
+/// With an observer, a run is an `invoke_agent` span that parents each model request's
+/// `chat` span and each tool call's `execute_tool` span; a tool's `isError` result is
+/// `tool_error`, and the chats carry their finish reasons and usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_the_run_its_chats_and_its_tool_calls_as_one_tree() {
+    let client = memory_demo("demo").await;
+    let fake = FakeLlm::start(
+        Auth::Any,
+        vec![
+            Turn::calls(&[("c1", "echo", r#"{"message":"hi"}"#), ("c2", "fail", "{}")]),
+            Turn::text("done"),
+        ],
+    )
+    .await;
+    let recording = Recording::default();
+    let seen = recording.0.clone();
+    let llm = llm(&fake).with_observer(Arc::new(recording));
+    let toolbox = Toolbox::from_clients(vec![("demo".into(), client)], &[])
+        .await
+        .unwrap();
+    let agent = Agent::new(llm, toolbox, AgentOptions::new("gpt-test"));
+    agent
+        .run(&mut vec![Message::user("go")], &CancellationToken::new())
+        .await
+        .unwrap();
+    let mut seen = seen.lock().unwrap().clone();
+    // In the order they ended (the two calls run at once: either may end first).
+    seen[1..3].sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = seen.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "chat gpt-test",
+            "execute_tool echo",
+            "execute_tool fail",
+            "chat gpt-test",
+            "invoke_agent toolyard"
+        ]
+    );
+    let run = seen.last().unwrap();
+    assert_eq!(run.parent, None);
+    assert_eq!(run.finish_reasons, ["stop"]);
+    assert_eq!(run.input_tokens, Some(20), "both chats' tokens");
+    for s in &seen[..4] {
+        assert_eq!(s.parent.as_ref(), Some(&run.context), "{s:?}");
+    }
+    assert_eq!(seen[0].finish_reasons, ["tool_calls"]);
+    assert_eq!(seen[0].input_tokens, Some(10));
+    assert_eq!(seen[1].error_type, None);
+    assert_eq!(seen[2].error_type.as_deref(), Some("tool_error"));
+    assert_eq!(seen[3].finish_reasons, ["stop"]);
 }

@@ -37,6 +37,10 @@ pub(crate) struct Quirks {
     pub ignore_stream: bool,
     /// vLLM's `stop_reason: "END"`: the stop string that ended a text answer.
     pub stop_string: bool,
+    /// SGLang's `matched_stop: "END"` (the same, under SGLang's name).
+    pub matched_stop: bool,
+    /// vLLM's `stop_reason: 2`: a stop *token* id (not a stop sequence).
+    pub stop_token_id: bool,
 }
 
 /// How a stream ends.
@@ -334,6 +338,12 @@ fn completion(reply: &Reply, model: &str, quirks: &Quirks) -> Value {
     let mut choice = json!({"index": 0, "message": message, "finish_reason": finish});
     if quirks.stop_string {
         choice["stop_reason"] = json!("END");
+    }
+    if quirks.matched_stop {
+        choice["matched_stop"] = json!("END");
+    }
+    if quirks.stop_token_id {
+        choice["stop_reason"] = json!(2);
     }
     json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
         "choices": [choice], "usage": usage()})

@@ -372,3 +372,38 @@ async fn each_server_may_sample_only_so_often() {
     s.create_message("calm", simple(5)).await.unwrap();
     assert_eq!(fake.requests().len(), 3);
 }
+
+/// SGLang names the matched stop `matched_stop`; a number in vLLM's `stop_reason` is a stop
+/// token, an end of turn; and OpenAI's plain `stop` cannot tell a stop sequence from a
+/// natural end, so it reads `endTurn` even when stop sequences were asked for.
+#[tokio::test]
+async fn only_a_named_stop_string_is_a_stop_sequence_and_openais_plain_stop_is_an_end_of_turn() {
+    let cases = [
+        (
+            Quirks {
+                matched_stop: true,
+                ..Quirks::default()
+            },
+            "stopSequence",
+        ),
+        (
+            Quirks {
+                stop_token_id: true,
+                ..Quirks::default()
+            },
+            "endTurn",
+        ),
+        (Quirks::default(), "endTurn"),
+    ];
+    for (quirks, expected) in cases {
+        let fake = FakeLlm::start(Auth::Any, vec![Turn::text("one, two").quirks(quirks)]).await;
+        let mut params = simple(10);
+        params.stop_sequences = Some(vec!["END".into(), "STOP".into()]);
+        let r = sampler(&fake, None)
+            .create_message("srv", params)
+            .await
+            .unwrap();
+        assert_eq!(r.stop_reason.as_deref(), Some(expected), "{quirks:?}");
+        assert_eq!(fake.requests()[0].body["stop"], json!(["END", "STOP"]));
+    }
+}

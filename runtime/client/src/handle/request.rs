@@ -263,7 +263,14 @@ impl Client {
             Some(Value::Object(m)) => Some(m),
             _ => None,
         };
-        let text = |key: &str| meta.and_then(|m| m.get(key)).and_then(Value::as_str);
+        // The request options' members win over the caller's, as on the wire.
+        let text = |key: &str| {
+            opts.meta
+                .as_ref()
+                .and_then(|m| m.get(key))
+                .or_else(|| meta.and_then(|m| m.get(key)))
+                .and_then(Value::as_str)
+        };
         let target = match method {
             "tools/call" | "prompts/get" => params.get("name"),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
