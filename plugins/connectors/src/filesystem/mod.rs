@@ -10,7 +10,10 @@ mod resources;
 mod roots;
 mod search;
 mod walk;
+mod watch;
 mod write;
+
+pub use watch::{FileWatch, MAX_WATCHED};
 
 use crate::tool::{blocking, confirm, tool, Effect, Text};
 use crate::{ConnectorError, FilesystemConfig};
@@ -37,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) walk: walk::Limits,
     read_only: bool,
     confirm: bool,
+    /// How often subscribed files are looked at (zero: never).
+    watch_interval: Duration,
 }
 
 /// The filesystem connector, a controller of tools.
@@ -76,6 +81,7 @@ impl Filesystem {
             },
             read_only: config.read_only,
             confirm: config.confirm_destructive,
+            watch_interval: Duration::from_millis(config.watch_interval_ms),
         };
         let fs = Filesystem {
             inner: Arc::new(inner),
@@ -84,6 +90,20 @@ impl Filesystem {
         fs.definitions()?;
         resources::template(&fs.inner)?;
         Ok(fs)
+    }
+
+    /// Starts sending `notifications/resources/updated` to `server`'s subscribers of
+    /// `file://` URIs when those files change (see `watch`); `None` when
+    /// `watch_interval_ms` is 0. Stops when dropped or when the server stops.
+    pub fn watch(&self, server: &toolyard::Server) -> Option<FileWatch> {
+        if self.inner.watch_interval.is_zero() {
+            return None;
+        }
+        Some(watch::start(
+            self.inner.clone(),
+            server,
+            self.inner.watch_interval,
+        ))
     }
 
     fn definitions(&self) -> Result<Vec<ToolDef>, DefinitionError> {
