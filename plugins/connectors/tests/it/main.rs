@@ -10,6 +10,7 @@ mod config;
 mod fetch;
 mod filesystem;
 mod filesystem_attacks;
+mod filesystem_roots;
 mod filesystem_watch;
 mod gdrive;
 mod github;
