@@ -347,7 +347,7 @@ impl ConnectorsConfig {
             builder = install_fetch(builder, fetch)?;
         }
         if let Some(search) = &self.connectors.search {
-            builder = install_search(builder, search)?;
+            builder = install_search(builder, search, self.connectors.fetch.as_ref())?;
         }
         if let Some(github) = &self.connectors.github {
             builder = install_github(builder, github, read_only)?;
@@ -455,12 +455,18 @@ fn install_fetch(
     })
 }
 
+/// Result pages (`with_content`) are read with `[connectors.fetch]`'s settings when it is
+/// there (its allow-list and limits), with the fetch defaults otherwise.
 #[cfg(feature = "search")]
 fn install_search(
     builder: ServerBuilder,
     config: &SearchConfig,
+    fetch: Option<&FetchConfig>,
 ) -> Result<ServerBuilder, ConnectorError> {
-    let connector = crate::search::Search::new(config)?;
+    let connector = match fetch {
+        Some(fetch) => crate::search::Search::with_fetch(config, fetch)?,
+        None => crate::search::Search::new(config)?,
+    };
     Ok(builder.controller(connector))
 }
 
@@ -468,6 +474,7 @@ fn install_search(
 fn install_search(
     _builder: ServerBuilder,
     _config: &SearchConfig,
+    _fetch: Option<&FetchConfig>,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
         connector: "search",

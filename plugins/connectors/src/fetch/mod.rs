@@ -9,7 +9,8 @@ mod robots;
 
 use crate::tool::{tool, Effect, Text};
 use crate::{ConnectorError, FetchConfig};
-use fetcher::{Fetcher, Page, Settings};
+pub(crate) use fetcher::Fetcher;
+use fetcher::{Page, Settings};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -57,27 +58,8 @@ fn default_max_length() -> u64 {
 impl Fetch {
     /// A fetcher with the settings of `config`.
     pub fn new(config: &FetchConfig) -> Result<Self, ConnectorError> {
-        let user_agent = config.user_agent.clone().unwrap_or_else(|| {
-            format!(
-                "{ROBOTS_TOKEN}/{} (Toolyard; autonomous; +https://github.com/toolyard/toolyard)",
-                env!("CARGO_PKG_VERSION")
-            )
-        });
-        let settings = Settings {
-            allow: guard::AllowList::new(&config.allow_hosts),
-            user_agent,
-            robots_token: ROBOTS_TOKEN.to_owned(),
-            ignore_robots: config.ignore_robots_txt,
-            max_bytes: config.max_bytes.max(1),
-            timeout: Duration::from_millis(config.timeout_ms.max(1)),
-            max_redirects: config.max_redirects,
-        };
-        let fetcher = Fetcher::new(settings).map_err(|message| ConnectorError::Config {
-            connector: "fetch",
-            message,
-        })?;
         let fetch = Fetch {
-            fetcher: Arc::new(fetcher),
+            fetcher: Arc::new(fetcher_for(config)?),
         };
         fetch.definitions()?;
         Ok(fetch)
@@ -95,6 +77,36 @@ impl Fetch {
             },
         )?])
     }
+}
+
+/// The guarded fetcher of `config` (the tool's, and the one `web_search` reads result pages
+/// with).
+pub(crate) fn fetcher_for(config: &FetchConfig) -> Result<Fetcher, ConnectorError> {
+    let user_agent = config.user_agent.clone().unwrap_or_else(|| {
+        format!(
+            "{ROBOTS_TOKEN}/{} (Toolyard; autonomous; +https://github.com/toolyard/toolyard)",
+            env!("CARGO_PKG_VERSION")
+        )
+    });
+    let settings = Settings {
+        allow: guard::AllowList::new(&config.allow_hosts),
+        user_agent,
+        robots_token: ROBOTS_TOKEN.to_owned(),
+        ignore_robots: config.ignore_robots_txt,
+        max_bytes: config.max_bytes.max(1),
+        timeout: Duration::from_millis(config.timeout_ms.max(1)),
+        max_redirects: config.max_redirects,
+    };
+    Fetcher::new(settings).map_err(|message| ConnectorError::Config {
+        connector: "fetch",
+        message,
+    })
+}
+
+/// `url` fetched through `fetcher` and turned into Markdown (other text as it is): what
+/// `web_search` includes with a result.
+pub(crate) async fn page_markdown(fetcher: &Fetcher, url: &str) -> Result<String, HandlerError> {
+    prompt_text(fetcher, url).await
 }
 
 impl Controller for Fetch {

@@ -16,6 +16,7 @@ mod gdrive;
 mod github;
 mod peer;
 mod search;
+mod search_content;
 mod slack;
 mod sql_postgres;
 mod sql_sqlite;
