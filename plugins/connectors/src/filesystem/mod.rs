@@ -62,7 +62,7 @@ impl Inner {
         Inner {
             roots,
             max_read_bytes: self.max_read_bytes,
-            walk: self.walk.clone(),
+            walk: self.walk,
             read_only: self.read_only,
             confirm: self.confirm,
             scopes: Mutex::default(),

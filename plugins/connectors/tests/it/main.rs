@@ -7,6 +7,7 @@
 )]
 
 mod config;
+mod confirm_modern;
 mod fetch;
 mod filesystem;
 mod filesystem_attacks;
