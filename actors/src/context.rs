@@ -11,7 +11,7 @@ use crate::sink::Sink;
 use crate::tasks::TaskLink;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use toolyard_proto::{
@@ -96,6 +96,16 @@ pub(crate) struct LegacyConn {
     pub(crate) closing: CancellationToken,
     /// Who the connection's 2025-11-25 tasks belong to (see `crate::tasks`).
     pub(crate) task_owner: String,
+    /// See [`RequestContext::roots_generation`].
+    pub(crate) roots_generation: AtomicU64,
+}
+
+/// The source of roots generations: unique in the process.
+static ROOTS_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A roots generation no connection has had.
+pub(crate) fn next_roots_generation() -> u64 {
+    ROOTS_GENERATION.fetch_add(1, Ordering::Relaxed)
 }
 
 /// How a request reaches its peer: the generation decides how input is gathered.
@@ -206,6 +216,16 @@ impl RequestContext {
         match &self.inner.channel {
             Channel::Legacy { conn } => Arc::as_ptr(conn) as usize as u64,
             Channel::Modern { .. } => self.inner.sink.identity(),
+        }
+    }
+    /// Names the client's current list of roots (legacy generations): unique in the process
+    /// to this connection, and renewed by each `notifications/roots/list_changed`, so a
+    /// server may cache what `roots/list` answered under it and ask again once it changes.
+    /// `None` for a 2026-07-28 request (roots are a legacy-era feature).
+    pub fn roots_generation(&self) -> Option<u64> {
+        match &self.inner.channel {
+            Channel::Legacy { conn } => Some(conn.roots_generation.load(Ordering::Relaxed)),
+            Channel::Modern { .. } => None,
         }
     }
     /// The legacy session id, if any.

@@ -188,6 +188,7 @@ impl Actor for Connection {
                 sink: args.sink.clone(),
                 closing: closing.clone(),
                 task_owner,
+                roots_generation: crate::context::next_roots_generation().into(),
             }),
             caller: Arc::new(Caller {
                 principal: args.principal.clone(),
@@ -580,7 +581,11 @@ impl ConnState {
                     }
                 }
             }
-            "notifications/initialized" | "notifications/roots/list_changed" => {}
+            "notifications/roots/list_changed" => self
+                .legacy
+                .roots_generation
+                .store(crate::context::next_roots_generation(), Ordering::Relaxed),
+            "notifications/initialized" => {}
             other => tracing::debug!(method = other, "notification ignored"),
         }
     }

@@ -61,7 +61,7 @@ mod uri;
 
 pub use config::{
     ConnectorsConfig, ConnectorsSection, FetchConfig, FilesystemConfig, GdriveConfig, GithubConfig,
-    SearchConfig, SlackConfig, SqlConfig,
+    SearchConfig, SlackConfig, SqlConfig, Watchers, Watching,
 };
 pub use error::ConnectorError;
 pub use secret::{Secret, SecretSource};

@@ -192,6 +192,10 @@ pub struct FilesystemConfig {
     /// How long one walk may take, in milliseconds; default 10,000.
     #[serde(default = "default_walk_timeout_ms")]
     pub walk_timeout_ms: u64,
+    /// How often subscribed `file://` resources are checked for changes, in milliseconds;
+    /// default 500, 0 for no change notifications.
+    #[serde(default = "default_watch_interval_ms")]
+    pub watch_interval_ms: u64,
 }
 
 impl FilesystemConfig {
@@ -205,6 +209,7 @@ impl FilesystemConfig {
             max_depth: default_max_depth(),
             max_entries: default_max_entries(),
             walk_timeout_ms: default_walk_timeout_ms(),
+            watch_interval_ms: default_watch_interval_ms(),
         }
     }
 }
@@ -220,6 +225,9 @@ fn default_max_entries() -> usize {
 }
 fn default_walk_timeout_ms() -> u64 {
     10_000
+}
+fn default_watch_interval_ms() -> u64 {
+    500
 }
 
 /// `[connectors.sql]`.
@@ -309,14 +317,26 @@ impl ConnectorsConfig {
         &self,
         builder: ServerBuilder,
     ) -> Result<(ServerBuilder, Watchers), ConnectorError> {
-        #[cfg_attr(not(feature = "gdrive"), allow(unused_mut))]
+        #[cfg_attr(
+            not(any(feature = "gdrive", feature = "filesystem")),
+            allow(unused_mut)
+        )]
         let mut watchers = Watchers::default();
         let mut builder = builder;
         let read_only = self.connectors.read_only;
         if let Some(fs) = &self.connectors.filesystem {
             let mut fs = fs.clone();
             fs.read_only |= read_only;
-            builder = install_filesystem(builder, &fs)?;
+            #[cfg(feature = "filesystem")]
+            {
+                let connector = crate::filesystem::Filesystem::new(&fs)?;
+                watchers.filesystem = Some(connector.clone());
+                builder = builder.controller(connector);
+            }
+            #[cfg(not(feature = "filesystem"))]
+            {
+                builder = install_filesystem(builder, &fs)?;
+            }
         }
         if let Some(sql) = &self.connectors.sql {
             let mut sql = sql.clone();
@@ -327,7 +347,7 @@ impl ConnectorsConfig {
             builder = install_fetch(builder, fetch)?;
         }
         if let Some(search) = &self.connectors.search {
-            builder = install_search(builder, search)?;
+            builder = install_search(builder, search, self.connectors.fetch.as_ref())?;
         }
         if let Some(github) = &self.connectors.github {
             builder = install_github(builder, github, read_only)?;
@@ -358,6 +378,8 @@ impl ConnectorsConfig {
 pub struct Watchers {
     #[cfg(feature = "gdrive")]
     gdrive: Option<crate::gdrive::Gdrive>,
+    #[cfg(feature = "filesystem")]
+    filesystem: Option<crate::filesystem::Filesystem>,
 }
 
 /// The running watchers; dropping this stops them (as does the server stopping).
@@ -365,32 +387,21 @@ pub struct Watchers {
 pub struct Watching {
     #[cfg(feature = "gdrive")]
     _gdrive: Option<crate::gdrive::ChangeWatch>,
+    #[cfg(feature = "filesystem")]
+    _filesystem: Option<crate::filesystem::FileWatch>,
 }
 
 impl Watchers {
     /// Starts the watchers for `server`'s subscribers.
     pub fn start(&self, server: &toolyard::Server) -> Watching {
-        #[cfg(feature = "gdrive")]
-        {
-            Watching {
-                _gdrive: self.gdrive.as_ref().and_then(|g| g.watch(server)),
-            }
-        }
-        #[cfg(not(feature = "gdrive"))]
-        {
-            let _ = server;
-            Watching::default()
+        let _ = server;
+        Watching {
+            #[cfg(feature = "gdrive")]
+            _gdrive: self.gdrive.as_ref().and_then(|g| g.watch(server)),
+            #[cfg(feature = "filesystem")]
+            _filesystem: self.filesystem.as_ref().and_then(|f| f.watch(server)),
         }
     }
-}
-
-#[cfg(feature = "filesystem")]
-fn install_filesystem(
-    builder: ServerBuilder,
-    config: &FilesystemConfig,
-) -> Result<ServerBuilder, ConnectorError> {
-    let connector = crate::filesystem::Filesystem::new(config)?;
-    Ok(builder.controller(connector))
 }
 
 #[cfg(not(feature = "filesystem"))]
@@ -444,12 +455,18 @@ fn install_fetch(
     })
 }
 
+/// Result pages (`with_content`) are read with `[connectors.fetch]`'s settings when it is
+/// there (its allow-list and limits), with the fetch defaults otherwise.
 #[cfg(feature = "search")]
 fn install_search(
     builder: ServerBuilder,
     config: &SearchConfig,
+    fetch: Option<&FetchConfig>,
 ) -> Result<ServerBuilder, ConnectorError> {
-    let connector = crate::search::Search::new(config)?;
+    let connector = match fetch {
+        Some(fetch) => crate::search::Search::with_fetch(config, fetch)?,
+        None => crate::search::Search::new(config)?,
+    };
     Ok(builder.controller(connector))
 }
 
@@ -457,6 +474,7 @@ fn install_search(
 fn install_search(
     _builder: ServerBuilder,
     _config: &SearchConfig,
+    _fetch: Option<&FetchConfig>,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
         connector: "search",

@@ -9,12 +9,14 @@ mod robots;
 
 use crate::tool::{tool, Effect, Text};
 use crate::{ConnectorError, FetchConfig};
-use fetcher::{Fetcher, Page, Settings};
+pub(crate) use fetcher::Fetcher;
+use fetcher::{Page, Settings};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
-use toolyard::{Controller, DefinitionError, HandlerError, ToolDef};
+use toolyard::proto::{GetPromptResult, Prompt, PromptArgument, PromptMessage, Role};
+use toolyard::{Controller, DefinitionError, HandlerError, PromptDef, ToolDef};
 
 /// The product token robots.txt groups are matched against.
 const ROBOTS_TOKEN: &str = "ToolyardFetch";
@@ -56,27 +58,8 @@ fn default_max_length() -> u64 {
 impl Fetch {
     /// A fetcher with the settings of `config`.
     pub fn new(config: &FetchConfig) -> Result<Self, ConnectorError> {
-        let user_agent = config.user_agent.clone().unwrap_or_else(|| {
-            format!(
-                "{ROBOTS_TOKEN}/{} (Toolyard; autonomous; +https://github.com/toolyard/toolyard)",
-                env!("CARGO_PKG_VERSION")
-            )
-        });
-        let settings = Settings {
-            allow: guard::AllowList::new(&config.allow_hosts),
-            user_agent,
-            robots_token: ROBOTS_TOKEN.to_owned(),
-            ignore_robots: config.ignore_robots_txt,
-            max_bytes: config.max_bytes.max(1),
-            timeout: Duration::from_millis(config.timeout_ms.max(1)),
-            max_redirects: config.max_redirects,
-        };
-        let fetcher = Fetcher::new(settings).map_err(|message| ConnectorError::Config {
-            connector: "fetch",
-            message,
-        })?;
         let fetch = Fetch {
-            fetcher: Arc::new(fetcher),
+            fetcher: Arc::new(fetcher_for(config)?),
         };
         fetch.definitions()?;
         Ok(fetch)
@@ -96,6 +79,36 @@ impl Fetch {
     }
 }
 
+/// The guarded fetcher of `config` (the tool's, and the one `web_search` reads result pages
+/// with).
+pub(crate) fn fetcher_for(config: &FetchConfig) -> Result<Fetcher, ConnectorError> {
+    let user_agent = config.user_agent.clone().unwrap_or_else(|| {
+        format!(
+            "{ROBOTS_TOKEN}/{} (Toolyard; autonomous; +https://github.com/toolyard/toolyard)",
+            env!("CARGO_PKG_VERSION")
+        )
+    });
+    let settings = Settings {
+        allow: guard::AllowList::new(&config.allow_hosts),
+        user_agent,
+        robots_token: ROBOTS_TOKEN.to_owned(),
+        ignore_robots: config.ignore_robots_txt,
+        max_bytes: config.max_bytes.max(1),
+        timeout: Duration::from_millis(config.timeout_ms.max(1)),
+        max_redirects: config.max_redirects,
+    };
+    Fetcher::new(settings).map_err(|message| ConnectorError::Config {
+        connector: "fetch",
+        message,
+    })
+}
+
+/// `url` fetched through `fetcher` and turned into Markdown (other text as it is): what
+/// `web_search` includes with a result.
+pub(crate) async fn page_markdown(fetcher: &Fetcher, url: &str) -> Result<String, HandlerError> {
+    prompt_text(fetcher, url).await
+}
+
 impl Controller for Fetch {
     fn tools(self: &Arc<Self>) -> Vec<ToolDef> {
         // Checked in `new`; an error here would be a bug, logged rather than a panic.
@@ -104,6 +117,60 @@ impl Controller for Fetch {
             Vec::new()
         })
     }
+
+    fn prompts(self: &Arc<Self>) -> Vec<PromptDef> {
+        vec![prompt(self.fetcher.clone())]
+    }
+}
+
+/// The reference server's `fetch` prompt: the page (as Markdown) as one user message, so a
+/// user can put a page into the conversation. The same guard, robots.txt and limits as the
+/// tool; the whole page up to the byte limit, no pagination. A failed fetch is a message
+/// saying why (as the reference has it), a missing `url` an invalid-params error.
+fn prompt(fetcher: Arc<Fetcher>) -> PromptDef {
+    PromptDef::new(
+        Prompt {
+            name: "fetch".to_owned(),
+            title: None,
+            description: Some("Fetch a URL and extract its contents as markdown".to_owned()),
+            arguments: Some(vec![PromptArgument {
+                name: "url".to_owned(),
+                title: None,
+                description: Some("URL to fetch".to_owned()),
+                required: Some(true),
+            }]),
+            icons: None,
+            meta: None,
+        },
+        Arc::new(move |_ctx, args| {
+            let fetcher = fetcher.clone();
+            Box::pin(async move {
+                let Some(url) = args.get("url").filter(|u| !u.is_empty()).cloned() else {
+                    return Err(HandlerError::invalid_arguments("URL is required"));
+                };
+                let (description, text) = match prompt_text(&fetcher, &url).await {
+                    Ok(text) => (format!("Contents of {url}"), text),
+                    Err(e) => (format!("Failed to fetch {url}"), e.to_string()),
+                };
+                Ok(GetPromptResult {
+                    description: Some(description),
+                    messages: vec![PromptMessage::text(Role::User, text)],
+                    meta: None,
+                    result_type: None,
+                })
+            })
+        }),
+    )
+}
+
+async fn prompt_text(fetcher: &Fetcher, url: &str) -> Result<String, HandlerError> {
+    let page = fetcher
+        .fetch(url)
+        .await
+        .map_err(|e| HandlerError::failed(e.to_string()))?;
+    let max_bytes = fetcher.settings.max_bytes;
+    let (content, prefix) = crate::tool::blocking(move || render(page, false, max_bytes)).await?;
+    Ok(format!("{prefix}{content}"))
 }
 
 async fn run(fetcher: &Fetcher, a: FetchArgs) -> Result<String, HandlerError> {

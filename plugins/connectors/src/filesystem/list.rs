@@ -267,6 +267,10 @@ pub(crate) fn allowed(inner: &Inner) -> String {
         .iter()
         .map(|p| p.display().to_string())
         .collect();
+    if dirs.is_empty() {
+        // The client's roots and the operator's have nothing in common.
+        return "Allowed directories: none (no directory the client named is inside the directories this server allows)".to_owned();
+    }
     format!("Allowed directories:\n{}", dirs.join("\n"))
 }
 

@@ -10,16 +10,21 @@ mod resources;
 mod roots;
 mod search;
 mod walk;
+mod watch;
 mod write;
+
+pub use watch::{FileWatch, MAX_WATCHED};
 
 use crate::tool::{blocking, confirm, tool, Effect, Text};
 use crate::{ConnectorError, FilesystemConfig};
 use roots::Roots;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toolyard::{Controller, DefinitionError, TemplateDef, ToolDef};
+use toolyard::{Controller, DefinitionError, HandlerError, RequestContext, TemplateDef, ToolDef};
 
 /// The tools that change the filesystem (left out in read-only mode).
 pub const WRITE_TOOLS: [&str; 5] = [
@@ -37,6 +42,81 @@ pub(crate) struct Inner {
     pub(crate) walk: walk::Limits,
     read_only: bool,
     confirm: bool,
+    /// This state narrowed by clients' roots, by roots generation (see [`scoped`]).
+    scopes: Mutex<HashMap<u64, Arc<Inner>>>,
+    /// How often subscribed files are looked at (zero: never).
+    watch_interval: Duration,
+}
+
+/// The most narrowed views kept (one per client roots list); beyond it they are dropped and
+/// asked for again.
+const MAX_SCOPES: usize = 256;
+
+impl Inner {
+    fn scopes(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Inner>>> {
+        self.scopes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This state with other roots.
+    fn with_roots(&self, roots: Roots) -> Inner {
+        Inner {
+            roots,
+            max_read_bytes: self.max_read_bytes,
+            walk: self.walk,
+            read_only: self.read_only,
+            confirm: self.confirm,
+            scopes: Mutex::default(),
+            watch_interval: self.watch_interval,
+        }
+    }
+}
+
+/// The state a request works with: the operator's roots, narrowed to their intersection
+/// with the client's when it declares the `roots` capability (legacy generations; a
+/// 2026-07-28 caller gets the operator's). The client is asked with `roots/list` once per
+/// list: again only after `notifications/roots/list_changed`
+/// ([`RequestContext::roots_generation`]). An empty list narrows nothing (the client named
+/// no place); a list none of whose roots meets the operator's leaves no directory at all.
+/// A client that declares roots and cannot list them gets an error, never the wider set.
+pub(crate) async fn scoped(
+    base: &Arc<Inner>,
+    ctx: &RequestContext,
+) -> Result<Arc<Inner>, HandlerError> {
+    if ctx.client_capabilities().roots.is_none() {
+        return Ok(base.clone());
+    }
+    let Some(generation) = ctx.roots_generation() else {
+        return Ok(base.clone());
+    };
+    if let Some(hit) = base.scopes().get(&generation) {
+        return Ok(hit.clone());
+    }
+    let listed = ctx.list_roots().await.map_err(|e| {
+        HandlerError::failed(format!("the client's roots could not be listed: {e}"))
+    })?;
+    let scoped = if listed.roots.is_empty() {
+        base.clone()
+    } else {
+        let paths: Vec<PathBuf> = listed
+            .roots
+            .iter()
+            .filter_map(|r| {
+                r.uri
+                    .strip_prefix("file://localhost")
+                    .or_else(|| r.uri.strip_prefix("file://"))
+                    .map(|p| PathBuf::from(crate::uri::percent_decode(p)))
+            })
+            .collect();
+        let from = base.clone();
+        crate::tool::blocking(move || Ok(Arc::new(from.with_roots(from.roots.narrow(&paths)))))
+            .await?
+    };
+    let mut scopes = base.scopes();
+    if scopes.len() >= MAX_SCOPES {
+        scopes.clear();
+    }
+    scopes.insert(generation, scoped.clone());
+    Ok(scoped)
 }
 
 /// The filesystem connector, a controller of tools.
@@ -76,6 +156,8 @@ impl Filesystem {
             },
             read_only: config.read_only,
             confirm: config.confirm_destructive,
+            watch_interval: Duration::from_millis(config.watch_interval_ms),
+            scopes: Mutex::default(),
         };
         let fs = Filesystem {
             inner: Arc::new(inner),
@@ -84,6 +166,20 @@ impl Filesystem {
         fs.definitions()?;
         resources::template(&fs.inner)?;
         Ok(fs)
+    }
+
+    /// Starts sending `notifications/resources/updated` to `server`'s subscribers of
+    /// `file://` URIs when those files change (see `watch`); `None` when
+    /// `watch_interval_ms` is 0. Stops when dropped or when the server stops.
+    pub fn watch(&self, server: &toolyard::Server) -> Option<FileWatch> {
+        if self.inner.watch_interval.is_zero() {
+            return None;
+        }
+        Some(watch::start(
+            self.inner.clone(),
+            server,
+            self.inner.watch_interval,
+        ))
     }
 
     fn definitions(&self) -> Result<Vec<ToolDef>, DefinitionError> {
@@ -97,9 +193,9 @@ impl Filesystem {
                     "read_media_file",
                     "Read an image or audio file. Returns the base64 data and MIME type (other files as an embedded blob resource).",
                     Effect::Read,
-                    move |_ctx, a: read::PathArgs| {
+                    move |ctx, a: read::PathArgs| {
                         let i = i.clone();
-                        async move { blocking(move || read::read_media(&i, &a)).await }
+                        async move { let i = scoped(&i, &ctx).await?; blocking(move || read::read_media(&i, &a)).await }
                     },
                 )?
             },
@@ -109,9 +205,9 @@ impl Filesystem {
                     "read_multiple_files",
                     "Read several files at once. Each file's content is shown under its path; a file that fails does not stop the others.",
                     Effect::Read,
-                    move |_ctx, a: read::ReadManyArgs| {
+                    move |ctx, a: read::ReadManyArgs| {
                         let i = i.clone();
-                        async move { blocking(move || read::read_many(&i, &a)).await.map(Text) }
+                        async move { let i = scoped(&i, &ctx).await?; blocking(move || read::read_many(&i, &a)).await.map(Text) }
                     },
                 )?
             },
@@ -127,9 +223,9 @@ impl Filesystem {
                     "list_directory_with_sizes",
                     "List a directory's entries with [FILE]/[DIR] prefixes and sizes, sorted by name or size, with totals.",
                     Effect::Read,
-                    move |_ctx, a: list::SizesArgs| {
+                    move |ctx, a: list::SizesArgs| {
                         let i = i.clone();
-                        async move { blocking(move || list::list_with_sizes(&i, &a)).await.map(Text) }
+                        async move { let i = scoped(&i, &ctx).await?; blocking(move || list::list_with_sizes(&i, &a)).await.map(Text) }
                     },
                 )?
             },
@@ -139,9 +235,9 @@ impl Filesystem {
                     "directory_tree",
                     "A recursive tree of a directory as JSON: each entry has name, type (file or directory) and, for directories, children. Depth, entry count and time are limited.",
                     Effect::Read,
-                    move |_ctx, a: list::TreeArgs| {
+                    move |ctx, a: list::TreeArgs| {
                         let i = i.clone();
-                        async move { blocking(move || list::tree(&i, &a)).await.map(Text) }
+                        async move { let i = scoped(&i, &ctx).await?; blocking(move || list::tree(&i, &a)).await.map(Text) }
                     },
                 )?
             },
@@ -151,9 +247,9 @@ impl Filesystem {
                     "search_files",
                     "Find files and directories whose path relative to `path` matches a glob (`*.ext` in that directory, `**/*.ext` at any depth). Returns full paths.",
                     Effect::Read,
-                    move |_ctx, a: search::SearchArgs| {
+                    move |ctx, a: search::SearchArgs| {
                         let i = i.clone();
-                        async move { blocking(move || search::search(&i, &a)).await.map(Text) }
+                        async move { let i = scoped(&i, &ctx).await?; blocking(move || search::search(&i, &a)).await.map(Text) }
                     },
                 )?
             },
@@ -163,9 +259,9 @@ impl Filesystem {
                     "grep",
                     "Search file contents for a regular expression under a file or directory. Returns path:line:text for each matching line; binary and oversized files are skipped.",
                     Effect::Read,
-                    move |_ctx, a: search::GrepArgs| {
+                    move |ctx, a: search::GrepArgs| {
                         let i = i.clone();
-                        async move { blocking(move || search::grep(&i, &a)).await.map(Text) }
+                        async move { let i = scoped(&i, &ctx).await?; blocking(move || search::grep(&i, &a)).await.map(Text) }
                     },
                 )?
             },
@@ -181,9 +277,12 @@ impl Filesystem {
                     "list_allowed_directories",
                     "The directories this server may access.",
                     Effect::Read,
-                    move |_ctx, _a: NoArgs| {
+                    move |ctx, _a: NoArgs| {
                         let i = i.clone();
-                        async move { Ok(Text(list::allowed(&i))) }
+                        async move {
+                            let i = scoped(&i, &ctx).await?;
+                            Ok(Text(list::allowed(&i)))
+                        }
                     },
                 )?
             },
@@ -206,6 +305,7 @@ impl Filesystem {
                     move |ctx, a: write::WriteArgs| {
                         let i = i.clone();
                         async move {
+                            let i = scoped(&i, &ctx).await?;
                             if i.confirm {
                                 confirm(&ctx, format!("write_file {}", a.path)).await?;
                             }
@@ -223,6 +323,7 @@ impl Filesystem {
                     move |ctx, a: write::EditArgs| {
                         let i = i.clone();
                         async move {
+                            let i = scoped(&i, &ctx).await?;
                             if i.confirm && !a.dry_run {
                                 confirm(&ctx, format!("edit_file {}", a.path)).await?;
                             }
@@ -237,9 +338,10 @@ impl Filesystem {
                     "create_directory",
                     "Create a directory and any missing parents; succeeds if it exists.",
                     Effect::Idempotent,
-                    move |_ctx, a: PathOnly| {
+                    move |ctx, a: PathOnly| {
                         let i = i.clone();
                         async move {
+                            let i = scoped(&i, &ctx).await?;
                             blocking(move || write::create_directory(&i, &a.path))
                                 .await
                                 .map(Text)
@@ -256,6 +358,7 @@ impl Filesystem {
                     move |ctx, a: write::MoveArgs| {
                         let i = i.clone();
                         async move {
+                            let i = scoped(&i, &ctx).await?;
                             if i.confirm {
                                 confirm(
                                     &ctx,
@@ -277,6 +380,7 @@ impl Filesystem {
                     move |ctx, a: write::DeleteArgs| {
                         let i = i.clone();
                         async move {
+                            let i = scoped(&i, &ctx).await?;
                             if i.confirm {
                                 confirm(&ctx, format!("delete_path {}{}", a.path, if a.recursive { " (recursive)" } else { "" })).await?;
                             }
@@ -297,9 +401,12 @@ fn read_tool(i: &Arc<Inner>, name: &str, description: &str) -> Result<ToolDef, D
         name,
         description,
         Effect::Read,
-        move |_ctx, a: read::ReadTextArgs| {
+        move |ctx, a: read::ReadTextArgs| {
             let i = i.clone();
-            async move { blocking(move || read::read_text(&i, &a)).await.map(Text) }
+            async move {
+                let i = scoped(&i, &ctx).await?;
+                blocking(move || read::read_text(&i, &a)).await.map(Text)
+            }
         },
     )
 }
@@ -311,9 +418,12 @@ fn path_tool(
     f: fn(&Inner, &str) -> Result<String, toolyard::HandlerError>,
 ) -> Result<ToolDef, DefinitionError> {
     let i = i.clone();
-    tool(name, description, Effect::Read, move |_ctx, a: PathOnly| {
+    tool(name, description, Effect::Read, move |ctx, a: PathOnly| {
         let i = i.clone();
-        async move { blocking(move || f(&i, &a.path)).await.map(Text) }
+        async move {
+            let i = scoped(&i, &ctx).await?;
+            blocking(move || f(&i, &a.path)).await.map(Text)
+        }
     })
 }
 

@@ -63,9 +63,12 @@ fn read(inner: &Inner, request: &ResourceRequest) -> Result<Vec<ResourceContents
 /// The `file://` template over `inner`'s roots.
 pub(crate) fn template(inner: &Arc<Inner>) -> Result<TemplateDef, DefinitionError> {
     let inner = inner.clone();
-    let reader: ResourceFn = Arc::new(move |_ctx, request| {
+    let reader: ResourceFn = Arc::new(move |ctx, request| {
         let inner = inner.clone();
-        Box::pin(async move { crate::tool::blocking(move || read(&inner, &request)).await })
+        Box::pin(async move {
+            let inner = super::scoped(&inner, &ctx).await?;
+            crate::tool::blocking(move || read(&inner, &request)).await
+        })
     });
     TemplateDef::new(
         ResourceTemplate {

@@ -139,6 +139,75 @@ impl Roots {
         &self.listed
     }
 
+    /// These roots narrowed by a client's (absolute paths): their intersection. A client
+    /// root inside one of these becomes a root of its own, opened through the enclosing
+    /// root's capability (so it cannot lead outside it, and what it holds cannot lead out
+    /// of it); one of these inside a client root stays whole; a client root that is neither
+    /// adds nothing. The result may be empty: the client asked for places none of which the
+    /// operator allows.
+    pub(crate) fn narrow(&self, client: &[PathBuf]) -> Roots {
+        let mut roots: Vec<Root> = Vec::new();
+        let mut listed: Vec<PathBuf> = Vec::new();
+        let mut keep = |root: Root, roots: &mut Vec<Root>| {
+            if !listed.contains(&root.shown) {
+                listed.push(root.shown.clone());
+                roots.push(root);
+            }
+        };
+        for path in client {
+            let Some(path) = normalize(path) else {
+                continue;
+            };
+            // Inside an operator root (the deepest first): narrows it.
+            let inside = self.roots.iter().find_map(|root| {
+                root.forms
+                    .iter()
+                    .find_map(|form| path.strip_prefix(form).ok())
+                    .map(|rel| (root, rel.to_path_buf()))
+            });
+            if let Some((root, rel)) = inside {
+                let dir = if rel.as_os_str().is_empty() {
+                    root.dir.try_clone()
+                } else {
+                    root.dir.open_dir(&rel)
+                };
+                match dir {
+                    Ok(dir) => keep(
+                        Root {
+                            shown: root.shown.join(&rel),
+                            forms: root.forms.iter().map(|f| f.join(&rel)).collect(),
+                            dir,
+                        },
+                        &mut roots,
+                    ),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "filesystem: a client root is not a usable directory; ignored");
+                    }
+                }
+                continue;
+            }
+            // Operator roots inside it stay whole.
+            for root in self
+                .roots
+                .iter()
+                .filter(|root| root.forms.iter().any(|form| form.starts_with(&path)))
+            {
+                if let Ok(dir) = root.dir.try_clone() {
+                    keep(
+                        Root {
+                            shown: root.shown.clone(),
+                            forms: root.forms.clone(),
+                            dir,
+                        },
+                        &mut roots,
+                    );
+                }
+            }
+        }
+        roots.sort_by_key(|r| std::cmp::Reverse(r.shown.components().count()));
+        Roots { roots, listed }
+    }
+
     /// Resolves a client's path: absolute under a root, or relative to the first root.
     pub(crate) fn resolve(&self, input: &str) -> Result<Target<'_>, HandlerError> {
         if input.contains('\0') {

@@ -3,6 +3,11 @@
 //! wire format (`providers`) against a configurable base URL. Results are structured content;
 //! a `429` is waited out once when its `Retry-After` is short, and reported with the wait
 //! otherwise. The API key is never printed.
+//!
+//! With `with_content`, the top results' pages are read through the fetch connector's
+//! guarded fetcher (its SSRF guard, robots.txt, byte and time limits; the `[connectors.fetch]`
+//! settings when that section is there, the defaults otherwise) and included as Markdown
+//! excerpts. `include_domains` / `exclude_domains` filter the provider's page of results.
 
 mod providers;
 
@@ -19,6 +24,13 @@ use toolyard::{Controller, DefinitionError, HandlerError, Json, ToolDef};
 /// The largest response body read from a provider.
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
+/// With `with_content`, at most this many results have their pages read.
+pub const MAX_CONTENT_RESULTS: usize = 5;
+
+/// The default and the largest `content_length`, in characters.
+const DEFAULT_CONTENT_LENGTH: u32 = 2_000;
+const MAX_CONTENT_LENGTH: u32 = 20_000;
+
 struct Inner {
     provider: Provider,
     base_url: String,
@@ -26,6 +38,8 @@ struct Inner {
     client: reqwest::Client,
     max_results: u32,
     max_retry_wait: Duration,
+    /// Reads result pages for `with_content`.
+    pages: Arc<crate::fetch::Fetcher>,
 }
 
 /// The web search connector, a controller of one tool.
@@ -78,6 +92,20 @@ struct SearchArgs {
     /// Only results from the last day, week, month or year.
     #[serde(default)]
     freshness: Option<Freshness>,
+    /// Also read the top results' pages (at most 5) and include each as a Markdown excerpt
+    /// (`content`, or `content_error` saying why it could not be read).
+    #[serde(default)]
+    with_content: bool,
+    /// The longest excerpt, in characters (default 2000, at most 20000).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 20_000))]
+    content_length: Option<u32>,
+    /// Keep only results from these domains (and their subdomains).
+    #[serde(default)]
+    include_domains: Vec<String>,
+    /// Drop results from these domains (and their subdomains).
+    #[serde(default)]
+    exclude_domains: Vec<String>,
 }
 
 fn bad(message: impl Into<String>) -> ConnectorError {
@@ -97,8 +125,19 @@ fn expand_key(key: &str) -> Result<String, ConnectorError> {
 }
 
 impl Search {
-    /// A search connector with the settings of `config`.
+    /// A search connector with the settings of `config`; result pages (`with_content`) are
+    /// read with the fetch connector's defaults.
     pub fn new(config: &SearchConfig) -> Result<Self, ConnectorError> {
+        Self::with_fetch(config, &crate::FetchConfig::new())
+    }
+
+    /// A search connector reading result pages with the settings of `fetch` (its
+    /// `allow_hosts`, robots.txt choice and limits).
+    pub fn with_fetch(
+        config: &SearchConfig,
+        fetch: &crate::FetchConfig,
+    ) -> Result<Self, ConnectorError> {
+        let pages = Arc::new(crate::fetch::fetcher_for(fetch)?);
         let provider = match config.provider.as_str() {
             "searxng" => Provider::Searxng,
             "brave" => Provider::Brave,
@@ -135,6 +174,7 @@ impl Search {
                 client,
                 max_results: config.max_results.clamp(1, 20),
                 max_retry_wait: Duration::from_millis(config.max_retry_wait_ms),
+                pages,
             }),
         };
         search.definitions()?;
@@ -145,7 +185,7 @@ impl Search {
         let inner = self.inner.clone();
         Ok(vec![tool(
             "web_search",
-            "Search the web. Returns results with title, url and snippet; pass next_cursor as cursor for more.",
+            "Search the web. Returns results with title, url and snippet; pass next_cursor as cursor for more. with_content also reads the top results' pages and includes Markdown excerpts.",
             Effect::Egress,
             move |_ctx, a: SearchArgs| {
                 let inner = inner.clone();
@@ -257,11 +297,101 @@ impl Inner {
             .provider
             .parse(&body, &q)
             .map_err(HandlerError::failed)?;
+        let next_cursor = (found.more && !found.hits.is_empty()).then(|| format!("p{}", page + 1));
+        let mut results: Vec<Hit> = found
+            .hits
+            .into_iter()
+            .filter(|h| domain_kept(&h.url, &a.include_domains, &a.exclude_domains))
+            .collect();
+        if a.with_content {
+            let length = a
+                .content_length
+                .unwrap_or(DEFAULT_CONTENT_LENGTH)
+                .clamp(1, MAX_CONTENT_LENGTH) as usize;
+            self.read_pages(&mut results, length).await;
+        }
         Ok(Results {
             query: a.query,
             provider: name.to_owned(),
-            next_cursor: (found.more && !found.hits.is_empty()).then(|| format!("p{}", page + 1)),
-            results: found.hits,
+            next_cursor,
+            results,
         })
+    }
+
+    /// Reads the top results' pages at once, each within the fetcher's limits.
+    async fn read_pages(&self, results: &mut [Hit], length: usize) {
+        let mut reads = tokio::task::JoinSet::new();
+        for (i, hit) in results.iter().take(MAX_CONTENT_RESULTS).enumerate() {
+            let (pages, url) = (self.pages.clone(), hit.url.clone());
+            reads.spawn(async move { (i, crate::fetch::page_markdown(&pages, &url).await) });
+        }
+        while let Some(read) = reads.join_next().await {
+            let Ok((i, outcome)) = read else { continue };
+            let Some(hit) = results.get_mut(i) else {
+                continue;
+            };
+            match outcome {
+                Ok(text) => hit.content = Some(excerpt(&text, length)),
+                Err(e) => hit.content_error = Some(e.to_string()),
+            }
+        }
+    }
+}
+
+/// `text` cut to `length` characters, saying so when cut.
+fn excerpt(text: &str, length: usize) -> String {
+    match text.char_indices().nth(length) {
+        Some((end, _)) => format!("{} [...]", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// Whether `url`'s host passes the domain filters (a domain covers its subdomains).
+fn domain_kept(url: &str, include: &[String], exclude: &[String]) -> bool {
+    if include.is_empty() && exclude.is_empty() {
+        return true;
+    }
+    let Some(host) = url::Url::parse(url).ok().and_then(|u| {
+        u.host_str()
+            .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+    }) else {
+        return include.is_empty();
+    };
+    let covers = |domain: &String| {
+        let d = domain
+            .trim()
+            .trim_start_matches("*.")
+            .trim_start_matches('.')
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        !d.is_empty()
+            && (host == d
+                || host
+                    .strip_suffix(&d)
+                    .is_some_and(|rest| rest.ends_with('.')))
+    };
+    (include.is_empty() || include.iter().any(covers)) && !exclude.iter().any(covers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{domain_kept, excerpt};
+
+    #[test]
+    fn a_domain_covers_its_subdomains_and_nothing_that_merely_ends_like_it() {
+        let inc = vec!["example.org".to_owned()];
+        assert!(domain_kept("https://example.org/a", &inc, &[]));
+        assert!(domain_kept("https://docs.Example.org./a", &inc, &[]));
+        assert!(!domain_kept("https://badexample.org/a", &inc, &[]));
+        assert!(!domain_kept("not a url", &inc, &[]));
+        let exc = vec!["*.ads.example.org".to_owned()];
+        assert!(!domain_kept("https://x.ads.example.org/", &inc, &exc));
+        assert!(domain_kept("https://www.example.org/", &inc, &exc));
+    }
+
+    #[test]
+    fn excerpts_are_cut_by_characters() {
+        assert_eq!(excerpt("héllo", 2), "hé [...]");
+        assert_eq!(excerpt("héllo", 5), "héllo");
     }
 }

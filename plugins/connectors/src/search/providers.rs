@@ -23,6 +23,13 @@ pub struct Hit {
     pub score: Option<f64>,
     /// The provider (and engine, for SearXNG).
     pub source: String,
+    /// With `with_content`: the page as Markdown, cut to `content_length` characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// With `with_content`: why the page could not be read (refused by the address guard
+    /// or robots.txt, an HTTP error, binary content, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_error: Option<String>,
 }
 
 /// A search request, provider-neutral.
@@ -219,6 +226,8 @@ impl Provider {
                             Some(e) => format!("searxng:{e}"),
                             None => "searxng".to_owned(),
                         },
+                        content: None,
+                        content_error: None,
                     })
                     .collect();
                 Ok(Found { hits, more })
@@ -242,6 +251,8 @@ impl Provider {
                         published: x.page_age.or(x.age),
                         score: None,
                         source: "brave".to_owned(),
+                        content: None,
+                        content_error: None,
                     })
                     .collect();
                 Ok(Found { hits, more })
@@ -258,6 +269,8 @@ impl Provider {
                         published: x.published_date,
                         score: x.score,
                         source: "tavily".to_owned(),
+                        content: None,
+                        content_error: None,
                     })
                     .collect();
                 Ok(Found { hits, more: false })

@@ -346,3 +346,64 @@ async fn bodies_are_capped_in_bytes_and_fetches_in_time() {
     assert!(slow.err().contains("time"), "{}", slow.text);
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test]
+async fn the_fetch_prompt_puts_the_page_into_a_user_message_behind_the_same_guard() {
+    let s = site(Robots::DenyPrivate).await;
+    let t = tools(&["127.0.0.1"], |_| {}).await;
+    let listed = t.request("prompts/list", json!({})).await.unwrap();
+    let prompt = &listed["prompts"][0];
+    assert_eq!(prompt["name"], "fetch");
+    assert_eq!(prompt["arguments"][0]["name"], "url");
+    assert_eq!(prompt["arguments"][0]["required"], true);
+    let url = s.url("127.0.0.1", "/page");
+    let got = t
+        .request(
+            "prompts/get",
+            json!({"name": "fetch", "arguments": {"url": url}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got["description"], format!("Contents of {url}"));
+    assert_eq!(got["messages"][0]["role"], "user");
+    let text = got["messages"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.starts_with("# Title"), "{text}");
+    assert!(
+        text.contains("**bold**") && !text.contains("stealCookies"),
+        "{text}"
+    );
+    // robots.txt is honoured: a failure is a message saying why, not an error.
+    let denied = t
+        .request(
+            "prompts/get",
+            json!({"name": "fetch", "arguments": {"url": s.url("127.0.0.1", "/private/secret")}}),
+        )
+        .await
+        .unwrap();
+    let text = denied["messages"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.contains("robots.txt"), "{text}");
+    assert!(!s.hit("/private/secret"));
+    // Without the allow-list, loopback is refused before any connection.
+    let guarded = tools(&[], |_| {}).await;
+    let before = s.hits();
+    let refused = guarded
+        .request(
+            "prompts/get",
+            json!({"name": "fetch", "arguments": {"url": url}}),
+        )
+        .await
+        .unwrap();
+    assert!(refused["description"]
+        .as_str()
+        .unwrap()
+        .starts_with("Failed to fetch"));
+    let text = refused["messages"][0]["content"]["text"].as_str().unwrap();
+    assert!(!text.contains("Title"), "{text}");
+    assert_eq!(s.hits(), before, "the guarded prompt reached the server");
+    // No url: invalid params.
+    let missing = t
+        .request("prompts/get", json!({"name": "fetch", "arguments": {}}))
+        .await
+        .unwrap_err();
+    assert_eq!(missing["code"], -32602, "{missing}");
+}

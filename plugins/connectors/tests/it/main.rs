@@ -7,12 +7,17 @@
 )]
 
 mod config;
+mod confirm_modern;
 mod fetch;
 mod filesystem;
 mod filesystem_attacks;
+mod filesystem_roots;
+mod filesystem_watch;
 mod gdrive;
 mod github;
+mod peer;
 mod search;
+mod search_content;
 mod slack;
 mod sql_postgres;
 mod sql_sqlite;
