@@ -1,7 +1,8 @@
 //! `toolyard worker`: serve tools on a NATS bus (the `toolyard-nats` crate's [`Worker`]):
 //! the demo set unless `--no-demo`, plus the config file's `[[tools]]`, `[[resources]]` and
-//! `[[prompts]]`. SIGTERM or Ctrl-C drains: new requests are refused (-32010), those in
-//! flight finish within the drain deadline, the catalog entry is deleted.
+//! `[[prompts]]`. SIGTERM or Ctrl-C drains: the worker leaves its queue group (new requests go
+//! to the other workers), those already delivered or in flight finish within the drain
+//! deadline, the catalog entry is deleted.
 
 use crate::config_file::ConfigFile;
 use anyhow::Context;

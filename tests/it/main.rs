@@ -13,6 +13,8 @@ mod client_interop;
 mod client_stdio;
 #[cfg(feature = "connectors")]
 mod connectors;
+#[cfg(all(feature = "otel", feature = "nats"))]
+mod deploy;
 mod gateway;
 mod gateway_faults;
 mod gateway_interop;

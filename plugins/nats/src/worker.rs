@@ -7,8 +7,9 @@
 //! request was cancelled) or `err` (an error of the bridge), `ka` keepalives in between.
 //!
 //! The worker advertises what it serves in the catalog bucket (`catalog`), re-put on a
-//! heartbeat, deleted on [`Worker::shutdown`], which refuses what arrives while draining
-//! (-32010) rather than going silent.
+//! heartbeat, deleted on [`Worker::shutdown`], which leaves the queue group with a
+//! subscription drain (UNSUB, then a PING) and serves what the server had already delivered:
+//! a drained worker fails no call, and none goes silent.
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
@@ -133,16 +134,20 @@ impl Worker {
         &self.inner.instance
     }
 
-    /// Drains: refuses new requests (-32010, re-issue), lets those in flight finish within
-    /// the drain timeout and cancels the rest (their callers get -32010), deletes the catalog
-    /// entry, flushes.
-    pub async fn shutdown(self) {
-        let inner = self.inner;
+    /// Drains: leaves the queue group (new requests go to the other workers; those the server
+    /// had already delivered here are served), lets those in flight finish within the drain
+    /// timeout and cancels the rest (their callers get -32010), deletes the catalog entry,
+    /// flushes.
+    pub async fn shutdown(mut self) {
+        let inner = self.inner.clone();
         inner.draining.cancel();
         self.heartbeat.abort();
         // The bus may be gone (that may be why we stop): what needs it is bounded, or a
         // SIGTERM would wait for a reconnection that never comes.
         let _ = tokio::time::timeout(BUS_GRACE, inner.catalog.delete(inner.catalog_key())).await;
+        // The request loop takes in the last deliveries before the tracker closes, or one
+        // spawned after `wait` returned would be dropped unanswered.
+        let _ = tokio::time::timeout(2 * BUS_GRACE, &mut self.serving).await;
         inner.tracker.close();
         if tokio::time::timeout(inner.config.drain_timeout, inner.tracker.wait())
             .await
@@ -205,12 +210,22 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
             drop(permit);
         });
     }
-    // Unsubscribe, then answer what the server had already delivered to us.
-    let _ = subscription.unsubscribe().await;
-    while let Ok(Some(message)) =
-        tokio::time::timeout(Duration::from_millis(50), subscription.next()).await
-    {
-        refuse_draining(&inner, &message).await;
+    // Leave the queue group: a subscription drain sends UNSUB then PING, and the stream ends
+    // at the PONG, so every request the server routed here before it took the UNSUB still
+    // arrives. Those are served like the others (the drain deadline covers them): refusing
+    // them (-32010) failed calls during rolling restarts, as the deploy topology test saw.
+    if subscription.drain().await.is_err() {
+        let _ = subscription.unsubscribe().await;
+    }
+    while let Ok(Some(message)) = tokio::time::timeout(BUS_GRACE, subscription.next()).await {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let inner2 = inner.clone();
+        inner.tracker.spawn(async move {
+            handle(&inner2, message).await;
+            drop(permit);
+        });
     }
 }
 
@@ -305,26 +320,6 @@ fn header<'m>(message: &'m Message, name: &str) -> Option<&'m str> {
         .map(async_nats::HeaderValue::as_str)
 }
 
-async fn refuse_draining(inner: &Inner, message: &Message) {
-    let Some(reply) = message.reply.as_ref() else {
-        return;
-    };
-    if !wire::usable_reply_subject(reply, &inner.config.prefix) {
-        return;
-    }
-    let id = jsonrpc::parse(&message.payload).ok().and_then(|m| match m {
-        Incoming::Request(r) => Some(r.id),
-        _ => None,
-    });
-    let error = ErrorObject::new(
-        wire::STREAM_LOST,
-        "the worker is draining: re-issue the request",
-    );
-    Frames::new(inner, reply.to_string())
-        .err(id.as_ref(), &error)
-        .await;
-}
-
 /// Serves one request message to its end.
 async fn handle(inner: &Inner, message: Message) {
     let Some(reply) = message.reply.as_ref().map(ToString::to_string) else {
@@ -336,9 +331,6 @@ async fn handle(inner: &Inner, message: Message) {
         return;
     }
     let mut out = Frames::new(inner, reply.clone());
-    if inner.draining.is_cancelled() {
-        return refuse_draining(inner, &message).await;
-    }
     if header(&message, wire::WIRE) != Some("1") {
         let error = ErrorObject::invalid_request("Mcp-Wire: 1 is required (wire version 1)");
         return out.err(None, &error).await;
