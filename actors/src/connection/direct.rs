@@ -50,12 +50,7 @@ impl SessionView {
     }
 
     #[allow(clippy::result_large_err, reason = "see `HandedBack`")]
-    fn launch_legacy(
-        &self,
-        req: Request,
-        edge: Edge,
-        d: Delivery,
-    ) -> Result<(), HandedBack> {
+    fn launch_legacy(&self, req: Request, edge: Edge, d: Delivery) -> Result<(), HandedBack> {
         if !self
             .inflight
             .enter(&req.id, &d.cancel, self.core.limits.max_in_flight)
