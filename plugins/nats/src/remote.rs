@@ -18,7 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolyard::{HandlerError, RequestContext, Server, ToolArgs, ToolDef};
 use toolyard_client::{OutgoingRequest, RequestOutcome};
-use toolyard_proto::{CallToolResult, ErrorObject, LoggingLevel, Tool};
+use toolyard_proto::{
+    CallToolResult, ErrorObject, InputRequest, InputRequiredResult, InputResponses, LoggingLevel,
+    Tool,
+};
 
 /// How the gateway side exposes and calls the workers' tools.
 #[derive(Debug, Clone)]
@@ -361,6 +364,15 @@ async fn call(
 /// A W3C `traceparent` and its `tracestate`.
 type Trace = (String, Option<String>);
 
+/// The most input rounds one forwarded call may take.
+const MAX_ROUNDS: usize = 16;
+
+/// A forwarded call, round by round: when the worker answers `input_required` (its tool
+/// elicits, samples or lists roots), the gateway asks its own caller the same questions
+/// ([`RequestContext::gather`]: a legacy caller is asked there and then; a 2026-07-28 caller
+/// gets an `input_required` of the gateway's own and retries, which replays the rounds with
+/// its answers) and retries the worker with `inputResponses` and the worker's `requestState`
+/// (sealed by the workers' shared secret, so the retry may land on any of them).
 async fn call_traced(
     inner: &Inner,
     server: &str,
@@ -369,13 +381,57 @@ async fn call_traced(
     arguments: Value,
     trace: Option<&Trace>,
 ) -> Result<CallToolResult, HandlerError> {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments, "_meta": meta_for(ctx, trace)},
-    })
-    .to_string();
+    let mut input_responses: Option<InputResponses> = None;
+    let mut request_state: Option<String> = None;
+    for round in 0..MAX_ROUNDS {
+        let mut params = json!({
+            "name": tool, "arguments": arguments, "_meta": meta_for(ctx, trace)});
+        if let Some(responses) = input_responses.take() {
+            params["inputResponses"] = Value::Object(responses);
+        }
+        if let Some(state) = request_state.take() {
+            params["requestState"] = Value::String(state);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+            .to_string();
+        match call_round(inner, server, tool, ctx, trace, &body).await? {
+            Answer::Complete(result) => return Ok(result),
+            Answer::InputRequired(needed) => {
+                // Keys carry the round, so a worker asking under the same key twice is two
+                // questions to our caller (a modern caller's answers are kept by key).
+                let asks: Vec<(String, InputRequest)> = needed
+                    .input_requests
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(key, request)| (format!("{round}:{key}"), request))
+                    .collect();
+                let prefix = format!("{round}:");
+                let answers = ctx.gather(asks).await?;
+                input_responses = Some(
+                    answers
+                        .into_iter()
+                        .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_owned(), v)))
+                        .collect(),
+                );
+                request_state = needed.request_state;
+            }
+        }
+    }
+    Err(HandlerError::failed(format!(
+        "`{server}` asked for input more than {MAX_ROUNDS} times in one call"
+    )))
+}
+
+/// One round of a forwarded call. No-responders (nothing was delivered) is retried once
+/// after a short wait: a worker may be restarting.
+async fn call_round(
+    inner: &Inner,
+    server: &str,
+    tool: &str,
+    ctx: &RequestContext,
+    trace: Option<&Trace>,
+    body: &str,
+) -> Result<Answer, HandlerError> {
     let subject = wire::request_subject(&inner.config.prefix, server, "tools/call", Some(tool));
     let mut retried = false;
     loop {
@@ -418,7 +474,7 @@ async fn call_once(
     ctx: &RequestContext,
     trace: Option<&Trace>,
     body: &[u8],
-) -> Result<CallToolResult, Outcome> {
+) -> Result<Answer, Outcome> {
     // A reply subscription of its own per call: one call's flood of frames can then never
     // fill the buffer another call's answer arrives in (a shared `{prefix}.*` subscription
     // did that, and measured no faster: the time went to the worker's timer, since fixed).
@@ -598,20 +654,46 @@ fn relay(ctx: &RequestContext, payload: &[u8]) {
     }
 }
 
+/// What a round of a forwarded call ended with.
+enum Answer {
+    /// The tool's result.
+    Complete(CallToolResult),
+    /// The worker needs input from the caller first.
+    InputRequired(InputRequiredResult),
+}
+
 /// The `end` (or `err`) frame's JSON-RPC response as the call's outcome.
-fn answer(payload: &[u8]) -> Result<CallToolResult, HandlerError> {
+fn answer(payload: &[u8]) -> Result<Answer, HandlerError> {
     #[derive(Deserialize)]
     struct Response {
-        result: Option<CallToolResult>,
+        result: Option<Box<serde_json::value::RawValue>>,
         error: Option<ErrorObject>,
     }
+    #[derive(Deserialize)]
+    struct Kind {
+        #[serde(rename = "resultType")]
+        result_type: Option<String>,
+    }
+    let malformed = || {
+        bus_error(
+            wire::STREAM_LOST,
+            "the worker's answer is not a JSON-RPC response",
+        )
+    };
     match serde_json::from_slice::<Response>(payload) {
         Ok(Response {
-            result: Some(mut result),
-            ..
+            result: Some(raw), ..
         }) => {
+            let kind: Kind = serde_json::from_str(raw.get()).map_err(|_| malformed())?;
+            if kind.result_type.as_deref() == Some("input_required") {
+                let needed: InputRequiredResult =
+                    serde_json::from_str(raw.get()).map_err(|_| malformed())?;
+                return Ok(Answer::InputRequired(needed));
+            }
+            let mut result: CallToolResult =
+                serde_json::from_str(raw.get()).map_err(|_| malformed())?;
             result.result_type = None;
-            Ok(result)
+            Ok(Answer::Complete(result))
         }
         Ok(Response {
             error: Some(error), ..

@@ -293,3 +293,56 @@ async fn change_events_raised_anywhere_reach_the_subscribers_of_every_gateway_on
     assert_eq!(seen_b, vec!["notifications/tools/list_changed "]);
     assert!(relays.iter().all(|r| r.dropped() == 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_elicitation_reaches_the_gateways_caller_in_both_generations() {
+    use toolyard::proto::{ElicitAction, ElicitRequestParams, ElicitResult, ProtocolVersion};
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "asker", Arc::default()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "asker__ask")).await;
+    let server = gw.server.clone();
+    for choice in [
+        ProtocolChoice::Modern,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = asked.clone();
+        let client = ClientBuilder::new(Implementation::new("asker-test", "1.0"))
+            .protocol(choice)
+            .request_timeout(WAIT)
+            .on_elicit(Arc::new(move |params: ElicitRequestParams| {
+                let log = log.clone();
+                Box::pin(async move {
+                    let question = serde_json::to_value(&params).unwrap()["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let name = if question.starts_with("First") {
+                        "Ada"
+                    } else {
+                        "Lovelace"
+                    };
+                    log.lock().unwrap().push(question);
+                    let mut content = toolyard::proto::JsonObject::new();
+                    content.insert("name".into(), json!(name));
+                    Ok(ElicitResult {
+                        action: ElicitAction::Accept,
+                        content: Some(content),
+                        meta: None,
+                        result_type: None,
+                    })
+                })
+            }))
+            .connect(MemoryTransport::new(&server))
+            .await
+            .unwrap();
+        let r = client.call_tool("asker__ask", json!({})).await.unwrap();
+        assert_eq!(text(&r), "Ada Lovelace", "{choice:?}: {r:?}");
+        let asked = asked.lock().unwrap().clone();
+        assert!(
+            asked.contains(&"First name?".to_owned()) && asked.contains(&"Last name?".to_owned()),
+            "{choice:?}: {asked:?}"
+        );
+    }
+}

@@ -78,6 +78,35 @@ pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
         )
         .tool(
             tool_fn(
+                "ask",
+                "Asks the caller's user for a name (elicitation), twice under one key",
+                |ctx, _a: serde_json::Value| async move {
+                    let form = |q: &str| {
+                        let mut schema = toolyard::proto::JsonObject::new();
+                        schema.insert("type".into(), "object".into());
+                        schema.insert(
+                            "properties".into(),
+                            serde_json::json!({"name": {"type": "string"}}),
+                        );
+                        toolyard::proto::ElicitRequestParams::form(q, schema)
+                    };
+                    let first = ctx.elicit("name", form("First name?")).await?;
+                    let name = |r: &toolyard::proto::ElicitResult| {
+                        r.content
+                            .as_ref()
+                            .and_then(|c| c.get("name"))
+                            .and_then(|v| v.as_str())
+                            .unwrap_or("?")
+                            .to_owned()
+                    };
+                    let second = ctx.elicit("again", form("Last name?")).await?;
+                    Ok::<_, HandlerError>(format!("{} {}", name(&first), name(&second)))
+                },
+            )
+            .unwrap(),
+        )
+        .tool(
+            tool_fn(
                 "progress",
                 "Reports progress",
                 |ctx, _a: serde_json::Value| async move {
@@ -141,6 +170,8 @@ pub(crate) async fn start_worker(url: &str, name: &str, seen: Arc<Seen>) -> Work
 pub(crate) struct Gateway {
     pub(crate) remote: RemoteTools,
     pub(crate) client: Client,
+    /// The gateway's server, for more clients.
+    pub(crate) server: Server,
 }
 
 pub(crate) async fn gateway(url: &str, config: RemoteConfig) -> Gateway {
@@ -168,7 +199,11 @@ pub(crate) async fn gateway_on(bus: async_nats::Client, config: RemoteConfig) ->
         .connect(MemoryTransport::new(&server))
         .await
         .unwrap();
-    Gateway { remote, client }
+    Gateway {
+        remote,
+        client,
+        server,
+    }
 }
 
 /// Short deadlines, so fault tests end quickly.
