@@ -12,6 +12,7 @@
 //!   nats-mcp-gateway's v1 where it has one; `docs/nats.md` specifies it for other clients.
 
 mod catalog;
+mod claims;
 mod config;
 mod error;
 mod events;
@@ -20,6 +21,7 @@ pub mod wire;
 mod worker;
 
 pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
+pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES};
 pub use config::{NatsConfig, NatsSection};
 pub use error::NatsError;
 pub use events::{events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER};

@@ -490,6 +490,8 @@ async fn call_once(
     headers.insert(wire::METHOD, "tools/call");
     headers.insert(wire::NAME, tool);
     headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
+    // An answer over max_payload comes back as a claim (`claims`), fetched below.
+    headers.insert(wire::ACCEPT_CLAIM, "1");
     // The trace context rides the headers too (NATS 2.11+ traces messages that carry it).
     if let Some((parent, state)) = trace {
         headers.insert(wire::TRACEPARENT, parent.as_str());
@@ -560,6 +562,17 @@ async fn call_once(
         match frame_header(&message, wire::FRAME).and_then(Frame::parse) {
             Some(Frame::Ka) => {}
             Some(Frame::Msg) => relay(ctx, &message.payload),
+            Some(Frame::End) if frame_header(&message, wire::CLAIM).is_some() => {
+                let name = frame_header(&message, wire::CLAIM).unwrap_or_default();
+                break match crate::claims::take(&inner.client, name).await {
+                    Ok(body) => answer(&body).map_err(Outcome::from),
+                    Err(e) => Err(bus_error(
+                        wire::PAYLOAD_TOO_LARGE,
+                        format!("the answer was too large for the bus and its claim could not be read: {e}"),
+                    )
+                    .into()),
+                };
+            }
             Some(Frame::End) if message.payload.is_empty() => {
                 break Err(HandlerError::failed("the call was cancelled").into())
             }

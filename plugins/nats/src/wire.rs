@@ -29,6 +29,11 @@ pub const WORKER: &str = "Mcp-Worker";
 pub const TRACEPARENT: &str = "traceparent";
 /// W3C trace state.
 pub const TRACESTATE: &str = "tracestate";
+/// `Mcp-Accept-Claim: 1` on a request: the caller can fetch an answer put in a claim
+/// (`crate::claims`) when it does not fit the bus's `max_payload`.
+pub const ACCEPT_CLAIM: &str = "Mcp-Accept-Claim";
+/// `Mcp-Claim` on an empty `end` frame: the object in the claims bucket holding the answer.
+pub const CLAIM: &str = "Mcp-Claim";
 
 /// The stream was lost (a worker went away, a frame was dropped, the worker is draining):
 /// the request may be re-issued.

@@ -246,6 +246,8 @@ struct Frames<'a> {
     reply: String,
     seq: u64,
     done: bool,
+    /// The caller sent `Mcp-Accept-Claim: 1`.
+    accept_claim: bool,
 }
 
 impl<'a> Frames<'a> {
@@ -255,12 +257,21 @@ impl<'a> Frames<'a> {
             reply,
             seq: 0,
             done: false,
+            accept_claim: false,
         }
     }
 
     async fn send(&mut self, frame: Frame, body: Bytes) {
         if self.done {
             return;
+        }
+        // An answer that cannot fit goes into a claim when the caller can fetch one.
+        let max_payload = self.inner.client.server_info().max_payload;
+        if frame == Frame::End && self.accept_claim && body.len() + 4096 > max_payload {
+            match crate::claims::put(&self.inner.client, &body, max_payload).await {
+                Ok(name) => return self.send_claimed(&name).await,
+                Err(e) => tracing::warn!(reply = %self.reply, error = %e, "putting a claim failed"),
+            }
         }
         self.done = frame.is_terminal();
         let mut headers = HeaderMap::new();
@@ -290,6 +301,25 @@ impl<'a> Frames<'a> {
                 );
                 Box::pin(self.send(Frame::Err, wire::error_body(None, &error).into())).await;
             }
+        }
+    }
+
+    /// The terminal `end` frame of a claimed answer: empty, naming the object.
+    async fn send_claimed(&mut self, name: &str) {
+        self.done = true;
+        let mut headers = HeaderMap::new();
+        headers.insert(wire::FRAME, Frame::End.as_str());
+        headers.insert(wire::SEQ, self.seq.to_string().as_str());
+        headers.insert(wire::WORKER, self.inner.instance.as_str());
+        headers.insert(wire::CLAIM, name);
+        self.seq += 1;
+        if let Err(e) = self
+            .inner
+            .client
+            .publish_with_headers(self.reply.clone(), headers, Bytes::new())
+            .await
+        {
+            tracing::warn!(reply = %self.reply, error = %e, "publishing a claimed end frame failed");
         }
     }
 
@@ -331,6 +361,7 @@ async fn handle(inner: &Inner, message: Message) {
         return;
     }
     let mut out = Frames::new(inner, reply.clone());
+    out.accept_claim = header(&message, wire::ACCEPT_CLAIM) == Some("1");
     if header(&message, wire::WIRE) != Some("1") {
         let error = ErrorObject::invalid_request("Mcp-Wire: 1 is required (wire version 1)");
         return out.err(None, &error).await;

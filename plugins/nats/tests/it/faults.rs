@@ -230,10 +230,12 @@ fn code_of(outcome: &Result<CallToolResult, toolyard::client::ClientError>) -> i
     }
 }
 
-/// N12: an answer over the bus's `max_payload` is -32012 from the worker, a request over it
-/// is -32012 before it is published; neither hangs.
+/// N12: an answer over the bus's `max_payload` comes back through a claim (the gateway
+/// accepts claims: the object is fetched with its digest checked, then deleted); to a caller
+/// that does not accept claims it is -32012; a request over it is -32012 before it is
+/// published; none hangs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_or_a_request_over_max_payload_is_32012_not_a_hang() {
+async fn an_answer_over_max_payload_is_claimed_and_a_request_over_it_is_32012() {
     let nats = NatsServer::start_with_max_payload(64 * 1024);
     let _worker = start_worker(&nats.url(), "big", Arc::default()).await;
     let gw = gateway(&nats.url(), quick()).await;
@@ -243,7 +245,11 @@ async fn an_answer_or_a_request_over_max_payload_is_32012_not_a_hang() {
     assert_eq!(text(&small.unwrap()).len(), 1000);
     let started = std::time::Instant::now();
     let answer = gw.client.call_tool("big__big", json!({"n": 200_000})).await;
-    assert_eq!(code_of(&answer), wire::PAYLOAD_TOO_LARGE, "{answer:?}");
+    assert_eq!(
+        text(&answer.unwrap()),
+        "x".repeat(200_000),
+        "the claimed answer, whole"
+    );
     let request = gw
         .client
         .call_tool("big__echo", json!({"message": "y".repeat(200_000)}))
@@ -262,6 +268,39 @@ async fn an_answer_or_a_request_over_max_payload_is_32012_not_a_hang() {
         .await
         .unwrap();
     assert_eq!(text(&echoed), "still here");
+    // The claim was deleted once read.
+    let raw = connect(&nats.url()).await;
+    let claims = async_nats::jetstream::new(raw.clone())
+        .get_object_store(toolyard_nats::CLAIMS_BUCKET)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut listing = claims.list().await.unwrap();
+        if listing.next().await.is_none() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the claim was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A caller that does not send Mcp-Accept-Claim gets -32012 for the same answer.
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "big", "tools/call", Some("big"));
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "big", "arguments": {"n": 200_000},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let frames = raw_call(&raw, &subject, headers("tools/call", Some("big")), &body).await;
+    let (frame, value) = frames.last().unwrap();
+    assert_eq!(frame, "err", "{frames:?}");
+    assert_eq!(
+        value["error"]["code"],
+        wire::PAYLOAD_TOO_LARGE,
+        "{frames:?}"
+    );
 }
 
 /// Frames of a raw call until the terminal one, then whatever follows within `after`.

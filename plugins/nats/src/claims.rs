@@ -1,0 +1,103 @@
+//! Claim-check for answers larger than the bus's `max_payload` (nats-mcp-gateway's scheme):
+//! a caller that sends `Mcp-Accept-Claim: 1` lets the worker put an answer that does not fit
+//! into the JetStream object store `TY_CLAIMS` (objects expire after 5 minutes, at most 64
+//! MiB each, 1 GiB in all) and send an empty `end` frame carrying `Mcp-Claim: <object>`. The
+//! caller reads the object (its SHA-256 digest is checked by the reader; its size is capped
+//! here, since the size in the metadata is the producer's word), deletes it, and answers as
+//! if the frame had carried it. A caller that did not accept claims gets -32012, as before.
+
+use crate::NatsError;
+use async_nats::jetstream::{self, object_store};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+/// The object store claims go to.
+pub const BUCKET: &str = "TY_CLAIMS";
+/// The largest answer put in a claim.
+pub const MAX_CLAIM_BYTES: usize = 64 * 1024 * 1024;
+/// How long an unclaimed object lives.
+const TTL: Duration = Duration::from_secs(300);
+/// How long the eager delete after a read may take.
+const DELETE_WITHIN: Duration = Duration::from_secs(2);
+
+async fn store(client: &async_nats::Client) -> Result<object_store::ObjectStore, NatsError> {
+    let js = jetstream::new(client.clone());
+    if let Ok(store) = js.get_object_store(BUCKET).await {
+        return Ok(store);
+    }
+    let config = object_store::Config {
+        bucket: BUCKET.to_owned(),
+        description: Some("Toolyard: answers too large for max_payload, claimed once".to_owned()),
+        max_age: TTL,
+        max_bytes: 1024 * 1024 * 1024,
+        ..Default::default()
+    };
+    match js.create_object_store(config).await {
+        Ok(store) => Ok(store),
+        // Another process may have created it between our get and create.
+        Err(create) => js
+            .get_object_store(BUCKET)
+            .await
+            .map_err(|_| NatsError::Bus(format!("the claims bucket {BUCKET}: {create}"))),
+    }
+}
+
+/// Puts `body` in a claim, in chunks under `max_payload`; the object's name.
+pub(crate) async fn put(
+    client: &async_nats::Client,
+    body: &[u8],
+    max_payload: usize,
+) -> Result<String, NatsError> {
+    if body.len() > MAX_CLAIM_BYTES {
+        return Err(NatsError::Bus(format!(
+            "the answer ({} bytes) is larger than a claim may be ({MAX_CLAIM_BYTES})",
+            body.len()
+        )));
+    }
+    let store = store(client).await?;
+    let name = client
+        .new_inbox()
+        .rsplit('.')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let meta = object_store::ObjectMetadata {
+        name: name.clone(),
+        // Headers and framing need room under max_payload.
+        chunk_size: Some((max_payload.saturating_sub(4096)).clamp(1024, 128 * 1024)),
+        ..Default::default()
+    };
+    let mut reader = body;
+    store
+        .put(meta, &mut reader)
+        .await
+        .map_err(|e| NatsError::Bus(format!("putting the claim: {e}")))?;
+    Ok(name)
+}
+
+/// Reads the claim `name` (digest checked, at most [`MAX_CLAIM_BYTES`]) and deletes it.
+pub(crate) async fn take(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
+    let store = store(client).await?;
+    let object = store
+        .get(name)
+        .await
+        .map_err(|e| NatsError::Bus(format!("fetching the claim {name}: {e}")))?;
+    let mut body = Vec::new();
+    // One byte more than allowed tells an oversize object from one exactly at the cap.
+    let read = object
+        .take(MAX_CLAIM_BYTES as u64 + 1)
+        .read_to_end(&mut body)
+        .await;
+    let deleting = store.clone();
+    let owned = name.to_owned();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(DELETE_WITHIN, deleting.delete(owned)).await;
+    });
+    read.map_err(|e| NatsError::Bus(format!("reading the claim {name}: {e}")))?;
+    if body.len() > MAX_CLAIM_BYTES {
+        return Err(NatsError::Bus(format!(
+            "the claim {name} is larger than {MAX_CLAIM_BYTES} bytes"
+        )));
+    }
+    Ok(body)
+}
