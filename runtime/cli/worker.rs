@@ -103,7 +103,11 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)
                 .await?;
         let worker = Worker::start(server.clone(), client, worker_config).await?;
-        eprintln!("toolyard: worker `{}` serving on {}", args.name, args.nats);
+        eprintln!(
+            "toolyard: worker `{}` serving on {}",
+            args.name,
+            toolyard_nats::without_credentials(&args.nats)
+        );
         tokio::select! {
             () = crate::terminated() => {}
             _ = tokio::signal::ctrl_c() => {}

@@ -14,6 +14,7 @@
 mod catalog;
 mod claims;
 mod config;
+mod denied;
 mod error;
 mod events;
 mod remote;
@@ -31,20 +32,76 @@ pub use worker::{Worker, WorkerConfig};
 /// Connects to a NATS server the way the bridge wants it: named, retrying the first
 /// connection (a worker may start before the broker), reconnecting for ever. `url` may list
 /// a cluster's servers separated by commas: the connection moves to another when its server
-/// goes away.
+/// goes away. Credentials in the URL are used as other NATS clients use them
+/// (`nats://user:password@host` or `nats://token@host`; async-nats itself ignores them) and
+/// never printed.
 pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsError> {
     let urls: Vec<&str> = url
         .split(',')
         .map(str::trim)
         .filter(|u| !u.is_empty())
         .collect();
-    async_nats::ConnectOptions::new()
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some(addr) = urls.iter().find_map(|u| {
+        u.parse::<async_nats::ServerAddr>()
+            .ok()
+            .filter(|a| a.username().is_some())
+    }) {
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let user = decode(addr.username().unwrap_or_default());
+        options = match addr.password() {
+            Some(password) => options.user_and_password(user, decode(password)),
+            None => options.token(user),
+        };
+    }
+    options
         .name(name)
         .retry_on_initial_connect()
+        // A publish the server's permissions refuse is reported only here (N15): the calls
+        // waiting on that subject end at once with -32013 instead of at their deadline.
+        .event_callback(|event| async move {
+            match event {
+                async_nats::Event::ServerError(async_nats::ServerError::Other(message)) => {
+                    match denied::refused_publish(&message) {
+                        Some(subject) => denied::report(subject, &message),
+                        None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
+                    }
+                }
+                other => tracing::debug!(target: "toolyard::nats", event = %other, "NATS connection event"),
+            }
+        })
         .connect(urls)
         .await
         .map_err(|e| NatsError::Connect {
-            url: url.to_owned(),
+            url: without_credentials(url),
             reason: e.to_string(),
         })
+}
+
+/// `url` with any `user:password@` / `token@` cut out of each of its servers.
+pub fn without_credentials(url: &str) -> String {
+    url.split(',')
+        .map(|u| match (u.find("://"), u.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                format!("{}{}", &u[..scheme + 3], &u[at + 1..])
+            }
+            _ => u.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_are_cut_out_of_printed_urls() {
+        assert_eq!(
+            super::without_credentials("nats://u:p%40ss@h:4222, nats://tok@h2,nats://h3"),
+            "nats://h:4222, nats://h2,nats://h3"
+        );
+    }
 }

@@ -503,6 +503,8 @@ async fn call_once(
         wire::TIMEOUT_MS,
         inner.config.call_timeout.as_millis().to_string().as_str(),
     );
+    // Watched before the publish: the server's refusal may come back at once.
+    let mut denied = crate::denied::watch(subject);
     let published = inner
         .client
         .publish_with_reply_and_headers(
@@ -530,6 +532,13 @@ async fn call_once(
         let next = tokio::select! {
             m = tokio::time::timeout(inner.config.inactivity, frames.next()) => m,
             () = ctx.cancellation().cancelled() => break Err(Outcome::Cancelled),
+            Ok(message) = &mut denied.refused => {
+                break Err(bus_error(
+                    wire::PERMISSION_DENIED,
+                    format!("the bus refused the call to `{server}`: {message}"),
+                )
+                .into())
+            }
         };
         let message = match next {
             Err(_) => {

@@ -42,6 +42,8 @@ pub const STREAM_LOST: i32 = -32010;
 pub const NO_RESPONDERS: i32 = -32011;
 /// The request or its answer does not fit the bus's `max_payload`.
 pub const PAYLOAD_TOO_LARGE: i32 = -32012;
+/// The bus refused to carry the request: this connection may not publish to its subject.
+pub const PERMISSION_DENIED: i32 = -32013;
 /// The subject, the mirrored headers and the body disagree (the MCP HeaderMismatch code).
 pub const HEADER_MISMATCH: i32 = toolyard_proto::error::code::HEADER_MISMATCH;
 

@@ -124,6 +124,8 @@ struct Spec {
     cluster: Option<(u16, Vec<u16>)>,
     /// `max_payload` in bytes (8 MiB unless [`NatsServer::start_with_max_payload`]).
     max_payload: usize,
+    /// More configuration, appended as is (e.g. an `authorization` block).
+    extra: String,
 }
 
 impl NatsServer {
@@ -146,6 +148,20 @@ impl NatsServer {
     ///
     /// As [`NatsServer::start`].
     pub fn start_with_max_payload(bytes: usize) -> NatsServer {
+        NatsServer::start_configured(bytes, "")
+    }
+
+    /// Like [`NatsServer::start`], with `extra` appended to the server's configuration (e.g.
+    /// `authorization { users = [...] }` to test permissions).
+    ///
+    /// # Panics
+    ///
+    /// As [`NatsServer::start`].
+    pub fn start_with_config(extra: &str) -> NatsServer {
+        NatsServer::start_configured(8 * 1024 * 1024, extra)
+    }
+
+    fn start_configured(bytes: usize, extra: &str) -> NatsServer {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let [client_port, http_port] = free_ports::<2>();
@@ -155,6 +171,7 @@ impl NatsServer {
                 http_port,
                 cluster: None,
                 max_payload: bytes,
+                extra: extra.to_owned(),
             });
             match server.wait_healthy() {
                 Ok(()) => return server,
@@ -440,6 +457,7 @@ impl NatsCluster {
                         client_port: ports[i],
                         http_port: ports[size + i],
                         cluster: Some((route_ports[i], others)),
+                        extra: String::new(),
                         max_payload: 8 * 1024 * 1024,
                     })
                 })
@@ -553,6 +571,10 @@ fn render_config(spec: &Spec, store: &Path) -> String {
         http = spec.http_port,
         max_payload = spec.max_payload,
     );
+    if !spec.extra.is_empty() {
+        conf.push_str(&spec.extra);
+        conf.push('\n');
+    }
     if let Some((port, others)) = &spec.cluster {
         let routes: Vec<String> = others
             .iter()

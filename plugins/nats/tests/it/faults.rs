@@ -605,3 +605,55 @@ async fn losing_the_node_a_worker_is_on_moves_the_worker_and_calls_recover() {
     }
     assert_ne!(server_of(&bus).await, doomed, "the worker moved");
 }
+
+/// N15: a gateway whose NATS user may publish only to one server's subjects calls a tool of
+/// another: the broker refuses the publish, and the call ends with -32013 at once (from the
+/// server's `-ERR`, mapped to the call by its subject), not at the inactivity deadline; the
+/// allowed server still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_the_brokers_permissions_refuse_is_32013_at_once() {
+    let nats = NatsServer::start_with_config(
+        r#"accounts {
+  APP: {
+    jetstream: enabled
+    users: [
+      { user: "worker", password: "w" }
+      { user: "gateway", password: "g", permissions: {
+          publish: { allow: ["mcp.v1.req._._.allowed.>", "mcp.v1.events", "_INBOX.>", "$JS.>", "$KV.>"] }
+          subscribe: { allow: [">"] } } }
+    ]
+  }
+}"#,
+    );
+    let as_user = |user: &str, password: &str| {
+        nats.url()
+            .replace("nats://", &format!("nats://{user}:{password}@"))
+    };
+    let _allowed = start_worker(&as_user("worker", "w"), "allowed", Arc::default()).await;
+    let _denied = start_worker(&as_user("worker", "w"), "secret", Arc::default()).await;
+    // A gateway whose inactivity deadline is long: an answer in time can only come from the
+    // refusal.
+    let config = RemoteConfig {
+        inactivity: Duration::from_secs(30),
+        ..RemoteConfig::default()
+    };
+    let gw = gateway(&as_user("gateway", "g"), config).await;
+    listed(&gw.client, |n| {
+        n.iter().any(|t| t == "allowed__echo") && n.iter().any(|t| t == "secret__echo")
+    })
+    .await;
+    let refused = tokio::time::timeout(
+        Duration::from_secs(10),
+        gw.client
+            .call_tool("secret__echo", json!({"message": "hi"})),
+    )
+    .await
+    .expect("the refusal ends the call long before the 30 s inactivity deadline");
+    assert_eq!(code_of(&refused), wire::PERMISSION_DENIED, "{refused:?}");
+    let ok = gw
+        .client
+        .call_tool("allowed__echo", json!({"message": "fine"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&ok), "fine");
+}
