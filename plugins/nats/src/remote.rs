@@ -241,7 +241,12 @@ impl Inner {
             .filter_map(|(exposed, (server, tool))| {
                 let mut def_tool = tool.clone();
                 def_tool.name = exposed.clone();
-                let f = forward(self.clone(), server.clone(), tool.name.clone());
+                // A tool that says calling it again is harmless may be re-issued once when its
+                // stream is lost (its worker died or stalled); no other tool ever is.
+                let retry_safe = tool.annotations.as_ref().is_some_and(|a| {
+                    a.read_only_hint == Some(true) || a.idempotent_hint == Some(true)
+                });
+                let f = forward(self.clone(), server.clone(), tool.name.clone(), retry_safe);
                 match ToolDef::new(def_tool, f) {
                     // The worker checks the arguments against its own schema.
                     Ok(def) => Some(def.without_validation()),
@@ -280,12 +285,14 @@ impl Inner {
     }
 }
 
-fn forward(inner: Arc<Inner>, server: String, tool: String) -> toolyard::ToolFn {
+fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) -> toolyard::ToolFn {
     Arc::new(move |ctx: RequestContext, args: ToolArgs| {
         let inner = inner.clone();
         let server = server.clone();
         let tool = tool.clone();
-        Box::pin(async move { call(&inner, &server, &tool, &ctx, args.into_value()).await })
+        Box::pin(
+            async move { call(&inner, &server, &tool, &ctx, args.into_value(), retry_safe).await },
+        )
     })
 }
 
@@ -330,6 +337,7 @@ async fn call(
     tool: &str,
     ctx: &RequestContext,
     arguments: Value,
+    retry_safe: bool,
 ) -> Result<CallToolResult, HandlerError> {
     // Observed as a client request (a CLIENT span when telemetry is on), whose context the
     // worker then receives instead of ours.
@@ -349,7 +357,16 @@ async fn call(
             ctx.traceparent()
                 .map(|p| (p.to_owned(), ctx.tracestate().map(str::to_owned)))
         });
-    let answer = call_traced(inner, server, tool, ctx, arguments, trace.as_ref()).await;
+    let answer = call_traced(
+        inner,
+        server,
+        tool,
+        ctx,
+        arguments,
+        trace.as_ref(),
+        retry_safe,
+    )
+    .await;
     if let Some(o) = observed {
         o.finish(match &answer {
             Ok(r) if r.failed() => RequestOutcome::ToolError,
@@ -380,6 +397,7 @@ async fn call_traced(
     ctx: &RequestContext,
     arguments: Value,
     trace: Option<&Trace>,
+    retry_safe: bool,
 ) -> Result<CallToolResult, HandlerError> {
     let mut input_responses: Option<InputResponses> = None;
     let mut request_state: Option<String> = None;
@@ -394,7 +412,7 @@ async fn call_traced(
         }
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
             .to_string();
-        match call_round(inner, server, tool, ctx, trace, &body).await? {
+        match call_round(inner, server, tool, ctx, trace, &body, retry_safe).await? {
             Answer::Complete(result) => return Ok(result),
             Answer::InputRequired(needed) => {
                 // Keys carry the round, so a worker asking under the same key twice is two
@@ -431,9 +449,11 @@ async fn call_round(
     ctx: &RequestContext,
     trace: Option<&Trace>,
     body: &str,
+    retry_safe: bool,
 ) -> Result<Answer, HandlerError> {
     let subject = wire::request_subject(&inner.config.prefix, server, "tools/call", Some(tool));
     let mut retried = false;
+    let mut reissued = false;
     loop {
         match call_once(inner, &subject, server, tool, ctx, trace, body.as_bytes()).await {
             Ok(result) => return Ok(result),
@@ -446,6 +466,15 @@ async fn call_round(
                     wire::NO_RESPONDERS,
                     format!("no worker serves `{server}` on the bus (no responders)"),
                 ))
+            }
+            Err(Outcome::Failed(HandlerError::Protocol(e)))
+                if retry_safe
+                    && !reissued
+                    && e.code == wire::STREAM_LOST
+                    && !ctx.cancellation().is_cancelled() =>
+            {
+                reissued = true;
+                tracing::info!(target: "toolyard::nats", %server, %tool, error = %e.message, "stream lost: re-issuing a retry-safe call once");
             }
             Err(Outcome::Failed(e)) => return Err(e),
             Err(Outcome::Cancelled) => return Err(HandlerError::failed("cancelled")),

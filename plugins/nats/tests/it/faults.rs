@@ -657,3 +657,49 @@ async fn a_publish_the_brokers_permissions_refuse_is_32013_at_once() {
         .unwrap();
     assert_eq!(text(&ok), "fine");
 }
+
+/// N1, for a tool annotated `readOnlyHint`: its worker's connection dies mid-call, so the
+/// stream goes silent; after the inactivity deadline the gateway re-issues the call once and
+/// the other worker answers it. (A tool without the hint gets -32010 instead:
+/// `a_worker_killed_mid_call_is_32010_and_the_survivor_serves_the_next_call` in the binary's
+/// tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_call_whose_worker_dies_is_reissued_once_on_the_survivor() {
+    let nats = NatsServer::start();
+    let dying = connect(&nats.url()).await;
+    let mut config = WorkerConfig::new("pool");
+    config.keepalive = Duration::from_millis(200);
+    let seen_first = Arc::new(Seen::default());
+    let _first = Worker::start(
+        worker_server(seen_first.clone()).await,
+        dying.clone(),
+        config,
+    )
+    .await
+    .unwrap();
+    let gw = gateway(&nats.url(), quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "pool__sleep_ro")).await;
+    let client = gw.client.clone();
+    let call = tokio::spawn(async move {
+        client
+            .call_tool("pool__sleep_ro", json!({"ms": 1500}))
+            .await
+    });
+    // The call is with the only worker; then a second one joins and the first one's
+    // connection goes away mid-call.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen_second = Arc::new(Seen::default());
+    let _second = start_worker(&nats.url(), "pool", seen_second.clone()).await;
+    dying.drain().await.unwrap();
+    let answer = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call ends")
+        .unwrap()
+        .expect("re-issued and answered by the survivor");
+    assert_eq!(text(&answer), "slept");
+    assert_eq!(
+        seen_second.finished.load(Ordering::SeqCst),
+        1,
+        "the survivor ran it once"
+    );
+}

@@ -76,6 +76,31 @@ pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
             )
             .unwrap(),
         )
+        .tool({
+            // `sleep` again, annotated read-only: the gateway may re-issue it once.
+            let seen = seen.clone();
+            toolyard::ToolDef::from_fn(
+                toolyard::proto::Tool {
+                    name: "sleep_ro".into(),
+                    description: Some("Sleeps; read-only".into()),
+                    input_schema: toolyard::schema_for::<Sleep>(),
+                    annotations: Some(toolyard::proto::ToolAnnotations {
+                        read_only_hint: Some(true),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                move |_ctx, a: Sleep| {
+                    let seen = seen.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(a.ms)).await;
+                        seen.finished.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, HandlerError>("slept".to_owned())
+                    }
+                },
+            )
+            .unwrap()
+        })
         .tool(
             tool_fn(
                 "ask",
