@@ -26,6 +26,14 @@
 //! The names and argument shapes follow the reference servers so that clients and prompts
 //! written for them keep working; the security model is this crate's own.
 
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "github",
+    feature = "slack",
+    feature = "gdrive"
+))]
+mod actor;
 mod config;
 mod error;
 #[cfg(feature = "fetch")]
