@@ -149,6 +149,14 @@ impl Sql {
         self.observer().restarts()
     }
 
+    /// Publishes the restarts of the connector's state actor to `lifecycle`
+    /// (`ComponentDown`, then `ComponentUp`, kind `connector`, name `sql`).
+    /// [`Watchers::start`](crate::Watchers::start) does this for a connector installed
+    /// from the config file.
+    pub fn attach_lifecycle(&self, lifecycle: Arc<toolyard::Lifecycle>) {
+        self.observer().attach(lifecycle);
+    }
+
     pub(crate) fn observer(&self) -> crate::actor::Observer {
         match &self.inner.backend {
             #[cfg(feature = "sqlite")]
