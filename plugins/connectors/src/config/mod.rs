@@ -359,7 +359,7 @@ impl ConnectorsConfig {
             builder = install_search(builder, search, self.connectors.fetch.as_ref())?;
         }
         if let Some(github) = &self.connectors.github {
-            builder = install_github(builder, github, read_only)?;
+            builder = install_github(builder, github, read_only, &mut watchers)?;
         }
         if let Some(slack) = &self.connectors.slack {
             builder = install_slack(builder, slack, read_only)?;
@@ -521,10 +521,12 @@ fn install_github(
     builder: ServerBuilder,
     config: &GithubConfig,
     read_only: bool,
+    watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     let mut config = config.clone();
     config.read_only |= read_only;
     let connector = crate::github::Github::new(&config)?;
+    watchers.observers.push(connector.observer());
     Ok(builder.controller(connector))
 }
 
@@ -533,6 +535,7 @@ fn install_github(
     _builder: ServerBuilder,
     _config: &GithubConfig,
     _read_only: bool,
+    _watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
         connector: "github",

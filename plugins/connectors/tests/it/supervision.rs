@@ -26,7 +26,8 @@ fn sqlite_file(dir: &TempDir) -> String {
 }
 
 #[tokio::test]
-async fn sql_a_panic_in_the_state_actor_fails_only_that_call_and_the_rebuilt_state_serves_the_next() {
+async fn sql_a_panic_in_the_state_actor_fails_only_that_call_and_the_rebuilt_state_serves_the_next()
+{
     let dir = TempDir::new("supervision");
     let sql = Sql::new(&SqlConfig::new(sqlite_file(&dir))).unwrap();
     let t = std::sync::Arc::new(Tools::with(sql.clone()).await);
@@ -41,7 +42,11 @@ async fn sql_a_panic_in_the_state_actor_fails_only_that_call_and_the_rebuilt_sta
         "{}",
         hit.text
     );
-    assert_eq!(sql.state_restarts(), 1, "the supervisor rebuilt the state once");
+    assert_eq!(
+        sql.state_restarts(),
+        1,
+        "the supervisor rebuilt the state once"
+    );
 
     // The rebuilt pool serves the next calls, concurrent ones included.
     let calls: Vec<_> = (0..8)
@@ -82,14 +87,21 @@ async fn sql_a_restart_is_published_to_the_servers_lifecycle() {
             _ => {}
         }
     }
-    assert_eq!(seen, ["down connector sql required=false", "up connector sql"]);
+    assert_eq!(
+        seen,
+        ["down connector sql required=false", "up connector sql"]
+    );
     assert!(t.server().lifecycle().readiness().down.is_empty());
-    assert!(t.call("list_schemas", json!({})).await.ok().contains("main"));
+    assert!(t
+        .call("list_schemas", json!({}))
+        .await
+        .ok()
+        .contains("main"));
 }
 
 #[tokio::test]
-async fn sql_an_in_memory_database_keeps_its_one_connection_across_calls_and_starts_over_after_a_restart()
-{
+async fn sql_an_in_memory_database_keeps_its_one_connection_across_calls_and_starts_over_after_a_restart(
+) {
     let mut config = SqlConfig::new("sqlite::memory:");
     config.allow_writes = true;
     let sql = Sql::new(&config).unwrap();
@@ -139,7 +151,10 @@ async fn postgres_reads_reuse_a_pooled_connection_and_a_panic_rebuilds_the_pool(
     t.call("query", pid.clone()).await.err();
     assert_eq!(sql.state_restarts(), 1);
     let rebuilt = t.call("query", pid.clone()).await.ok().to_owned();
-    assert_ne!(rebuilt, first, "the rebuilt pool opened a connection of its own");
+    assert_ne!(
+        rebuilt, first,
+        "the rebuilt pool opened a connection of its own"
+    );
 }
 
 #[tokio::test]
@@ -172,16 +187,29 @@ async fn postgres_calls_past_max_connections_wait_for_a_free_one_within_their_ti
         if running > 0 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the slow query never started");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slow query never started"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let busy = t
-        .call("query", json!({"sql": "SELECT 1 AS one", "timeout_ms": 100}))
+        .call(
+            "query",
+            json!({"sql": "SELECT 1 AS one", "timeout_ms": 100}),
+        )
         .await;
-    assert!(busy.err().contains("all 1 connections stayed busy"), "{}", busy.text);
+    assert!(
+        busy.err().contains("all 1 connections stayed busy"),
+        "{}",
+        busy.text
+    );
     // One that may wait long enough gets the connection when the slow query gives it back.
     let patient = t
-        .call("query", json!({"sql": "SELECT 1 AS one", "timeout_ms": 5000}))
+        .call(
+            "query",
+            json!({"sql": "SELECT 1 AS one", "timeout_ms": 5000}),
+        )
         .await;
     assert!(patient.ok().contains('1'));
     assert!(slow.await.unwrap().ok().contains(&marker));
