@@ -358,8 +358,6 @@ pub(crate) struct Flight<T, E> {
     /// Set while a refresh is in flight: its ticket and who waits for it.
     in_flight: Option<(u64, Vec<oneshot::Sender<Result<T, E>>>)>,
     next_ticket: u64,
-    /// How many refreshes were led (observability, and the tests' proof of sharing).
-    refreshes: u64,
 }
 
 impl<T, E> Default for Flight<T, E> {
@@ -368,7 +366,6 @@ impl<T, E> Default for Flight<T, E> {
             value: None,
             in_flight: None,
             next_ticket: 0,
-            refreshes: 0,
         }
     }
 }
@@ -394,7 +391,6 @@ impl<T: Clone, E: Clone> Flight<T, E> {
             return Join::Wait(rx);
         }
         self.next_ticket += 1;
-        self.refreshes += 1;
         self.in_flight = Some((self.next_ticket, Vec::new()));
         Join::Lead(self.next_ticket)
     }
@@ -420,21 +416,12 @@ impl<T: Clone, E: Clone> Flight<T, E> {
         }
     }
 
-    /// Drops the held value (the service refused it) so the next caller refreshes.
-    pub(crate) fn forget(&mut self) {
-        self.value = None;
-    }
-
-    /// Drops the held value only if it is still `stale` (a newer one may have landed).
+    /// Drops the held value (the service refused it) so the next caller refreshes; only if
+    /// it is still `stale`, since a newer one may have landed meanwhile.
     pub(crate) fn forget_if(&mut self, stale: impl Fn(&T) -> bool) {
         if self.value.as_ref().is_some_and(stale) {
             self.value = None;
         }
-    }
-
-    /// How many refreshes were led.
-    pub(crate) fn refreshes(&self) -> u64 {
-        self.refreshes
     }
 }
 

@@ -370,6 +370,9 @@ impl ConnectorsConfig {
                 let mut config = gdrive.clone();
                 config.read_only |= read_only;
                 let connector = crate::gdrive::Gdrive::new(&config)?;
+                watchers
+                    .observers
+                    .push(connector.attach_lifecycle_observer());
                 watchers.gdrive = Some(connector.clone());
                 builder = builder.controller(connector);
             }
