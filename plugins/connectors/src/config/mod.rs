@@ -362,7 +362,7 @@ impl ConnectorsConfig {
             builder = install_github(builder, github, read_only, &mut watchers)?;
         }
         if let Some(slack) = &self.connectors.slack {
-            builder = install_slack(builder, slack, read_only)?;
+            builder = install_slack(builder, slack, read_only, &mut watchers)?;
         }
         if let Some(gdrive) = &self.connectors.gdrive {
             #[cfg(feature = "gdrive")]
@@ -552,10 +552,12 @@ fn install_slack(
     builder: ServerBuilder,
     config: &SlackConfig,
     read_only: bool,
+    watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     let mut config = config.clone();
     config.read_only |= read_only;
     let connector = crate::slack::Slack::new(&config)?;
+    watchers.observers.push(connector.observer());
     Ok(builder.controller(connector))
 }
 
@@ -564,6 +566,7 @@ fn install_slack(
     _builder: ServerBuilder,
     _config: &SlackConfig,
     _read_only: bool,
+    _watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
         connector: "slack",
