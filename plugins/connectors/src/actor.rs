@@ -311,7 +311,7 @@ impl<S: Send + 'static> Supervised<S> {
                     let landed = outcome.clone();
                     self.call(move |s| {
                         if let Some(ticket) = ticket {
-                            access(s).land(ticket, landed);
+                            access(s).land(ticket, &landed);
                         }
                     })
                     .await?;
@@ -352,11 +352,14 @@ where
     }
 }
 
+/// Who waits for a refresh's outcome.
+type Waiters<T, E> = Vec<oneshot::Sender<Result<T, E>>>;
+
 /// A value that one caller at a time refreshes while the others wait (a token, say).
 pub(crate) struct Flight<T, E> {
     value: Option<T>,
     /// Set while a refresh is in flight: its ticket and who waits for it.
-    in_flight: Option<(u64, Vec<oneshot::Sender<Result<T, E>>>)>,
+    in_flight: Option<(u64, Waiters<T, E>)>,
     next_ticket: u64,
 }
 
@@ -395,11 +398,11 @@ impl<T: Clone, E: Clone> Flight<T, E> {
         Join::Lead(self.next_ticket)
     }
 
-    fn land(&mut self, ticket: u64, outcome: Result<T, E>) {
+    fn land(&mut self, ticket: u64, outcome: &Result<T, E>) {
         if self.in_flight.as_ref().map(|(t, _)| *t) != Some(ticket) {
             return;
         }
-        if let Ok(v) = &outcome {
+        if let Ok(v) = outcome {
             self.value = Some(v.clone());
         }
         if let Some((_, waiters)) = self.in_flight.take() {
@@ -535,5 +538,111 @@ impl<S: Send + 'static> Actor for Supervisor<S> {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Token = Flight<u32, String>;
+
+    fn itself(s: &mut Token) -> &mut Token {
+        s
+    }
+
+    async fn until(state: &Supervised<Token>, test: fn(&Token) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !state.call(move |s| test(s)).await.unwrap() {
+            assert!(tokio::time::Instant::now() < deadline, "never happened");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_refresh_hands_the_lead_to_a_waiter() {
+        let state = Supervised::new("test", Token::default);
+        let leader = tokio::spawn({
+            let state = state.clone();
+            async move {
+                state
+                    .single_flight(itself, |_| true, std::future::pending)
+                    .await
+            }
+        });
+        until(&state, |s| s.in_flight.is_some()).await;
+        let waiter = tokio::spawn({
+            let state = state.clone();
+            async move {
+                state
+                    .single_flight(itself, |_| true, || async { Ok(7) })
+                    .await
+            }
+        });
+        until(&state, |s| {
+            s.in_flight.as_ref().is_some_and(|(_, w)| w.len() == 1)
+        })
+        .await;
+        leader.abort();
+        assert_eq!(waiter.await.unwrap(), Ok(Ok(7)));
+        // Landed: the next caller has it without a refresh.
+        let held = state
+            .single_flight(itself, |_| true, || async { Err("refreshed".to_owned()) })
+            .await;
+        assert_eq!(held, Ok(Ok(7)));
+    }
+
+    #[tokio::test]
+    async fn a_failed_refresh_reaches_every_waiter_and_nothing_is_held() {
+        let state = Supervised::new("test", Token::default);
+        let (go, gate) = oneshot::channel::<()>();
+        let leader = tokio::spawn({
+            let state = state.clone();
+            async move {
+                state
+                    .single_flight(
+                        itself,
+                        |_| true,
+                        || async {
+                            let _ = gate.await;
+                            Err("refused".to_owned())
+                        },
+                    )
+                    .await
+            }
+        });
+        until(&state, |s| s.in_flight.is_some()).await;
+        let waiter = tokio::spawn({
+            let state = state.clone();
+            async move {
+                state
+                    .single_flight(itself, |_| true, || async { Ok(1) })
+                    .await
+            }
+        });
+        until(&state, |s| {
+            s.in_flight.as_ref().is_some_and(|(_, w)| w.len() == 1)
+        })
+        .await;
+        let _ = go.send(());
+        assert_eq!(leader.await.unwrap(), Ok(Err("refused".to_owned())));
+        assert_eq!(waiter.await.unwrap(), Ok(Err("refused".to_owned())));
+        assert!(state.call(|s| s.value.is_none()).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_job_that_panics_is_an_error_to_its_caller_and_the_state_is_rebuilt() {
+        let state = Supervised::new("test", || 5_u32);
+        state.call(|n| *n += 1).await.unwrap();
+        let failed = state
+            .call(|n| {
+                if *n == 6 {
+                    panic!("a bug");
+                }
+            })
+            .await;
+        assert_eq!(failed, Err(StateError::Failed { connector: "test" }));
+        assert_eq!(state.call(|n| *n).await, Ok(5), "rebuilt by its builder");
+        assert_eq!(state.restarts(), 1);
     }
 }
