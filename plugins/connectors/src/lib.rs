@@ -33,6 +33,14 @@
     feature = "slack",
     feature = "gdrive"
 ))]
+#[cfg_attr(
+    not(all(
+        any(feature = "sqlite", feature = "postgres"),
+        any(feature = "github", feature = "gdrive"),
+        feature = "slack"
+    )),
+    allow(dead_code, reason = "each connector uses part of it")
+)]
 mod actor;
 mod config;
 mod error;
