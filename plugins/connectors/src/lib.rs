@@ -26,6 +26,22 @@
 //! The names and argument shapes follow the reference servers so that clients and prompts
 //! written for them keep working; the security model is this crate's own.
 
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "github",
+    feature = "slack",
+    feature = "gdrive"
+))]
+#[cfg_attr(
+    not(all(
+        any(feature = "sqlite", feature = "postgres"),
+        any(feature = "github", feature = "gdrive"),
+        feature = "slack"
+    )),
+    allow(dead_code, reason = "each connector uses part of it")
+)]
+mod actor;
 mod config;
 mod error;
 #[cfg(feature = "fetch")]

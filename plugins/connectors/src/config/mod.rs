@@ -250,6 +250,10 @@ pub struct SqlConfig {
     /// 5,000.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// The most connections open at once (PostgreSQL, and SQLite file reads); a call waits
+    /// up to its time limit for one to come free. Default 4.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
 }
 
 impl SqlConfig {
@@ -261,8 +265,13 @@ impl SqlConfig {
             confirm_destructive: false,
             max_rows: default_max_rows(),
             timeout_ms: default_timeout_ms(),
+            max_connections: default_max_connections(),
         }
     }
+}
+
+fn default_max_connections() -> usize {
+    4
 }
 
 fn default_max_rows() -> u64 {
@@ -341,7 +350,7 @@ impl ConnectorsConfig {
         if let Some(sql) = &self.connectors.sql {
             let mut sql = sql.clone();
             sql.allow_writes &= !read_only;
-            builder = install_sql(builder, &sql)?;
+            builder = install_sql(builder, &sql, &mut watchers)?;
         }
         if let Some(fetch) = &self.connectors.fetch {
             builder = install_fetch(builder, fetch)?;
@@ -350,10 +359,10 @@ impl ConnectorsConfig {
             builder = install_search(builder, search, self.connectors.fetch.as_ref())?;
         }
         if let Some(github) = &self.connectors.github {
-            builder = install_github(builder, github, read_only)?;
+            builder = install_github(builder, github, read_only, &mut watchers)?;
         }
         if let Some(slack) = &self.connectors.slack {
-            builder = install_slack(builder, slack, read_only)?;
+            builder = install_slack(builder, slack, read_only, &mut watchers)?;
         }
         if let Some(gdrive) = &self.connectors.gdrive {
             #[cfg(feature = "gdrive")]
@@ -361,6 +370,9 @@ impl ConnectorsConfig {
                 let mut config = gdrive.clone();
                 config.read_only |= read_only;
                 let connector = crate::gdrive::Gdrive::new(&config)?;
+                watchers
+                    .observers
+                    .push(connector.attach_lifecycle_observer());
                 watchers.gdrive = Some(connector.clone());
                 builder = builder.controller(connector);
             }
@@ -380,6 +392,15 @@ pub struct Watchers {
     gdrive: Option<crate::gdrive::Gdrive>,
     #[cfg(feature = "filesystem")]
     filesystem: Option<crate::filesystem::Filesystem>,
+    /// The connectors' state actors, whose restarts go to the server's lifecycle.
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "github",
+        feature = "slack",
+        feature = "gdrive"
+    ))]
+    observers: Vec<crate::actor::Observer>,
 }
 
 /// The running watchers; dropping this stops them (as does the server stopping).
@@ -392,9 +413,21 @@ pub struct Watching {
 }
 
 impl Watchers {
-    /// Starts the watchers for `server`'s subscribers.
+    /// Starts the watchers for `server`'s subscribers, and publishes the restarts of the
+    /// connectors' state actors to its lifecycle (`ComponentDown`/`ComponentUp`, kind
+    /// `connector`).
     pub fn start(&self, server: &toolyard::Server) -> Watching {
         let _ = server;
+        #[cfg(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "github",
+            feature = "slack",
+            feature = "gdrive"
+        ))]
+        for observer in &self.observers {
+            observer.attach(server.lifecycle().clone());
+        }
         Watching {
             #[cfg(feature = "gdrive")]
             _gdrive: self.gdrive.as_ref().and_then(|g| g.watch(server)),
@@ -419,8 +452,10 @@ fn install_filesystem(
 fn install_sql(
     builder: ServerBuilder,
     config: &SqlConfig,
+    watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     let connector = crate::sql::Sql::new(config)?;
+    watchers.observers.push(connector.observer());
     Ok(builder.controller(connector))
 }
 
@@ -428,6 +463,7 @@ fn install_sql(
 fn install_sql(
     _builder: ServerBuilder,
     _config: &SqlConfig,
+    _watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
         connector: "sql",
@@ -488,10 +524,12 @@ fn install_github(
     builder: ServerBuilder,
     config: &GithubConfig,
     read_only: bool,
+    watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     let mut config = config.clone();
     config.read_only |= read_only;
     let connector = crate::github::Github::new(&config)?;
+    watchers.observers.push(connector.observer());
     Ok(builder.controller(connector))
 }
 
@@ -500,6 +538,7 @@ fn install_github(
     _builder: ServerBuilder,
     _config: &GithubConfig,
     _read_only: bool,
+    _watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
         connector: "github",
@@ -513,10 +552,12 @@ fn install_slack(
     builder: ServerBuilder,
     config: &SlackConfig,
     read_only: bool,
+    watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     let mut config = config.clone();
     config.read_only |= read_only;
     let connector = crate::slack::Slack::new(&config)?;
+    watchers.observers.push(connector.observer());
     Ok(builder.controller(connector))
 }
 
@@ -525,6 +566,7 @@ fn install_slack(
     _builder: ServerBuilder,
     _config: &SlackConfig,
     _read_only: bool,
+    _watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
         connector: "slack",

@@ -3,17 +3,18 @@
 //! `jwt-bearer` grant, optionally impersonating a user by domain-wide delegation), or a
 //! static access token.
 //!
-//! A token is cached until a minute before it expires; the cache's lock is held while a new
-//! one is fetched, so concurrent calls wait for one refresh instead of each starting their
-//! own. A token Drive refused is dropped ([`Auth::invalidate`]) so that the next call gets a
+//! A token is cached until a minute before it expires. The cache is the Drive connector's
+//! state, owned by its actor under a supervisor ([`DriveState`]): the call that finds the
+//! token stale fetches a new one in its own task while concurrent calls wait for that one
+//! refresh through the actor instead of each starting their own. A token Drive refused is dropped ([`Auth::invalidate`]) so that the next call gets a
 //! fresh one. A revoked or expired refresh token (`invalid_grant`) becomes an error telling
 //! the operator to re-authorise. No message here ever carries a token or a key.
 
+use crate::actor::{Flight, StateError, Supervised};
 use crate::http::{Api, ApiError};
 use crate::Secret;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::Mutex;
 
 /// The scope a service account asks for: the connector only reads.
 pub(crate) const SCOPE_READONLY: &str = "https://www.googleapis.com/auth/drive.readonly";
@@ -158,10 +159,14 @@ pub(crate) enum AuthError {
     /// The assertion could not be signed.
     #[error("cannot sign the service account's assertion: {0}")]
     Sign(String),
+    /// The connector's state actor failed with this call.
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 /// A token and when to stop using it.
-struct Cached {
+#[derive(Clone)]
+pub(crate) struct Cached {
     token: Secret,
     fresh_until: Instant,
 }
@@ -171,7 +176,12 @@ pub(crate) struct Auth {
     credential: Credential,
     token_url: String,
     api: Api,
-    cache: Mutex<Option<Cached>>,
+    state: Supervised<DriveState>,
+}
+
+/// The Drive connector's mutable state, owned by its actor: the access token.
+pub(crate) struct DriveState {
+    token: Flight<Cached, AuthError>,
 }
 
 /// The token endpoint's answer.
@@ -197,8 +207,15 @@ impl Auth {
             credential,
             token_url,
             api,
-            cache: Mutex::new(None),
+            state: Supervised::new("gdrive", || DriveState {
+                token: Flight::default(),
+            }),
         }
+    }
+
+    /// The connector's state actor.
+    pub(crate) fn state(&self) -> &Supervised<DriveState> {
+        &self.state
     }
 
     /// The credential's kind.
@@ -216,31 +233,35 @@ impl Auth {
         if let Credential::Static(token) = &self.credential {
             return Ok(token.clone());
         }
-        let mut cache = self.cache.lock().await;
-        if let Some(cached) = cache.as_ref() {
-            if Instant::now() < cached.fresh_until {
-                return Ok(cached.token.clone());
-            }
-        }
-        let (token, lifetime) = self.fetch().await?;
-        let margin = if lifetime > EARLY * 2 {
-            EARLY
-        } else {
-            lifetime / 2
-        };
-        *cache = Some(Cached {
-            token: token.clone(),
-            fresh_until: Instant::now() + lifetime.saturating_sub(margin),
-        });
-        Ok(token)
+        let held = self
+            .state
+            .single_flight(
+                |s: &mut DriveState| &mut s.token,
+                |c: &Cached| Instant::now() < c.fresh_until,
+                || async {
+                    let (token, lifetime) = self.fetch().await?;
+                    let margin = if lifetime > EARLY * 2 {
+                        EARLY
+                    } else {
+                        lifetime / 2
+                    };
+                    Ok(Cached {
+                        token,
+                        fresh_until: Instant::now() + lifetime.saturating_sub(margin),
+                    })
+                },
+            )
+            .await?;
+        Ok(held?.token)
     }
 
     /// Forgets `token` if it is the cached one (Drive refused it).
-    pub(crate) async fn invalidate(&self, token: &Secret) {
-        let mut cache = self.cache.lock().await;
-        if cache.as_ref().is_some_and(|c| &c.token == token) {
-            *cache = None;
-        }
+    pub(crate) async fn invalidate(&self, token: &Secret) -> Result<(), AuthError> {
+        let refused = token.clone();
+        self.state
+            .call(move |s| s.token.forget_if(|c| c.token == refused))
+            .await?;
+        Ok(())
     }
 
     /// Asks the token endpoint for a new token.

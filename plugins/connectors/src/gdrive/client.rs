@@ -179,6 +179,11 @@ type Params = Vec<(&'static str, String)>;
 
 impl Drive {
     /// A client of the API at `base` (no trailing `/`).
+    /// The connector's state actor (its access token).
+    pub(crate) fn state(&self) -> &crate::actor::Supervised<super::auth::DriveState> {
+        self.auth.state()
+    }
+
     pub(crate) fn new(api: Api, base: String, auth: Auth) -> Drive {
         Drive { api, base, auth }
     }
@@ -220,7 +225,7 @@ impl Drive {
                 }
                 if !renewed {
                     renewed = true;
-                    self.auth.invalidate(&token).await;
+                    self.auth.invalidate(&token).await?;
                     continue;
                 }
             }

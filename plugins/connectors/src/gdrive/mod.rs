@@ -184,6 +184,31 @@ impl Gdrive {
         Ok(gdrive)
     }
 
+    /// How many times the connector's state actor (its access token) was rebuilt after a
+    /// failure.
+    pub fn state_restarts(&self) -> u64 {
+        self.inner.drive.state().restarts()
+    }
+
+    /// Publishes the restarts of the connector's state actor to `lifecycle`
+    /// (`ComponentDown`, then `ComponentUp`, kind `connector`, name `gdrive`).
+    /// [`Watchers::start`](crate::Watchers::start) does this for a connector installed
+    /// from the config file.
+    pub fn attach_lifecycle(&self, lifecycle: Arc<toolyard::Lifecycle>) {
+        self.inner.drive.state().observer().attach(lifecycle);
+    }
+
+    pub(crate) fn attach_lifecycle_observer(&self) -> crate::actor::Observer {
+        self.inner.drive.state().observer()
+    }
+
+    /// Test hook: the next job of the connector's state actor panics, as a bug would.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn panic_next_state_job(&self) {
+        self.inner.drive.state().panic_next();
+    }
+
     /// Starts sending `notifications/resources/updated` to `server`'s subscribers of
     /// `gdrive:///{id}` resources, from a poll of Drive's `changes.list` every
     /// `poll_interval_ms` (only while something is subscribed). `None` when polling is off

@@ -2,15 +2,19 @@
 //! installation token. For an App, an RS256 JWT signed with the App's private key (`iss` =
 //! the App id, valid ten minutes) is exchanged at
 //! `POST {base}/app/installations/{id}/access_tokens` for an installation token, which is
-//! kept until a minute before its `expires_at` and then replaced. The refresh holds a lock,
-//! so concurrent calls wait for the one exchange in flight instead of each starting one.
+//! kept until a minute before its `expires_at` and then replaced. The token is the GitHub
+//! connector's state ([`super::client::GithubState`]), held by its actor: the exchange runs
+//! in the task of the call that found the token stale, and concurrent calls wait for that
+//! one exchange through the actor instead of each starting one.
 
+use super::client::GithubState;
+use crate::actor::Supervised;
 use crate::http::{Api, ApiError};
 use crate::Secret;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::Mutex;
+use toolyard::HandlerError;
 
 /// How long before its expiry an installation token is replaced.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
@@ -41,12 +45,11 @@ pub(crate) struct App {
     app_id: u64,
     installation_id: u64,
     key: EncodingKey,
-    current: Mutex<Option<Installation>>,
 }
 
 /// An installation token and when it stops working.
 #[derive(Clone)]
-struct Installation {
+pub(crate) struct Installation {
     token: Secret,
     expires_at: SystemTime,
 }
@@ -75,7 +78,6 @@ impl App {
             app_id,
             installation_id,
             key,
-            current: Mutex::new(None),
         })
     }
 
@@ -99,14 +101,26 @@ impl App {
         })
     }
 
-    /// A valid installation token, from the cache or a fresh exchange.
-    async fn token(&self, api: &Api, base: &str) -> Result<Secret, ApiError> {
-        let mut current = self.current.lock().await;
-        if let Some(held) = current.as_ref() {
-            if SystemTime::now() + REFRESH_MARGIN < held.expires_at {
-                return Ok(held.token.clone());
-            }
-        }
+    /// A valid installation token: the one the state holds, or one this call exchanges
+    /// while concurrent calls wait for it.
+    async fn token(
+        &self,
+        api: &Api,
+        base: &str,
+        state: &Supervised<GithubState>,
+    ) -> Result<Secret, HandlerError> {
+        let held = state
+            .single_flight(
+                |s: &mut GithubState| &mut s.token,
+                |i: &Installation| SystemTime::now() + REFRESH_MARGIN < i.expires_at,
+                || self.exchange(api, base),
+            )
+            .await?;
+        Ok(held?.token)
+    }
+
+    /// Exchanges the App's JWT for a new installation token.
+    async fn exchange(&self, api: &Api, base: &str) -> Result<Installation, ApiError> {
         let jwt = self.jwt()?;
         let url = format!(
             "{base}/app/installations/{}/access_tokens",
@@ -144,17 +158,10 @@ impl App {
             .and_then(parse_rfc3339)
             .unwrap_or(now + Duration::from_secs(50 * 60))
             .min(now + Duration::from_secs(60 * 60));
-        let token = Secret::new(answer.token);
-        *current = Some(Installation {
-            token: token.clone(),
+        Ok(Installation {
+            token: Secret::new(answer.token),
             expires_at,
-        });
-        Ok(token)
-    }
-
-    /// Forgets the current token (GitHub refused it: revoked, or the clock is off).
-    async fn forget(&self) {
-        *self.current.lock().await = None;
+        })
     }
 }
 
@@ -176,21 +183,37 @@ impl KindName for jsonwebtoken::errors::Error {
 
 impl Credentials {
     /// The bearer token for the next request.
-    pub(crate) async fn bearer(&self, api: &Api, base: &str) -> Result<Secret, ApiError> {
+    pub(crate) async fn bearer(
+        &self,
+        api: &Api,
+        base: &str,
+        state: &Supervised<GithubState>,
+    ) -> Result<Secret, HandlerError> {
         match self {
             Credentials::Token(t) => Ok(t.clone()),
-            Credentials::App(app) => app.token(api, base).await,
+            Credentials::App(app) => app.token(api, base, state).await,
         }
     }
 
-    /// After a 401: an App drops its token so the next call exchanges a new one. Returns
-    /// whether a retry can help.
-    pub(crate) async fn refused(&self) -> bool {
+    /// After a 401 to `token`: an App drops that token (GitHub refused it: revoked, or the
+    /// clock is off) so the next call exchanges a new one; a newer one another call already
+    /// got stays. Returns whether a retry can help.
+    pub(crate) async fn refused(
+        &self,
+        token: &Secret,
+        state: &Supervised<GithubState>,
+    ) -> Result<bool, HandlerError> {
         match self {
-            Credentials::Token(_) => false,
-            Credentials::App(app) => {
-                app.forget().await;
-                true
+            Credentials::Token(_) => Ok(false),
+            Credentials::App(_) => {
+                let refused = token.clone();
+                state
+                    .call(move |s| {
+                        s.token
+                            .forget_if(|held| held.token.expose() == refused.expose());
+                    })
+                    .await?;
+                Ok(true)
             }
         }
     }

@@ -2,8 +2,12 @@
 //! `If-None-Match` and a `304 Not Modified` (which GitHub does not count against the rate
 //! limit) is answered from here. Bounded: the least recently used entry goes first.
 
+//!
+//! The cache is part of the GitHub connector's state and is only touched by its actor, so
+//! it needs no lock.
+
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// One cached answer.
 #[derive(Debug, Clone)]
@@ -27,7 +31,7 @@ struct Entries {
 #[derive(Debug)]
 pub(crate) struct EtagCache {
     capacity: usize,
-    entries: Mutex<Entries>,
+    entries: Entries,
 }
 
 impl EtagCache {
@@ -35,7 +39,7 @@ impl EtagCache {
     pub(crate) fn new(capacity: usize) -> EtagCache {
         EtagCache {
             capacity,
-            entries: Mutex::new(Entries::default()),
+            entries: Entries::default(),
         }
     }
 
@@ -48,19 +52,19 @@ impl EtagCache {
     }
 
     /// The cached answer for `key`, marked as recently used.
-    pub(crate) fn get(&self, key: &str) -> Option<Cached> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn get(&mut self, key: &str) -> Option<Cached> {
+        let entries = &mut self.entries;
         let found = entries.map.get(key).cloned()?;
         Self::touch(&mut entries.order, key);
         Some(found)
     }
 
     /// Keeps `value` for `key`, dropping the least recently used entry when full.
-    pub(crate) fn put(&self, key: &str, value: Cached) {
+    pub(crate) fn put(&mut self, key: &str, value: Cached) {
         if self.capacity == 0 {
             return;
         }
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = &mut self.entries;
         if entries.map.insert(key.to_owned(), value).is_some() {
             Self::touch(&mut entries.order, key);
             return;
@@ -76,11 +80,7 @@ impl EtagCache {
     /// How many answers are kept.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map
-            .len()
+        self.entries.map.len()
     }
 }
 
@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_entry_is_dropped_first() {
-        let cache = EtagCache::new(2);
+        let mut cache = EtagCache::new(2);
         cache.put("a", entry("1"));
         cache.put("b", entry("2"));
         assert!(cache.get("a").is_some());
@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_new_answer_replaces_the_old_one_for_the_same_key() {
-        let cache = EtagCache::new(2);
+        let mut cache = EtagCache::new(2);
         cache.put("a", entry("1"));
         cache.put("a", entry("2"));
         assert_eq!(cache.len(), 1);
@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn capacity_zero_keeps_nothing() {
-        let cache = EtagCache::new(0);
+        let mut cache = EtagCache::new(0);
         cache.put("a", entry("1"));
         assert!(cache.get("a").is_none());
     }

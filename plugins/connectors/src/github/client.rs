@@ -4,13 +4,18 @@
 //! until `x-ratelimit-reset`, reported as a clear tool error), `Link` pagination, and
 //! GraphQL's `errors` array. Secondary rate limits (`403`/`429` with `Retry-After`) are
 //! waited out or reported by [`Api::send`].
+//!
+//! The installation token, the ETag cache and the rate-limit state are the connector's
+//! state ([`GithubState`]), owned by its actor under a supervisor: requests run in the
+//! calls' tasks and only read and update that state through the actor.
 
-use super::auth::Credentials;
+use super::auth::{Credentials, Installation};
 use super::cache::{Cached, EtagCache};
-use crate::http::{Api, Reply};
+use crate::actor::{Flight, Supervised};
+use crate::http::{Api, ApiError, Reply};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolyard::HandlerError;
 
@@ -20,6 +25,38 @@ pub(crate) const API_VERSION: &str = "2022-11-28";
 /// The media type of GitHub's JSON.
 const JSON_MEDIA: &str = "application/vnd.github+json";
 
+/// The GitHub connector's mutable state, owned by its actor.
+pub(crate) struct GithubState {
+    /// A GitHub App's installation token (unused with a plain token).
+    pub(crate) token: Flight<Installation, ApiError>,
+    /// Conditional-request answers.
+    cache: EtagCache,
+    /// While set and in the future, no request is sent: the primary rate limit is used up.
+    limited_until: Option<SystemTime>,
+}
+
+impl GithubState {
+    fn new(cache_entries: usize) -> GithubState {
+        GithubState {
+            token: Flight::default(),
+            cache: EtagCache::new(cache_entries),
+            limited_until: None,
+        }
+    }
+
+    /// `Some` while the primary rate limit is used up: until when, and how long is left.
+    fn limited(&mut self) -> Option<(SystemTime, Duration)> {
+        let t = self.limited_until?;
+        match t.duration_since(SystemTime::now()) {
+            Ok(left) if !left.is_zero() => Some((t, left)),
+            _ => {
+                self.limited_until = None;
+                None
+            }
+        }
+    }
+}
+
 /// A GitHub API client for one set of credentials.
 #[derive(Debug)]
 pub(crate) struct Client {
@@ -27,9 +64,7 @@ pub(crate) struct Client {
     base: String,
     graphql: String,
     credentials: Credentials,
-    cache: EtagCache,
-    /// While set and in the future, no request is sent: the primary rate limit is used up.
-    limited_until: Mutex<Option<SystemTime>>,
+    state: Supervised<GithubState>,
 }
 
 /// One page of a REST listing.
@@ -61,9 +96,13 @@ impl Client {
             base,
             graphql,
             credentials,
-            cache: EtagCache::new(cache_entries),
-            limited_until: Mutex::new(None),
+            state: Supervised::new("github", move || GithubState::new(cache_entries)),
         }
+    }
+
+    /// The connector's state actor.
+    pub(crate) fn state(&self) -> &Supervised<GithubState> {
+        &self.state
     }
 
     fn url(&self, path: &str, query: &[(&str, String)]) -> Result<reqwest::Url, HandlerError> {
@@ -79,19 +118,15 @@ impl Client {
     }
 
     /// Refuses to send while the primary rate limit is used up.
-    fn check_limit(&self) -> Result<(), HandlerError> {
-        let mut until = self.limited_until.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = *until {
-            match t.duration_since(SystemTime::now()) {
-                Ok(left) if !left.is_zero() => return Err(limited(t, left)),
-                _ => *until = None,
-            }
+    async fn check_limit(&self) -> Result<(), HandlerError> {
+        match self.state.call(GithubState::limited).await? {
+            Some((t, left)) => Err(limited(t, left)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Notes `x-ratelimit-remaining: 0`; a refused request (403/429) becomes the error.
-    fn note_limit(&self, reply: &Reply) -> Result<(), HandlerError> {
+    async fn note_limit(&self, reply: &Reply) -> Result<(), HandlerError> {
         if reply.header("x-ratelimit-remaining").map(str::trim) != Some("0") {
             return Ok(());
         }
@@ -102,7 +137,7 @@ impl Client {
             return Ok(());
         };
         let at = UNIX_EPOCH + Duration::from_secs(reset);
-        *self.limited_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
+        self.state.call(move |s| s.limited_until = Some(at)).await?;
         if matches!(
             reply.status,
             StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS
@@ -125,13 +160,16 @@ impl Client {
         body: Option<Vec<u8>>,
         cached: Option<&Cached>,
     ) -> Result<Reply, HandlerError> {
-        self.check_limit()?;
+        self.check_limit().await?;
         // GraphQL queries (a POST) change nothing either.
         let idempotent = matches!(method, Method::GET | Method::HEAD | Method::PUT)
             || url.as_str() == self.graphql;
         let mut retried = false;
         loop {
-            let token = self.credentials.bearer(&self.api, &self.base).await?;
+            let token = self
+                .credentials
+                .bearer(&self.api, &self.base, &self.state)
+                .await?;
             let reply = self
                 .api
                 .send(idempotent, |c| {
@@ -149,10 +187,10 @@ impl Client {
                     r
                 })
                 .await?;
-            self.note_limit(&reply)?;
+            self.note_limit(&reply).await?;
             if reply.status == StatusCode::UNAUTHORIZED
                 && !retried
-                && self.credentials.refused().await
+                && self.credentials.refused(&token, &self.state).await?
             {
                 retried = true;
                 continue;
@@ -170,7 +208,8 @@ impl Client {
     ) -> Result<Raw, HandlerError> {
         let url = self.url(path, query)?;
         let key = format!("{accept} {url}");
-        let cached = self.cache.get(&key);
+        let lookup = key.clone();
+        let cached = self.state.call(move |s| s.cache.get(&lookup)).await?;
         let reply = self
             .send(Method::GET, &url, accept, None, cached.as_ref())
             .await?;
@@ -191,14 +230,12 @@ impl Client {
         let link = reply.header("link").map(str::to_owned);
         let body: Arc<[u8]> = Arc::from(reply.body);
         if let Some(etag) = reply.headers.get("etag").and_then(|v| v.to_str().ok()) {
-            self.cache.put(
-                &key,
-                Cached {
-                    etag: etag.to_owned(),
-                    body: body.clone(),
-                    link: link.clone(),
-                },
-            );
+            let entry = Cached {
+                etag: etag.to_owned(),
+                body: body.clone(),
+                link: link.clone(),
+            };
+            self.state.call(move |s| s.cache.put(&key, entry)).await?;
         }
         Ok(Raw { body, link })
     }

@@ -136,6 +136,31 @@ impl Github {
     fn definitions(&self) -> Result<Vec<ToolDef>, DefinitionError> {
         tools::definitions(&self.inner, self.read_only)
     }
+
+    /// How many times the connector's state actor (its installation token, ETag cache and
+    /// rate-limit state) was rebuilt after a failure.
+    pub fn state_restarts(&self) -> u64 {
+        self.inner.client.state().restarts()
+    }
+
+    /// Publishes the restarts of the connector's state actor to `lifecycle`
+    /// (`ComponentDown`, then `ComponentUp`, kind `connector`, name `github`).
+    /// [`Watchers::start`](crate::Watchers::start) does this for a connector installed
+    /// from the config file.
+    pub fn attach_lifecycle(&self, lifecycle: Arc<toolyard::Lifecycle>) {
+        self.inner.client.state().observer().attach(lifecycle);
+    }
+
+    pub(crate) fn observer(&self) -> crate::actor::Observer {
+        self.inner.client.state().observer()
+    }
+
+    /// Test hook: the next job of the connector's state actor panics, as a bug would.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn panic_next_state_job(&self) {
+        self.inner.client.state().panic_next();
+    }
 }
 
 impl Controller for Github {

@@ -6,6 +6,7 @@
 //! The token never reaches a message: errors name the method and Slack's code only.
 
 use super::limits::Limiter;
+use crate::actor::{StateError, Supervised};
 use crate::http::{Api, ApiError};
 use crate::Secret;
 use serde_json::Value;
@@ -18,6 +19,9 @@ pub(crate) enum SlackError {
     /// The transport's failure (timeout, cap, 429, 5xx, unreadable body).
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// The connector's state actor failed with this call.
+    #[error(transparent)]
+    State(#[from] StateError),
     /// `ok: false`: Slack's code, and what the connector knows about it.
     #[error("Slack refused {method}: {code}{}", hint(.code, .needed.as_deref(), .provided.as_deref()))]
     Refused {
@@ -90,7 +94,8 @@ pub(crate) struct Client {
     api: Api,
     base: String,
     token: Secret,
-    limiter: Limiter,
+    /// The per-method buckets: the connector's state, owned by its actor.
+    limiter: Supervised<Limiter>,
     max_wait: Duration,
 }
 
@@ -116,21 +121,31 @@ impl Client {
         api: Api,
         base: &str,
         token: Secret,
-        limiter: Limiter,
+        limiter: impl Fn() -> Limiter + Send + Sync + 'static,
         max_wait: Duration,
     ) -> Self {
         Client {
             api,
             base: base.trim_end_matches('/').to_owned(),
             token,
-            limiter,
+            limiter: Supervised::new("slack", limiter),
             max_wait,
         }
     }
 
+    /// The connector's state actor (its rate buckets).
+    pub(crate) fn state(&self) -> &Supervised<Limiter> {
+        &self.limiter
+    }
+
     /// Waits for `method`'s token, or says how long it would be.
     async fn budget(&self, method: &str) -> Result<(), SlackError> {
-        match self.limiter.acquire(method, self.max_wait) {
+        let (name, max_wait) = (method.to_owned(), self.max_wait);
+        let taken = self
+            .limiter
+            .call(move |l| l.acquire(&name, max_wait))
+            .await?;
+        match taken {
             Ok(wait) if wait.is_zero() => Ok(()),
             Ok(wait) => {
                 tracing::debug!(

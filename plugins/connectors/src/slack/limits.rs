@@ -5,9 +5,12 @@
 //! wait is short, and is refused with the wait ("retry in N s") when it is not, before
 //! anything is sent. `history_budget = "non_marketplace"` is the 2025 budget of
 //! non-Marketplace apps: 1 request a minute and 15 messages a page for history and replies.
+//!
+//! The buckets are the Slack connector's state, owned by its actor under a supervisor: a
+//! call takes its token through the actor and sleeps out any wait in its own task. Rebuilt
+//! after a failure, the buckets start full again (at most one extra burst per method).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A budget: `burst` requests at once, refilled at `per_sec`.
@@ -109,7 +112,7 @@ struct Bucket {
 pub(crate) struct Limiter {
     overrides: HashMap<String, Rate>,
     history: HistoryBudget,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: HashMap<String, Bucket>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -125,7 +128,7 @@ impl Limiter {
         Limiter {
             overrides,
             history,
-            buckets: Mutex::new(HashMap::new()),
+            buckets: HashMap::new(),
         }
     }
 
@@ -143,14 +146,14 @@ impl Limiter {
 
     /// Takes a token for `method`: `Ok(wait)` is how long to sleep before sending (the token
     /// is reserved), `Err(wait)` says the wait is longer than `max_wait` (nothing reserved).
-    pub(crate) fn acquire(&self, method: &str, max_wait: Duration) -> Result<Duration, Duration> {
+    pub(crate) fn acquire(
+        &mut self,
+        method: &str,
+        max_wait: Duration,
+    ) -> Result<Duration, Duration> {
         let now = Instant::now();
         let rate = self.rate(method);
-        let mut buckets = self
-            .buckets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let bucket = buckets.entry(method.to_owned()).or_insert(Bucket {
+        let bucket = self.buckets.entry(method.to_owned()).or_insert(Bucket {
             rate,
             tokens: rate.burst,
             at: now,
@@ -201,7 +204,7 @@ mod tests {
     fn a_bucket_gives_its_burst_then_short_waits_then_refuses_long_ones() {
         let mut o = HashMap::new();
         o.insert("m".to_owned(), Rate::parse("10/s burst 2").unwrap());
-        let l = Limiter::new(HistoryBudget::Tier3, o);
+        let mut l = Limiter::new(HistoryBudget::Tier3, o);
         let max = Duration::from_millis(150);
         assert_eq!(l.acquire("m", max), Ok(Duration::ZERO));
         assert_eq!(l.acquire("m", max), Ok(Duration::ZERO));
@@ -219,7 +222,7 @@ mod tests {
 
     #[test]
     fn the_non_marketplace_preset_allows_one_history_call_a_minute() {
-        let l = Limiter::new(HistoryBudget::NonMarketplace, HashMap::new());
+        let mut l = Limiter::new(HistoryBudget::NonMarketplace, HashMap::new());
         let max = Duration::from_secs(5);
         assert_eq!(l.acquire("conversations.history", max), Ok(Duration::ZERO));
         let e = l.acquire("conversations.history", max).unwrap_err();

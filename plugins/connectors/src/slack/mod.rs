@@ -79,6 +79,31 @@ fn bad(message: impl Into<String>) -> ConnectorError {
 }
 
 impl Slack {
+    /// How many times the connector's state actor (its rate buckets) was rebuilt after a
+    /// failure.
+    pub fn state_restarts(&self) -> u64 {
+        self.inner.client.state().restarts()
+    }
+
+    /// Publishes the restarts of the connector's state actor to `lifecycle`
+    /// (`ComponentDown`, then `ComponentUp`, kind `connector`, name `slack`).
+    /// [`Watchers::start`](crate::Watchers::start) does this for a connector installed
+    /// from the config file.
+    pub fn attach_lifecycle(&self, lifecycle: Arc<toolyard::Lifecycle>) {
+        self.inner.client.state().observer().attach(lifecycle);
+    }
+
+    pub(crate) fn observer(&self) -> crate::actor::Observer {
+        self.inner.client.state().observer()
+    }
+
+    /// Test hook: the next job of the connector's state actor panics, as a bug would.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn panic_next_state_job(&self) {
+        self.inner.client.state().panic_next();
+    }
+
     /// A connector with the settings of `config`. Reads the token now (a clear error when it
     /// is missing) but sends nothing: the first request is the first tool call's.
     pub fn new(config: &SlackConfig) -> Result<Slack, ConnectorError> {
@@ -117,7 +142,7 @@ impl Slack {
             api,
             &base,
             token,
-            Limiter::new(history, overrides),
+            move || Limiter::new(history, overrides.clone()),
             max_wait,
         );
         let workspace = config

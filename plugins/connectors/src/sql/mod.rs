@@ -7,11 +7,12 @@
 //! in-memory database) with an authorizer that allows only reading; PostgreSQL reads run in a
 //! `READ ONLY` transaction that is always rolled back, over the extended protocol (one
 //! statement per call), wrapped as a subquery so the grammar itself refuses anything but a
-//! query, on a connection of their own that is closed afterwards (session state such as
-//! advisory locks dies with it). Both cap rows and time. Tables are also resources
+//! query, on a pooled connection whose session state (advisory locks, settings) is reset
+//! before it is reused. Both cap rows and time. Tables are also resources
 //! (`db://{schema}/{table}`: columns and first rows, read the same read-only way).
 
 mod output;
+mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -90,9 +91,9 @@ impl Sql {
     pub fn new(config: &SqlConfig) -> Result<Self, ConnectorError> {
         let url = config.url.as_str();
         let backend = if let Some(rest) = url.strip_prefix("sqlite:") {
-            Self::sqlite(rest, config.allow_writes)?
+            Self::sqlite(rest, config.allow_writes, config.max_connections)?
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Self::postgres(url)?
+            Self::postgres(url, config.max_connections)?
         } else {
             return Err(bad(
                 "`url` must start with `sqlite:` or `postgres://` (the value is not shown: it may hold a password)",
@@ -113,14 +114,14 @@ impl Sql {
     }
 
     #[cfg(feature = "sqlite")]
-    fn sqlite(rest: &str, allow_writes: bool) -> Result<Backend, ConnectorError> {
-        sqlite::Sqlite::open(rest, allow_writes)
+    fn sqlite(rest: &str, allow_writes: bool, max: usize) -> Result<Backend, ConnectorError> {
+        sqlite::Sqlite::open(rest, allow_writes, max)
             .map(Backend::Sqlite)
             .map_err(bad)
     }
 
     #[cfg(not(feature = "sqlite"))]
-    fn sqlite(_rest: &str, _allow_writes: bool) -> Result<Backend, ConnectorError> {
+    fn sqlite(_rest: &str, _allow_writes: bool, _max: usize) -> Result<Backend, ConnectorError> {
         Err(ConnectorError::NotBuilt {
             connector: "sql",
             feature: "sqlite",
@@ -128,18 +129,53 @@ impl Sql {
     }
 
     #[cfg(feature = "postgres")]
-    fn postgres(url: &str) -> Result<Backend, ConnectorError> {
-        postgres::Postgres::new(url)
+    fn postgres(url: &str, max: usize) -> Result<Backend, ConnectorError> {
+        postgres::Postgres::new(url, max)
             .map(|db| Backend::Postgres(Box::new(db)))
             .map_err(bad)
     }
 
     #[cfg(not(feature = "postgres"))]
-    fn postgres(_url: &str) -> Result<Backend, ConnectorError> {
+    fn postgres(_url: &str, _max: usize) -> Result<Backend, ConnectorError> {
         Err(ConnectorError::NotBuilt {
             connector: "sql",
             feature: "postgres",
         })
+    }
+
+    /// How many times the connector's state actor (its connections) was rebuilt after a
+    /// failure.
+    pub fn state_restarts(&self) -> u64 {
+        self.observer().restarts()
+    }
+
+    /// Publishes the restarts of the connector's state actor to `lifecycle`
+    /// (`ComponentDown`, then `ComponentUp`, kind `connector`, name `sql`).
+    /// [`Watchers::start`](crate::Watchers::start) does this for a connector installed
+    /// from the config file.
+    pub fn attach_lifecycle(&self, lifecycle: Arc<toolyard::Lifecycle>) {
+        self.observer().attach(lifecycle);
+    }
+
+    pub(crate) fn observer(&self) -> crate::actor::Observer {
+        match &self.inner.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(db) => db.state().observer(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => db.state().observer(),
+        }
+    }
+
+    /// Test hook: the next job of the connector's state actor panics, as a bug would.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn panic_next_state_job(&self) {
+        match &self.inner.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(db) => db.state().panic_next(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => db.state().panic_next(),
+        }
     }
 
     fn definitions(&self) -> Result<Vec<ToolDef>, DefinitionError> {

@@ -1,25 +1,66 @@
-//! PostgreSQL: every read on a connection of its own, in a `READ ONLY` transaction that is
+//! PostgreSQL: every read on a pooled connection, in a `READ ONLY` transaction that is
 //! rolled back, with `statement_timeout` and `lock_timeout` set for it.
 //!
 //! The caller's SQL only ever travels in the extended protocol (a prepared statement holds
 //! exactly one command, so `SELECT 1; COMMIT; DROP ..` is refused by the server), and only as
 //! the body of `SELECT row_to_json(q)::text FROM (<sql>) AS q LIMIT n`: PostgreSQL's grammar
 //! then refuses anything but a query there, data-modifying CTEs included ("WITH clause
-//! containing a data-modifying statement must be at the top level"). `DISCARD ALL` ends the
-//! session and the connection is closed after the call, so session state (advisory locks,
-//! `set_config(.., false)`) dies with it.
+//! containing a data-modifying statement must be at the top level"). Session state a read
+//! can leave is undone before its connection is reused: `set_config(.., false)` by the
+//! rollback, session advisory locks by `pg_advisory_unlock_all()`, and `RESET ALL` besides.
+//! A connection whose reset failed, that timed out, or that ran `execute` is closed instead.
+//! (`DISCARD ALL` is not used: it would also drop the prepared statements tokio-postgres
+//! keeps for user-defined types.)
 //! Rows come back as JSON text, so no per-type decoding is needed and the cap is exact.
+//!
+//! Connections belong to the SQL connector's state actor ([`PgState`]): a call checks one
+//! out, or the right to connect (at most `max_connections` at once; a call waits its time
+//! limit for one to come free), and gives it back clean. The connect and the statements run
+//! in the call's task.
 
 use super::output::{trim_trailing, Column, Rows, Table};
+use super::pool::{self, Grant, Lease, Pool};
 use super::Bounds;
+use crate::actor::Supervised;
 use std::future::Future;
 use std::time::Duration;
 use tokio_postgres::{Client, NoTls};
 use toolyard::HandlerError;
 
+/// A connection and the task that drives it.
+pub(crate) struct PgConn {
+    client: Client,
+    driver: tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+}
+
+/// The SQL connector's state for PostgreSQL, owned by its actor: the connections.
+pub(crate) struct PgState {
+    pool: Pool<PgConn>,
+}
+
+fn pool(s: &mut PgState) -> &mut Pool<PgConn> {
+    &mut s.pool
+}
+
+/// Statements that undo what a read-only call can leave in its session (after ROLLBACK).
+const RESET: &str = "SELECT pg_advisory_unlock_all(); RESET ALL";
+
 /// A PostgreSQL database.
 pub(crate) struct Postgres {
     config: tokio_postgres::Config,
+    state: Supervised<PgState>,
+}
+
+/// Ends a connection: with the client gone it says goodbye and its task ends; a stuck one
+/// is cut off.
+async fn close(driver: tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>) {
+    let abort = driver.abort_handle();
+    if tokio::time::timeout(Duration::from_secs(1), driver)
+        .await
+        .is_err()
+    {
+        abort.abort();
+    }
 }
 
 fn pg_error(e: &tokio_postgres::Error) -> HandlerError {
@@ -48,73 +89,113 @@ fn limits_sql(timeout: Duration) -> String {
 }
 
 impl Postgres {
-    /// Parses the URL; nothing connects until a tool is called.
-    pub(crate) fn new(url: &str) -> Result<Postgres, String> {
+    /// Parses the URL; nothing connects until a tool is called. At most `max` connections
+    /// are open at once.
+    pub(crate) fn new(url: &str, max: usize) -> Result<Postgres, String> {
         let config = url
             .parse::<tokio_postgres::Config>()
             .map_err(|e| format!("the PostgreSQL URL does not parse: {e}"))?;
-        Ok(Postgres { config })
+        Ok(Postgres {
+            config,
+            state: Supervised::new("sql", move || PgState {
+                pool: Pool::new(max),
+            }),
+        })
     }
 
-    /// Connects, runs `f` inside a transaction begun with `begin`, ends it with `end`, and
-    /// closes the connection; the whole call is bounded by `bounds.timeout` plus a second
-    /// (the server's statement_timeout fires first; past that the query is cancelled).
-    async fn session<T, F, Fut>(
+    /// The connector's state actor (restart counter, test hooks).
+    pub(crate) fn state(&self) -> &Supervised<PgState> {
+        &self.state
+    }
+
+    /// A connection from the pool, or a new one in a free slot.
+    async fn connect(
         &self,
         bounds: Bounds,
-        begin: &str,
-        end: &[&str],
-        f: F,
-    ) -> Result<T, HandlerError>
-    where
-        F: FnOnce(Client) -> Fut,
-        Fut: Future<Output = (Client, Result<T, tokio_postgres::Error>)>,
-    {
+    ) -> Result<(Lease<PgState, PgConn>, PgConn), HandlerError> {
+        let (lease, grant) = pool::checkout(&self.state, pool, bounds.timeout, |max| {
+            HandlerError::failed(format!(
+                "PostgreSQL: all {max} connections stayed busy for {} ms; try again",
+                bounds.timeout.as_millis()
+            ))
+        })
+        .await?;
+        if let Grant::Reuse(conn) = grant {
+            if !conn.client.is_closed() {
+                return Ok((lease, conn));
+            }
+            // The server closed it while idle: a new one in its slot.
+            drop(conn.client);
+            close(conn.driver).await;
+        }
         let (client, connection) = self
             .config
             .connect(NoTls)
             .await
             .map_err(|e| HandlerError::failed(format!("PostgreSQL: cannot connect: {e}")))?;
         let driver = tokio::spawn(connection);
+        Ok((lease, PgConn { client, driver }))
+    }
+
+    /// Checks a connection out, runs `f` inside a transaction begun with `begin`, ends it
+    /// with `end`, and gives the connection back when `reset` (if any) left it clean, or
+    /// closes it; the whole call is bounded by `bounds.timeout` plus a second (the server's
+    /// statement_timeout fires first; past that the query is cancelled).
+    async fn session<T, F, Fut>(
+        &self,
+        bounds: Bounds,
+        begin: &str,
+        end: &[&str],
+        reset: Option<&str>,
+        f: F,
+    ) -> Result<T, HandlerError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = (Client, Result<T, tokio_postgres::Error>)>,
+    {
+        let (lease, PgConn { client, driver }) = self.connect(bounds).await?;
         let cancel = client.cancel_token();
         let setup = format!("{begin}; {}", limits_sql(bounds.timeout));
-        let work = async {
-            client
-                .batch_execute(&setup)
-                .await
-                .map_err(|e| pg_error(&e))?;
+        let work = async move {
+            if let Err(e) = client.batch_execute(&setup).await {
+                return (client, Err(pg_error(&e)), false);
+            }
             let (client, outcome) = f(client).await;
             // A failed statement aborts the transaction; ROLLBACK ends it either way.
             let mut finish = Ok(());
             for statement in end {
                 finish = finish.and(client.batch_execute(statement).await);
             }
-            drop(client);
-            let value = outcome.map_err(|e| pg_error(&e))?;
-            finish.map_err(|e| pg_error(&e))?;
-            Ok(value)
-        };
-        let outcome =
-            match tokio::time::timeout(bounds.timeout + Duration::from_secs(1), work).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    let _ = cancel.cancel_query(NoTls).await;
-                    Err(HandlerError::failed(format!(
-                        "PostgreSQL: the statement ran past its time limit of {} ms",
-                        bounds.timeout.as_millis()
-                    )))
-                }
+            let clean = match (reset, &finish) {
+                (Some(reset), Ok(())) => client.batch_execute(reset).await.is_ok(),
+                _ => false,
             };
-        // With the client gone the connection says goodbye and its task ends; a stuck one is
-        // cut off.
-        let abort = driver.abort_handle();
-        if tokio::time::timeout(Duration::from_secs(1), driver)
-            .await
-            .is_err()
-        {
-            abort.abort();
+            let value = outcome
+                .map_err(|e| pg_error(&e))
+                .and_then(|v| finish.map(|()| v).map_err(|e| pg_error(&e)));
+            (client, value, clean)
+        };
+        match tokio::time::timeout(bounds.timeout + Duration::from_secs(1), work).await {
+            Ok((client, outcome, clean)) => {
+                if clean && !client.is_closed() {
+                    lease.keep(PgConn { client, driver });
+                } else {
+                    drop(client);
+                    drop(lease);
+                    close(driver).await;
+                }
+                outcome
+            }
+            Err(_) => {
+                let _ = cancel.cancel_query(NoTls).await;
+                drop(lease);
+                close(driver).await;
+                Err(HandlerError::failed(format!(
+                    "PostgreSQL: the statement ran past its time limit of {} ms",
+                    bounds.timeout.as_millis()
+                )))
+            }
         }
-        outcome
     }
 
     async fn read<T, F, Fut>(&self, bounds: Bounds, f: F) -> Result<T, HandlerError>
@@ -122,9 +203,7 @@ impl Postgres {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = (Client, Result<T, tokio_postgres::Error>)>,
     {
-        // DISCARD ALL also releases session-level advisory locks and resets `set_config`,
-        // before the connection is closed anyway.
-        self.session(bounds, "BEGIN READ ONLY", &["ROLLBACK", "DISCARD ALL"], f)
+        self.session(bounds, "BEGIN READ ONLY", &["ROLLBACK"], Some(RESET), f)
             .await
     }
 
@@ -264,7 +343,9 @@ impl Postgres {
 
     pub(crate) async fn execute(&self, sql: String, bounds: Bounds) -> Result<u64, HandlerError> {
         let body = trim_trailing(&sql).to_owned();
-        self.session(bounds, "BEGIN", &["COMMIT"], |c| async move {
+        // A connection that wrote is closed afterwards: whatever session state the
+        // statement set (it may be `SET`, `PREPARE`, `LISTEN`) dies with it.
+        self.session(bounds, "BEGIN", &["COMMIT"], None, |c| async move {
             let n = c.execute(&body, &[]).await;
             (c, n)
         })

@@ -6,28 +6,55 @@
 //! transaction control, no `load_extension`), `SQLITE_LIMIT_ATTACHED` is 0, the statement
 //! must be single and `sqlite3_stmt_readonly`, and a progress handler ends it at its
 //! deadline. Each call runs on a blocking thread.
+//!
+//! Connections belong to the SQL connector's state actor ([`SqliteState`]): a call checks
+//! one out (or the right to open one), uses it on its blocking thread and gives it back with
+//! its guards removed; one left in a transaction or whose guards could not be removed is
+//! closed instead. A file database has up to `max_connections` read connections and one
+//! write connection; an in-memory database is its one connection, shared by both. When the
+//! actor is rebuilt after a failure its pools start empty: an in-memory database then starts
+//! over empty, as it would after a restart of the server.
 
 use super::output::{trim_trailing, Column, Rows, Table};
+use super::pool::{self, Access, Grant, Lease, Pool};
 use super::Bounds;
+use crate::actor::Supervised;
 use base64::Engine as _;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 use toolyard::HandlerError;
 
 /// Where the database is.
 enum Location {
     File(PathBuf),
-    Memory(Arc<Mutex<Connection>>),
+    /// An in-memory database: it lives in its one connection, so the pool holds at most
+    /// one and reads and writes share it.
+    Memory,
+}
+
+/// The SQL connector's state for SQLite, owned by its actor: the connections.
+pub(crate) struct SqliteState {
+    reads: Pool<Connection>,
+    writes: Pool<Connection>,
+}
+
+fn reads(s: &mut SqliteState) -> &mut Pool<Connection> {
+    &mut s.reads
+}
+
+fn writes(s: &mut SqliteState) -> &mut Pool<Connection> {
+    &mut s.writes
 }
 
 /// A SQLite database.
 pub(crate) struct Sqlite {
     location: Arc<Location>,
+    state: Supervised<SqliteState>,
 }
 
 /// Catalogue pragmas a read may use (as `pragma_*` table-valued functions or statements).
@@ -111,11 +138,17 @@ fn value(v: ValueRef<'_>) -> serde_json::Value {
 
 impl Sqlite {
     /// `rest` is what follows `sqlite:`: `:memory:` or a file path (`//` before it allowed).
-    pub(crate) fn open(rest: &str, allow_writes: bool) -> Result<Sqlite, String> {
+    /// `max` bounds the read connections open at once (a file database).
+    pub(crate) fn open(rest: &str, allow_writes: bool, max: usize) -> Result<Sqlite, String> {
         if rest == ":memory:" || rest == "//:memory:" {
-            let conn = Connection::open_in_memory().map_err(|e| format!("SQLite: {e}"))?;
+            // Checked now so that a broken build fails at start-up; the pool opens its own.
+            Connection::open_in_memory().map_err(|e| format!("SQLite: {e}"))?;
             return Ok(Sqlite {
-                location: Arc::new(Location::Memory(Arc::new(Mutex::new(conn)))),
+                location: Arc::new(Location::Memory),
+                state: Supervised::new("sql", || SqliteState {
+                    reads: Pool::new(1),
+                    writes: Pool::new(1),
+                }),
             });
         }
         let path = PathBuf::from(rest.strip_prefix("//").unwrap_or(rest));
@@ -130,37 +163,67 @@ impl Sqlite {
             .map_err(|e| format!("cannot open the SQLite database: {e}"))?;
         Ok(Sqlite {
             location: Arc::new(Location::File(path)),
+            state: Supervised::new("sql", move || SqliteState {
+                reads: Pool::new(max),
+                writes: Pool::new(1),
+            }),
         })
     }
 
-    /// Runs `f` on a guarded read-only connection, on a blocking thread.
+    /// The connector's state actor (restart counter, test hooks).
+    pub(crate) fn state(&self) -> &Supervised<SqliteState> {
+        &self.state
+    }
+
+    /// A slot of the read pool (an in-memory database's one connection is in it too).
+    async fn lease(
+        &self,
+        access: Access<SqliteState, Connection>,
+        bounds: Bounds,
+    ) -> Result<(Lease<SqliteState, Connection>, Grant<Connection>), HandlerError> {
+        pool::checkout(&self.state, access, bounds.timeout, |max| {
+            HandlerError::failed(format!(
+                "SQLite: all {max} connections stayed busy for {} ms; try again",
+                bounds.timeout.as_millis()
+            ))
+        })
+        .await
+    }
+
+    /// Runs `f` on a guarded read-only connection, on a blocking thread. The connection is
+    /// checked out of the state actor's pool and goes back to it (the lease travels to the
+    /// blocking thread, so a cancelled call still returns it when the thread is done).
     async fn read<T, F>(&self, bounds: Bounds, f: F) -> Result<T, HandlerError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
+        let (lease, grant) = self.lease(reads, bounds).await?;
         let location = self.location.clone();
         crate::tool::blocking(move || {
             let deadline = Instant::now() + bounds.timeout;
+            let mut conn = match grant {
+                Grant::Reuse(conn) => conn,
+                Grant::Open => open(&location, false).map_err(|e| sqlite_error(&e, bounds))?,
+            };
             match &*location {
-                Location::File(path) => {
-                    let mut conn = Connection::open_with_flags(
-                        path,
-                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                    )
-                    .map_err(|e| sqlite_error(&e, bounds))?;
-                    guard(&mut conn, deadline).map_err(|e| sqlite_error(&e, bounds))?;
-                    f(&conn).map_err(|e| sqlite_error(&e, bounds))
-                }
-                Location::Memory(shared) => {
-                    let mut conn = shared
-                        .lock()
-                        .map_err(|_| HandlerError::failed("SQLite: the connection is poisoned"))?;
-                    conn.execute_batch("PRAGMA query_only = ON")
-                        .map_err(|e| sqlite_error(&e, bounds))?;
+                Location::File(_) => {
                     let outcome = guard(&mut conn, deadline).and_then(|()| f(&conn));
+                    // Reused only once its guards are off again.
+                    if unguard(&mut conn).is_ok() && conn.is_autocommit() {
+                        lease.keep(conn);
+                    }
+                    outcome.map_err(|e| sqlite_error(&e, bounds))
+                }
+                Location::Memory => {
+                    let outcome = conn
+                        .execute_batch("PRAGMA query_only = ON")
+                        .and_then(|()| guard(&mut conn, deadline))
+                        .and_then(|()| f(&conn));
                     let reset = unguard(&mut conn)
                         .and_then(|()| conn.execute_batch("PRAGMA query_only = OFF"));
+                    // The database is this connection: it always goes back.
+                    lease.keep(conn);
                     let value = outcome.map_err(|e| sqlite_error(&e, bounds))?;
                     reset.map_err(|e| sqlite_error(&e, bounds))?;
                     Ok(value)
@@ -297,38 +360,50 @@ impl Sqlite {
     }
 
     pub(crate) async fn execute(&self, sql: String, bounds: Bounds) -> Result<u64, HandlerError> {
+        let access = match &*self.location {
+            Location::File(_) => writes,
+            Location::Memory => reads,
+        };
+        let (lease, grant) = self.lease(access, bounds).await?;
         let location = self.location.clone();
         crate::tool::blocking(move || {
             let deadline = Instant::now() + bounds.timeout;
+            let mut conn = match grant {
+                Grant::Reuse(conn) => conn,
+                Grant::Open => open(&location, true).map_err(|e| sqlite_error(&e, bounds))?,
+            };
             let run = |conn: &mut Connection| -> rusqlite::Result<u64> {
                 conn.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0)?;
                 conn.authorizer(Some(write_authorizer))?;
                 conn.progress_handler(1000, Some(move || Instant::now() > deadline))?;
-                let outcome = conn
-                    .prepare(trim_trailing(&sql))
+                conn.prepare(trim_trailing(&sql))
                     .and_then(|mut s| s.execute([]))
-                    .map(|n| n as u64);
-                unguard(conn)?;
-                outcome
+                    .map(|n| n as u64)
             };
-            match &*location {
-                Location::File(path) => {
-                    let mut conn = Connection::open_with_flags(
-                        path,
-                        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                    )
-                    .map_err(|e| sqlite_error(&e, bounds))?;
-                    run(&mut conn).map_err(|e| sqlite_error(&e, bounds))
-                }
-                Location::Memory(shared) => {
-                    let mut conn = shared
-                        .lock()
-                        .map_err(|_| HandlerError::failed("SQLite: the connection is poisoned"))?;
-                    run(&mut conn).map_err(|e| sqlite_error(&e, bounds))
-                }
+            let outcome = run(&mut conn);
+            // A statement that left a transaction open (`BEGIN`) must not hand it on.
+            let clean = unguard(&mut conn).is_ok() && conn.is_autocommit();
+            if clean || matches!(&*location, Location::Memory) {
+                lease.keep(conn);
             }
+            outcome.map_err(|e| sqlite_error(&e, bounds))
         })
         .await
+    }
+}
+
+/// Opens a connection for `location`: read-only unless `write` (a file database).
+fn open(location: &Location, write: bool) -> rusqlite::Result<Connection> {
+    match location {
+        Location::Memory => Connection::open_in_memory(),
+        Location::File(path) => {
+            let flags = if write {
+                OpenFlags::SQLITE_OPEN_READ_WRITE
+            } else {
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+            };
+            Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        }
     }
 }
 

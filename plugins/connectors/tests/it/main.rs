@@ -21,4 +21,5 @@ mod search_content;
 mod slack;
 mod sql_postgres;
 mod sql_sqlite;
+mod supervision;
 mod support;

@@ -115,6 +115,11 @@ impl Reply {
 }
 
 impl Tools {
+    /// The server the client is connected to.
+    pub(crate) fn server(&self) -> &Server {
+        &self._server
+    }
+
     pub(crate) async fn with(controller: impl Controller) -> Tools {
         Self::start(ServerBuilder::new("connectors-test", "0").controller(controller)).await
     }

@@ -963,3 +963,34 @@ async fn a_wrong_oauth_client_secret_says_which_settings_to_check() {
     );
     assert!(!text.contains("not-the-secret"), "{text}");
 }
+
+#[tokio::test]
+async fn a_panic_in_the_state_actor_fails_one_call_and_the_rebuilt_state_refreshes_once() {
+    let d = Drive::start().await;
+    let gdrive = Gdrive::new(&d.config()).expect("the connector starts");
+    let tools = Arc::new(Tools::with(gdrive.clone()).await);
+    let metadata = json!({"file_id": "notes"});
+    tools.call("get_file_metadata", metadata.clone()).await.ok();
+    assert_eq!(d.fake.token_requests(), 1);
+
+    gdrive.panic_next_state_job();
+    let hit = tools.call("get_file_metadata", metadata.clone()).await;
+    assert!(
+        hit.err().contains("state failed during this call"),
+        "{}",
+        hit.text
+    );
+    assert_eq!(gdrive.state_restarts(), 1);
+
+    // The cached token went with the failed state: concurrent calls share one refresh.
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let (tools, metadata) = (tools.clone(), metadata.clone());
+            tokio::spawn(async move { tools.call("get_file_metadata", metadata).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().ok();
+    }
+    assert_eq!(d.fake.token_requests(), 2);
+}

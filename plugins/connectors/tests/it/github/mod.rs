@@ -867,3 +867,43 @@ async fn pull_requests_commits_and_branches_speak_the_rest_endpoints() {
         json!({"reviewers": ["rev"], "team_reviewers": ["team-a"]})
     )));
 }
+
+#[tokio::test]
+async fn a_panic_in_the_state_actor_fails_one_call_and_the_rebuilt_state_exchanges_a_new_token() {
+    let (fake, base) = started().await;
+    let mut c = config(&base);
+    c.token = None;
+    c.app_id = Some(fake::APP_ID);
+    c.installation_id = Some(fake::INSTALLATION_ID);
+    c.private_key = Some(secret(fake::APP_PRIVATE_KEY));
+    let github = Github::new(&c).expect("the connector starts");
+    let t = Tools::with(github.clone()).await;
+    t.call("get_me", json!({})).await.ok();
+    t.call("get_me", json!({})).await.ok();
+    assert_eq!(fake.exchanges.load(Ordering::SeqCst), 1);
+
+    github.panic_next_state_job();
+    let hit = t.call("get_me", json!({})).await;
+    assert!(
+        hit.err().contains("state failed during this call"),
+        "{}",
+        hit.text
+    );
+    assert_eq!(github.state_restarts(), 1);
+
+    // The token died with the failed state: the next call exchanges a new one, once, for
+    // concurrent callers too.
+    let (a, b, c3) = tokio::join!(
+        t.call("get_me", json!({})),
+        t.call("get_me", json!({})),
+        t.call("get_me", json!({}))
+    );
+    for r in [a, b, c3] {
+        r.ok();
+    }
+    assert_eq!(fake.exchanges.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        fake.bearers.lock().unwrap().last().unwrap(),
+        "ghs_installation2"
+    );
+}

@@ -876,3 +876,36 @@ async fn slack_directory_resources_are_read_on_demand_and_capped() {
     assert_eq!(lines.len(), 6, "{lines:?}");
     assert_eq!(f.count("users.list"), 3);
 }
+
+#[tokio::test]
+async fn slack_a_panic_in_the_state_actor_fails_one_call_and_the_rebuilt_buckets_come_from_the_config(
+) {
+    let (f, base) = started().await;
+    let mut c = config(&base);
+    c.history_budget = "non_marketplace".into();
+    c.rate_limits.remove("conversations.history");
+    let slack = Slack::new(&c).expect("the connector starts");
+    let t = Tools::with(slack.clone()).await;
+    let history = json!({"channel_id": "C001"});
+    t.call("conversations_history", history.clone()).await.ok();
+
+    slack.panic_next_state_job();
+    let hit = t.call("conversations_history", history.clone()).await;
+    assert!(
+        hit.err().contains("state failed during this call"),
+        "{}",
+        hit.text
+    );
+    assert_eq!(slack.state_restarts(), 1);
+    assert_eq!(
+        f.count("conversations.history"),
+        1,
+        "the failed call sent nothing"
+    );
+
+    // Rebuilt from the config: the non-Marketplace budget (1 a minute) again, starting full.
+    t.call("conversations_history", history.clone()).await.ok();
+    let e = t.call("conversations_history", history).await;
+    assert!(e.err().contains("retry in 60 s"), "{}", e.text);
+    assert_eq!(f.count("conversations.history"), 2);
+}
