@@ -1,8 +1,12 @@
 //! `toolyard worker`: serve tools on a NATS bus (the `toolyard-nats` crate's [`Worker`]):
-//! the demo set unless `--no-demo`, plus the config file's `[[tools]]`, `[[resources]]` and
-//! `[[prompts]]`. SIGTERM or Ctrl-C drains: the worker leaves its queue group (new requests go
-//! to the other workers), those already delivered or in flight finish within the drain
-//! deadline, the catalog entry is deleted.
+//! the demo set unless `--no-demo`, plus the config file's `[[tools]]`, `[[resources]]`,
+//! `[[prompts]]`, connectors and `[[sources]]`. Sources (third-party MCP servers) run under
+//! the gateway plugin as they do under `toolyard serve`, their tools named
+//! `<source>__<tool>`; a worker with sources leaves the demo set out, as `serve` does, and
+//! SIGHUP re-reads them. The catalog entry is put once the sources started, and again when
+//! a source's tools change. SIGTERM or Ctrl-C drains: the worker leaves its queue group (new
+//! requests go to the other workers), those already delivered or in flight finish within the
+//! drain deadline, the catalog entry is deleted, then the sources stop.
 
 use crate::config_file::ConfigFile;
 use anyhow::Context;
@@ -19,10 +23,11 @@ pub(crate) struct WorkerArgs {
     /// every worker with the same name shares the load.
     #[arg(long, env = "TOOLYARD_WORKER_NAME")]
     name: String,
-    /// A TOML config file: its `[[tools]]`, `[[resources]]` and `[[prompts]]` are served.
+    /// A TOML config file: its `[[tools]]`, `[[resources]]`, `[[prompts]]`, connectors and
+    /// `[[sources]]` are served.
     #[arg(long, env = "TOOLYARD_CONFIG")]
     config: Option<PathBuf>,
-    /// Leave out the built-in demo set.
+    /// Leave out the built-in demo set (left out anyway when the config has [[sources]]).
     #[arg(long)]
     no_demo: bool,
     /// Requests served at once; more wait on the bus.
@@ -55,10 +60,17 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
-    anyhow::ensure!(
-        file.gateway.sources.is_empty(),
-        "a worker serves its own tools: [[sources]] belong to `toolyard serve` (not yet to workers)"
-    );
+    let base_dir = args
+        .config
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    // Resolved before anything starts: a bad source is a config error, reported at once.
+    let specs = file
+        .gateway
+        .resolve_sources(&base_dir)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.workers.max(1))
         .enable_all()
@@ -73,8 +85,17 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| format!("toolyard-worker-{}", args.name));
         let telemetry = args.telemetry.install(&name, false, &file.telemetry)?;
         let mut builder = telemetry.layer(ServerBuilder::new(name, env!("CARGO_PKG_VERSION")));
-        if !args.no_demo {
+        let gateway_config = !specs.is_empty();
+        if !args.no_demo && !gateway_config {
             builder = toolyard_demo::demo(builder);
+        }
+        // As under `serve`: the guard fails listings while a `fail` source is down, and the
+        // capability names what the gateway does not relay.
+        let guard = toolyard_gateway::ListingGuard::default();
+        if gateway_config {
+            builder = builder.layer(std::sync::Arc::new(guard.clone()));
+            let (name, what) = toolyard_gateway::not_relayed_capability();
+            builder = builder.experimental(name, what);
         }
         builder = builder.config(&config).limits(Limits::default());
         // The built-in connectors serve from workers as from `serve`.
@@ -94,6 +115,33 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let server = builder.start().await?;
         #[cfg(feature = "connectors")]
         let _watching = watchers.start(&server);
+        // The sources start before the worker, so its first catalog entry has their tools.
+        let gateway = if gateway_config {
+            let gateway = toolyard_gateway::Gateway::new(&server, guard);
+            let started = futures_util::future::join_all(specs.into_iter().map(|spec| {
+                let gateway = gateway.clone();
+                async move {
+                    let name = spec.name.clone();
+                    gateway
+                        .add_source(spec)
+                        .await
+                        .with_context(|| format!("starting source `{name}`"))
+                }
+            }))
+            .await;
+            for outcome in started {
+                if let Err(e) = outcome {
+                    gateway.shutdown().await;
+                    return Err(e);
+                }
+            }
+            if let Some(path) = args.config.clone() {
+                crate::reload_on_sighup(gateway.clone(), path);
+            }
+            Some(gateway)
+        } else {
+            None
+        };
         let client =
             toolyard_nats::connect(&args.nats, &format!("ty-worker-{}", args.name)).await?;
         let mut worker_config = WorkerConfig::new(&args.name);
@@ -112,8 +160,12 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             () = crate::terminated() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
+        // Calls in flight may be using the sources: they stop after the drain.
         worker.shutdown().await;
         events.shutdown();
+        if let Some(gateway) = gateway {
+            gateway.shutdown().await;
+        }
         server.shutdown();
         telemetry.shutdown().await;
         anyhow::Ok(())

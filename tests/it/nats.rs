@@ -494,3 +494,110 @@ fn a_worker_serves_the_built_in_connectors_of_its_config() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_ne!(answer["isError"], true, "{answer}");
 }
+
+/// A `toolyard worker --config FILE` process whose file is `config`, killed when dropped,
+/// once it has subscribed (it said so on stderr).
+fn ready_worker_with(url: &str, name: &str, config: &std::path::Path) -> WorkerProcess {
+    use std::io::BufRead;
+    let mut child = Command::new(BIN)
+        .args(["worker", "--nats", url, "--name", name, "--config"])
+        .arg(config)
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolyard worker");
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let process = WorkerProcess(child);
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains("serving on") => break,
+            Some(Ok(line)) => eprintln!("{line}"),
+            _ => panic!("the worker exited before it served"),
+        }
+    }
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("{line}");
+        }
+    });
+    process
+}
+
+/// A `[[sources]]` entry running our own binary as a stdio MCP server.
+fn stdio_source(name: &str) -> String {
+    format!(
+        "[[sources]]\nname = \"{name}\"\ncommand = \"{BIN}\"\nargs = [\"serve\", \"--stdio\"]\n"
+    )
+}
+
+/// The tool names `serve --nats` lists, once `done` holds for them.
+fn gateway_tools(url: &str, done: impl Fn(&[&str]) -> bool) -> Vec<String> {
+    let listed = through_gateway(url, &["tools"], |v| {
+        v["tools"].as_array().is_some_and(|t| {
+            let names: Vec<&str> = t.iter().filter_map(|t| t["name"].as_str()).collect();
+            done(&names)
+        })
+    });
+    listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_worker_serves_the_gateway_sources_of_its_config_and_follows_a_reload() {
+    let nats = NatsServer::start();
+    let dir =
+        std::env::temp_dir().join(format!("toolyard-it-worker-sources-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("worker.toml");
+    std::fs::write(&config, stdio_source("up")).unwrap();
+    let w = ready_worker_with(&nats.url(), "ops", &config);
+    // The source's tools, under the worker's name; a worker with sources leaves the demo
+    // set out, as `serve` does.
+    let names = gateway_tools(&nats.url(), |n| n.contains(&"ops__up__echo"));
+    assert!(
+        names.iter().all(|n| n.starts_with("ops__up__")),
+        "only the source's tools: {names:?}"
+    );
+    let echoed = through_gateway(
+        &nats.url(),
+        &[
+            "call",
+            "ops__up__echo",
+            "--args",
+            r#"{"message":"through a worker's source"}"#,
+        ],
+        |v| !v.is_null(),
+    );
+    assert_eq!(
+        echoed["content"][0]["text"], "through a worker's source",
+        "{echoed}"
+    );
+    // SIGHUP re-reads the sources; the catalog follows the new tools.
+    std::fs::write(
+        &config,
+        format!("{}\n{}", stdio_source("up"), stdio_source("more")),
+    )
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(w.0.id()).unwrap()),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let names = gateway_tools(&nats.url(), |n| n.contains(&"ops__more__add"));
+    assert!(names.contains(&"ops__up__echo".to_owned()), "{names:?}");
+    let added = through_gateway(
+        &nats.url(),
+        &["call", "ops__more__add", "--args", r#"{"a":2,"b":3}"#],
+        |v| !v.is_null(),
+    );
+    assert_ne!(added["isError"], true, "{added}");
+    assert!(added.to_string().contains('5'), "{added}");
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,7 +7,8 @@
 //! request was cancelled) or `err` (an error of the bridge), `ka` keepalives in between.
 //!
 //! The worker advertises what it serves in the catalog bucket (`catalog`), re-put on a
-//! heartbeat, deleted on [`Worker::shutdown`], which leaves the queue group with a
+//! heartbeat and as soon as its server's tools change (a tool added or removed, a gateway
+//! source's tools changing upstream), deleted on [`Worker::shutdown`], which leaves the queue group with a
 //! subscription drain (UNSUB, then a PING) and serves what the server had already delivered:
 //! a drained worker fails no call, and none goes silent.
 
@@ -18,9 +19,9 @@ use async_nats::{Client, HeaderMap, Message};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::Deserialize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::transport::{Delivery, Sink};
@@ -75,6 +76,11 @@ struct Inner {
     config: WorkerConfig,
     instance: String,
     catalog: async_nats::jetstream::kv::Store,
+    /// Told when the server's tools change: the catalog entry is put again at once.
+    tools_changed: Arc<Notify>,
+    /// The tools last listed: what the entry keeps while a listing fails (a gateway
+    /// source in `fail` mode being down), rather than advertising no tools at all.
+    last_tools: Mutex<Vec<Tool>>,
     /// Set when draining starts: new requests are refused.
     draining: CancellationToken,
     /// Set when the drain timeout passes: requests still running are cancelled.
@@ -103,10 +109,22 @@ impl Worker {
             instance: instance_id(),
             config,
             catalog: store,
+            tools_changed: Arc::new(Notify::new()),
+            last_tools: Mutex::new(Vec::new()),
             draining: CancellationToken::new(),
             abandon: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
+        // Told before the first listing, so no change falls between the two. Only changes
+        // raised in this process are tapped: a relayed one is another process's tools.
+        let changed = inner.tools_changed.clone();
+        inner
+            .server
+            .tap_events(Arc::new(move |event: &toolyard::Event| {
+                if matches!(event, toolyard::Event::ToolsChanged) {
+                    changed.notify_one();
+                }
+            }));
         inner.put_catalog().await?;
         let subscription = client
             .queue_subscribe(
@@ -172,7 +190,16 @@ impl Inner {
     }
 
     async fn put_catalog(&self) -> Result<(), NatsError> {
-        let tools = list_tools(&self.server).await;
+        let tools = match list_tools(&self.server).await {
+            Ok(tools) => {
+                *lock(&self.last_tools) = tools.clone();
+                tools
+            }
+            Err(error) => {
+                tracing::warn!(server = %self.config.server, %error, "listing the tools failed; the catalog keeps the last listing");
+                lock(&self.last_tools).clone()
+            }
+        };
         let entry = CatalogEntry::new(&self.config.server, &self.instance, tools);
         let bytes = serde_json::to_vec(&entry).map_err(|e| NatsError::Bus(e.to_string()))?;
         self.catalog
@@ -229,11 +256,19 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Re-puts the catalog entry on every heartbeat, and at once when the tools change.
 async fn heartbeat(inner: Arc<Inner>) {
     let mut tick = tokio::time::interval(inner.config.heartbeat);
     tick.tick().await;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = inner.tools_changed.notified() => tick.reset(),
+        }
         if let Err(e) = inner.put_catalog().await {
             tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed");
         }
@@ -569,8 +604,9 @@ async fn watch_control(
     }))
 }
 
-/// The server's tools, as a modern `tools/list` answers them (every page).
-async fn list_tools(server: &Server) -> Vec<Tool> {
+/// The server's tools, as a modern `tools/list` answers them (every page); the error
+/// message when a page is refused or unreadable.
+async fn list_tools(server: &Server) -> Result<Vec<Tool>, String> {
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
     for page in 0..1000 {
@@ -585,7 +621,7 @@ async fn list_tools(server: &Server) -> Vec<Tool> {
         }
         let body = serde_json::json!({"jsonrpc": "2.0", "id": page, "method": "tools/list", "params": params});
         let Ok(Incoming::Request(request)) = jsonrpc::parse(body.to_string().as_bytes()) else {
-            break;
+            return Err("the tools/list request could not be built".into());
         };
         let meta = jsonrpc::params::<Head>(request.params.as_deref())
             .ok()
@@ -615,12 +651,17 @@ async fn list_tools(server: &Server) -> Vec<Tool> {
         #[derive(Deserialize)]
         struct Answer {
             result: Option<ListToolsResult>,
+            error: Option<ErrorObject>,
         }
-        let Some(result) = answer
-            .and_then(|b| serde_json::from_slice::<Answer>(&b).ok())
-            .and_then(|a| a.result)
-        else {
-            break;
+        let answer = answer.ok_or("the server ended without answering tools/list")?;
+        let result = match serde_json::from_slice::<Answer>(&answer) {
+            Ok(Answer {
+                result: Some(result),
+                ..
+            }) => result,
+            Ok(Answer { error: Some(e), .. }) => return Err(e.message.into_owned()),
+            Ok(_) => return Err("tools/list answered neither a result nor an error".into()),
+            Err(e) => return Err(format!("an unreadable tools/list answer: {e}")),
         };
         tools.extend(result.tools);
         match result.next_cursor {
@@ -628,5 +669,5 @@ async fn list_tools(server: &Server) -> Vec<Tool> {
             None => break,
         }
     }
-    tools
+    Ok(tools)
 }

@@ -1059,3 +1059,181 @@ async fn a_clients_entry_without_transport_reaches_an_http_sse_endpoint() {
         .to_string();
     assert!(e.contains("405"), "{e}");
 }
+
+/// A minimal modern (2026-07-28) server over Streamable HTTP, written out on the wire:
+/// `server/discover` announces `tools.listChanged`, `tools/list` lists nothing, and
+/// `subscriptions/listen` gets what `listen` answers (status, content type, body).
+async fn raw_modern_server(
+    listen: impl Fn(&Value) -> (StatusCode, &'static str, String) + Clone + Send + Sync + 'static,
+) -> u16 {
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(move |body: String| {
+            let listen = listen.clone();
+            async move {
+                let v: Value = serde_json::from_str(&body).unwrap();
+                let id = v["id"].clone();
+                let json = |result: Value| {
+                    (
+                        StatusCode::OK,
+                        "application/json",
+                        json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+                    )
+                };
+                let (status, content_type, body) = match v["method"].as_str() {
+                    Some("server/discover") => json(json!({
+                        "supportedVersions": ["2026-07-28"],
+                        "capabilities": {"tools": {"listChanged": true}},
+                        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "raw", "version": "1"}},
+                    })),
+                    Some("tools/list") => json(json!({"tools": []})),
+                    Some("subscriptions/listen") => listen(&v),
+                    _ => (
+                        StatusCode::NOT_FOUND,
+                        "application/json",
+                        json!({"jsonrpc": "2.0", "id": id,
+                               "error": {"code": -32601, "message": "Method not found"}})
+                        .to_string(),
+                    ),
+                };
+                (status, [("content-type", content_type)], body).into_response()
+            }
+        }),
+    );
+    serve(app).await
+}
+
+/// A client whose request timeout is far longer than any test: what ends in a test ends
+/// because the answer came, not because a timeout struck.
+async fn patient_modern_client(port: u16) -> Client {
+    ClientBuilder::new(Implementation::new("test-client", "1.0"))
+        .protocol(ProtocolChoice::Modern)
+        .request_timeout(Duration::from_secs(600))
+        .connect(StreamableHttpTransport::new(format!(
+            "http://127.0.0.1:{port}/mcp"
+        )))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn subscribe_fails_at_once_with_the_servers_error_when_it_refuses_subscriptions_listen() {
+    let port = raw_modern_server(|v| {
+        (
+            StatusCode::NOT_FOUND,
+            "application/json",
+            json!({"jsonrpc": "2.0", "id": v["id"],
+                   "error": {"code": -32601, "message": "Method not found"}})
+            .to_string(),
+        )
+    })
+    .await;
+    let client = patient_modern_client(port).await;
+    let filter = toolyard::proto::SubscriptionFilter {
+        tools_list_changed: Some(true),
+        ..Default::default()
+    };
+    // Far below the 600 s request timeout: the refusal itself must end the wait.
+    let r = tokio::time::timeout(Duration::from_secs(10), client.subscribe(filter))
+        .await
+        .expect("subscribe waited for an acknowledgement the refusal ruled out");
+    match r {
+        Err(ClientError::MethodNotFound(m)) => assert_eq!(m, "subscriptions/listen"),
+        other => panic!("expected the server's -32601, got {other:?}"),
+    }
+    // Any other error answer comes back as it is.
+    let port = raw_modern_server(|v| {
+        (
+            StatusCode::BAD_REQUEST,
+            "application/json",
+            json!({"jsonrpc": "2.0", "id": v["id"],
+                   "error": {"code": -32602, "message": "no such filter"}})
+            .to_string(),
+        )
+    })
+    .await;
+    let client = patient_modern_client(port).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.subscribe(toolyard::proto::SubscriptionFilter::default()),
+    )
+    .await
+    .expect("subscribe waited past the error answer");
+    match r {
+        Err(ClientError::Rpc(e)) => {
+            assert_eq!(e.code, -32602);
+            assert_eq!(e.message, "no such filter");
+        }
+        other => panic!("expected the server's -32602, got {other:?}"),
+    }
+}
+
+/// An SSE event carrying one JSON-RPC message.
+fn sse_event(message: Value) -> String {
+    format!("data: {message}\n\n")
+}
+
+#[tokio::test]
+async fn a_listen_stream_the_server_ends_ends_the_subscription_after_its_notifications() {
+    // The stream: the acknowledgement, one change, then the listen request's own answer.
+    let port = raw_modern_server(|v| {
+        let body = [
+            sse_event(json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {}})),
+            sse_event(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {}})),
+            sse_event(json!({"jsonrpc": "2.0", "id": v["id"], "result": {}})),
+        ]
+        .concat();
+        (StatusCode::OK, "text/event-stream", body)
+    })
+    .await;
+    let client = patient_modern_client(port).await;
+    let mut sub = client
+        .subscribe(toolyard::proto::SubscriptionFilter {
+            tools_list_changed: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut seen = Vec::new();
+        while let Some(n) = sub.next().await {
+            seen.push(n.method);
+        }
+        seen
+    })
+    .await
+    .expect("the subscription outlived its listen stream");
+    assert!(
+        seen.contains(&"notifications/tools/list_changed".to_owned()),
+        "the change sent before the end is delivered: {seen:?}"
+    );
+    assert!(matches!(sub.ended(), Some(None)), "{:?}", sub.ended());
+    assert!(
+        sub.next().await.is_none(),
+        "an ended subscription stays ended"
+    );
+    assert!(!client.is_closed(), "only the subscription ended");
+
+    // A stream cut before any answer ends it too, with the transport's error.
+    let port = raw_modern_server(|_| {
+        let ack = sse_event(json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {}}));
+        (StatusCode::OK, "text/event-stream", ack)
+    })
+    .await;
+    let client = patient_modern_client(port).await;
+    let mut sub = client
+        .subscribe(toolyard::proto::SubscriptionFilter::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while sub.next().await.is_some() {}
+    })
+    .await
+    .expect("the subscription outlived its broken stream");
+    match sub.ended() {
+        Some(Some(ClientError::Transport(TransportError::Io(m)))) => {
+            assert!(m.contains("before the response"), "{m}")
+        }
+        other => panic!("expected the broken stream's error, got {other:?}"),
+    }
+}

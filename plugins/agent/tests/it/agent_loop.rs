@@ -1099,3 +1099,90 @@ async fn an_observer_sees_the_run_its_chats_and_its_tool_calls_as_one_tree() {
     assert_eq!(seen[2].error_type.as_deref(), Some("tool_error"));
     assert_eq!(seen[3].finish_reasons, ["stop"]);
 }
+
+/// A modern server written out on the wire that announces `tools.listChanged` but refuses
+/// `subscriptions/listen` (-32601, as a server without subscriptions answers): the toolbox
+/// starts at once with the server's tools, without following its changes, instead of
+/// waiting out the request timeout for an acknowledgement that cannot come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_subscriptions_listen_does_not_stall_the_toolbox() {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let listens = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = listens.clone();
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(move |body: String| {
+            let seen = seen.clone();
+            async move {
+                let v: Value = serde_json::from_str(&body).unwrap();
+                let id = v["id"].clone();
+                let (status, answer) = match v["method"].as_str() {
+                    Some("server/discover") => (
+                        StatusCode::OK,
+                        json!({"result": {
+                            "supportedVersions": ["2026-07-28"],
+                            "capabilities": {"tools": {"listChanged": true}},
+                        }}),
+                    ),
+                    Some("tools/list") => (
+                        StatusCode::OK,
+                        json!({"result": {"tools": [{
+                            "name": "only", "inputSchema": {"type": "object"}
+                        }]}}),
+                    ),
+                    method => {
+                        if method == Some("subscriptions/listen") {
+                            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        (
+                            StatusCode::NOT_FOUND,
+                            json!({"error": {"code": -32601, "message": "Method not found"}}),
+                        )
+                    }
+                };
+                let mut answer = answer;
+                answer["jsonrpc"] = json!("2.0");
+                answer["id"] = id;
+                (
+                    status,
+                    [("content-type", "application/json")],
+                    answer.to_string(),
+                )
+                    .into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let client = ClientBuilder::new(Implementation::new("agent-test", "1"))
+        .request_timeout(Duration::from_secs(600))
+        .connect(toolyard::client::StreamableHttpTransport::new(format!(
+            "http://{addr}/mcp"
+        )))
+        .await
+        .unwrap();
+    assert!(client.is_modern());
+    let toolbox = tokio::time::timeout(
+        Duration::from_secs(10),
+        Toolbox::from_clients(vec![("raw".into(), client)], &[]),
+    )
+    .await
+    .expect("the toolbox waited for an acknowledgement the refusal ruled out")
+    .unwrap();
+    assert_eq!(
+        listens.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the toolbox asked to follow the announced changes"
+    );
+    let names: Vec<_> = toolbox
+        .tools()
+        .iter()
+        .map(|t| t.tool.name.as_str())
+        .collect();
+    assert_eq!(names, ["only"]);
+    assert!(!toolbox.tools_changed());
+}

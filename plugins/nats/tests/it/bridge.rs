@@ -346,3 +346,36 @@ async fn a_workers_elicitation_reaches_the_gateways_caller_in_both_generations()
         );
     }
 }
+
+/// A worker's tools changing (here added and removed in process; under `toolyard worker`,
+/// a gateway source's tools changing upstream) re-put its catalog entry at once, not on the
+/// next heartbeat: the heartbeat here is an hour, far beyond the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_tools_changing_reach_the_gateway_before_the_next_heartbeat() {
+    let nats = NatsServer::start();
+    let server = worker_server(Arc::default()).await;
+    let mut config = WorkerConfig::new("calc");
+    config.heartbeat = Duration::from_secs(3600);
+    let worker = Worker::start(server.clone(), connect(&nats.url()).await, config)
+        .await
+        .unwrap();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    server.add_tools(vec![tool_fn(
+        "late",
+        "Added later",
+        |_ctx, a: Echo| async move { Ok(a.message) },
+    )
+    .unwrap()]);
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__late")).await;
+    let r = gw
+        .client
+        .call_tool("calc__late", json!({"message": "new tool"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "new tool");
+    server.remove_tools(vec!["echo".into()]);
+    let names = listed(&gw.client, |n| !n.iter().any(|t| t == "calc__echo")).await;
+    assert!(names.contains(&"calc__late".to_owned()), "{names:?}");
+    worker.shutdown().await;
+}
