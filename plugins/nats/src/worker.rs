@@ -1,15 +1,17 @@
-//! A worker: a Toolyard [`Server`] serving its tools to the bus. Requests arrive on
-//! `{prefix}.req.*.*.{server}.>` in the queue group `tyw.{server}` (one more worker is more
-//! capacity); each is served with [`Server::serve_stateless`], so it gets every check a
-//! 2026-07-28 request gets over HTTP (the gate, argument validation, progress, per-request
-//! logging, cancellation), and its messages go back to the caller's reply subject as frames:
+//! A worker: a Toolyard [`Server`] serving its tools, resources and prompts to the bus.
+//! Requests arrive on `{prefix}.req.*.*.{server}.>` in the queue group `tyw.{server}` (one
+//! more worker is more capacity); each is served with [`Server::serve_stateless`], so it gets
+//! every check a 2026-07-28 request gets over HTTP (the gate, argument validation, progress,
+//! per-request logging, cancellation), and its messages go back to the caller's reply
+//! subject as frames:
 //! `msg` for each notification, exactly one terminal `end` (the answer; empty when the
 //! request was cancelled) or `err` (an error of the bridge), `ka` keepalives in between.
 //!
-//! The worker advertises what it serves in the catalog bucket (`catalog`), re-put on a
-//! heartbeat, deleted on [`Worker::shutdown`], which leaves the queue group with a
-//! subscription drain (UNSUB, then a PING) and serves what the server had already delivered:
-//! a drained worker fails no call, and none goes silent.
+//! The worker advertises what it serves (tools, resources, resource templates, prompts) in
+//! the catalog bucket (`catalog`), re-put on a heartbeat and when its server's lists change,
+//! deleted on [`Worker::shutdown`], which leaves the queue group with a subscription drain
+//! (UNSUB, then a PING) and serves what the server had already delivered: a drained worker
+//! fails no call, and none goes silent.
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
@@ -17,17 +19,18 @@ use crate::wire::{self, Frame};
 use async_nats::{Client, HeaderMap, Message};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::transport::{Delivery, Sink};
 use toolyard::Server;
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
 use toolyard_proto::method::{self, NameField};
-use toolyard_proto::{ErrorObject, ListToolsResult, RequestId, RequestMeta, Tool};
+use toolyard_proto::{ErrorObject, RequestId, RequestMeta};
 
 /// How a worker serves.
 #[derive(Debug, Clone)]
@@ -119,8 +122,16 @@ impl Worker {
             .flush()
             .await
             .map_err(|e| NatsError::Bus(e.to_string()))?;
+        // A change of what the server offers is put at once, not at the next heartbeat.
+        let changed = Arc::new(Notify::new());
+        let on_change = changed.clone();
+        inner.server.tap_events(Arc::new(move |event: &toolyard::Event| {
+            if !matches!(event, toolyard::Event::ResourceUpdated(_)) {
+                on_change.notify_one();
+            }
+        }));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
-        let heartbeat = tokio::spawn(heartbeat(inner.clone()));
+        let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
         Ok(Worker {
             inner,
@@ -172,8 +183,7 @@ impl Inner {
     }
 
     async fn put_catalog(&self) -> Result<(), NatsError> {
-        let tools = list_tools(&self.server).await;
-        let entry = CatalogEntry::new(&self.config.server, &self.instance, tools);
+        let entry = offer(&self.server, &self.config.server, &self.instance).await;
         let bytes = serde_json::to_vec(&entry).map_err(|e| NatsError::Bus(e.to_string()))?;
         self.catalog
             .put(entry.key(), bytes.into())
@@ -229,11 +239,16 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
     }
 }
 
-async fn heartbeat(inner: Arc<Inner>) {
+/// Re-puts the catalog entry every heartbeat, and when the server's tools, resources or
+/// prompts change.
+async fn heartbeat(inner: Arc<Inner>, changed: Arc<Notify>) {
     let mut tick = tokio::time::interval(inner.config.heartbeat);
     tick.tick().await;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = changed.notified() => tick.reset(),
+        }
         if let Err(e) = inner.put_catalog().await {
             tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed");
         }
@@ -538,9 +553,22 @@ async fn watch_control(
     }))
 }
 
-/// The server's tools, as a modern `tools/list` answers them (every page).
-async fn list_tools(server: &Server) -> Vec<Tool> {
-    let mut tools = Vec::new();
+/// Everything the server offers, as modern listings answer it (every page).
+async fn offer(server: &Server, name: &str, instance: &str) -> CatalogEntry {
+    let tools = list_all(server, "tools/list", "tools").await;
+    let resources = list_all(server, "resources/list", "resources").await;
+    let templates = list_all(server, "resources/templates/list", "resourceTemplates").await;
+    let prompts = list_all(server, "prompts/list", "prompts").await;
+    CatalogEntry::new(name, instance, tools)
+        .with_resources(resources, templates)
+        .with_prompts(prompts)
+}
+
+/// Every page of one listing, served like any request (so the worker advertises exactly
+/// what a client of it would see); `key` names the array in the result. An item that does
+/// not parse is skipped, a listing that fails is empty.
+async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str) -> Vec<T> {
+    let mut items = Vec::new();
     let mut cursor: Option<String> = None;
     for page in 0..1000 {
         let mut params = serde_json::json!({
@@ -552,7 +580,7 @@ async fn list_tools(server: &Server) -> Vec<Tool> {
         if let Some(c) = &cursor {
             params["cursor"] = c.clone().into();
         }
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": page, "method": "tools/list", "params": params});
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": page, "method": method, "params": params});
         let Ok(Incoming::Request(request)) = jsonrpc::parse(body.to_string().as_bytes()) else {
             break;
         };
@@ -583,19 +611,29 @@ async fn list_tools(server: &Server) -> Vec<Tool> {
         };
         #[derive(Deserialize)]
         struct Answer {
-            result: Option<ListToolsResult>,
+            result: Option<serde_json::Map<String, serde_json::Value>>,
         }
-        let Some(result) = answer
+        let Some(mut result) = answer
             .and_then(|b| serde_json::from_slice::<Answer>(&b).ok())
             .and_then(|a| a.result)
         else {
+            if page == 0 {
+                tracing::debug!(%method, "the listing failed: the catalog offers none");
+            }
             break;
         };
-        tools.extend(result.tools);
-        match result.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
+        if let Some(serde_json::Value::Array(found)) = result.remove(key) {
+            for item in found {
+                match serde_json::from_value::<T>(item) {
+                    Ok(item) => items.push(item),
+                    Err(e) => tracing::warn!(%method, error = %e, "an item the catalog cannot carry: skipped"),
+                }
+            }
+        }
+        match result.remove("nextCursor") {
+            Some(serde_json::Value::String(c)) => cursor = Some(c),
+            _ => break,
         }
     }
-    tools
+    items
 }
