@@ -158,17 +158,35 @@ impl RemoteTools {
 
     /// The URIs of the resources installed now.
     pub fn resources(&self) -> Vec<String> {
-        self.inner.state().installed.resources.keys().cloned().collect()
+        self.inner
+            .state()
+            .installed
+            .resources
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// The URI templates installed now.
     pub fn resource_templates(&self) -> Vec<String> {
-        self.inner.state().installed.templates.keys().cloned().collect()
+        self.inner
+            .state()
+            .installed
+            .templates
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// The exposed names of the prompts installed now.
     pub fn prompts(&self) -> Vec<String> {
-        self.inner.state().installed.prompts.keys().cloned().collect()
+        self.inner
+            .state()
+            .installed
+            .prompts
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Stops following the catalog and removes the workers' tools, resources and prompts
@@ -295,8 +313,18 @@ impl Inner {
         }
         let mut clashes = Vec::new();
         let tools = assign(&state.installed.tools, tools, "tool", &mut clashes);
-        let resources = assign(&state.installed.resources, resources, "resource", &mut clashes);
-        let templates = assign(&state.installed.templates, templates, "template", &mut clashes);
+        let resources = assign(
+            &state.installed.resources,
+            resources,
+            "resource",
+            &mut clashes,
+        );
+        let templates = assign(
+            &state.installed.templates,
+            templates,
+            "template",
+            &mut clashes,
+        );
         let prompts = assign(&state.installed.prompts, prompts, "prompt", &mut clashes);
         let clashes: BTreeSet<(&'static str, String, String)> = clashes.into_iter().collect();
         for (kind, key, left_out) in clashes.difference(&state.clashes) {
@@ -500,22 +528,24 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
 
 /// A worker's prompt: `prompts/get` with its upstream name and the caller's arguments.
 fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::PromptFn {
-    Arc::new(move |ctx: RequestContext, arguments: HashMap<String, String>| {
-        let inner = inner.clone();
-        let server = server.clone();
-        let prompt = prompt.clone();
-        Box::pin(async move {
-            let mut params = serde_json::Map::new();
-            params.insert("name".into(), Value::String(prompt.clone()));
-            params.insert("arguments".into(), json!(arguments));
-            let target = Target {
-                server: &server,
-                method: "prompts/get",
-                name: &prompt,
-            };
-            request::<GetPromptResult>(&inner, &target, &ctx, params).await
-        })
-    })
+    Arc::new(
+        move |ctx: RequestContext, arguments: HashMap<String, String>| {
+            let inner = inner.clone();
+            let server = server.clone();
+            let prompt = prompt.clone();
+            Box::pin(async move {
+                let mut params = serde_json::Map::new();
+                params.insert("name".into(), Value::String(prompt.clone()));
+                params.insert("arguments".into(), json!(arguments));
+                let target = Target {
+                    server: &server,
+                    method: "prompts/get",
+                    name: &prompt,
+                };
+                request::<GetPromptResult>(&inner, &target, &ctx, params).await
+            })
+        },
+    )
 }
 
 /// Where a forwarded request goes: the worker server, the method, and what it names (the

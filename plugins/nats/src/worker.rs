@@ -125,11 +125,13 @@ impl Worker {
         // A change of what the server offers is put at once, not at the next heartbeat.
         let changed = Arc::new(Notify::new());
         let on_change = changed.clone();
-        inner.server.tap_events(Arc::new(move |event: &toolyard::Event| {
-            if !matches!(event, toolyard::Event::ResourceUpdated(_)) {
-                on_change.notify_one();
-            }
-        }));
+        inner
+            .server
+            .tap_events(Arc::new(move |event: &toolyard::Event| {
+                if !matches!(event, toolyard::Event::ResourceUpdated(_)) {
+                    on_change.notify_one();
+                }
+            }));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
@@ -580,7 +582,8 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
         if let Some(c) = &cursor {
             params["cursor"] = c.clone().into();
         }
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": page, "method": method, "params": params});
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": page, "method": method, "params": params});
         let Ok(Incoming::Request(request)) = jsonrpc::parse(body.to_string().as_bytes()) else {
             break;
         };
@@ -626,7 +629,9 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
             for item in found {
                 match serde_json::from_value::<T>(item) {
                     Ok(item) => items.push(item),
-                    Err(e) => tracing::warn!(%method, error = %e, "an item the catalog cannot carry: skipped"),
+                    Err(e) => {
+                        tracing::warn!(%method, error = %e, "an item the catalog cannot carry: skipped")
+                    }
                 }
             }
         }
