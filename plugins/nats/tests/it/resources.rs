@@ -33,7 +33,7 @@ fn read_text(read: &ReadResourceResult) -> String {
         .iter()
         .filter_map(|c| match c {
             ResourceContents::Text(t) => Some(t.text.as_str()),
-            _ => None,
+            ResourceContents::Blob(_) => None,
         })
         .collect()
 }
