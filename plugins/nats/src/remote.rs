@@ -259,8 +259,8 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One catalog change: the entry is recorded (or dropped), then the server's tools are
-    /// made to match every live entry.
+    /// One catalog change: the entry is recorded (or dropped), then the server's tools,
+    /// resources, templates and prompts are made to match every live entry.
     fn apply(self: &Arc<Self>, entry: &Entry) {
         let mut state = self.state();
         match entry.operation {
