@@ -135,7 +135,8 @@ async fn without_a_prefix_prompts_keep_their_own_names() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_error_from_a_workers_resource_reader_reaches_the_caller_as_a_json_rpc_error() {
+async fn an_error_from_a_workers_resource_reader_reaches_the_caller_as_a_json_rpc_error_and_a_uri_no_header_carries_is_refused(
+) {
     let nats = NatsServer::start();
     let _worker = start_worker(&nats.url(), "docs", Arc::default()).await;
     let gw = gateway(&nats.url(), RemoteConfig::default()).await;
@@ -157,7 +158,18 @@ async fn an_error_from_a_workers_resource_reader_reaches_the_caller_as_a_json_rp
         // not one of the bridge's codes.
         assert_eq!(error.code, -32603, "{choice:?}: {error:?}");
         assert_eq!(error.message, "the item store is down", "{choice:?}");
-        // The gateway still serves after it.
+        // A URI a NATS header cannot carry (`Mcp-Name`) is refused before it is sent.
+        let refused = client
+            .read_resource("worker://items/a\nb")
+            .await
+            .unwrap_err();
+        let error = refused.rpc().unwrap_or_else(|| panic!("{refused}"));
+        assert_eq!(error.code, -32602, "{choice:?}: {error:?}");
+        assert!(
+            error.message.contains("line break"),
+            "{choice:?}: {error:?}"
+        );
+        // The gateway still serves after both.
         let item = client.read_resource("worker://items/7").await.unwrap();
         assert_eq!(read_text(&item), "item 7");
     }
