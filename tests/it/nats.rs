@@ -601,3 +601,35 @@ fn a_worker_serves_the_gateway_sources_of_its_config_and_follows_a_reload() {
     drop(w);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_worker_process_serves_its_resources_and_prompts_through_serve_nats() {
+    let nats = NatsServer::start();
+    // The demo set: a static resource, a template and prompts.
+    let _w = worker(&nats.url(), "demo");
+    let resources = through_gateway(&nats.url(), &["resources"], |v| {
+        v["resources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["uri"] == "demo://readme"))
+    });
+    assert!(!resources["resources"].as_array().unwrap().is_empty());
+    let read = through_gateway(&nats.url(), &["read", "demo://users/7"], |v| {
+        v["contents"][0]["text"].is_string()
+    });
+    assert!(
+        read["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("user 7"),
+        "{read}"
+    );
+    let prompt = through_gateway(
+        &nats.url(),
+        &["get-prompt", "demo__greet", "--args", r#"{"name":"Ada"}"#],
+        |v| v["messages"][0]["content"]["text"].is_string(),
+    );
+    assert_eq!(
+        prompt["messages"][0]["content"]["text"],
+        "Please greet Ada warmly."
+    );
+}

@@ -1,5 +1,6 @@
-//! The tool catalog on the bus: each worker instance puts what it serves into the JetStream
-//! KV bucket `TY_CATALOG` under `srv.{server}.{instance}` and re-puts it on a heartbeat;
+//! The catalog on the bus: each worker instance puts what it serves (tools, resources,
+//! resource templates, prompts) into the JetStream KV bucket `TY_CATALOG` under
+//! `srv.{server}.{instance}` and re-puts it on a heartbeat;
 //! gateways watch the bucket. The bucket's `max_age` (three heartbeats) retires the key of a
 //! worker that died without deleting it; delete markers make that expiry visible to watchers.
 
@@ -8,7 +9,7 @@ use async_nats::jetstream::{self, kv};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
-use toolyard_proto::Tool;
+use toolyard_proto::{Prompt, Resource, ResourceTemplate, Tool};
 
 /// The KV bucket of the catalog.
 pub const BUCKET: &str = "TY_CATALOG";
@@ -16,7 +17,8 @@ pub const BUCKET: &str = "TY_CATALOG";
 /// How often a worker re-puts its entry.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
 
-/// What one worker instance serves.
+/// What one worker instance serves. The lists other than `tools` came later: an entry
+/// without them (an older worker's) reads as offering none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogEntry {
@@ -24,26 +26,79 @@ pub struct CatalogEntry {
     pub server: String,
     /// This instance.
     pub instance: String,
-    /// A digest of `tools`, so replicas can be compared and unchanged entries skipped.
+    /// A digest of everything it offers, so replicas can be compared and unchanged entries
+    /// skipped.
     pub sha256: String,
     /// Its tools, with their upstream names.
     pub tools: Vec<Tool>,
+    /// Its static resources, by their URIs.
+    #[serde(default)]
+    pub resources: Vec<Resource>,
+    /// Its resource templates.
+    #[serde(default)]
+    pub resource_templates: Vec<ResourceTemplate>,
+    /// Its prompts, with their upstream names.
+    #[serde(default)]
+    pub prompts: Vec<Prompt>,
 }
 
 impl CatalogEntry {
-    /// An entry with its digest computed.
+    /// An entry offering `tools` only, with its digest computed.
     pub fn new(server: &str, instance: &str, tools: Vec<Tool>) -> CatalogEntry {
-        let bytes = serde_json::to_vec(&tools).unwrap_or_default();
-        let sha256 = Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         CatalogEntry {
             server: server.to_owned(),
             instance: instance.to_owned(),
-            sha256,
+            sha256: String::new(),
             tools,
+            resources: Vec::new(),
+            resource_templates: Vec::new(),
+            prompts: Vec::new(),
         }
+        .sealed()
+    }
+
+    /// The entry also offering these resources and templates (digest recomputed).
+    #[must_use]
+    pub fn with_resources(
+        mut self,
+        resources: Vec<Resource>,
+        templates: Vec<ResourceTemplate>,
+    ) -> CatalogEntry {
+        self.resources = resources;
+        self.resource_templates = templates;
+        self.sealed()
+    }
+
+    /// The entry also offering these prompts (digest recomputed).
+    #[must_use]
+    pub fn with_prompts(mut self, prompts: Vec<Prompt>) -> CatalogEntry {
+        self.prompts = prompts;
+        self.sealed()
+    }
+
+    /// The digest of everything offered (not of the names), so two instances serving the
+    /// same things have the same one.
+    fn sealed(mut self) -> CatalogEntry {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Offer<'a> {
+            tools: &'a [Tool],
+            resources: &'a [Resource],
+            resource_templates: &'a [ResourceTemplate],
+            prompts: &'a [Prompt],
+        }
+        let bytes = serde_json::to_vec(&Offer {
+            tools: &self.tools,
+            resources: &self.resources,
+            resource_templates: &self.resource_templates,
+            prompts: &self.prompts,
+        })
+        .unwrap_or_default();
+        self.sha256 = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        self
     }
 
     /// Its key in the bucket.
@@ -68,7 +123,7 @@ pub(crate) async fn bucket(
     }
     let config = kv::Config {
         bucket: BUCKET.to_owned(),
-        description: "Toolyard: the tools each worker instance serves".to_owned(),
+        description: "Toolyard: what each worker instance serves".to_owned(),
         history: 1,
         max_age: heartbeat * 3,
         max_value_size: 8 * 1024 * 1024,
@@ -82,5 +137,56 @@ pub(crate) async fn bucket(
             .get_key_value(BUCKET)
             .await
             .map_err(|_| NatsError::Bus(format!("the catalog bucket {BUCKET}: {create}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_without_resources_or_prompts_still_parses() {
+        let old = r#"{"server":"calc","instance":"1","sha256":"x","tools":[]}"#;
+        let entry: CatalogEntry = serde_json::from_str(old).unwrap();
+        assert!(entry.resources.is_empty() && entry.resource_templates.is_empty());
+        assert!(entry.prompts.is_empty());
+    }
+
+    #[test]
+    fn the_digest_covers_resources_templates_and_prompts() {
+        let base = CatalogEntry::new("calc", "1", Vec::new());
+        let with_resource = base
+            .clone()
+            .with_resources(vec![Resource::new("calc://a", "a")], Vec::new());
+        let with_template = base.clone().with_resources(
+            Vec::new(),
+            vec![ResourceTemplate {
+                uri_template: "calc://{x}".into(),
+                name: "x".into(),
+                ..Default::default()
+            }],
+        );
+        let with_prompt = base.clone().with_prompts(vec![Prompt {
+            name: "p".into(),
+            ..Default::default()
+        }]);
+        let digests = [
+            &base.sha256,
+            &with_resource.sha256,
+            &with_template.sha256,
+            &with_prompt.sha256,
+        ];
+        for (i, a) in digests.iter().enumerate() {
+            for b in &digests[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // The instance does not enter it: replicas compare equal.
+        assert_eq!(
+            CatalogEntry::new("calc", "2", Vec::new()).sha256,
+            base.sha256
+        );
+        let json = serde_json::to_value(&with_template).unwrap();
+        assert!(json["resourceTemplates"].is_array(), "{json}");
     }
 }

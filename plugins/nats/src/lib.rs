@@ -1,11 +1,12 @@
 //! The NATS bridge of Toolyard: tools served by any number of worker processes on a NATS
-//! bus and exposed by any number of gateways.
+//! bus and exposed by any number of gateways, with their resources and prompts.
 //!
-//! - A [`Worker`] serves a Toolyard `Server`'s tools on the bus, in a queue group, so one
-//!   more worker is more capacity. Each request is served like a 2026-07-28 HTTP request
-//!   (`Server::serve_stateless`), and its messages go back as frames.
+//! - A [`Worker`] serves a Toolyard `Server`'s tools, resources and prompts on the bus, in a
+//!   queue group, so one more worker is more capacity. Each request is served like a
+//!   2026-07-28 HTTP request (`Server::serve_stateless`), and its messages go back as frames.
 //! - [`RemoteTools`] is the gateway side: it follows the catalog bucket the workers write and
-//!   exposes their tools through a server, forwarding each call over the bus.
+//!   exposes their tools, resources, resource templates and prompts through a server,
+//!   forwarding each call, read and prompt over the bus.
 //! - [`EventRelay`] is the cluster event bus: the `list_changed` and `resources/updated`
 //!   events raised in one process reach the subscribers of every gateway.
 //! - [`wire`] is the wire (subjects, headers, frames, codes), compatible with

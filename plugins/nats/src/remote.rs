@@ -1,26 +1,33 @@
-//! The gateway side: the workers' tools, discovered from the catalog bucket and exposed
-//! through a Toolyard [`Server`] as `{server}__{tool}` (configurable), over every transport
-//! and both generations. A call publishes a 2026-07-28 `tools/call` to the worker subject
-//! with a reply inbox and reads the frames: progress and log messages go to the caller as
-//! they come, the `end` frame is the answer. Workers appearing, changing their tools and
-//! going away change the server's tool registry, which notifies `tools/list_changed`.
+//! The gateway side: the workers' tools, resources, resource templates and prompts,
+//! discovered from the catalog bucket and exposed through a Toolyard [`Server`], over every
+//! transport and both generations. Tools and prompts are exposed as `{server}__{name}`
+//! (configurable, including no prefix); resources and templates by their URIs as they are
+//! (URIs are global: when two workers offer one, the first keeps it and the clash is logged).
+//! A call, a read or a get publishes a 2026-07-28 request to the worker subject with a reply
+//! inbox and reads the frames: progress and log messages go to the caller as they come, the
+//! `end` frame is the answer. Workers appearing, changing what they offer and going away
+//! change the server's registries, which notify the `list_changed`s.
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
-use async_nats::{Client, HeaderMap, Message, StatusCode};
+use async_nats::{Client, HeaderMap, HeaderValue, Message, StatusCode};
 use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toolyard::{HandlerError, RequestContext, Server, ToolArgs, ToolDef};
+use toolyard::{
+    HandlerError, PromptDef, RequestContext, ResourceDef, ResourceRequest, Server, TemplateDef,
+    ToolArgs, ToolDef, UriTemplate,
+};
 use toolyard_client::{OutgoingRequest, RequestOutcome};
 use toolyard_proto::{
-    CallToolResult, ErrorObject, InputRequest, InputRequiredResult, InputResponses, LoggingLevel,
-    Tool,
+    CallToolResult, ErrorObject, GetPromptResult, InputRequest, InputRequiredResult,
+    InputResponses, LoggingLevel, Prompt, ReadResourceResult, Resource, ResourceTemplate, Tool,
 };
 
 /// How the gateway side exposes and calls the workers' tools.
@@ -28,8 +35,8 @@ use toolyard_proto::{
 pub struct RemoteConfig {
     /// The subject prefix (default `mcp.v1`).
     pub prefix: String,
-    /// Between a worker's server name and a tool's name (default `__`); `None` exposes the
-    /// tools under their own names.
+    /// Between a worker's server name and a tool's or prompt's name (default `__`); `None`
+    /// exposes them under their own names.
     pub separator: Option<String>,
     /// A call fails with -32010 when no frame (not even a keepalive) came for this long.
     pub inactivity: Duration,
@@ -49,16 +56,16 @@ impl Default for RemoteConfig {
 }
 
 impl RemoteConfig {
-    fn expose(&self, server: &str, tool: &str) -> String {
+    fn expose(&self, server: &str, name: &str) -> String {
         match &self.separator {
-            Some(sep) => format!("{server}{sep}{tool}"),
-            None => tool.to_owned(),
+            Some(sep) => format!("{server}{sep}{name}"),
+            None => name.to_owned(),
         }
     }
 }
 
-/// The workers' tools in a server, kept in step with the catalog; dropped, it stops
-/// following the catalog (the tools stay until [`RemoteTools::shutdown`]).
+/// The workers' tools, resources and prompts in a server, kept in step with the catalog;
+/// dropped, it stops following the catalog (they stay until [`RemoteTools::shutdown`]).
 #[derive(Debug)]
 pub struct RemoteTools {
     inner: Arc<Inner>,
@@ -78,10 +85,24 @@ struct Inner {
 struct State {
     /// Catalog entries by key, with their revisions.
     entries: HashMap<String, (u64, CatalogEntry)>,
-    /// What is installed in the server: exposed name -> (worker server, upstream tool).
-    installed: BTreeMap<String, (String, Tool)>,
+    /// What is installed in the server.
+    installed: Installed,
     /// Worker names with at least one instance in the catalog.
-    servers: std::collections::BTreeSet<String>,
+    servers: BTreeSet<String>,
+    /// The clashes logged already (kind, exposed name or URI, the server left out), so a
+    /// clash is logged when it starts, not at every heartbeat.
+    clashes: BTreeSet<(&'static str, String, String)>,
+}
+
+/// Exposed name (or URI) -> (worker server, the item as the worker lists it).
+type Installs<T> = BTreeMap<String, (String, T)>;
+
+#[derive(Debug, Default)]
+struct Installed {
+    tools: Installs<Tool>,
+    resources: Installs<Resource>,
+    templates: Installs<ResourceTemplate>,
+    prompts: Installs<Prompt>,
 }
 
 impl RemoteTools {
@@ -132,16 +153,64 @@ impl RemoteTools {
 
     /// The exposed names of the tools installed now.
     pub fn tools(&self) -> Vec<String> {
-        self.inner.state().installed.keys().cloned().collect()
+        self.inner.state().installed.tools.keys().cloned().collect()
     }
 
-    /// Stops following the catalog and removes the workers' tools from the server.
+    /// The URIs of the resources installed now.
+    pub fn resources(&self) -> Vec<String> {
+        self.inner
+            .state()
+            .installed
+            .resources
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The URI templates installed now.
+    pub fn resource_templates(&self) -> Vec<String> {
+        self.inner
+            .state()
+            .installed
+            .templates
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The exposed names of the prompts installed now.
+    pub fn prompts(&self) -> Vec<String> {
+        self.inner
+            .state()
+            .installed
+            .prompts
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Stops following the catalog and removes the workers' tools, resources and prompts
+    /// from the server.
     pub fn shutdown(self) {
         self.watcher.abort();
         self.connection.abort();
-        let names: Vec<String> = self.inner.state().installed.keys().cloned().collect();
-        if !names.is_empty() {
-            self.inner.server.remove_tools(names);
+        let installed = std::mem::take(&mut self.inner.state().installed);
+        let server = &self.inner.server;
+        let tools: Vec<String> = installed.tools.into_keys().collect();
+        if !tools.is_empty() {
+            server.remove_tools(tools);
+        }
+        let uris: Vec<String> = installed
+            .resources
+            .into_keys()
+            .chain(installed.templates.into_keys())
+            .collect();
+        if !uris.is_empty() {
+            server.remove_resources(uris);
+        }
+        let prompts: Vec<String> = installed.prompts.into_keys().collect();
+        if !prompts.is_empty() {
+            server.remove_prompts(prompts);
         }
     }
 }
@@ -190,8 +259,8 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One catalog change: the entry is recorded (or dropped), then the server's tools are
-    /// made to match every live entry.
+    /// One catalog change: the entry is recorded (or dropped), then the server's tools,
+    /// resources, templates and prompts are made to match every live entry.
     fn apply(self: &Arc<Self>, entry: &Entry) {
         let mut state = self.state();
         match entry.operation {
@@ -218,26 +287,63 @@ impl Inner {
                 *slot = e;
             }
         }
-        let servers: std::collections::BTreeSet<String> =
-            newest.keys().map(|s| (*s).to_owned()).collect();
-        let mut wanted: BTreeMap<String, (String, Tool)> = BTreeMap::new();
+        let servers: BTreeSet<String> = newest.keys().map(|s| (*s).to_owned()).collect();
+        let (mut tools, mut resources, mut templates, mut prompts) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (server, (_, e)) in newest {
             for tool in &e.tools {
-                wanted.insert(
-                    self.config.expose(server, &tool.name),
-                    (server.to_owned(), tool.clone()),
-                );
+                let exposed = self.config.expose(server, &tool.name);
+                tools.push((exposed, server, tool));
+            }
+            for resource in &e.resources {
+                resources.push((resource.uri.clone(), server, resource));
+            }
+            for template in &e.resource_templates {
+                match UriTemplate::parse(&template.uri_template) {
+                    Ok(_) => templates.push((template.uri_template.clone(), server, template)),
+                    Err(e) => {
+                        tracing::debug!(%server, template = %template.uri_template, error = %e, "a worker's resource template skipped");
+                    }
+                }
+            }
+            for prompt in &e.prompts {
+                let exposed = self.config.expose(server, &prompt.name);
+                prompts.push((exposed, server, prompt));
             }
         }
-        let gone: Vec<String> = state
-            .installed
-            .keys()
-            .filter(|k| !wanted.contains_key(*k))
-            .cloned()
-            .collect();
-        let changed: Vec<ToolDef> = wanted
-            .iter()
-            .filter(|(k, v)| state.installed.get(*k) != Some(v))
+        let mut clashes = Vec::new();
+        let tools = assign(&state.installed.tools, tools, "tool", &mut clashes);
+        let resources = assign(
+            &state.installed.resources,
+            resources,
+            "resource",
+            &mut clashes,
+        );
+        let templates = assign(
+            &state.installed.templates,
+            templates,
+            "template",
+            &mut clashes,
+        );
+        let prompts = assign(&state.installed.prompts, prompts, "prompt", &mut clashes);
+        let clashes: BTreeSet<(&'static str, String, String)> = clashes.into_iter().collect();
+        for (kind, key, left_out) in clashes.difference(&state.clashes) {
+            let kept = match *kind {
+                "tool" => tools.get(key).map(|v| v.0.as_str()),
+                "resource" => resources.get(key).map(|v| v.0.as_str()),
+                "template" => templates.get(key).map(|v| v.0.as_str()),
+                _ => prompts.get(key).map(|v| v.0.as_str()),
+            };
+            tracing::warn!(
+                %kind, name = %key, kept = kept.unwrap_or_default(), %left_out,
+                "two workers offer the same {kind}: the first keeps it, the other's is not exposed"
+            );
+        }
+        state.clashes = clashes;
+
+        let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
+        let tool_defs: Vec<ToolDef> = new_tools
+            .into_iter()
             .filter_map(|(exposed, (server, tool))| {
                 let mut def_tool = tool.clone();
                 def_tool.name = exposed.clone();
@@ -257,7 +363,39 @@ impl Inner {
                 }
             })
             .collect();
-        state.installed = wanted;
+        let (mut gone_uris, new_resources) = diff(&state.installed.resources, &resources);
+        let resource_defs: Vec<ResourceDef> = new_resources
+            .into_iter()
+            .map(|(_, (server, resource))| {
+                ResourceDef::new(resource.clone(), read(self.clone(), server.clone()))
+            })
+            .collect();
+        let (gone_templates, new_templates) = diff(&state.installed.templates, &templates);
+        gone_uris.extend(gone_templates);
+        let template_defs: Vec<TemplateDef> = new_templates
+            .into_iter()
+            .filter_map(|(_, (server, template))| {
+                TemplateDef::new(template.clone(), read(self.clone(), server.clone())).ok()
+            })
+            .collect();
+        let (gone_prompts, new_prompts) = diff(&state.installed.prompts, &prompts);
+        let prompt_defs: Vec<PromptDef> = new_prompts
+            .into_iter()
+            .map(|(exposed, (server, prompt))| {
+                let mut def_prompt = prompt.clone();
+                def_prompt.name = exposed.clone();
+                PromptDef::new(
+                    def_prompt,
+                    get_prompt(self.clone(), server.clone(), prompt.name.clone()),
+                )
+            })
+            .collect();
+        state.installed = Installed {
+            tools,
+            resources,
+            templates,
+            prompts,
+        };
         // Worker names that appeared or left: lifecycle events for embedders and /readyz.
         let lifecycle = self.server.lifecycle();
         for name in servers.difference(&state.servers) {
@@ -276,24 +414,190 @@ impl Inner {
         }
         state.servers = servers;
         drop(state);
-        if !gone.is_empty() {
-            self.server.remove_tools(gone);
+        let server = &self.server;
+        if !gone_tools.is_empty() {
+            server.remove_tools(gone_tools);
         }
-        if !changed.is_empty() {
-            self.server.add_tools(changed);
+        if !gone_uris.is_empty() {
+            server.remove_resources(gone_uris);
+        }
+        if !gone_prompts.is_empty() {
+            server.remove_prompts(gone_prompts);
+        }
+        if !tool_defs.is_empty() {
+            server.add_tools(tool_defs);
+        }
+        if !resource_defs.is_empty() {
+            server.add_resources(resource_defs);
+        }
+        if !template_defs.is_empty() {
+            server.add_templates(template_defs);
+        }
+        if !prompt_defs.is_empty() {
+            server.add_prompts(prompt_defs);
         }
     }
 }
 
+/// Who serves each exposed name (or URI) among the workers offering it (`offers` in the
+/// order of their server names): the one serving it now keeps it while it still offers it
+/// (a worker that comes later cannot take a name over), else the first. The others are
+/// `clashes` (kind, name, the server left out).
+fn assign<T: Clone>(
+    installed: &Installs<T>,
+    offers: Vec<(String, &str, &T)>,
+    kind: &'static str,
+    clashes: &mut Vec<(&'static str, String, String)>,
+) -> Installs<T> {
+    let mut by_key: BTreeMap<String, Vec<(&str, &T)>> = BTreeMap::new();
+    for (key, server, item) in offers {
+        by_key.entry(key).or_default().push((server, item));
+    }
+    let mut chosen = Installs::new();
+    for (key, mut offered) in by_key {
+        let current = installed.get(&key).map(|(s, _)| s.as_str());
+        let at = offered
+            .iter()
+            .position(|(s, _)| Some(*s) == current)
+            .unwrap_or(0);
+        let (server, item) = offered.remove(at);
+        for (other, _) in offered {
+            if other != server {
+                clashes.push((kind, key.clone(), other.to_owned()));
+            }
+        }
+        chosen.insert(key, (server.to_owned(), item.clone()));
+    }
+    chosen
+}
+
+/// Exposed names (or URIs) with what to install there.
+type Changed<'w, T> = Vec<(&'w String, &'w (String, T))>;
+
+/// What left (`installed` keys not `wanted`) and what is new or changed.
+fn diff<'w, T: PartialEq>(
+    installed: &Installs<T>,
+    wanted: &'w Installs<T>,
+) -> (Vec<String>, Changed<'w, T>) {
+    let gone = installed
+        .keys()
+        .filter(|k| !wanted.contains_key(*k))
+        .cloned()
+        .collect();
+    let changed = wanted
+        .iter()
+        .filter(|(k, v)| installed.get(*k) != Some(v))
+        .collect();
+    (gone, changed)
+}
+
+/// A worker's tool: `tools/call` over the bus.
 fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) -> toolyard::ToolFn {
     Arc::new(move |ctx: RequestContext, args: ToolArgs| {
         let inner = inner.clone();
         let server = server.clone();
         let tool = tool.clone();
-        Box::pin(
-            async move { call(&inner, &server, &tool, &ctx, args.into_value(), retry_safe).await },
-        )
+        Box::pin(async move {
+            let mut params = serde_json::Map::new();
+            params.insert("name".into(), Value::String(tool.clone()));
+            params.insert("arguments".into(), args.into_value());
+            let target = Target {
+                server: &server,
+                method: "tools/call",
+                name: &tool,
+                retry_safe,
+            };
+            request::<CallToolResult>(&inner, &target, &ctx, params).await
+        })
     })
+}
+
+/// A worker's resource or resource template: `resources/read` of the URI asked for (the
+/// worker matches it against its own templates).
+fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
+    Arc::new(move |ctx: RequestContext, asked: ResourceRequest| {
+        let inner = inner.clone();
+        let server = server.clone();
+        Box::pin(async move {
+            let mut params = serde_json::Map::new();
+            params.insert("uri".into(), Value::String(asked.uri.clone()));
+            let target = Target {
+                server: &server,
+                method: "resources/read",
+                name: &asked.uri,
+                // Reading changes nothing.
+                retry_safe: true,
+            };
+            let read = request::<ReadResourceResult>(&inner, &target, &ctx, params).await?;
+            Ok(read.contents)
+        })
+    })
+}
+
+/// A worker's prompt: `prompts/get` with its upstream name and the caller's arguments.
+fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::PromptFn {
+    Arc::new(
+        move |ctx: RequestContext, arguments: HashMap<String, String>| {
+            let inner = inner.clone();
+            let server = server.clone();
+            let prompt = prompt.clone();
+            Box::pin(async move {
+                let mut params = serde_json::Map::new();
+                params.insert("name".into(), Value::String(prompt.clone()));
+                params.insert("arguments".into(), json!(arguments));
+                let target = Target {
+                    server: &server,
+                    method: "prompts/get",
+                    name: &prompt,
+                    retry_safe: true,
+                };
+                request::<GetPromptResult>(&inner, &target, &ctx, params).await
+            })
+        },
+    )
+}
+
+/// Where a forwarded request goes: the worker server, the method, and what it names (the
+/// tool or prompt by its upstream name, or the URI: the subject's last token and
+/// `Mcp-Name`).
+struct Target<'a> {
+    server: &'a str,
+    method: &'static str,
+    name: &'a str,
+    /// A lost stream (-32010) may be re-issued once: the request is a read, or a tool
+    /// annotated `readOnlyHint` / `idempotentHint`.
+    retry_safe: bool,
+}
+
+/// A result a forwarded request may end with.
+trait Forwarded: DeserializeOwned {
+    /// Whether it is a failure the observer should count (a tool's `isError`).
+    fn failed(&self) -> bool {
+        false
+    }
+    /// Forgets the worker's `resultType`: our server states its own.
+    fn clear_result_type(&mut self);
+}
+
+impl Forwarded for CallToolResult {
+    fn failed(&self) -> bool {
+        CallToolResult::failed(self)
+    }
+    fn clear_result_type(&mut self) {
+        self.result_type = None;
+    }
+}
+
+impl Forwarded for ReadResourceResult {
+    fn clear_result_type(&mut self) {
+        self.result_type = None;
+    }
+}
+
+impl Forwarded for GetPromptResult {
+    fn clear_result_type(&mut self) {
+        self.result_type = None;
+    }
 }
 
 /// The `_meta` a forwarded call carries: the modern version, the caller's capabilities, and
@@ -329,25 +633,23 @@ fn bus_error(code: i32, message: impl Into<String>) -> HandlerError {
     HandlerError::Protocol(ErrorObject::new(code, message.into()))
 }
 
-/// One forwarded `tools/call`, to its terminal frame. No-responders (nothing was delivered)
-/// is retried once after a short wait: a worker may be restarting.
-async fn call(
+/// One forwarded request (`tools/call`, `resources/read`, `prompts/get`), to its terminal
+/// frame. `params` are the method's own (without `_meta`, which the forwarding writes).
+async fn request<T: Forwarded>(
     inner: &Inner,
-    server: &str,
-    tool: &str,
+    target: &Target<'_>,
     ctx: &RequestContext,
-    arguments: Value,
-    retry_safe: bool,
-) -> Result<CallToolResult, HandlerError> {
+    params: serde_json::Map<String, Value>,
+) -> Result<T, HandlerError> {
     // Observed as a client request (a CLIENT span when telemetry is on), whose context the
     // worker then receives instead of ours.
     let observed = toolyard_client::default_observer().and_then(|o| {
         o.start(&OutgoingRequest {
-            method: "tools/call",
-            target: Some(tool),
+            method: target.method,
+            target: Some(target.name),
             traceparent: ctx.traceparent(),
             tracestate: ctx.tracestate(),
-            server: Some(server),
+            server: Some(target.server),
         })
     });
     let trace: Option<Trace> = observed
@@ -357,16 +659,7 @@ async fn call(
             ctx.traceparent()
                 .map(|p| (p.to_owned(), ctx.tracestate().map(str::to_owned)))
         });
-    let answer = call_traced(
-        inner,
-        server,
-        tool,
-        ctx,
-        arguments,
-        trace.as_ref(),
-        retry_safe,
-    )
-    .await;
+    let answer = rounds::<T>(inner, target, ctx, params, trace.as_ref()).await;
     if let Some(o) = observed {
         o.finish(match &answer {
             Ok(r) if r.failed() => RequestOutcome::ToolError,
@@ -381,38 +674,42 @@ async fn call(
 /// A W3C `traceparent` and its `tracestate`.
 type Trace = (String, Option<String>);
 
-/// The most input rounds one forwarded call may take.
+/// The most input rounds one forwarded request may take.
 const MAX_ROUNDS: usize = 16;
 
-/// A forwarded call, round by round: when the worker answers `input_required` (its tool
+/// A forwarded request, round by round: when the worker answers `input_required` (its tool
 /// elicits, samples or lists roots), the gateway asks its own caller the same questions
 /// ([`RequestContext::gather`]: a legacy caller is asked there and then; a 2026-07-28 caller
 /// gets an `input_required` of the gateway's own and retries, which replays the rounds with
 /// its answers) and retries the worker with `inputResponses` and the worker's `requestState`
 /// (sealed by the workers' shared secret, so the retry may land on any of them).
-async fn call_traced(
+async fn rounds<T: Forwarded>(
     inner: &Inner,
-    server: &str,
-    tool: &str,
+    target: &Target<'_>,
     ctx: &RequestContext,
-    arguments: Value,
+    params: serde_json::Map<String, Value>,
     trace: Option<&Trace>,
-    retry_safe: bool,
-) -> Result<CallToolResult, HandlerError> {
+) -> Result<T, HandlerError> {
+    let subject = wire::request_subject(
+        &inner.config.prefix,
+        target.server,
+        target.method,
+        Some(target.name),
+    );
     let mut input_responses: Option<InputResponses> = None;
     let mut request_state: Option<String> = None;
     for round in 0..MAX_ROUNDS {
-        let mut params = json!({
-            "name": tool, "arguments": arguments, "_meta": meta_for(ctx, trace)});
+        let mut params = params.clone();
+        params.insert("_meta".into(), meta_for(ctx, trace));
         if let Some(responses) = input_responses.take() {
-            params["inputResponses"] = Value::Object(responses);
+            params.insert("inputResponses".into(), Value::Object(responses));
         }
         if let Some(state) = request_state.take() {
-            params["requestState"] = Value::String(state);
+            params.insert("requestState".into(), Value::String(state));
         }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": target.method, "params": params})
             .to_string();
-        match call_round(inner, server, tool, ctx, trace, &body, retry_safe).await? {
+        match call_round::<T>(inner, &subject, target, ctx, trace, &body).await? {
             Answer::Complete(result) => return Ok(result),
             Answer::InputRequired(needed) => {
                 // Keys carry the round, so a worker asking under the same key twice is two
@@ -436,27 +733,27 @@ async fn call_traced(
         }
     }
     Err(HandlerError::failed(format!(
-        "`{server}` asked for input more than {MAX_ROUNDS} times in one call"
+        "`{}` asked for input more than {MAX_ROUNDS} times in one {}",
+        target.server, target.method
     )))
 }
 
-/// One round of a forwarded call. No-responders (nothing was delivered) is retried once
+/// One round of a forwarded request. No-responders (nothing was delivered) is retried once
 /// after a short wait: a worker may be restarting.
-async fn call_round(
+async fn call_round<T: Forwarded>(
     inner: &Inner,
-    server: &str,
-    tool: &str,
+    subject: &str,
+    target: &Target<'_>,
     ctx: &RequestContext,
     trace: Option<&Trace>,
     body: &str,
-    retry_safe: bool,
-) -> Result<Answer, HandlerError> {
-    let subject = wire::request_subject(&inner.config.prefix, server, "tools/call", Some(tool));
+) -> Result<Answer<T>, HandlerError> {
+    let server = target.server;
     let mut retried = false;
     let mut reissued = false;
     loop {
-        match call_once(inner, &subject, server, tool, ctx, trace, body.as_bytes()).await {
-            Ok(result) => return Ok(result),
+        match call_once(inner, subject, target, ctx, trace, body.as_bytes()).await {
+            Ok(payload) => return answer(&payload),
             Err(Outcome::NoResponders) if !retried => {
                 retried = true;
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -468,13 +765,13 @@ async fn call_round(
                 ))
             }
             Err(Outcome::Failed(HandlerError::Protocol(e)))
-                if retry_safe
+                if target.retry_safe
                     && !reissued
                     && e.code == wire::STREAM_LOST
                     && !ctx.cancellation().is_cancelled() =>
             {
                 reissued = true;
-                tracing::info!(target: "toolyard::nats", %server, %tool, error = %e.message, "stream lost: re-issuing a retry-safe call once");
+                tracing::info!(target: "toolyard::nats", %server, method = target.method, error = %e.message, "stream lost: re-issuing a retry-safe request once");
             }
             Err(Outcome::Failed(e)) => return Err(e),
             Err(Outcome::Cancelled) => return Err(HandlerError::failed("cancelled")),
@@ -495,15 +792,26 @@ impl From<HandlerError> for Outcome {
     }
 }
 
+/// Publishes the request and reads its frames to the terminal one, whose payload (the
+/// JSON-RPC response) it returns.
 async fn call_once(
     inner: &Inner,
     subject: &str,
-    server: &str,
-    tool: &str,
+    target: &Target<'_>,
     ctx: &RequestContext,
     trace: Option<&Trace>,
     body: &[u8],
-) -> Result<Answer, Outcome> {
+) -> Result<bytes::Bytes, Outcome> {
+    let server = target.server;
+    // What a header cannot carry (a line break) is refused before anything is sent: the
+    // worker requires `Mcp-Name` to equal the body's name.
+    let Ok(name) = target.name.parse::<HeaderValue>() else {
+        return Err(HandlerError::Protocol(ErrorObject::invalid_params(format!(
+            "`{}` cannot be forwarded: it contains a line break",
+            target.name.escape_debug()
+        )))
+        .into());
+    };
     // A reply subscription of its own per call: one call's flood of frames can then never
     // fill the buffer another call's answer arrives in (a shared `{prefix}.*` subscription
     // did that, and measured no faster: the time went to the worker's timer, since fixed).
@@ -516,16 +824,19 @@ async fn call_once(
     })?;
     let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
-    headers.insert(wire::METHOD, "tools/call");
-    headers.insert(wire::NAME, tool);
+    headers.insert(wire::METHOD, target.method);
+    headers.insert(wire::NAME, name);
     headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
     // An answer over max_payload comes back as a claim (`claims`), fetched below.
     headers.insert(wire::ACCEPT_CLAIM, "1");
-    // The trace context rides the headers too (NATS 2.11+ traces messages that carry it).
+    // The trace context rides the headers too (NATS 2.11+ traces messages that carry it);
+    // a value a header cannot carry stays in `_meta` only.
     if let Some((parent, state)) = trace {
-        headers.insert(wire::TRACEPARENT, parent.as_str());
-        if let Some(state) = state {
-            headers.insert(wire::TRACESTATE, state.as_str());
+        if let Ok(parent) = parent.parse::<HeaderValue>() {
+            headers.insert(wire::TRACEPARENT, parent);
+        }
+        if let Some(Ok(state)) = state.as_deref().map(str::parse::<HeaderValue>) {
+            headers.insert(wire::TRACESTATE, state);
         }
     }
     headers.insert(
@@ -603,7 +914,7 @@ async fn call_once(
             Some(Frame::End) if frame_header(&message, wire::CLAIM).is_some() => {
                 let name = frame_header(&message, wire::CLAIM).unwrap_or_default();
                 break match crate::claims::take(&inner.client, name).await {
-                    Ok(body) => answer(&body).map_err(Outcome::from),
+                    Ok(body) => Ok(body.into()),
                     Err(e) => Err(bus_error(
                         wire::PAYLOAD_TOO_LARGE,
                         format!("the answer was too large for the bus and its claim could not be read: {e}"),
@@ -614,7 +925,7 @@ async fn call_once(
             Some(Frame::End) if message.payload.is_empty() => {
                 break Err(HandlerError::failed("the call was cancelled").into())
             }
-            Some(Frame::End | Frame::Err) => break answer(&message.payload).map_err(Outcome::from),
+            Some(Frame::End | Frame::Err) => break Ok(message.payload),
             None => {
                 break Err(
                     bus_error(wire::STREAM_LOST, "a reply without an Mcp-Frame header").into(),
@@ -705,16 +1016,16 @@ fn relay(ctx: &RequestContext, payload: &[u8]) {
     }
 }
 
-/// What a round of a forwarded call ended with.
-enum Answer {
-    /// The tool's result.
-    Complete(CallToolResult),
+/// What a round of a forwarded request ended with.
+enum Answer<T> {
+    /// The result.
+    Complete(T),
     /// The worker needs input from the caller first.
     InputRequired(InputRequiredResult),
 }
 
-/// The `end` (or `err`) frame's JSON-RPC response as the call's outcome.
-fn answer(payload: &[u8]) -> Result<Answer, HandlerError> {
+/// The `end` (or `err`) frame's JSON-RPC response as the request's outcome.
+fn answer<T: Forwarded>(payload: &[u8]) -> Result<Answer<T>, HandlerError> {
     #[derive(Deserialize)]
     struct Response {
         result: Option<Box<serde_json::value::RawValue>>,
@@ -741,9 +1052,8 @@ fn answer(payload: &[u8]) -> Result<Answer, HandlerError> {
                     serde_json::from_str(raw.get()).map_err(|_| malformed())?;
                 return Ok(Answer::InputRequired(needed));
             }
-            let mut result: CallToolResult =
-                serde_json::from_str(raw.get()).map_err(|_| malformed())?;
-            result.result_type = None;
+            let mut result: T = serde_json::from_str(raw.get()).map_err(|_| malformed())?;
+            result.clear_result_type();
             Ok(Answer::Complete(result))
         }
         Ok(Response {

@@ -1,16 +1,17 @@
-//! A worker: a Toolyard [`Server`] serving its tools to the bus. Requests arrive on
-//! `{prefix}.req.*.*.{server}.>` in the queue group `tyw.{server}` (one more worker is more
-//! capacity); each is served with [`Server::serve_stateless`], so it gets every check a
-//! 2026-07-28 request gets over HTTP (the gate, argument validation, progress, per-request
-//! logging, cancellation), and its messages go back to the caller's reply subject as frames:
+//! A worker: a Toolyard [`Server`] serving its tools, resources and prompts to the bus.
+//! Requests arrive on `{prefix}.req.*.*.{server}.>` in the queue group `tyw.{server}` (one
+//! more worker is more capacity); each is served with [`Server::serve_stateless`], so it gets
+//! every check a 2026-07-28 request gets over HTTP (the gate, argument validation, progress,
+//! per-request logging, cancellation), and its messages go back to the caller's reply
+//! subject as frames:
 //! `msg` for each notification, exactly one terminal `end` (the answer; empty when the
 //! request was cancelled) or `err` (an error of the bridge), `ka` keepalives in between.
 //!
-//! The worker advertises what it serves in the catalog bucket (`catalog`), re-put on a
-//! heartbeat and as soon as its server's tools change (a tool added or removed, a gateway
-//! source's tools changing upstream), deleted on [`Worker::shutdown`], which leaves the queue group with a
-//! subscription drain (UNSUB, then a PING) and serves what the server had already delivered:
-//! a drained worker fails no call, and none goes silent.
+//! The worker advertises what it serves (tools, resources, resource templates, prompts) in
+//! the catalog bucket (`catalog`), re-put on a heartbeat and when its server's lists change,
+//! deleted on [`Worker::shutdown`], which leaves the queue group with a subscription drain
+//! (UNSUB, then a PING) and serves what the server had already delivered: a drained worker
+//! fails no call, and none goes silent.
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
@@ -18,8 +19,9 @@ use crate::wire::{self, Frame};
 use async_nats::{Client, HeaderMap, Message};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -28,7 +30,7 @@ use toolyard::transport::{Delivery, Sink};
 use toolyard::Server;
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
 use toolyard_proto::method::{self, NameField};
-use toolyard_proto::{ErrorObject, ListToolsResult, RequestId, RequestMeta, Tool};
+use toolyard_proto::{ErrorObject, RequestId, RequestMeta};
 
 /// How a worker serves.
 #[derive(Debug, Clone)]
@@ -76,16 +78,13 @@ struct Inner {
     config: WorkerConfig,
     instance: String,
     catalog: async_nats::jetstream::kv::Store,
-    /// Told when the server's tools change: the catalog entry is put again at once.
-    tools_changed: Arc<Notify>,
-    /// The tools last listed: what the entry keeps while a listing fails (a gateway
-    /// source in `fail` mode being down), rather than advertising no tools at all.
-    last_tools: Mutex<Vec<Tool>>,
     /// Set when draining starts: new requests are refused.
     draining: CancellationToken,
     /// Set when the drain timeout passes: requests still running are cancelled.
     abandon: CancellationToken,
     tracker: TaskTracker,
+    /// The entry last put (a failing listing keeps its part of it).
+    last_entry: std::sync::Mutex<Option<CatalogEntry>>,
 }
 
 impl Worker {
@@ -109,22 +108,11 @@ impl Worker {
             instance: instance_id(),
             config,
             catalog: store,
-            tools_changed: Arc::new(Notify::new()),
-            last_tools: Mutex::new(Vec::new()),
             draining: CancellationToken::new(),
             abandon: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            last_entry: std::sync::Mutex::new(None),
         });
-        // Told before the first listing, so no change falls between the two. Only changes
-        // raised in this process are tapped: a relayed one is another process's tools.
-        let changed = inner.tools_changed.clone();
-        inner
-            .server
-            .tap_events(Arc::new(move |event: &toolyard::Event| {
-                if matches!(event, toolyard::Event::ToolsChanged) {
-                    changed.notify_one();
-                }
-            }));
         inner.put_catalog().await?;
         let subscription = client
             .queue_subscribe(
@@ -137,8 +125,18 @@ impl Worker {
             .flush()
             .await
             .map_err(|e| NatsError::Bus(e.to_string()))?;
+        // A change of what the server offers is put at once, not at the next heartbeat.
+        let changed = Arc::new(Notify::new());
+        let on_change = changed.clone();
+        inner
+            .server
+            .tap_events(Arc::new(move |event: &toolyard::Event| {
+                if !matches!(event, toolyard::Event::ResourceUpdated(_)) {
+                    on_change.notify_one();
+                }
+            }));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
-        let heartbeat = tokio::spawn(heartbeat(inner.clone()));
+        let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
         Ok(Worker {
             inner,
@@ -190,17 +188,19 @@ impl Inner {
     }
 
     async fn put_catalog(&self) -> Result<(), NatsError> {
-        let tools = match list_tools(&self.server).await {
-            Ok(tools) => {
-                *lock(&self.last_tools) = tools.clone();
-                tools
-            }
-            Err(error) => {
-                tracing::warn!(server = %self.config.server, %error, "listing the tools failed; the catalog keeps the last listing");
-                lock(&self.last_tools).clone()
-            }
-        };
-        let entry = CatalogEntry::new(&self.config.server, &self.instance, tools);
+        let previous = self
+            .last_entry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let entry = offer(
+            &self.server,
+            &self.config.server,
+            &self.instance,
+            previous.as_ref(),
+        )
+        .await;
+        *self.last_entry.lock().unwrap_or_else(|p| p.into_inner()) = Some(entry.clone());
         let bytes = serde_json::to_vec(&entry).map_err(|e| NatsError::Bus(e.to_string()))?;
         self.catalog
             .put(entry.key(), bytes.into())
@@ -256,18 +256,15 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Re-puts the catalog entry on every heartbeat, and at once when the tools change.
-async fn heartbeat(inner: Arc<Inner>) {
+/// Re-puts the catalog entry every heartbeat, and when the server's tools, resources or
+/// prompts change.
+async fn heartbeat(inner: Arc<Inner>, changed: Arc<Notify>) {
     let mut tick = tokio::time::interval(inner.config.heartbeat);
     tick.tick().await;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            () = inner.tools_changed.notified() => tick.reset(),
+            () = changed.notified() => tick.reset(),
         }
         if let Err(e) = inner.put_catalog().await {
             tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed");
@@ -604,10 +601,41 @@ async fn watch_control(
     }))
 }
 
-/// The server's tools, as a modern `tools/list` answers them (every page); the error
-/// message when a page is refused or unreadable.
-async fn list_tools(server: &Server) -> Result<Vec<Tool>, String> {
-    let mut tools = Vec::new();
+/// Everything the server offers, as modern listings answer it (every page).
+/// A listing that fails (a `fail`-mode gateway source is down, say) keeps what the previous
+/// entry offered rather than advertising nothing.
+async fn offer(
+    server: &Server,
+    name: &str,
+    instance: &str,
+    previous: Option<&CatalogEntry>,
+) -> CatalogEntry {
+    let tools = list_all(server, "tools/list", "tools")
+        .await
+        .unwrap_or_else(|| previous.map(|p| p.tools.clone()).unwrap_or_default());
+    let resources = list_all(server, "resources/list", "resources")
+        .await
+        .unwrap_or_else(|| previous.map(|p| p.resources.clone()).unwrap_or_default());
+    let templates = list_all(server, "resources/templates/list", "resourceTemplates")
+        .await
+        .unwrap_or_else(|| {
+            previous
+                .map(|p| p.resource_templates.clone())
+                .unwrap_or_default()
+        });
+    let prompts = list_all(server, "prompts/list", "prompts")
+        .await
+        .unwrap_or_else(|| previous.map(|p| p.prompts.clone()).unwrap_or_default());
+    CatalogEntry::new(name, instance, tools)
+        .with_resources(resources, templates)
+        .with_prompts(prompts)
+}
+
+/// Every page of one listing, served like any request (so the worker advertises exactly
+/// what a client of it would see); `key` names the array in the result. An item that does
+/// not parse is skipped; `None` when a page of the listing fails.
+async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str) -> Option<Vec<T>> {
+    let mut items = Vec::new();
     let mut cursor: Option<String> = None;
     for page in 0..1000 {
         let mut params = serde_json::json!({
@@ -619,9 +647,10 @@ async fn list_tools(server: &Server) -> Result<Vec<Tool>, String> {
         if let Some(c) = &cursor {
             params["cursor"] = c.clone().into();
         }
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": page, "method": "tools/list", "params": params});
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": page, "method": method, "params": params});
         let Ok(Incoming::Request(request)) = jsonrpc::parse(body.to_string().as_bytes()) else {
-            return Err("the tools/list request could not be built".into());
+            return None;
         };
         let meta = jsonrpc::params::<Head>(request.params.as_deref())
             .ok()
@@ -650,24 +679,29 @@ async fn list_tools(server: &Server) -> Result<Vec<Tool>, String> {
         };
         #[derive(Deserialize)]
         struct Answer {
-            result: Option<ListToolsResult>,
-            error: Option<ErrorObject>,
+            result: Option<serde_json::Map<String, serde_json::Value>>,
         }
-        let answer = answer.ok_or("the server ended without answering tools/list")?;
-        let result = match serde_json::from_slice::<Answer>(&answer) {
-            Ok(Answer {
-                result: Some(result),
-                ..
-            }) => result,
-            Ok(Answer { error: Some(e), .. }) => return Err(e.message.into_owned()),
-            Ok(_) => return Err("tools/list answered neither a result nor an error".into()),
-            Err(e) => return Err(format!("an unreadable tools/list answer: {e}")),
+        let Some(mut result) = answer
+            .and_then(|b| serde_json::from_slice::<Answer>(&b).ok())
+            .and_then(|a| a.result)
+        else {
+            tracing::warn!(%method, "a listing failed: the catalog keeps what it offered before");
+            return None;
         };
-        tools.extend(result.tools);
-        match result.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
+        if let Some(serde_json::Value::Array(found)) = result.remove(key) {
+            for item in found {
+                match serde_json::from_value::<T>(item) {
+                    Ok(item) => items.push(item),
+                    Err(e) => {
+                        tracing::warn!(%method, error = %e, "an item the catalog cannot carry: skipped")
+                    }
+                }
+            }
+        }
+        match result.remove("nextCursor") {
+            Some(serde_json::Value::String(c)) => cursor = Some(c),
+            _ => break,
         }
     }
-    Ok(tools)
+    Some(items)
 }

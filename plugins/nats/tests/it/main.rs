@@ -6,6 +6,7 @@
 
 mod bridge;
 mod faults;
+mod resources;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -54,10 +55,77 @@ impl Drop for Unfinished {
 
 /// A worker's server: `echo`, `progress` (three progress steps, then "done"), `sleep`
 /// (sleeps `ms`, counting cancellations and completions in `seen`), `flood` (`n` progress
-/// notifications at once, then "flooded"), `big` (answers `n` bytes of text).
+/// notifications at once, then "flooded"), `big` (answers `n` bytes of text); the resource
+/// `worker://readme` ("read me"), the template `worker://items/{id}` ("item {id}", and a
+/// failure for the id `broken`) and the prompt `greet` (argument `name`).
 pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
+    worker_server_reading(seen, "read me").await
+}
+
+/// [`worker_server`] whose `worker://readme` reads `readme`.
+pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Server {
+    use toolyard::proto::{
+        GetPromptResult, Prompt, PromptArgument, PromptMessage, Resource, ResourceContents,
+        ResourceTemplate, Role,
+    };
+    use toolyard::{PromptDef, ResourceDef, TemplateDef};
     let on_sleep = seen.clone();
+    let readme = readme.to_owned();
+    let resource = ResourceDef::new(
+        Resource::new("worker://readme", "readme"),
+        Arc::new(move |_ctx, req| {
+            let text = readme.clone();
+            Box::pin(async move { Ok(vec![ResourceContents::text(req.uri, None, text)]) })
+        }),
+    );
+    let items = TemplateDef::new(
+        ResourceTemplate {
+            uri_template: "worker://items/{id}".into(),
+            name: "item".into(),
+            ..Default::default()
+        },
+        Arc::new(|_ctx, req| {
+            Box::pin(async move {
+                let id = req.vars.get("id").cloned().unwrap_or_default();
+                if id == "broken" {
+                    return Err(HandlerError::failed("the item store is down"));
+                }
+                Ok(vec![ResourceContents::text(
+                    req.uri,
+                    None,
+                    format!("item {id}"),
+                )])
+            })
+        }),
+    )
+    .unwrap();
+    let greet = PromptDef::new(
+        Prompt {
+            name: "greet".into(),
+            arguments: Some(vec![PromptArgument {
+                name: "name".into(),
+                title: None,
+                description: None,
+                required: Some(true),
+            }]),
+            ..Default::default()
+        },
+        Arc::new(|_ctx, args| {
+            Box::pin(async move {
+                let name = args.get("name").cloned().unwrap_or_default();
+                Ok(GetPromptResult {
+                    description: Some("A greeting".into()),
+                    messages: vec![PromptMessage::text(Role::User, format!("Hello, {name}!"))],
+                    meta: None,
+                    result_type: None,
+                })
+            })
+        }),
+    );
     ServerBuilder::new("worker", "1.0")
+        .resource(resource)
+        .template(items)
+        .prompt(greet)
         .tool(
             tool_fn(
                 "echo",
