@@ -379,3 +379,42 @@ async fn a_workers_tools_changing_reach_the_gateway_before_the_next_heartbeat() 
     assert!(names.contains(&"calc__late".to_owned()), "{names:?}");
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_rounds_whose_retries_land_on_another_worker_of_the_name_succeed() {
+    use toolyard::proto::{ElicitAction, ElicitRequestParams, ElicitResult};
+    let nats = NatsServer::start();
+    // Two workers of one name sharing the state secret (`worker_server`): the queue group
+    // spreads each round's request over them.
+    let _a = start_worker(&nats.url(), "pair", Arc::default()).await;
+    let _b = start_worker(&nats.url(), "pair", Arc::default()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "pair__ask")).await;
+    let client = ClientBuilder::new(Implementation::new("pair-test", "1.0"))
+        .protocol(ProtocolChoice::Modern)
+        .request_timeout(WAIT)
+        .on_elicit(Arc::new(|params: ElicitRequestParams| {
+            Box::pin(async move {
+                let first = serde_json::to_value(&params).unwrap()["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("First"));
+                let mut content = toolyard::proto::JsonObject::new();
+                content.insert("name".into(), json!(if first { "Ada" } else { "Lovelace" }));
+                Ok(ElicitResult {
+                    action: ElicitAction::Accept,
+                    content: Some(content),
+                    meta: None,
+                    result_type: None,
+                })
+            })
+        }))
+        .connect(MemoryTransport::new(&gw.server))
+        .await
+        .unwrap();
+    // Each call is three worker requests (no answer, one, two): across eight calls some
+    // rounds are sealed by one worker and opened by the other.
+    for _ in 0..8 {
+        let r = client.call_tool("pair__ask", json!({})).await.unwrap();
+        assert_eq!(text(&r), "Ada Lovelace", "{r:?}");
+    }
+}

@@ -123,6 +123,9 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
         }),
     );
     ServerBuilder::new("worker", "1.0")
+        // Every test worker seals `requestState` with the same secret, as a deployment's
+        // workers of one name must: an input round's retry may land on any of them.
+        .state_secret("toolyard-nats-test-secret", Duration::from_secs(600))
         .resource(resource)
         .template(items)
         .prompt(greet)
