@@ -113,7 +113,20 @@ impl Worker {
             tracker: TaskTracker::new(),
             last_entry: std::sync::Mutex::new(None),
         });
-        inner.put_catalog().await?;
+        // A JetStream cluster that has just elected its meta leader may not know the bucket's
+        // stream for a moment ("no stream found"): the first put is retried for a few seconds.
+        let mut attempt = 0u64;
+        loop {
+            match inner.put_catalog().await {
+                Ok(()) => break,
+                Err(e) if attempt < 10 => {
+                    attempt += 1;
+                    tracing::debug!(server = %inner.config.server, error = %e, attempt, "the first catalog put failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let subscription = client
             .queue_subscribe(
                 wire::worker_subject(&inner.config.prefix, &inner.config.server),
