@@ -95,21 +95,20 @@ impl Layer for ObservabilityLayer {
             .map(|cx| cx.span().span_context().clone())
             .filter(|sc| sc != parent.span().span_context());
         let mut attributes = vec![
-            KeyValue::new(semconv::MCP_METHOD_NAME, method.to_owned()),
+            // The request's own strings are shared (`Arc<str>`), not copied, and the
+            // revision is a `&'static str`: the span path allocates as little as it can.
+            KeyValue::new(semconv::MCP_METHOD_NAME, info.method.clone()),
             KeyValue::new(semconv::JSONRPC_REQUEST_ID, id_text(&info.id)),
         ];
         if let Some(v) = &info.protocol_version {
-            attributes.push(KeyValue::new(
-                semconv::MCP_PROTOCOL_VERSION,
-                v.as_str().to_owned(),
-            ));
+            attributes.push(KeyValue::new(semconv::MCP_PROTOCOL_VERSION, v.as_str()));
         }
         // Legacy sessions only: modern requests have none.
         if let Some(session) = &info.session_id {
-            attributes.push(KeyValue::new(semconv::MCP_SESSION_ID, session.to_string()));
+            attributes.push(KeyValue::new(semconv::MCP_SESSION_ID, session.clone()));
         }
-        if let (Some(key), Some(t)) = (target_attribute(method), target) {
-            attributes.push(KeyValue::new(key, t.to_owned()));
+        if let (Some(key), Some(t)) = (target_attribute(method), &info.target) {
+            attributes.push(KeyValue::new(key, t.clone()));
         }
         if let Some(peer) = &info.peer {
             attributes.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
@@ -203,22 +202,22 @@ impl Completion for ServerSpan {
             mut span, duration, ..
         } = *self;
         let method: &str = &info.method;
-        let mut point = vec![KeyValue::new(semconv::MCP_METHOD_NAME, method.to_owned())];
+        let mut point = vec![KeyValue::new(semconv::MCP_METHOD_NAME, info.method.clone())];
         if let Some(v) = &info.protocol_version {
-            point.push(KeyValue::new(
-                semconv::MCP_PROTOCOL_VERSION,
-                v.as_str().to_owned(),
-            ));
+            point.push(KeyValue::new(semconv::MCP_PROTOCOL_VERSION, v.as_str()));
         }
         if let Some(peer) = &info.peer {
             point.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
         }
         let refused = matches!(outcome, Outcome::Error(code) if caller_fault(*code));
-        if let (Some(key), Some(t)) = (target_attribute(method), info.target.as_deref()) {
+        if let (Some(key), Some(t)) = (target_attribute(method), &info.target) {
             // A refused call's name is whatever the caller typed: keep it off the series.
-            let value = if refused { semconv::OTHER } else { t };
             if key != semconv::MCP_RESOURCE_URI {
-                point.push(KeyValue::new(key, value.to_owned()));
+                point.push(if refused {
+                    KeyValue::new(key, semconv::OTHER)
+                } else {
+                    KeyValue::new(key, t.clone())
+                });
             }
         }
         if method == "tools/call" {
