@@ -318,9 +318,15 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
         .env("OTEL_METRIC_EXPORT_INTERVAL", "50")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start toolyard serve --stdio");
+    let stderr = child.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+        text
+    });
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let child = Proc(child);
@@ -357,6 +363,12 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
         assert!(Instant::now() < deadline, "the server did not stop");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The spans that never reached the (dead) collector are counted and said at exit.
+    let logs = logs.join().unwrap();
+    assert!(
+        logs.contains("spans were dropped") && logs.contains("dropped=300 ended=300"),
+        "{logs}"
+    );
 }
 
 /// `serve --prometheus`: `GET /metrics` answers the MCP duration histogram in the Prometheus

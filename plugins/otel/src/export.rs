@@ -12,6 +12,7 @@
 //! (dropped and counted by the SDK when it is full).
 
 use crate::error::TelemetryError;
+use crate::spans::{Counted, CountedExporter, SpanCounts};
 use crate::{ClientObserver, ObservabilityLayer};
 #[cfg(feature = "prometheus")]
 use axum::response::IntoResponse;
@@ -20,7 +21,7 @@ use opentelemetry::KeyValue;
 use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,7 @@ pub struct TelemetrySettings {
 /// [`shutdown`](Self::shutdown) before exit to flush.
 #[derive(Debug)]
 pub struct Telemetry {
+    span_counts: Arc<SpanCounts>,
     capture: crate::CaptureSettings,
     tracer: Option<SdkTracerProvider>,
     meter: Option<SdkMeterProvider>,
@@ -101,6 +103,7 @@ impl Telemetry {
         if no_traces && no_metrics && !prometheus {
             return Ok(None);
         }
+        let span_counts = Arc::new(SpanCounts::default());
         let tracer = if no_traces {
             None
         } else {
@@ -114,9 +117,17 @@ impl Telemetry {
             let exporter = builder
                 .build()
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            // Counted on both sides of the batch queue (`spans`): a full queue drops spans.
+            let exporter = CountedExporter {
+                inner: exporter,
+                counts: span_counts.clone(),
+            };
             Some(
                 SdkTracerProvider::builder()
-                    .with_batch_exporter(exporter)
+                    .with_span_processor(Counted {
+                        inner: BatchSpanProcessor::builder(exporter).build(),
+                        counts: span_counts.clone(),
+                    })
                     .with_resource(resource.clone())
                     .build(),
             )
@@ -151,6 +162,27 @@ impl Telemetry {
             None
         };
         let meter = any_reader.then(|| meters.build());
+        if let (Some(m), Some(_)) = (&meter, &tracer) {
+            // What became of the spans, for an operator: `ended − exported − failed` is queued
+            // or dropped.
+            let counts = span_counts.clone();
+            let _ = opentelemetry::metrics::MeterProvider::meter(m, crate::SCOPE)
+                .u64_observable_counter("toolyard.telemetry.spans")
+                .with_description("Spans ended, exported, and whose export failed")
+                .with_callback(move |observer| {
+                    for (outcome, n) in [
+                        ("ended", &counts.ended),
+                        ("exported", &counts.exported),
+                        ("failed", &counts.failed),
+                    ] {
+                        observer.observe(
+                            n.load(std::sync::atomic::Ordering::Relaxed),
+                            &[KeyValue::new("outcome", outcome)],
+                        );
+                    }
+                })
+                .build();
+        }
         if let Some(t) = &tracer {
             opentelemetry::global::set_tracer_provider(t.clone());
         }
@@ -159,6 +191,7 @@ impl Telemetry {
         }
         toolyard_client::set_default_observer(Arc::new(ClientObserver::global()));
         Ok(Some(Telemetry {
+            span_counts,
             capture: settings.capture.clone(),
             tracer,
             meter,
@@ -207,7 +240,12 @@ impl Telemetry {
     /// runtime's threads), giving up after [`SHUTDOWN_GRACE`]: an unreachable collector
     /// must not hold up a process that is stopping.
     pub async fn shutdown(self) {
-        let Telemetry { tracer, meter, .. } = self;
+        let Telemetry {
+            tracer,
+            meter,
+            span_counts,
+            ..
+        } = self;
         let flush = tokio::task::spawn_blocking(move || {
             // Shutting down flushes what is queued.
             if let Some(t) = tracer {
@@ -220,6 +258,18 @@ impl Telemetry {
         if tokio::time::timeout(SHUTDOWN_GRACE, flush).await.is_err() {
             tracing::warn!(
                 "telemetry: the collector did not take the last exports in time; dropped"
+            );
+        }
+        // Flushed: what is still unaccounted for was dropped (a full queue).
+        let dropped = span_counts.unaccounted();
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                ended = span_counts.ended.load(std::sync::atomic::Ordering::Relaxed),
+                failed = span_counts
+                    .failed
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                "telemetry: spans were dropped (the export queue was full) or never exported"
             );
         }
     }

@@ -28,6 +28,7 @@ mod handlers;
 mod propagation;
 mod semconv;
 mod server;
+mod spans;
 
 pub use capture::CaptureSettings;
 pub use client::ClientObserver;
