@@ -119,7 +119,9 @@ pub(crate) async fn run<T, F>(
 /// The `tracing` span a handler runs in when its request has a W3C trace context (a
 /// telemetry layer's server span, or what the caller sent in `_meta`): every log line the
 /// handler writes carries `trace_id` and `span_id`, so logs join traces. Without a context,
-/// or with no subscriber listening, it is `Span::none()` and costs nothing.
+/// or with no subscriber listening, it is `Span::none()` and costs nothing. The span is at
+/// ERROR level so that it is enabled under any filter that lets a log line through (an
+/// INFO span vanished under the binary's default `warn`, and the warnings lost their ids).
 fn log_span(traceparent: Option<&str>) -> tracing::Span {
     let Some(tp) = traceparent else {
         return tracing::Span::none();
@@ -127,7 +129,7 @@ fn log_span(traceparent: Option<&str>) -> tracing::Span {
     let mut parts = tp.split('-');
     match (parts.next(), parts.next(), parts.next()) {
         (Some(_), Some(trace_id), Some(span_id)) if trace_id.len() == 32 && span_id.len() == 16 => {
-            tracing::info_span!(target: "toolyard", "mcp", trace_id = %trace_id, span_id = %span_id)
+            tracing::error_span!(target: "toolyard", "mcp", trace_id = %trace_id, span_id = %span_id)
         }
         _ => tracing::Span::none(),
     }

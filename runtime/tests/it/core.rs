@@ -780,7 +780,9 @@ impl std::io::Write for LogBuffer {
 fn a_handlers_log_lines_carry_the_requests_trace_id() {
     let logs = LogBuffer::default();
     let writer = logs.clone();
+    // The binary's default filter: only warnings and errors.
     let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
@@ -796,7 +798,7 @@ fn a_handlers_log_lines_carry_the_requests_trace_id() {
                     .tool(
                         tool_fn("chatty", "logs a line", |_ctx, _: NoArgs| async {
                             tokio::task::yield_now().await;
-                            tracing::info!("chatty ran");
+                            tracing::warn!("chatty ran");
                             Ok("done")
                         })
                         .unwrap(),
