@@ -586,9 +586,12 @@ fn the_filesystem_connector_answers_like_the_official_server() {
     }
 }
 
-/// A Slack Web API stand-in on 127.0.0.1: every method answers one page of one message, and
-/// the request lines are recorded.
-fn one_message_slack() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+/// An HTTP/1.1 stand-in on 127.0.0.1 answering every request with JSON: `answer` gets the
+/// request's head (as sent) and gives the status line and body. The request lines are
+/// recorded.
+fn json_fake(
+    answer: impl Fn(&str) -> (&'static str, &'static str) + Send + 'static,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     use std::io::Read;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -597,27 +600,35 @@ fn one_message_slack() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { break };
-            let mut request = [0u8; 4096];
+            let mut request = [0u8; 8192];
             let n = stream.read(&mut request).unwrap_or(0);
             let head = String::from_utf8_lossy(&request[..n]).to_string();
             log.lock()
                 .unwrap()
                 .push(head.lines().next().unwrap_or("").to_owned());
-            let body = if head.contains("authorization: Bearer xoxb-system-test")
-                || head.contains("Authorization: Bearer xoxb-system-test")
-            {
-                r#"{"ok":true,"messages":[{"type":"message","user":"U001","text":"hello from the fake","ts":"1712345600.000200"}],"has_more":false,"response_metadata":{"next_cursor":""}}"#
-            } else {
-                r#"{"ok":false,"error":"invalid_auth"}"#
-            };
+            let (status, body) = answer(&head);
             let _ = write!(
                 stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
         }
     });
     (port, seen)
+}
+
+/// A Slack Web API stand-in: every method answers one page of one message.
+fn one_message_slack() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    json_fake(|head| {
+        let body = if head.contains("authorization: Bearer xoxb-system-test")
+            || head.contains("Authorization: Bearer xoxb-system-test")
+        {
+            r#"{"ok":true,"messages":[{"type":"message","user":"U001","text":"hello from the fake","ts":"1712345600.000200"}],"has_more":false,"response_metadata":{"next_cursor":""}}"#
+        } else {
+            r#"{"ok":false,"error":"invalid_auth"}"#
+        };
+        ("200 OK", body)
+    })
 }
 
 #[test]
@@ -667,41 +678,28 @@ fn a_slack_section_serves_the_slack_read_tools_and_sends_nothing_until_called() 
     assert!(p.close_and_wait().success());
 }
 
-/// A one-route Drive v3 on 127.0.0.1: `GET /drive/v3/files` with the shared-drive flags and
-/// the bearer token `ya29.system-test` lists one file; anything else is Google's 404 body.
+/// A one-route Drive v3: `GET /drive/v3/files` with the shared-drive flags and the bearer
+/// token `ya29.system-test` lists one file; anything else is Google's 404 body.
 fn one_file_drive() -> u16 {
-    use std::io::Read;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            let mut request = [0u8; 8192];
-            let n = stream.read(&mut request).unwrap_or(0);
-            let head = String::from_utf8_lossy(&request[..n]).to_lowercase();
-            let ok = head.starts_with("get /drive/v3/files?")
-                && head.contains("supportsalldrives=true")
-                && head.contains("includeitemsfromalldrives=true")
-                && head.contains("authorization: bearer ya29.system-test");
-            let (status, body) = if ok {
-                (
-                    "200 OK",
-                    r#"{"files":[{"id":"doc1","name":"Plan","mimeType":"application/vnd.google-apps.document"}]}"#,
-                )
-            } else {
-                (
-                    "404 Not Found",
-                    r#"{"error":{"code":404,"message":"File not found.","errors":[{"reason":"notFound"}]}}"#,
-                )
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+    json_fake(|head| {
+        let head = head.to_lowercase();
+        let ok = head.starts_with("get /drive/v3/files?")
+            && head.contains("supportsalldrives=true")
+            && head.contains("includeitemsfromalldrives=true")
+            && head.contains("authorization: bearer ya29.system-test");
+        if ok {
+            (
+                "200 OK",
+                r#"{"files":[{"id":"doc1","name":"Plan","mimeType":"application/vnd.google-apps.document"}]}"#,
+            )
+        } else {
+            (
+                "404 Not Found",
+                r#"{"error":{"code":404,"message":"File not found.","errors":[{"reason":"notFound"}]}}"#,
+            )
         }
-    });
-    port
+    })
+    .0
 }
 
 #[test]
@@ -745,36 +743,23 @@ fn a_gdrive_section_serves_the_hosted_drive_servers_tools() {
     assert!(p.close_and_wait().success());
 }
 
-/// A minimal GitHub on 127.0.0.1: `GET /user` with a bearer token, anything else 404.
+/// A minimal GitHub: `GET /user` with a bearer token, anything else 404.
 fn one_user_github() -> u16 {
-    use std::io::Read;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            let mut request = [0u8; 8192];
-            let n = stream.read(&mut request).unwrap_or(0);
-            let head = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
-            let (status, body) = if head.starts_with("get /user ")
-                && head.contains("authorization: bearer ghp_system_test")
-                && head.contains("x-github-api-version: 2022-11-28")
-            {
-                (
-                    "200 OK",
-                    r#"{"login":"octocat","id":1,"html_url":"https://github.com/octocat","bio":"hi<!-- hidden -->"}"#,
-                )
-            } else {
-                ("404 Not Found", r#"{"message":"Not Found"}"#)
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+    json_fake(|head| {
+        let head = head.to_ascii_lowercase();
+        if head.starts_with("get /user ")
+            && head.contains("authorization: bearer ghp_system_test")
+            && head.contains("x-github-api-version: 2022-11-28")
+        {
+            (
+                "200 OK",
+                r#"{"login":"octocat","id":1,"html_url":"https://github.com/octocat","bio":"hi<!-- hidden -->"}"#,
+            )
+        } else {
+            ("404 Not Found", r#"{"message":"Not Found"}"#)
         }
-    });
-    port
+    })
+    .0
 }
 
 #[test]

@@ -55,12 +55,7 @@ pub(crate) async fn put(
         )));
     }
     let store = store(client).await?;
-    let name = client
-        .new_inbox()
-        .rsplit('.')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    let name = nuid::next().to_string();
     let meta = object_store::ObjectMetadata {
         name: name.clone(),
         // Headers and framing need room under max_payload.

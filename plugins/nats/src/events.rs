@@ -85,12 +85,7 @@ impl EventRelay {
     ) -> Result<EventRelay, NatsError> {
         let subject = events_subject(prefix);
         // A NUID: unique across processes without coordination.
-        let origin = client
-            .new_inbox()
-            .rsplit('.')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let origin = nuid::next().to_string();
         let mut incoming = client
             .subscribe(subject.clone())
             .await

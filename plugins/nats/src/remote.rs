@@ -908,11 +908,12 @@ async fn call_once(
             }
             expected_seq += 1;
         }
+        let claim = frame_header(&message, wire::CLAIM);
         match frame_header(&message, wire::FRAME).and_then(Frame::parse) {
             Some(Frame::Ka) => {}
             Some(Frame::Msg) => relay(ctx, &message.payload),
-            Some(Frame::End) if frame_header(&message, wire::CLAIM).is_some() => {
-                let name = frame_header(&message, wire::CLAIM).unwrap_or_default();
+            Some(Frame::End) if claim.is_some() => {
+                let name = claim.unwrap_or_default();
                 break match crate::claims::take(&inner.client, name).await {
                     Ok(body) => Ok(body.into()),
                     Err(e) => Err(bus_error(

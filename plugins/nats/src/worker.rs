@@ -310,12 +310,23 @@ impl<'a> Frames<'a> {
         if self.done {
             return;
         }
-        // An answer that cannot fit goes into a claim when the caller can fetch one.
-        let max_payload = self.inner.client.server_info().max_payload;
-        if frame == Frame::End && self.accept_claim && body.len() + 4096 > max_payload {
-            match crate::claims::put(&self.inner.client, &body, max_payload).await {
-                Ok(name) => return self.send_claimed(&name).await,
-                Err(e) => tracing::warn!(reply = %self.reply, error = %e, "putting a claim failed"),
+        // An answer that cannot fit goes into a claim when the caller can fetch one: the
+        // `end` frame is then empty and names it. (Only then is the server's `max_payload`
+        // looked up: `server_info` clones the whole INFO.)
+        let mut body = body;
+        let mut claim = None;
+        if frame == Frame::End && self.accept_claim {
+            let max_payload = self.inner.client.server_info().max_payload;
+            if body.len() + 4096 > max_payload {
+                match crate::claims::put(&self.inner.client, &body, max_payload).await {
+                    Ok(name) => {
+                        claim = Some(name);
+                        body = Bytes::new();
+                    }
+                    Err(e) => {
+                        tracing::warn!(reply = %self.reply, error = %e, "putting a claim failed")
+                    }
+                }
             }
         }
         self.done = frame.is_terminal();
@@ -324,6 +335,9 @@ impl<'a> Frames<'a> {
         headers.insert(wire::SEQ, self.seq.to_string().as_str());
         if frame.is_terminal() {
             headers.insert(wire::WORKER, self.inner.instance.as_str());
+        }
+        if let Some(name) = &claim {
+            headers.insert(wire::CLAIM, name.as_str());
         }
         self.seq += 1;
         let sent = self
@@ -346,25 +360,6 @@ impl<'a> Frames<'a> {
                 );
                 Box::pin(self.send(Frame::Err, wire::error_body(None, &error).into())).await;
             }
-        }
-    }
-
-    /// The terminal `end` frame of a claimed answer: empty, naming the object.
-    async fn send_claimed(&mut self, name: &str) {
-        self.done = true;
-        let mut headers = HeaderMap::new();
-        headers.insert(wire::FRAME, Frame::End.as_str());
-        headers.insert(wire::SEQ, self.seq.to_string().as_str());
-        headers.insert(wire::WORKER, self.inner.instance.as_str());
-        headers.insert(wire::CLAIM, name);
-        self.seq += 1;
-        if let Err(e) = self
-            .inner
-            .client
-            .publish_with_headers(self.reply.clone(), headers, Bytes::new())
-            .await
-        {
-            tracing::warn!(reply = %self.reply, error = %e, "publishing a claimed end frame failed");
         }
     }
 
