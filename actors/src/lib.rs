@@ -16,6 +16,7 @@ mod context;
 mod error;
 mod event_bus;
 mod exec;
+mod forward;
 mod gate;
 mod handlers;
 mod lifecycle;
@@ -49,6 +50,7 @@ pub mod transport {
 pub use context::{Caller, InputError, RequestContext};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::{Event, EventTap, SubscriptionWatcher};
+pub use forward::{ForwardFn, RawArgs, RawResult, RawResultError};
 pub use handlers::custom::MethodFn;
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
 pub use middleware::{Completion, Layer, Layers, Outcome, Peer, RequestInfo, SessionInfo};

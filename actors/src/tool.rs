@@ -3,6 +3,7 @@
 use crate::context::RequestContext;
 use crate::error::HandlerError;
 use crate::exec::Judge;
+use crate::forward::{ForwardFn, RawArgs};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::future::Future;
@@ -42,6 +43,14 @@ impl ToolArgs {
     }
 }
 
+/// How a tool's code is called: with parsed arguments returning a typed result, or, for a
+/// tool that forwards to another server, with the raw bytes both ways (`crate::forward`).
+#[derive(Clone)]
+pub(crate) enum Handler {
+    Typed(ToolFn),
+    Forwarding(ForwardFn),
+}
+
 /// An invalid tool definition.
 #[derive(Debug, thiserror::Error)]
 pub enum DefinitionError {
@@ -63,7 +72,7 @@ pub enum DefinitionError {
 /// A tool: its description, handler and validators.
 pub struct ToolDef {
     pub(crate) tool: Tool,
-    pub(crate) handler: ToolFn,
+    pub(crate) handler: Handler,
     /// Compiled on first use: compiling checks the schema against its meta-schema, which
     /// costs ~1 ms and ~1.5 MiB per tool at startup for servers with many tools.
     pub(crate) validator: std::sync::OnceLock<Result<jsonschema::Validator, String>>,
@@ -109,11 +118,32 @@ impl ToolDef {
             ),
             deferred_task: false,
             tool,
-            handler,
+            handler: Handler::Typed(handler),
             validator: std::sync::OnceLock::new(),
             required_capabilities: None,
             validate_args: true,
         })
+    }
+
+    /// A tool that forwards its calls to another server on the byte-level path: the
+    /// handler gets the caller's arguments as raw JSON and returns the upstream's result as
+    /// raw JSON ([`RawResult`]), so neither is parsed into types nor serialised again. The
+    /// arguments are not checked against the schema (the upstream checks them against its
+    /// own, in whatever dialect it uses); [`ToolDef::map_handler`] still works, at the cost
+    /// of a typed parse of the result.
+    pub fn forwarding(tool: Tool, handler: ForwardFn) -> Self {
+        ToolDef {
+            header_params: header_params(&tool.input_schema),
+            task_support: crate::tasks::effective_support(
+                tool.execution.as_ref().and_then(|e| e.task_support),
+            ),
+            deferred_task: false,
+            tool,
+            handler: Handler::Forwarding(handler),
+            validator: std::sync::OnceLock::new(),
+            required_capabilities: None,
+            validate_args: false,
+        }
     }
 
     /// Leaves argument checking to the handler: for tools that forward to another server
@@ -216,8 +246,15 @@ impl ToolDef {
 
     /// Wraps the handler (telemetry, auditing): `wrap` gets the current one and returns
     /// its replacement; the definition (schema, validation, task support) is unchanged.
+    ///
+    /// A forwarding tool's handler is first made a typed one (its raw result parsed), so the
+    /// wrapper sees what it expects.
     pub fn map_handler(mut self, wrap: impl FnOnce(ToolFn) -> ToolFn) -> Self {
-        self.handler = wrap(self.handler);
+        let typed = match self.handler {
+            Handler::Typed(f) => f,
+            Handler::Forwarding(f) => typed_from_forwarding(f),
+        };
+        self.handler = Handler::Typed(wrap(typed));
         self
     }
 
@@ -259,6 +296,23 @@ impl ToolDef {
             .collect();
         Err(HandlerError::invalid_arguments(problems.join("; ")))
     }
+}
+
+/// A forwarding handler behind the typed interface: the arguments serialised, the result
+/// parsed.
+fn typed_from_forwarding(f: ForwardFn) -> ToolFn {
+    Arc::new(move |ctx, args: ToolArgs| {
+        let f = f.clone();
+        Box::pin(async move {
+            let text = serde_json::value::to_raw_value(&args.0)
+                .map_err(|e| HandlerError::invalid_arguments(e.to_string()))?;
+            let raw = RawArgs::new(Some(text))?;
+            let result = f(ctx, raw).await?;
+            result
+                .to_call_tool_result()
+                .map_err(|e| HandlerError::failed(e.to_string()))
+        })
+    })
 }
 
 /// What a tool may return.

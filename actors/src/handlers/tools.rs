@@ -10,11 +10,12 @@ use crate::context::RequestContext;
 use crate::error::HandlerError;
 use crate::event_bus::{BusMsg, Event};
 use crate::exec::{self, Binding, RetryInput};
+use crate::forward::{ForwardFn, RawArgs, RawResult};
 use crate::mrtr::{digest, StateSealer};
 use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
 use crate::tasks::{self, TaskHint, TaskPlan, Tasks};
-use crate::tool::{ToolArgs, ToolDef};
+use crate::tool::{Handler, ToolArgs, ToolDef};
 use crate::ListSettings;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Deserialize;
@@ -192,6 +193,13 @@ async fn run_call(
     sealer: StateSealer,
     task: Option<Box<TaskPlan>>,
 ) {
+    let handler = match &def.handler {
+        Handler::Typed(f) => f.clone(),
+        Handler::Forwarding(f) => {
+            let f = f.clone();
+            return run_forwarding(f, params, ctx, reply, sealer, task).await;
+        }
+    };
     let args: serde_json::Value = match params.arguments.as_deref() {
         None => serde_json::Value::Object(Default::default()),
         Some(raw) => match serde_json::from_str(raw.get()) {
@@ -214,9 +222,8 @@ async fn run_call(
         digest: String::new(),
     };
     let binding = if ctx.is_modern() {
-        let canonical = args.to_string();
         Binding {
-            digest: digest(&[binding.target.as_bytes(), canonical.as_bytes()]),
+            digest: args_digest(&binding.target, &args),
             ..binding
         }
     } else {
@@ -229,7 +236,7 @@ async fn run_call(
     if let Err(e) = exec::restore_round(&ctx, &sealer, &binding, retry) {
         return reply.err(e);
     }
-    let fut = (def.handler)(ctx.clone(), ToolArgs(args));
+    let fut = handler(ctx.clone(), ToolArgs(args));
     match task {
         None => {
             exec::run(ctx, reply, sealer, binding, fut, |e: &HandlerError| {
@@ -238,5 +245,70 @@ async fn run_call(
             .await
         }
         Some(plan) => tasks::drive_call(*plan, ctx, reply, sealer, binding, fut).await,
+    }
+}
+
+/// What a modern round's state is bound to: the tool and its arguments in canonical form
+/// (so a retry whose client re-serialised them differently still matches).
+fn args_digest(target: &str, args: &serde_json::Value) -> String {
+    let canonical = args.to_string();
+    digest(&[target.as_bytes(), canonical.as_bytes()])
+}
+
+/// A forwarding tool's call (`crate::forward`): the arguments go on as the caller's raw
+/// JSON, parsed only when a modern round must be bound to them, and the upstream's raw
+/// result is the answer.
+async fn run_forwarding(
+    handler: ForwardFn,
+    params: CallParams,
+    ctx: RequestContext,
+    reply: Reply,
+    sealer: StateSealer,
+    task: Option<Box<TaskPlan>>,
+) {
+    let args = match RawArgs::new(params.arguments) {
+        Ok(args) => args,
+        Err(e) => return reply.ok(&CallToolResult::error_text(e.to_string())),
+    };
+    let digest = if ctx.is_modern() {
+        match serde_json::from_str::<serde_json::Value>(args.get()) {
+            Ok(v) => args_digest(&params.name, &v),
+            Err(e) => {
+                return reply.ok(&CallToolResult::error_text(format!(
+                    "Invalid arguments: {e}"
+                )))
+            }
+        }
+    } else {
+        String::new()
+    };
+    let binding = Binding {
+        method: method::TOOLS_CALL,
+        target: params.name,
+        digest,
+    };
+    let retry = RetryInput {
+        input_responses: params.input_responses,
+        request_state: params.request_state,
+    };
+    if let Err(e) = exec::restore_round(&ctx, &sealer, &binding, retry) {
+        return reply.err(e);
+    }
+    let fut = handler(ctx.clone(), args);
+    match task {
+        None => {
+            exec::run(ctx, reply, sealer, binding, fut, |e: &HandlerError| {
+                Some(RawResult::error_text(e.to_string()))
+            })
+            .await
+        }
+        Some(plan) => {
+            let typed = async move {
+                fut.await?
+                    .to_call_tool_result()
+                    .map_err(|e| HandlerError::failed(e.to_string()))
+            };
+            tasks::drive_call(*plan, ctx, reply, sealer, binding, typed).await
+        }
     }
 }

@@ -16,18 +16,19 @@ use async_nats::{Client, HeaderMap, HeaderValue, Message, StatusCode};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolyard::{
-    HandlerError, PromptDef, RequestContext, ResourceDef, ResourceRequest, Server, TemplateDef,
-    ToolArgs, ToolDef, UriTemplate,
+    ForwardFn, HandlerError, PromptDef, RawArgs, RawResult, RequestContext, ResourceDef,
+    ResourceRequest, Server, TemplateDef, ToolDef, UriTemplate,
 };
 use toolyard_client::{OutgoingRequest, RequestOutcome};
 use toolyard_proto::{
-    CallToolResult, ErrorObject, GetPromptResult, InputRequest, InputRequiredResult,
-    InputResponses, LoggingLevel, Prompt, ReadResourceResult, Resource, ResourceTemplate, Tool,
+    ErrorObject, GetPromptResult, InputRequest, InputRequiredResult, InputResponses, LoggingLevel,
+    Prompt, ReadResourceResult, Resource, ResourceTemplate, Tool,
 };
 
 /// How the gateway side exposes and calls the workers' tools.
@@ -344,7 +345,7 @@ impl Inner {
         let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
         let tool_defs: Vec<ToolDef> = new_tools
             .into_iter()
-            .filter_map(|(exposed, (server, tool))| {
+            .map(|(exposed, (server, tool))| {
                 let mut def_tool = tool.clone();
                 def_tool.name = exposed.clone();
                 // A tool that says calling it again is harmless may be re-issued once when its
@@ -353,14 +354,9 @@ impl Inner {
                     a.read_only_hint == Some(true) || a.idempotent_hint == Some(true)
                 });
                 let f = forward(self.clone(), server.clone(), tool.name.clone(), retry_safe);
-                match ToolDef::new(def_tool, f) {
-                    // The worker checks the arguments against its own schema.
-                    Ok(def) => Some(def.without_validation()),
-                    Err(e) => {
-                        tracing::warn!(tool = %exposed, error = %e, "a worker's tool skipped");
-                        None
-                    }
-                }
+                // The byte-level path: the worker checks the arguments against its own
+                // schema, and its result is passed on as it came.
+                ToolDef::forwarding(def_tool, f)
             })
             .collect();
         let (mut gone_uris, new_resources) = diff(&state.installed.resources, &resources);
@@ -491,25 +487,34 @@ fn diff<'w, T: PartialEq>(
     (gone, changed)
 }
 
-/// A worker's tool: `tools/call` over the bus.
-fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) -> toolyard::ToolFn {
-    Arc::new(move |ctx: RequestContext, args: ToolArgs| {
+/// A worker's tool: `tools/call` over the bus, on the byte-level path (the caller's
+/// arguments go into the request as the text they came in, the worker's result comes back
+/// as its text).
+fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) -> ForwardFn {
+    let quoted: Arc<str> = json_string(&tool).into();
+    let server: Arc<str> = server.into();
+    let tool: Arc<str> = tool.into();
+    Arc::new(move |ctx: RequestContext, args: RawArgs| {
         let inner = inner.clone();
         let server = server.clone();
         let tool = tool.clone();
+        let quoted = quoted.clone();
         Box::pin(async move {
-            let mut params = serde_json::Map::new();
-            params.insert("name".into(), Value::String(tool.clone()));
-            params.insert("arguments".into(), args.into_value());
             let target = Target {
                 server: &server,
                 method: "tools/call",
                 name: &tool,
                 retry_safe,
             };
-            request::<CallToolResult>(&inner, &target, &ctx, params).await
+            let params = [("name", &*quoted), ("arguments", args.get())];
+            request::<RawResult>(&inner, &target, &ctx, &params).await
         })
     })
+}
+
+/// A string as JSON text.
+fn json_string(s: &str) -> String {
+    Value::String(s.to_owned()).to_string()
 }
 
 /// A worker's resource or resource template: `resources/read` of the URI asked for (the
@@ -519,8 +524,8 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
         let inner = inner.clone();
         let server = server.clone();
         Box::pin(async move {
-            let mut params = serde_json::Map::new();
-            params.insert("uri".into(), Value::String(asked.uri.clone()));
+            let uri = json_string(&asked.uri);
+            let params = [("uri", uri.as_str())];
             let target = Target {
                 server: &server,
                 method: "resources/read",
@@ -528,7 +533,7 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
                 // Reading changes nothing.
                 retry_safe: true,
             };
-            let read = request::<ReadResourceResult>(&inner, &target, &ctx, params).await?;
+            let read = request::<ReadResourceResult>(&inner, &target, &ctx, &params).await?;
             Ok(read.contents)
         })
     })
@@ -542,16 +547,16 @@ fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::Pr
             let server = server.clone();
             let prompt = prompt.clone();
             Box::pin(async move {
-                let mut params = serde_json::Map::new();
-                params.insert("name".into(), Value::String(prompt.clone()));
-                params.insert("arguments".into(), json!(arguments));
+                let name = json_string(&prompt);
+                let arguments = json!(arguments).to_string();
+                let params = [("name", name.as_str()), ("arguments", arguments.as_str())];
                 let target = Target {
                     server: &server,
                     method: "prompts/get",
                     name: &prompt,
                     retry_safe: true,
                 };
-                request::<GetPromptResult>(&inner, &target, &ctx, params).await
+                request::<GetPromptResult>(&inner, &target, &ctx, &params).await
             })
         },
     )
@@ -570,63 +575,145 @@ struct Target<'a> {
 }
 
 /// A result a forwarded request may end with.
-trait Forwarded: DeserializeOwned {
+trait Forwarded: Sized {
     /// Whether it is a failure the observer should count (a tool's `isError`).
     fn failed(&self) -> bool {
         false
     }
-    /// Forgets the worker's `resultType`: our server states its own.
+    /// The `result` member of the worker's answer: the result, or the input it needs first.
+    /// `None` when it is not what the method answers.
+    fn parse(raw: &RawValue) -> Option<Answer<Self>>;
+}
+
+/// A typed result: its kind first, then the result without the worker's `resultType` (our
+/// server states its own).
+trait Typed: DeserializeOwned {
     fn clear_result_type(&mut self);
 }
 
-impl Forwarded for CallToolResult {
+impl<T: Typed> Forwarded for T {
+    fn parse(raw: &RawValue) -> Option<Answer<T>> {
+        #[derive(Deserialize)]
+        struct Kind {
+            #[serde(rename = "resultType")]
+            result_type: Option<String>,
+        }
+        let kind: Kind = serde_json::from_str(raw.get()).ok()?;
+        if kind.result_type.as_deref() == Some("input_required") {
+            return serde_json::from_str(raw.get())
+                .ok()
+                .map(Answer::InputRequired);
+        }
+        let mut result: T = serde_json::from_str(raw.get()).ok()?;
+        result.clear_result_type();
+        Some(Answer::Complete(result))
+    }
+}
+
+/// A tool's result on the byte-level path: scanned once for `resultType` and `isError`,
+/// and passed on as it came (the worker's `resultType` dropped).
+impl Forwarded for RawResult {
     fn failed(&self) -> bool {
-        CallToolResult::failed(self)
+        RawResult::failed(self)
     }
+    fn parse(raw: &RawValue) -> Option<Answer<RawResult>> {
+        let result = RawResult::from_upstream(raw.get(), &[]).ok()?;
+        if result.result_type() == Some("input_required") {
+            return serde_json::from_str(raw.get())
+                .ok()
+                .map(Answer::InputRequired);
+        }
+        Some(Answer::Complete(result))
+    }
+}
+
+impl Typed for ReadResourceResult {
     fn clear_result_type(&mut self) {
         self.result_type = None;
     }
 }
 
-impl Forwarded for ReadResourceResult {
+impl Typed for GetPromptResult {
     fn clear_result_type(&mut self) {
         self.result_type = None;
     }
 }
 
-impl Forwarded for GetPromptResult {
-    fn clear_result_type(&mut self) {
-        self.result_type = None;
+/// Writes the `_meta` a forwarded call carries: the modern version, the caller's
+/// capabilities, and its progress token, trace context and log level when there are any.
+/// Written straight as text: this runs for every forwarded call.
+fn write_meta(out: &mut Vec<u8>, ctx: &RequestContext, trace: Option<&Trace>) {
+    use toolyard_proto::meta;
+    out.push(b'{');
+    member(out, meta::PROTOCOL_VERSION, true);
+    out.extend_from_slice(b"\"2026-07-28\"");
+    member(out, meta::CLIENT_CAPABILITIES, false);
+    if serde_json::to_writer(&mut *out, ctx.client_capabilities()).is_err() {
+        out.extend_from_slice(b"{}");
     }
-}
-
-/// The `_meta` a forwarded call carries: the modern version, the caller's capabilities, and
-/// its progress token and log level when it asked for them.
-fn meta_for(ctx: &RequestContext, trace: Option<&Trace>) -> Value {
-    let mut meta = serde_json::Map::new();
-    meta.insert(
-        toolyard_proto::meta::PROTOCOL_VERSION.into(),
-        json!("2026-07-28"),
-    );
-    meta.insert(
-        toolyard_proto::meta::CLIENT_CAPABILITIES.into(),
-        serde_json::to_value(ctx.client_capabilities()).unwrap_or_else(|_| json!({})),
-    );
     if ctx.wants_progress() {
-        meta.insert("progressToken".into(), json!("nats"));
+        member(out, "progressToken", false);
+        out.extend_from_slice(b"\"nats\"");
     }
     if let Some((parent, state)) = trace {
-        meta.insert(toolyard_proto::meta::TRACEPARENT.into(), json!(parent));
+        member(out, meta::TRACEPARENT, false);
+        let _ = serde_json::to_writer(&mut *out, parent);
         if let Some(state) = state {
-            meta.insert(toolyard_proto::meta::TRACESTATE.into(), json!(state));
+            member(out, meta::TRACESTATE, false);
+            let _ = serde_json::to_writer(&mut *out, state);
         }
     }
     if let Some(level) = ctx.log_level() {
-        if let Ok(level) = serde_json::to_value(level) {
-            meta.insert(toolyard_proto::meta::LOG_LEVEL.into(), level);
+        member(out, meta::LOG_LEVEL, false);
+        if serde_json::to_writer(&mut *out, &level).is_err() {
+            out.extend_from_slice(b"\"info\"");
         }
     }
-    Value::Object(meta)
+    out.push(b'}');
+}
+
+/// Writes `"key":` (after a comma unless it is the object's first member).
+fn member(out: &mut Vec<u8>, key: &str, first: bool) {
+    if !first {
+        out.push(b',');
+    }
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
+}
+
+/// The JSON-RPC request of one round: `params` are the method's own members as JSON text,
+/// then our `_meta`, then the previous round's answers and state.
+fn request_body(
+    method: &str,
+    params: &[(&str, &str)],
+    ctx: &RequestContext,
+    trace: Option<&Trace>,
+    input_responses: Option<&InputResponses>,
+    request_state: Option<&str>,
+) -> bytes::Bytes {
+    let size: usize = params.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    let mut out = Vec::with_capacity(size + 256);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"method":"#);
+    let _ = serde_json::to_writer(&mut out, method);
+    out.extend_from_slice(br#","params":{"#);
+    for (i, (key, value)) in params.iter().enumerate() {
+        member(&mut out, key, i == 0);
+        out.extend_from_slice(value.as_bytes());
+    }
+    member(&mut out, "_meta", params.is_empty());
+    write_meta(&mut out, ctx, trace);
+    if let Some(responses) = input_responses {
+        member(&mut out, "inputResponses", false);
+        if serde_json::to_writer(&mut out, responses).is_err() {
+            out.extend_from_slice(b"{}");
+        }
+    }
+    if let Some(state) = request_state {
+        member(&mut out, "requestState", false);
+        let _ = serde_json::to_writer(&mut out, state);
+    }
+    out.extend_from_slice(b"}}");
+    out.into()
 }
 
 fn bus_error(code: i32, message: impl Into<String>) -> HandlerError {
@@ -634,12 +721,13 @@ fn bus_error(code: i32, message: impl Into<String>) -> HandlerError {
 }
 
 /// One forwarded request (`tools/call`, `resources/read`, `prompts/get`), to its terminal
-/// frame. `params` are the method's own (without `_meta`, which the forwarding writes).
+/// frame. `params` are the method's own members as JSON text (without `_meta`, which the
+/// forwarding writes).
 async fn request<T: Forwarded>(
     inner: &Inner,
     target: &Target<'_>,
     ctx: &RequestContext,
-    params: serde_json::Map<String, Value>,
+    params: &[(&str, &str)],
 ) -> Result<T, HandlerError> {
     // Observed as a client request (a CLIENT span when telemetry is on), whose context the
     // worker then receives instead of ours.
@@ -687,7 +775,7 @@ async fn rounds<T: Forwarded>(
     inner: &Inner,
     target: &Target<'_>,
     ctx: &RequestContext,
-    params: serde_json::Map<String, Value>,
+    params: &[(&str, &str)],
     trace: Option<&Trace>,
 ) -> Result<T, HandlerError> {
     let subject = wire::request_subject(
@@ -699,16 +787,14 @@ async fn rounds<T: Forwarded>(
     let mut input_responses: Option<InputResponses> = None;
     let mut request_state: Option<String> = None;
     for round in 0..MAX_ROUNDS {
-        let mut params = params.clone();
-        params.insert("_meta".into(), meta_for(ctx, trace));
-        if let Some(responses) = input_responses.take() {
-            params.insert("inputResponses".into(), Value::Object(responses));
-        }
-        if let Some(state) = request_state.take() {
-            params.insert("requestState".into(), Value::String(state));
-        }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": target.method, "params": params})
-            .to_string();
+        let body = request_body(
+            target.method,
+            params,
+            ctx,
+            trace,
+            input_responses.take().as_ref(),
+            request_state.take().as_deref(),
+        );
         match call_round::<T>(inner, &subject, target, ctx, trace, &body).await? {
             Answer::Complete(result) => return Ok(result),
             Answer::InputRequired(needed) => {
@@ -746,13 +832,13 @@ async fn call_round<T: Forwarded>(
     target: &Target<'_>,
     ctx: &RequestContext,
     trace: Option<&Trace>,
-    body: &str,
+    body: &bytes::Bytes,
 ) -> Result<Answer<T>, HandlerError> {
     let server = target.server;
     let mut retried = false;
     let mut reissued = false;
     loop {
-        match call_once(inner, subject, target, ctx, trace, body.as_bytes()).await {
+        match call_once(inner, subject, target, ctx, trace, body.clone()).await {
             Ok(payload) => return answer(&payload),
             Err(Outcome::NoResponders) if !retried => {
                 retried = true;
@@ -800,7 +886,7 @@ async fn call_once(
     target: &Target<'_>,
     ctx: &RequestContext,
     trace: Option<&Trace>,
-    body: &[u8],
+    body: bytes::Bytes,
 ) -> Result<bytes::Bytes, Outcome> {
     let server = target.server;
     // What a header cannot carry (a line break) is refused before anything is sent: the
@@ -847,12 +933,7 @@ async fn call_once(
     let mut denied = crate::denied::watch(subject);
     let published = inner
         .client
-        .publish_with_reply_and_headers(
-            subject.to_owned(),
-            inbox.clone(),
-            headers,
-            body.to_vec().into(),
-        )
+        .publish_with_reply_and_headers(subject.to_owned(), inbox.clone(), headers, body)
         .await;
     if let Err(e) = published {
         let code = if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
@@ -1025,17 +1106,14 @@ enum Answer<T> {
     InputRequired(InputRequiredResult),
 }
 
-/// The `end` (or `err`) frame's JSON-RPC response as the request's outcome.
+/// The `end` (or `err`) frame's JSON-RPC response as the request's outcome: the result is
+/// borrowed from the frame, not copied, until `T` takes what it needs.
 fn answer<T: Forwarded>(payload: &[u8]) -> Result<Answer<T>, HandlerError> {
     #[derive(Deserialize)]
-    struct Response {
-        result: Option<Box<serde_json::value::RawValue>>,
+    struct Response<'a> {
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
         error: Option<ErrorObject>,
-    }
-    #[derive(Deserialize)]
-    struct Kind {
-        #[serde(rename = "resultType")]
-        result_type: Option<String>,
     }
     let malformed = || {
         bus_error(
@@ -1043,20 +1121,10 @@ fn answer<T: Forwarded>(payload: &[u8]) -> Result<Answer<T>, HandlerError> {
             "the worker's answer is not a JSON-RPC response",
         )
     };
-    match serde_json::from_slice::<Response>(payload) {
+    match serde_json::from_slice::<Response<'_>>(payload) {
         Ok(Response {
             result: Some(raw), ..
-        }) => {
-            let kind: Kind = serde_json::from_str(raw.get()).map_err(|_| malformed())?;
-            if kind.result_type.as_deref() == Some("input_required") {
-                let needed: InputRequiredResult =
-                    serde_json::from_str(raw.get()).map_err(|_| malformed())?;
-                return Ok(Answer::InputRequired(needed));
-            }
-            let mut result: T = serde_json::from_str(raw.get()).map_err(|_| malformed())?;
-            result.clear_result_type();
-            Ok(Answer::Complete(result))
-        }
+        }) => T::parse(raw).ok_or_else(malformed),
         Ok(Response {
             error: Some(error), ..
         }) => Err(HandlerError::Protocol(error)),

@@ -132,10 +132,12 @@ impl Gateway {
                 .annotations
                 .as_ref()
                 .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
-            match ToolDef::new(tool, forward_tool(source, upstream, retry)) {
-                Ok(def) => tool_defs.push(def.without_validation()),
-                Err(e) => tracing::warn!(source = %prefix, error = %e, "upstream tool skipped"),
-            }
+            // The byte-level path: the source checks the arguments against its own schema
+            // and its result is passed on as it came.
+            tool_defs.push(ToolDef::forwarding(
+                tool,
+                forward_tool(source, upstream, retry),
+            ));
         }
         let mut resource_defs = Vec::new();
         for mut resource in resources {

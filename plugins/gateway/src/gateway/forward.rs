@@ -9,23 +9,24 @@ use crate::error::HostError;
 use crate::parked::Parkable;
 use crate::pool::Lease;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
+use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use toolyard::{HandlerError, RequestContext};
+use toolyard::{ForwardFn, HandlerError, RawArgs, RawResult, RequestContext};
 use toolyard_client::{ClientError, RequestOptions};
 use toolyard_proto::{
-    CallToolResult, CompleteArgument, CompleteContext, CompleteReference, CompleteRequestParams,
-    ErrorObject, GetPromptResult, ReadResourceResult,
+    CompleteArgument, CompleteContext, CompleteReference, CompleteRequestParams, ErrorObject,
+    GetPromptResult, ReadResourceResult,
 };
 
 /// An upstream call waiting for a modern caller's retry: the retry's `requestState`
 /// carries the key.
 pub(super) struct Parked {
-    call: tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>,
+    call: tokio::task::JoinHandle<Result<Box<RawValue>, CallFailure>>,
     questions: mpsc::UnboundedReceiver<Question>,
     pending: Question,
     asked: u32,
@@ -97,14 +98,12 @@ fn upstream_options(
     })
 }
 
-pub(super) fn forward_tool(
-    source: &Arc<Source>,
-    upstream: String,
-    retry: bool,
-) -> toolyard::ToolFn {
+/// A source's tool on the byte-level path: the caller's arguments go upstream as the text
+/// they came in, and the source's result comes back as its text with our `_meta` spliced in.
+pub(super) fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) -> ForwardFn {
     let source = Arc::downgrade(source);
     let upstream: Arc<str> = upstream.into();
-    Arc::new(move |ctx: RequestContext, args| {
+    Arc::new(move |ctx: RequestContext, args: RawArgs| {
         let source = source.upgrade();
         let upstream = upstream.clone();
         Box::pin(async move {
@@ -135,7 +134,7 @@ pub(super) fn forward_tool(
             let call: UpstreamCall = Box::pin(call_upstream(
                 source.clone(),
                 upstream,
-                args.into_value(),
+                args,
                 retry,
                 upstream_options(&ctx, questions_tx),
             ));
@@ -146,30 +145,24 @@ pub(super) fn forward_tool(
 
 /// An upstream `tools/call` under way: driven in place by the caller's handler, and moved
 /// into a task of its own only when it is parked for a modern caller's retry.
-type UpstreamCall = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<CallToolResult, CallFailure>> + Send>,
->;
+type UpstreamCall =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Box<RawValue>, CallFailure>> + Send>>;
 
 /// The upstream call itself: a lease, the call, and one more try (on a fresh connection)
 /// for read-only or idempotent tools whose call never reached a live server.
 async fn call_upstream(
     source: Arc<Source>,
     upstream: Arc<str>,
-    mut arguments: Value,
+    arguments: RawArgs,
     retry: bool,
     opts: RequestOptions,
-) -> Result<CallToolResult, CallFailure> {
+) -> Result<Box<RawValue>, CallFailure> {
     let attempts = if retry { 2 } else { 1 };
     let mut last = ClientError::Closed;
-    for attempt in 1..=attempts {
+    let arguments = arguments.into_raw();
+    for _ in 1..=attempts {
         let lease: Lease = source.pool.lease().await.map_err(CallFailure::Host)?;
-        // The last attempt takes the arguments; only a retry needs a copy.
-        let args = if attempt < attempts {
-            arguments.clone()
-        } else {
-            std::mem::take(&mut arguments)
-        };
-        match lease.call_tool_with(&upstream, args, &opts).await {
+        match lease.call_tool_raw(&upstream, &arguments, &opts).await {
             Ok(result) => return Ok(result),
             Err(e) => {
                 lease.report(&e);
@@ -185,10 +178,10 @@ async fn call_upstream(
 
 /// A parked call's task, awaited again by the retry: dropping it (the retry gave up or was
 /// cancelled) stops the upstream call.
-struct AbortOnDrop(tokio::task::JoinHandle<Result<CallToolResult, CallFailure>>);
+struct AbortOnDrop(tokio::task::JoinHandle<Result<Box<RawValue>, CallFailure>>);
 
 impl std::future::Future for AbortOnDrop {
-    type Output = Result<CallToolResult, CallFailure>;
+    type Output = Result<Box<RawValue>, CallFailure>;
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -217,7 +210,7 @@ async fn drive(
     mut pending: Option<Question>,
     mut asked: u32,
     started: Instant,
-) -> Result<CallToolResult, HandlerError> {
+) -> Result<RawResult, HandlerError> {
     let name = &source.spec.name;
     loop {
         if let Some(question) = pending.take() {
@@ -255,7 +248,7 @@ async fn drive(
         tokio::select! {
             done = &mut call => {
                 return match done {
-                    Ok(result) => Ok(annotate(result, name, started)),
+                    Ok(result) => annotate(&result, name, started),
                     Err(CallFailure::Host(e)) => Err(host_failure(e)),
                     Err(CallFailure::Client(e)) => Err(client_failure(name, e)),
                     Err(CallFailure::Aborted) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
@@ -267,16 +260,22 @@ async fn drive(
     }
 }
 
-/// Adds where the result came from and how long it took to the result's `_meta`.
-fn annotate(mut result: CallToolResult, source: &str, started: Instant) -> CallToolResult {
-    // The upstream's `resultType` is its wire's; our server writes its own.
-    result.result_type = None;
-    let meta = result.meta.get_or_insert_with(Default::default);
-    meta.insert(
-        "io.toolyard/source".into(),
-        json!({ "name": source, "elapsedMs": started.elapsed().as_secs_f64() * 1000.0 }),
-    );
-    result
+/// The source's result passed on, with where it came from and how long it took added to
+/// its `_meta` (the upstream's `resultType` is its wire's: our server writes its own).
+fn annotate(result: &RawValue, source: &str, started: Instant) -> Result<RawResult, HandlerError> {
+    #[derive(Serialize)]
+    struct Origin<'a> {
+        name: &'a str,
+        #[serde(rename = "elapsedMs")]
+        elapsed_ms: f64,
+    }
+    let origin = serde_json::value::to_raw_value(&Origin {
+        name: source,
+        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+    .map_err(|e| HandlerError::failed(e.to_string()))?;
+    RawResult::from_upstream(result.get(), &[("io.toolyard/source", &origin)])
+        .map_err(|e| HandlerError::failed(format!("source `{source}`: {e}")))
 }
 
 pub(super) fn forward_read(source: &Arc<Source>) -> toolyard::ResourceFn {

@@ -418,3 +418,71 @@ async fn input_rounds_whose_retries_land_on_another_worker_of_the_name_succeed()
         assert_eq!(text(&r), "Ada Lovelace", "{r:?}");
     }
 }
+
+/// A worker speaking the wire by hand (any NATS client can), answering every call with
+/// `result`.
+async fn hand_written_worker(url: &str, server: &str, tool: &str, result: &'static str) {
+    let bus = connect(url).await;
+    let js = async_nats::jetstream::new(bus.clone());
+    let kv = js
+        .get_key_value(toolyard_nats::CATALOG_BUCKET)
+        .await
+        .unwrap();
+    let tool: toolyard::proto::Tool =
+        serde_json::from_value(json!({"name": tool, "inputSchema": {"type": "object"}})).unwrap();
+    let entry = toolyard_nats::CatalogEntry::new(server, "hand-1", vec![tool]);
+    kv.put(entry.key(), serde_json::to_vec(&entry).unwrap().into())
+        .await
+        .unwrap();
+    let mut requests = bus
+        .subscribe(toolyard_nats::wire::worker_subject("mcp.v1", server))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        while let Some(request) = requests.next().await {
+            let Some(reply) = request.reply else { continue };
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(toolyard_nats::wire::FRAME, "end");
+            headers.insert(toolyard_nats::wire::SEQ, "0");
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+            bus.publish_with_headers(reply, headers, body.into())
+                .await
+                .unwrap();
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_result_passes_through_the_gateway_as_it_came() {
+    let nats = NatsServer::start();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    // What a typed parse would lose: a member our types do not know, an integer beyond
+    // 64 bits, a number's spelling, the worker's own `_meta`.
+    hand_written_worker(
+        &nats.url(),
+        "hand",
+        "exact",
+        r#"{"content":[{"type":"text","text":"x"}],"structuredContent":{"big":123456789012345678901234567890,"f":1.50},"x-future":{"kept":true},"_meta":{"w":1},"resultType":"complete"}"#,
+    )
+    .await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "hand__exact")).await;
+    let args = serde_json::value::RawValue::from_string(r#"{"n":1}"#.into()).unwrap();
+    let raw = gw
+        .client
+        .call_tool_raw("hand__exact", &args, &Default::default())
+        .await
+        .unwrap();
+    let got = raw.get();
+    assert!(
+        got.contains(r#""structuredContent":{"big":123456789012345678901234567890,"f":1.50}"#),
+        "{got}"
+    );
+    assert!(got.contains(r#""x-future":{"kept":true}"#), "{got}");
+    assert!(got.contains(r#""_meta":{"w":1}"#), "{got}");
+    // Our server states the result's kind once, in its caller's generation.
+    assert!(got.matches("resultType").count() <= 1, "{got}");
+    // The typed client still reads it.
+    let typed = gw.client.call_tool("hand__exact", json!({})).await.unwrap();
+    assert_eq!(text(&typed), "x");
+}

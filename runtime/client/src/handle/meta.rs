@@ -12,6 +12,8 @@ use toolyard_proto::{
 /// copying the params (tool arguments can be large).
 pub(super) struct WithMeta<'a> {
     pub(super) params: &'a Map<String, Value>,
+    /// A `tools/call`'s arguments as JSON text (the byte-level forwarding path).
+    pub(super) arguments: Option<&'a RawValue>,
     pub(super) meta: &'a OurMeta<'a>,
 }
 
@@ -20,9 +22,12 @@ impl serde::Serialize for WithMeta<'_> {
         use serde::ser::SerializeMap;
         let mut map = s.serialize_map(None)?;
         for (k, v) in self.params {
-            if k != "_meta" {
+            if k != "_meta" && !(k == "arguments" && self.arguments.is_some()) {
                 map.serialize_entry(k, v)?;
             }
+        }
+        if let Some(arguments) = self.arguments {
+            map.serialize_entry("arguments", arguments)?;
         }
         map.serialize_entry("_meta", self.meta)?;
         map.end()
@@ -150,6 +155,7 @@ mod tests {
         };
         let text = serde_json::to_string(&WithMeta {
             params: &params,
+            arguments: None,
             meta: &meta,
         })
         .unwrap_or_default();

@@ -5,6 +5,7 @@
 use super::client::{lock, Client};
 use super::request::{to_value, Era, RequestOptions};
 use crate::error::ClientError;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use toolyard_proto::{
     CallToolResult, CompleteRequestParams, CompleteResult, GetPromptResult, ListPromptsResult,
@@ -73,6 +74,21 @@ impl Client {
             }
         }
         self.typed("tools/call", params, opts).await
+    }
+
+    /// `tools/call` on the byte-level path: `arguments` (a JSON object's text) are written
+    /// into the request as they are, and the result comes back as the server's JSON text,
+    /// unparsed (a gateway passes both through; see `toolyard::RawResult`).
+    pub async fn call_tool_raw(
+        &self,
+        name: &str,
+        arguments: &RawValue,
+        opts: &RequestOptions,
+    ) -> Result<Box<RawValue>, ClientError> {
+        let mut params = Map::new();
+        params.insert("name".into(), name.into());
+        self.request_raw_with("tools/call", params, Some(arguments), opts)
+            .await
     }
 
     /// `tools/call`, with a tool's `isError` result turned into [`ClientError::ToolCall`].

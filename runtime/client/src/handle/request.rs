@@ -147,7 +147,19 @@ impl Client {
     pub(crate) async fn request_raw(
         &self,
         method: &str,
+        params: Map<String, Value>,
+        opts: &RequestOptions,
+    ) -> Result<Box<RawValue>, ClientError> {
+        self.request_raw_with(method, params, None, opts).await
+    }
+
+    /// [`request_raw`](Self::request_raw) with `arguments` as JSON text (a `tools/call` on
+    /// the byte-level forwarding path: written into the request as they are).
+    pub(crate) async fn request_raw_with(
+        &self,
+        method: &str,
         mut params: Map<String, Value>,
+        arguments: Option<&RawValue>,
         opts: &RequestOptions,
     ) -> Result<Box<RawValue>, ClientError> {
         let cache_key = (self.inner.use_cache && cacheable(method))
@@ -161,14 +173,14 @@ impl Client {
         let mut header_retry = true;
         loop {
             let raw = match self
-                .round_trip(method, &params, opts, Era::Negotiated)
+                .round_trip_args(method, &params, arguments, opts, Era::Negotiated)
                 .await
             {
                 Err(ClientError::Transport(TransportError::SessionExpired))
                     if !self.is_modern() =>
                 {
                     self.reinitialize().await?;
-                    self.round_trip(method, &params, opts, Era::Negotiated)
+                    self.round_trip_args(method, &params, arguments, opts, Era::Negotiated)
                         .await?
                 }
                 Err(ClientError::Rpc(e))
@@ -254,9 +266,21 @@ impl Client {
         opts: &RequestOptions,
         era: Era,
     ) -> Result<Box<RawValue>, ClientError> {
+        self.round_trip_args(method, params, None, opts, era).await
+    }
+
+    /// [`round_trip`](Self::round_trip) with raw `arguments` written after `params`.
+    async fn round_trip_args(
+        &self,
+        method: &str,
+        params: &Map<String, Value>,
+        arguments: Option<&RawValue>,
+        opts: &RequestOptions,
+        era: Era,
+    ) -> Result<Box<RawValue>, ClientError> {
         let Some(observer) = &self.inner.observer else {
             return self
-                .round_trip_retried(method, params, opts, era, None)
+                .round_trip_retried(method, params, arguments, opts, era, None)
                 .await;
         };
         let meta = match params.get("_meta") {
@@ -291,12 +315,12 @@ impl Client {
         });
         let Some(observed) = observed else {
             return self
-                .round_trip_retried(method, params, opts, era, None)
+                .round_trip_retried(method, params, arguments, opts, era, None)
                 .await;
         };
         let trace = observed.trace_context();
         let answer = self
-            .round_trip_retried(method, params, opts, era, trace.as_ref())
+            .round_trip_retried(method, params, arguments, opts, era, trace.as_ref())
             .await;
         observed.finish(match &answer {
             Ok(raw) if method == "tools/call" && tool_failed(raw) => RequestOutcome::ToolError,
@@ -314,11 +338,15 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
+        arguments: Option<&RawValue>,
         opts: &RequestOptions,
         era: Era,
         trace: Option<&(String, Option<String>)>,
     ) -> Result<Box<RawValue>, ClientError> {
-        match self.round_trip_once(method, params, opts, era, trace).await {
+        match self
+            .round_trip_once(method, params, arguments, opts, era, trace)
+            .await
+        {
             Err(ClientError::Rpc(e))
                 if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION
                     && era != Era::Handshake
@@ -331,7 +359,8 @@ impl Client {
                                 .any(|v| v.as_str() == Some(ProtocolVersion::V2026_07_28.as_str()))
                         }) =>
             {
-                self.round_trip_once(method, params, opts, era, trace).await
+                self.round_trip_once(method, params, arguments, opts, era, trace)
+                    .await
             }
             other => other,
         }
@@ -343,6 +372,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
+        arguments: Option<&RawValue>,
         opts: &RequestOptions,
         era: Era,
         trace: Option<&(String, Option<String>)>,
@@ -394,7 +424,7 @@ impl Client {
                 headers.push(("Mcp-Name".to_owned(), header_value(name)));
             }
             if method == "tools/call" {
-                self.param_headers(params, &mut headers);
+                self.param_headers(params, arguments, &mut headers);
             }
         } else if era == Era::Negotiated {
             headers.extend(inner.response_headers.load().iter().cloned());
@@ -404,6 +434,7 @@ impl Client {
             method,
             &WithMeta {
                 params,
+                arguments,
                 meta: &meta,
             },
         )
@@ -464,14 +495,21 @@ impl Client {
         }
     }
 
-    fn param_headers(&self, params: &Map<String, Value>, headers: &mut Vec<(String, String)>) {
+    fn param_headers(
+        &self,
+        params: &Map<String, Value>,
+        arguments: Option<&RawValue>,
+        headers: &mut Vec<(String, String)>,
+    ) {
         let Some(Value::String(name)) = params.get("name") else {
             return;
         };
         let Some(list) = lock(&self.inner.tool_headers).get(name).cloned() else {
             return;
         };
-        let args = params.get("arguments");
+        // Raw arguments are parsed only for a tool that mirrors some into headers.
+        let parsed: Option<Value> = arguments.and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let args = parsed.as_ref().or_else(|| params.get("arguments"));
         for p in list.iter() {
             let mut value = args;
             for key in &p.path {
