@@ -112,7 +112,10 @@ impl RemoteTools {
         client: Client,
         config: RemoteConfig,
     ) -> Result<RemoteTools, NatsError> {
-        let js = async_nats::jetstream::new(client.clone());
+        // Bounded (`catalog::TIMEOUT`): a gateway starting while JetStream has no quorum is
+        // told so in seconds, and the watch's consumer, lost in an outage, is recreated by
+        // attempts of that length.
+        let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, catalog::HEARTBEAT).await?;
         let mut watch = store
             .watch_all()

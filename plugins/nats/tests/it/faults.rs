@@ -703,3 +703,160 @@ async fn a_read_only_call_whose_worker_dies_is_reissued_once_on_the_survivor() {
         "the survivor ran it once"
     );
 }
+
+/// N7: two of three cluster nodes stop (SIGSTOP: they keep their sockets and answer
+/// nothing), so JetStream has no quorum and the catalog's stream (one replica, on a stopped
+/// node) is out of reach. Core request/reply between a gateway and a worker on the surviving
+/// node still works; the gateway keeps serving the catalog it last saw (stale but serving);
+/// a catalog write fails within its bound instead of hanging (a worker starting now is told
+/// so in seconds, and so is a gateway; a worker whose tools change keeps serving); the outage
+/// outlasts the gateway's catalog watch (two missed 5 s heartbeats), and once the nodes are
+/// back the change made during the outage reaches the gateway's tool list within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
+    let cluster = toolyard_testkit::NatsCluster::start(3);
+    let all = cluster.urls().join(",");
+    // The catalog bucket, created by a first connection, and its node.
+    let setup = connect(&all).await;
+    let js = async_nats::jetstream::new(setup.clone());
+    let _ = Worker::start(
+        worker_server(Arc::default()).await,
+        setup.clone(),
+        WorkerConfig::new("setup"),
+    )
+    .await
+    .unwrap();
+    let mut stream = js.get_stream("KV_TY_CATALOG").await.unwrap();
+    let catalog_on = stream
+        .info()
+        .await
+        .unwrap()
+        .cluster
+        .as_ref()
+        .and_then(|c| c.leader.clone())
+        .expect("the catalog stream has a leader");
+    // The survivor is a node the catalog is not on: alone, it cannot reach the catalog.
+    let survivor = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.name() != catalog_on)
+        .unwrap();
+    let url = survivor.url();
+    let served = worker_server(Arc::default()).await;
+    let mut config = WorkerConfig::new("steady");
+    config.keepalive = Duration::from_millis(200);
+    config.heartbeat = Duration::from_secs(1);
+    let _worker = Worker::start(served.clone(), connect(&url).await, config)
+        .await
+        .unwrap();
+    let gw = gateway(&url, quick()).await;
+    let before = listed(&gw.client, |n| n.iter().any(|t| t == "steady__echo")).await;
+
+    let stopped: Vec<_> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.name() != survivor.name())
+        .collect();
+    for node in &stopped {
+        node.stop();
+    }
+    let outage = std::time::Instant::now();
+    let echoed = tokio::time::timeout(
+        Duration::from_secs(5),
+        gw.client
+            .call_tool("steady__echo", json!({"message": "still here"})),
+    )
+    .await
+    .expect("core request/reply is not held up by JetStream")
+    .unwrap();
+    assert_eq!(text(&echoed), "still here");
+
+    // The worker's tools change: its catalog put fails (logged); it keeps serving.
+    served.add_tools(vec![tool_fn(
+        "late",
+        "Added during the outage",
+        |_ctx, _a: serde_json::Value| async move { Ok("late".to_owned()) },
+    )
+    .unwrap()]);
+    // A worker starting now is told at once that the catalog is out of reach.
+    let started = std::time::Instant::now();
+    let newcomer = tokio::time::timeout(
+        WAIT,
+        Worker::start(
+            worker_server(Arc::default()).await,
+            connect(&url).await,
+            WorkerConfig::new("newcomer"),
+        ),
+    )
+    .await
+    .expect("a worker starting without JetStream quorum does not hang");
+    let took = started.elapsed();
+    let Err(e) = newcomer else {
+        panic!("a worker started without a catalog to put its entry in")
+    };
+    assert!(e.to_string().contains("catalog"), "{e}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the catalog's failure took {took:?} to surface: {e}"
+    );
+    // So is a gateway starting now.
+    let started = std::time::Instant::now();
+    let late_gateway = tokio::time::timeout(
+        WAIT,
+        RemoteTools::start(
+            ServerBuilder::new("late-gateway", "1.0")
+                .start()
+                .await
+                .unwrap(),
+            connect(&url).await,
+            quick(),
+        ),
+    )
+    .await
+    .expect("a gateway starting without JetStream quorum does not hang");
+    let took = started.elapsed();
+    let Err(e) = late_gateway else {
+        panic!("a gateway started without a catalog to watch")
+    };
+    assert!(e.to_string().contains("catalog"), "{e}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the catalog's failure took {took:?} to surface: {e}"
+    );
+    // Until the gateway's watch has failed (no consumer heartbeat for 10 s), and after: the
+    // gateway serves what it last saw, and calls go through.
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(outage.elapsed())).await;
+    let during = listed(&gw.client, |_| true).await;
+    assert_eq!(during, before, "the gateway serves the last catalog it saw");
+    let echoed = gw
+        .client
+        .call_tool("steady__echo", json!({"message": "still"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echoed), "still");
+
+    for node in &stopped {
+        node.resume();
+    }
+    cluster.wait_for_leader();
+    let back = std::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    loop {
+        let names = listed(&gw.client, |_| true).await;
+        if names.iter().any(|t| t == "steady__late") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change made during the outage never reached the gateway: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("converged {:?} after the leader was back", back.elapsed());
+    let late = gw
+        .client
+        .call_tool("steady__late", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(text(&late), "late");
+}
