@@ -125,21 +125,34 @@ pub(crate) fn key(server: &str, instance: &str) -> String {
     format!("srv.{server}.{instance}")
 }
 
+/// How long looking the bucket up is retried when JetStream does not answer: a cluster that
+/// has just elected its meta leader may leave the first requests unanswered (seen under
+/// load), and one without quorum never answers (N7), which a starting process should learn
+/// in seconds.
+const LOOKUP_BUDGET: Duration = Duration::from_secs(5);
+
 /// The catalog bucket, created when it does not exist yet (any worker or gateway may be
 /// first). Only a bucket JetStream says does not exist is created: one that cannot be
-/// looked up (no quorum, a timeout) would not be created either, so that fails at once.
+/// looked up (no quorum, a timeout) could not be created either.
 pub(crate) async fn bucket(
     js: &jetstream::Context,
     heartbeat: Duration,
 ) -> Result<kv::Store, NatsError> {
-    match js.get_key_value(BUCKET).await {
-        Ok(store) => return Ok(store),
-        Err(e) if !missing(&e) => {
-            return Err(NatsError::Bus(format!(
-                "the catalog bucket {BUCKET} cannot be looked up (is JetStream available?): {e}"
-            )))
+    let give_up = tokio::time::Instant::now() + LOOKUP_BUDGET;
+    loop {
+        match js.get_key_value(BUCKET).await {
+            Ok(store) => return Ok(store),
+            Err(e) if missing(&e) => break,
+            Err(e) if tokio::time::Instant::now() >= give_up => {
+                return Err(NatsError::Bus(format!(
+                    "the catalog bucket {BUCKET} cannot be looked up (is JetStream available?): {e}"
+                )))
+            }
+            Err(e) => {
+                tracing::debug!(target: "toolyard::nats", error = %e, "looking the catalog bucket up failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
-        Err(_) => {}
     }
     let config = kv::Config {
         bucket: BUCKET.to_owned(),

@@ -796,7 +796,7 @@ async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
     };
     assert!(e.to_string().contains("catalog"), "{e}");
     assert!(
-        took < Duration::from_secs(8),
+        took < Duration::from_secs(9),
         "the catalog's failure took {took:?} to surface: {e}"
     );
     // So is a gateway starting now.
@@ -820,7 +820,7 @@ async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
     };
     assert!(e.to_string().contains("catalog"), "{e}");
     assert!(
-        took < Duration::from_secs(8),
+        took < Duration::from_secs(9),
         "the catalog's failure took {took:?} to surface: {e}"
     );
     // Until the gateway's watch has failed (no consumer heartbeat for 10 s), and after: the
@@ -840,7 +840,7 @@ async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
     }
     cluster.wait_for_leader();
     let back = std::time::Instant::now();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let names = listed(&gw.client, |_| true).await;
         if names.iter().any(|t| t == "steady__late") {
