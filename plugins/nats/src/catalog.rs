@@ -17,6 +17,19 @@ pub const BUCKET: &str = "TY_CATALOG";
 /// How often a worker re-puts its entry.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
 
+/// The most one catalog operation (a JetStream API request, a put's ack) may take. A cluster
+/// without JetStream quorum answers nothing (N7): the client's defaults (10 s per API request,
+/// 5 s per ack) held a starting worker 20 s before it learnt that. Core request/reply keeps
+/// working meanwhile, so failing the catalog fast costs no call.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A JetStream context for the catalog: its requests and acks bounded by [`TIMEOUT`].
+pub(crate) fn context(client: async_nats::Client) -> jetstream::Context {
+    let mut js = jetstream::new(client);
+    js.set_timeout(TIMEOUT);
+    js
+}
+
 /// What one worker instance serves. The lists other than `tools` came later: an entry
 /// without them (an older worker's) reads as offering none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,14 +125,34 @@ pub(crate) fn key(server: &str, instance: &str) -> String {
     format!("srv.{server}.{instance}")
 }
 
+/// How long looking the bucket up is retried when JetStream does not answer: a cluster that
+/// has just elected its meta leader may leave the first requests unanswered (seen under
+/// load), and one without quorum never answers (N7), which a starting process should learn
+/// in seconds.
+const LOOKUP_BUDGET: Duration = Duration::from_secs(5);
+
 /// The catalog bucket, created when it does not exist yet (any worker or gateway may be
-/// first).
+/// first). Only a bucket JetStream says does not exist is created: one that cannot be
+/// looked up (no quorum, a timeout) could not be created either.
 pub(crate) async fn bucket(
     js: &jetstream::Context,
     heartbeat: Duration,
 ) -> Result<kv::Store, NatsError> {
-    if let Ok(store) = js.get_key_value(BUCKET).await {
-        return Ok(store);
+    let give_up = tokio::time::Instant::now() + LOOKUP_BUDGET;
+    loop {
+        match js.get_key_value(BUCKET).await {
+            Ok(store) => return Ok(store),
+            Err(e) if missing(&e) => break,
+            Err(e) if tokio::time::Instant::now() >= give_up => {
+                return Err(NatsError::Bus(format!(
+                    "the catalog bucket {BUCKET} cannot be looked up (is JetStream available?): {e}"
+                )))
+            }
+            Err(e) => {
+                tracing::debug!(target: "toolyard::nats", error = %e, "looking the catalog bucket up failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
     let config = kv::Config {
         bucket: BUCKET.to_owned(),
@@ -138,6 +171,18 @@ pub(crate) async fn bucket(
             .await
             .map_err(|_| NatsError::Bus(format!("the catalog bucket {BUCKET}: {create}"))),
     }
+}
+
+/// Whether looking the bucket up failed because its stream does not exist (rather than
+/// because JetStream did not answer).
+fn missing(e: &jetstream::context::KeyValueError) -> bool {
+    use jetstream::context::{GetStreamError, GetStreamErrorKind};
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<GetStreamError>())
+        .is_some_and(|s| {
+            matches!(s.kind(), GetStreamErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+        })
 }
 
 #[cfg(test)]

@@ -22,13 +22,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolyard::{
-    ForwardFn, HandlerError, PromptDef, RawArgs, RawResult, RequestContext, ResourceDef,
-    ResourceRequest, Server, TemplateDef, ToolDef, UriTemplate,
+    CompletionTarget, Completions, ForwardFn, HandlerError, PromptDef, RawArgs, RawResult,
+    RequestContext, ResourceDef, ResourceRequest, Server, TemplateDef, ToolDef, UriTemplate,
 };
 use toolyard_client::{OutgoingRequest, RequestOutcome};
 use toolyard_proto::{
-    ErrorObject, GetPromptResult, InputRequest, InputRequiredResult, InputResponses, LoggingLevel,
-    Prompt, ReadResourceResult, Resource, ResourceTemplate, Tool,
+    CompleteResult, ErrorObject, GetPromptResult, InputRequest, InputRequiredResult,
+    InputResponses, LoggingLevel, Prompt, ReadResourceResult, Resource, ResourceTemplate, Tool,
 };
 
 /// How the gateway side exposes and calls the workers' tools.
@@ -113,7 +113,10 @@ impl RemoteTools {
         client: Client,
         config: RemoteConfig,
     ) -> Result<RemoteTools, NatsError> {
-        let js = async_nats::jetstream::new(client.clone());
+        // Bounded (`catalog::TIMEOUT`): a gateway starting while JetStream has no quorum is
+        // told so in seconds, and the watch's consumer, lost in an outage, is recreated by
+        // attempts of that length.
+        let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, catalog::HEARTBEAT).await?;
         let mut watch = store
             .watch_all()
@@ -368,6 +371,19 @@ impl Inner {
             .collect();
         let (gone_templates, new_templates) = diff(&state.installed.templates, &templates);
         gone_uris.extend(gone_templates);
+        // Argument completion for what is new: each completer asks the worker that serves
+        // the name when it is asked (an item that went away completes to nothing).
+        let mut completers = Vec::new();
+        for (uri_template, _) in &new_templates {
+            if let Ok(parsed) = UriTemplate::parse(uri_template) {
+                for var in parsed.variables() {
+                    completers.push(CompletionTarget::Resource(
+                        (*uri_template).clone(),
+                        var.to_owned(),
+                    ));
+                }
+            }
+        }
         let template_defs: Vec<TemplateDef> = new_templates
             .into_iter()
             .filter_map(|(_, (server, template))| {
@@ -375,6 +391,14 @@ impl Inner {
             })
             .collect();
         let (gone_prompts, new_prompts) = diff(&state.installed.prompts, &prompts);
+        for (exposed, (_, prompt)) in &new_prompts {
+            for arg in prompt.arguments.iter().flatten() {
+                completers.push(CompletionTarget::Prompt(
+                    (*exposed).clone(),
+                    arg.name.clone(),
+                ));
+            }
+        }
         let prompt_defs: Vec<PromptDef> = new_prompts
             .into_iter()
             .map(|(exposed, (server, prompt))| {
@@ -431,6 +455,10 @@ impl Inner {
         }
         if !prompt_defs.is_empty() {
             server.add_prompts(prompt_defs);
+        }
+        for target in completers {
+            let complete = complete(Arc::downgrade(self), target.clone());
+            server.add_completer(target, complete);
         }
     }
 }
@@ -560,6 +588,141 @@ fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::Pr
             })
         },
     )
+}
+
+/// How long the gateway waits for a worker's completion: a hint that comes later is no
+/// help to someone typing.
+const COMPLETE_WITHIN: Duration = Duration::from_secs(5);
+
+/// A completer for one argument of a worker's prompt or one variable of its resource
+/// template (`target` in exposed names): `completion/complete` over the bus to the worker
+/// serving it now, with its upstream prompt name or template URI. Completion is a hint: a
+/// worker that fails, is gone or is slow completes to nothing (logged at debug), never to an
+/// error. Weak: the server holds its completers for good, and must not keep the gateway side
+/// alive.
+fn complete(inner: std::sync::Weak<Inner>, target: CompletionTarget) -> toolyard::CompleteFn {
+    Arc::new(move |value: String, context: HashMap<String, String>| {
+        let inner = inner.upgrade();
+        let target = target.clone();
+        Box::pin(async move {
+            let Some(inner) = inner else {
+                return Completions::default();
+            };
+            let (server, reference, argument) = {
+                let state = inner.state();
+                match &target {
+                    CompletionTarget::Prompt(exposed, argument) => {
+                        match state.installed.prompts.get(exposed) {
+                            Some((server, prompt)) => (
+                                server.clone(),
+                                json!({"type": "ref/prompt", "name": prompt.name}),
+                                argument.clone(),
+                            ),
+                            None => return Completions::default(),
+                        }
+                    }
+                    CompletionTarget::Resource(uri_template, variable) => {
+                        match state.installed.templates.get(uri_template) {
+                            Some((server, template)) => (
+                                server.clone(),
+                                json!({"type": "ref/resource", "uri": template.uri_template}),
+                                variable.clone(),
+                            ),
+                            None => return Completions::default(),
+                        }
+                    }
+                }
+            };
+            let mut params = json!({
+                "ref": reference,
+                "argument": {"name": argument, "value": value},
+                "_meta": {
+                    toolyard_proto::meta::PROTOCOL_VERSION: "2026-07-28",
+                    toolyard_proto::meta::CLIENT_CAPABILITIES: {},
+                },
+            });
+            if !context.is_empty() {
+                params["context"] = json!({"arguments": context});
+            }
+            let within = inner.config.inactivity.min(COMPLETE_WITHIN);
+            match tokio::time::timeout(within, complete_once(&inner, &server, &params)).await {
+                Ok(Ok(found)) => found,
+                Ok(Err(why)) => {
+                    tracing::debug!(target: "toolyard::nats", %server, %why, "completion: nothing from the worker");
+                    Completions::default()
+                }
+                Err(_) => {
+                    tracing::debug!(target: "toolyard::nats", %server, "completion: the worker did not answer in {within:?}");
+                    Completions::default()
+                }
+            }
+        })
+    })
+}
+
+/// One `completion/complete` to a worker of `server`, read to its terminal frame.
+/// Completion has no progress, input rounds, claims or retries: any failure is the caller's
+/// "nothing", so it is reported as a reason only.
+async fn complete_once(inner: &Inner, server: &str, params: &Value) -> Result<Completions, String> {
+    let method = "completion/complete";
+    let subject = wire::request_subject(&inner.config.prefix, server, method, None);
+    let inbox = inner.client.new_inbox();
+    let mut frames = inner
+        .client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut headers = HeaderMap::new();
+    headers.insert(wire::WIRE, "1");
+    headers.insert(wire::METHOD, method);
+    headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    inner
+        .client
+        .publish_with_reply_and_headers(subject, inbox.clone(), headers, body.into())
+        .await
+        .map_err(|e| e.to_string())?;
+    // Given up on (the caller's bound ran out): the worker is told to stop.
+    let mut guard = CancelOnDrop {
+        client: inner.client.clone(),
+        control: Some(wire::control_subject(&inbox)),
+    };
+    let payload = loop {
+        let Some(message) = frames.next().await else {
+            return Err("the answer stream closed".to_owned());
+        };
+        if message.status == Some(StatusCode::NO_RESPONDERS) {
+            guard.control = None;
+            return Err("no worker serves it (no responders)".to_owned());
+        }
+        match frame_header(&message, wire::FRAME).and_then(Frame::parse) {
+            Some(Frame::End | Frame::Err) => break message.payload,
+            Some(Frame::Ka | Frame::Msg) => {}
+            None => return Err("a reply without an Mcp-Frame header".to_owned()),
+        }
+    };
+    guard.control = None;
+    let _ = frames.unsubscribe().await;
+    #[derive(Deserialize)]
+    struct Response {
+        result: Option<CompleteResult>,
+        error: Option<ErrorObject>,
+    }
+    match serde_json::from_slice::<Response>(&payload) {
+        Ok(Response {
+            result: Some(result),
+            ..
+        }) => Ok(Completions {
+            values: result.completion.values,
+            total: result
+                .completion
+                .total
+                .and_then(|t| usize::try_from(t).ok()),
+            has_more: result.completion.has_more,
+        }),
+        Ok(Response { error: Some(e), .. }) => Err(format!("{} ({})", e.message, e.code)),
+        _ => Err("the answer is not a completion".to_owned()),
+    }
 }
 
 /// Where a forwarded request goes: the worker server, the method, and what it names (the

@@ -100,7 +100,7 @@ impl Worker {
                 config.server
             )));
         }
-        let js = async_nats::jetstream::new(client.clone());
+        let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, config.heartbeat).await?;
         let inner = Arc::new(Inner {
             server,
@@ -114,12 +114,14 @@ impl Worker {
             last_entry: std::sync::Mutex::new(None),
         });
         // A JetStream cluster that has just elected its meta leader may not know the bucket's
-        // stream for a moment ("no stream found"): the first put is retried for a few seconds.
+        // stream for a moment ("no stream found"): the first put is retried for a few seconds,
+        // no longer (without quorum every attempt would wait its whole timeout: N7).
         let mut attempt = 0u64;
+        let give_up = tokio::time::Instant::now() + 2 * catalog::TIMEOUT;
         loop {
             match inner.put_catalog().await {
                 Ok(()) => break,
-                Err(e) if attempt < 10 => {
+                Err(e) if tokio::time::Instant::now() < give_up => {
                     attempt += 1;
                     tracing::debug!(server = %inner.config.server, error = %e, attempt, "the first catalog put failed; retrying");
                     tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
@@ -280,7 +282,8 @@ async fn heartbeat(inner: Arc<Inner>, changed: Arc<Notify>) {
             () = changed.notified() => tick.reset(),
         }
         if let Err(e) = inner.put_catalog().await {
-            tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed");
+            // Requests are core NATS: they are still served; the next beat tries again.
+            tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed: still serving, retrying at the next heartbeat");
         }
     }
 }

@@ -703,3 +703,385 @@ async fn a_read_only_call_whose_worker_dies_is_reissued_once_on_the_survivor() {
         "the survivor ran it once"
     );
 }
+
+/// N7: two of three cluster nodes stop (SIGSTOP: they keep their sockets and answer
+/// nothing), so JetStream has no quorum and the catalog's stream (one replica, on a stopped
+/// node) is out of reach. Core request/reply between a gateway and a worker on the surviving
+/// node still works; the gateway keeps serving the catalog it last saw (stale but serving);
+/// a catalog write fails within its bound instead of hanging (a worker starting now is told
+/// so in seconds, and so is a gateway; a worker whose tools change keeps serving); the outage
+/// outlasts the gateway's catalog watch (two missed 5 s heartbeats), and once the nodes are
+/// back the change made during the outage reaches the gateway's tool list within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
+    let cluster = toolyard_testkit::NatsCluster::start(3);
+    let all = cluster.urls().join(",");
+    // The catalog bucket, created by a first connection, and its node.
+    let setup = connect(&all).await;
+    let js = async_nats::jetstream::new(setup.clone());
+    let _ = Worker::start(
+        worker_server(Arc::default()).await,
+        setup.clone(),
+        WorkerConfig::new("setup"),
+    )
+    .await
+    .unwrap();
+    let mut stream = js.get_stream("KV_TY_CATALOG").await.unwrap();
+    let catalog_on = stream
+        .info()
+        .await
+        .unwrap()
+        .cluster
+        .as_ref()
+        .and_then(|c| c.leader.clone())
+        .expect("the catalog stream has a leader");
+    // The survivor is a node the catalog is not on: alone, it cannot reach the catalog.
+    let survivor = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.name() != catalog_on)
+        .unwrap();
+    let url = survivor.url();
+    let served = worker_server(Arc::default()).await;
+    let mut config = WorkerConfig::new("steady");
+    config.keepalive = Duration::from_millis(200);
+    config.heartbeat = Duration::from_secs(1);
+    let _worker = Worker::start(served.clone(), connect(&url).await, config)
+        .await
+        .unwrap();
+    let gw = gateway(&url, quick()).await;
+    let before = listed(&gw.client, |n| n.iter().any(|t| t == "steady__echo")).await;
+
+    let stopped: Vec<_> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.name() != survivor.name())
+        .collect();
+    for node in &stopped {
+        node.stop();
+    }
+    let outage = std::time::Instant::now();
+    let echoed = tokio::time::timeout(
+        Duration::from_secs(5),
+        gw.client
+            .call_tool("steady__echo", json!({"message": "still here"})),
+    )
+    .await
+    .expect("core request/reply is not held up by JetStream")
+    .unwrap();
+    assert_eq!(text(&echoed), "still here");
+
+    // The worker's tools change: its catalog put fails (logged); it keeps serving.
+    served.add_tools(vec![tool_fn(
+        "late",
+        "Added during the outage",
+        |_ctx, _a: serde_json::Value| async move { Ok("late".to_owned()) },
+    )
+    .unwrap()]);
+    // A worker starting now is told at once that the catalog is out of reach.
+    let started = std::time::Instant::now();
+    let newcomer = tokio::time::timeout(
+        WAIT,
+        Worker::start(
+            worker_server(Arc::default()).await,
+            connect(&url).await,
+            WorkerConfig::new("newcomer"),
+        ),
+    )
+    .await
+    .expect("a worker starting without JetStream quorum does not hang");
+    let took = started.elapsed();
+    let Err(e) = newcomer else {
+        panic!("a worker started without a catalog to put its entry in")
+    };
+    assert!(e.to_string().contains("catalog"), "{e}");
+    assert!(
+        took < Duration::from_secs(9),
+        "the catalog's failure took {took:?} to surface: {e}"
+    );
+    // So is a gateway starting now.
+    let started = std::time::Instant::now();
+    let late_gateway = tokio::time::timeout(
+        WAIT,
+        RemoteTools::start(
+            ServerBuilder::new("late-gateway", "1.0")
+                .start()
+                .await
+                .unwrap(),
+            connect(&url).await,
+            quick(),
+        ),
+    )
+    .await
+    .expect("a gateway starting without JetStream quorum does not hang");
+    let took = started.elapsed();
+    let Err(e) = late_gateway else {
+        panic!("a gateway started without a catalog to watch")
+    };
+    assert!(e.to_string().contains("catalog"), "{e}");
+    assert!(
+        took < Duration::from_secs(9),
+        "the catalog's failure took {took:?} to surface: {e}"
+    );
+    // Until the gateway's watch has failed (no consumer heartbeat for 10 s), and after: the
+    // gateway serves what it last saw, and calls go through.
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(outage.elapsed())).await;
+    let during = listed(&gw.client, |_| true).await;
+    assert_eq!(during, before, "the gateway serves the last catalog it saw");
+    let echoed = gw
+        .client
+        .call_tool("steady__echo", json!({"message": "still"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echoed), "still");
+
+    for node in &stopped {
+        node.resume();
+    }
+    cluster.wait_for_leader();
+    let back = std::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let names = listed(&gw.client, |_| true).await;
+        if names.iter().any(|t| t == "steady__late") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change made during the outage never reached the gateway: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("converged {:?} after the leader was back", back.elapsed());
+    let late = gw
+        .client
+        .call_tool("steady__late", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(text(&late), "late");
+}
+
+/// A TCP proxy between one NATS client and the broker whose broker-to-client direction can
+/// be paused: the client then reads nothing, as if its process had stalled, while its
+/// client-to-broker direction still flows (so it can still send a request). The proxy's
+/// socket to the broker takes a small receive buffer, so the broker's writes back up soon.
+/// When the broker closes a connection, the proxy closes the client's: the client sees the
+/// disconnection and reconnects (through the proxy again).
+struct StallingProxy {
+    url: String,
+    paused: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StallingProxy {
+    async fn start(broker: u16) -> StallingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("nats://{}", listener.local_addr().unwrap());
+        let (paused, watching) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.set_recv_buffer_size(4096).unwrap();
+                let Ok(upstream) = socket
+                    .connect(std::net::SocketAddr::from(([127, 0, 0, 1], broker)))
+                    .await
+                else {
+                    continue;
+                };
+                tokio::spawn(Self::pipe(client, upstream, watching.clone()));
+            }
+        });
+        StallingProxy { url, paused, task }
+    }
+
+    async fn pipe(
+        client: tokio::net::TcpStream,
+        upstream: tokio::net::TcpStream,
+        mut paused: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut from_client, mut to_client) = client.into_split();
+        let (mut from_broker, mut to_broker) = upstream.into_split();
+        let up = tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut from_client, &mut to_broker).await;
+        });
+        let mut buf = vec![0u8; 4096];
+        loop {
+            if paused.wait_for(|p| !*p).await.is_err() {
+                break;
+            }
+            match from_broker.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to_client.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        // The broker closed (or the client went): close both ways.
+        up.abort();
+        let _ = to_client.shutdown().await;
+    }
+
+    fn pause(&self, paused: bool) {
+        self.paused.send_replace(paused);
+    }
+}
+
+impl Drop for StallingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `GET path` on a nats-server's monitoring port, as JSON.
+async fn monitor(nats: &NatsServer, path: &str) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let base = nats.monitoring_url();
+    let addr = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    serde_json::from_str(body).unwrap_or(Value::Null)
+}
+
+/// N9: the broker closes a gateway's connection as a slow consumer (`max_pending` and
+/// `write_deadline` lowered) while the gateway reads nothing (stalled) and a worker floods
+/// its call with large progress frames. The call in flight ends with -32010, not a hang
+/// and not a truncated answer passed as a success; the gateway reconnects and new calls
+/// work; the worker is untouched (its connection stays, it serves a direct call). The
+/// broker's `/connz?state=closed` names the reason: a slow consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_recovers() {
+    // `max_payload` may not exceed `max_pending`: set again, after the harness's 8 MiB.
+    let nats = NatsServer::start_with_config(
+        "max_payload: 65536\nmax_pending: 262144\nwrite_deadline: \"1s\"",
+    );
+    let served = worker_server(Arc::default()).await;
+    #[derive(Deserialize, JsonSchema)]
+    struct Gush {
+        n: usize,
+        kb: usize,
+    }
+    served.add_tools(vec![tool_fn(
+        "gush",
+        "Sends n progress notifications of kb KiB each, as fast as it can",
+        |ctx, a: Gush| async move {
+            let message = "x".repeat(a.kb * 1024);
+            for i in 0..a.n {
+                ctx.progress(i as f64, None, Some(&message));
+            }
+            Ok("gushed".to_owned())
+        },
+    )
+    .unwrap()]);
+    let worker_bus = toolyard_nats::connect(&nats.url(), "n9-worker")
+        .await
+        .unwrap();
+    let mut config = WorkerConfig::new("gush");
+    config.keepalive = Duration::from_millis(200);
+    let _worker = Worker::start(served, worker_bus.clone(), config)
+        .await
+        .unwrap();
+    let proxy = StallingProxy::start(nats.port()).await;
+    let bus = toolyard_nats::connect(&proxy.url, "n9-gateway")
+        .await
+        .unwrap();
+    let gw = gateway_on(bus.clone(), quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "gush__gush")).await;
+
+    // The gateway stalls; its call still reaches the worker, which floods it: 400 frames of
+    // 32 KiB, far more than the socket buffers and `max_pending` hold.
+    proxy.pause(true);
+    let progressed = Arc::new(AtomicUsize::new(0));
+    let counter = progressed.clone();
+    let opts = toolyard::client::RequestOptions::default().on_progress(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    let client = gw.client.clone();
+    let call = tokio::spawn(async move {
+        client
+            .call_tool_with("gush__gush", json!({"n": 400, "kb": 32}), &opts)
+            .await
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let closed = loop {
+        let connz = monitor(&nats, "/connz?state=closed").await;
+        let closed: Vec<Value> = connz["connections"].as_array().cloned().unwrap_or_default();
+        if !closed.is_empty() {
+            break closed;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the broker never closed the stalled gateway's connection"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(closed.len(), 1, "only the gateway's connection: {closed:?}");
+    assert_eq!(closed[0]["name"], "n9-gateway", "{closed:?}");
+    let reason = closed[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("Slow Consumer"), "closed because: {reason}");
+    proxy.pause(false);
+
+    let outcome = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call in flight ends, no hang")
+        .unwrap();
+    eprintln!(
+        "N9: {reason}; {} progress relayed; the call: {:?}",
+        progressed.load(Ordering::SeqCst),
+        outcome.as_ref().map(text)
+    );
+    assert_eq!(code_of(&outcome), wire::STREAM_LOST, "{outcome:?}");
+
+    // The gateway reconnects (through the proxy again) and calls work.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match gw
+            .client
+            .call_tool("gush__echo", json!({"message": "after"}))
+            .await
+        {
+            Ok(r) if text(&r) == "after" => break,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the gateway never recovered: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    // The worker never lost its connection, and serves a caller that is not the gateway.
+    assert!(matches!(
+        worker_bus.connection_state(),
+        async_nats::connection::State::Connected
+    ));
+    let connz = monitor(&nats, "/connz?state=closed").await;
+    assert_eq!(
+        connz["connections"].as_array().map(Vec::len),
+        Some(1),
+        "{connz}"
+    );
+    let raw = connect(&nats.url()).await;
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "gush", "tools/call", Some("echo"));
+    let frames = raw_call(
+        &raw,
+        &subject,
+        headers("tools/call", Some("echo")),
+        &call_body("echo"),
+    )
+    .await;
+    let (frame, answer) = frames.last().unwrap();
+    assert_eq!(frame, "end");
+    assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
+}

@@ -413,3 +413,110 @@ async fn a_worker_changing_what_it_offers_changes_the_gateway_before_its_next_he
         .unwrap();
     assert_eq!(prompt_text(&got), "Goodbye!");
 }
+
+/// `completion/complete` for a worker's prompt argument and template variable, asked of the
+/// gateway (exposed names), is forwarded over the bus to the worker (upstream names) and
+/// answers with the worker's values, `total` and `hasMore`, in both generations; the
+/// arguments already filled in reach the worker's completer. A worker that is gone (its
+/// catalog entry not expired yet) completes to nothing, at once, not to an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_completers_answer_through_the_gateway_and_a_gone_worker_completes_to_nothing() {
+    use toolyard::proto::{
+        CompleteArgument, CompleteContext, CompleteReference, CompleteRequestParams,
+        PromptReference, ResourceTemplateReference,
+    };
+    use toolyard::{CompletionTarget, Completions};
+    let nats = NatsServer::start();
+    let served = worker_server(Arc::default()).await;
+    served.add_completer(
+        CompletionTarget::Prompt("greet".into(), "name".into()),
+        Arc::new(|value: String, _context| {
+            Box::pin(async move {
+                let names = ["Ada", "Alan", "Grace"];
+                Completions {
+                    values: names
+                        .iter()
+                        .filter(|n| n.starts_with(&value))
+                        .map(|n| (*n).to_owned())
+                        .collect(),
+                    total: Some(42),
+                    has_more: Some(true),
+                }
+            })
+        }),
+    );
+    served.add_completer(
+        CompletionTarget::Resource("worker://items/{id}".into(), "id".into()),
+        Arc::new(
+            |value: String, context: std::collections::HashMap<String, String>| {
+                Box::pin(async move {
+                    let shelf = context.get("shelf").cloned().unwrap_or_default();
+                    Completions::from(vec![format!("{value}2 on {shelf}")])
+                })
+            },
+        ),
+    );
+    let bus = connect(&nats.url()).await;
+    let mut config = WorkerConfig::new("docs");
+    config.keepalive = Duration::from_millis(200);
+    let _worker = Worker::start(served, bus.clone(), config).await.unwrap();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    let prompt = |value: &str| CompleteRequestParams {
+        meta: None,
+        r#ref: CompleteReference::Prompt(PromptReference {
+            name: "docs__greet".into(),
+            title: None,
+        }),
+        argument: CompleteArgument {
+            name: "name".into(),
+            value: value.into(),
+        },
+        context: None,
+    };
+    for choice in BOTH {
+        let client = client_of(&gw.server, choice).await;
+        until("the prompt is listed", || async {
+            let found = offered(&client).await;
+            found.2.contains(&"docs__greet".to_owned()).then_some(())
+        })
+        .await;
+        let names = client.complete(prompt("A")).await.unwrap().completion;
+        assert_eq!(names.values, vec!["Ada", "Alan"], "{choice:?}");
+        assert_eq!(names.total, Some(42), "the worker's total: {choice:?}");
+        assert_eq!(
+            names.has_more,
+            Some(true),
+            "the worker's hasMore: {choice:?}"
+        );
+        let ids = client
+            .complete(CompleteRequestParams {
+                meta: None,
+                r#ref: CompleteReference::ResourceTemplate(ResourceTemplateReference {
+                    uri: "worker://items/{id}".into(),
+                }),
+                argument: CompleteArgument {
+                    name: "id".into(),
+                    value: "4".into(),
+                },
+                context: Some(CompleteContext {
+                    arguments: Some([("shelf".to_owned(), "top".to_owned())].into()),
+                }),
+            })
+            .await
+            .unwrap()
+            .completion;
+        assert_eq!(ids.values, vec!["42 on top"], "{choice:?}");
+    }
+    // The worker's connection goes away; its catalog entry stays until it expires, so the
+    // prompt is still offered, and completing it is nothing (no responders), not an error.
+    bus.drain().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let nothing = gw.client.complete(prompt("A")).await.unwrap().completion;
+    assert!(nothing.values.is_empty(), "{nothing:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
