@@ -60,6 +60,11 @@ for rep in $(seq "${REPEATS:-3}"); do
   run direct "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --workers 1
   run gateway "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --workers 1 --config "$dir/gw.toml"
   run gateway-w2 "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --config "$dir/gw.toml"
+  # COMPARE_BIN: another build's gateway in front of the same upstream, in the same rounds
+  # (before/after a change, without the machine's drift between two runs).
+  if [ -n "${COMPARE_BIN:-}" ]; then
+    run gateway-prev "$conc" "${DURATION:-3}" 500 "$COMPARE_BIN" serve --stdio --workers 1 --config "$dir/gw.toml"
+  fi
 done
 # Transient: a process per call; direct at c = 1 for the per-call cost.
 for rep in $(seq "${TRANSIENT_REPEATS:-2}"); do
@@ -81,7 +86,16 @@ for (lab, c), rs in sorted(d.items(), key=lambda x: (x[0][1], x[0][0])):
           f"{med(rs, lambda r: r['latency_us']['p50']):6.0f}us {med(rs, lambda r: r['latency_us']['p99']):6.0f}us "
           f"{med(rs, cpu):7.1f}us {sum(r['errors'] for r in rs):6}  "
           + " ".join(f"{r['calls_per_s']:.0f}" for r in rs))
-for lab in ("gateway", "gateway-w2"):
+for lab in ("gateway", "gateway-prev"):
+    pairs = list(zip(d[(lab, conc)], d[("direct", conc)]))
+    if not pairs:
+        continue
+    # The gateway process alone: the server side's CPU minus the upstream's, which is the
+    # direct server's (the same binary, the same calls).
+    own = [(cpu(a) - cpu(b)) / cpu(b) for a, b in pairs]
+    print(f"{lab} c={conc}: gateway CPU per forwarded call / the upstream echo server's: median "
+          f"{st.median(own):.2f} (rounds {' '.join(f'{x:.2f}' for x in own)}; goal <= 1.5)")
+for lab in ("gateway", "gateway-w2", "gateway-prev"):
     pairs = list(zip(d[(lab, conc)], d[("direct", conc)]))
     if not pairs:
         continue

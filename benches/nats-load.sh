@@ -41,7 +41,10 @@ served_cpu() {
   done
 }
 for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
-  for s in "direct|$T serve --stdio --workers 1|echo" "nats|$T serve --stdio --workers 1 --nats $url|calc__echo"; do
+  # COMPARE_BIN: another build's gateway against the same worker, in the same rounds.
+  configs=("direct|$T serve --stdio --workers 1|echo" "nats|$T serve --stdio --workers 1 --nats $url|calc__echo")
+  [ -z "${COMPARE_BIN:-}" ] || configs+=("nats-prev|$COMPARE_BIN serve --stdio --workers 1 --nats $url|calc__echo")
+  for s in "${configs[@]}"; do
     IFS='|' read -r label cmd tool <<< "$s"
     before=$(cpu)
     timeout 60 taskset -c 0 "$M/mcpload" --json --label "$label" -c "$c" -d "${DURATION:-2}" --warmup 500 \
@@ -69,8 +72,12 @@ for (lab, c), rs in sorted(d.items(), key=lambda x: (x[0][1], x[0][0])):
     print(f"{lab:7} c={c:3} {st.median(r['calls_per_s'] for r in rs):>8.0f}/s "
           f"p50={st.median(r['latency_us']['p50'] for r in rs)}us p99={st.median(r['latency_us']['p99'] for r in rs)}us "
           f"served_cpu={st.median(scpu):.1f}us/call"
-          + (f" worker_cpu={st.median(wcpu):.1f}us/call" if lab == 'nats' else '')
+          + (f" worker_cpu={st.median(wcpu):.1f}us/call" if lab.startswith('nats') else '')
           + f" errors={sum(r['errors'] for r in rs)}")
+for lab, c in sorted(k for k in d if k[0] == 'nats-prev'):
+    cpu = [(a['served_ticks'] / max(a['ok'] + a['warmup'], 1)) / max(b['served_ticks'] / max(b['ok'] + b['warmup'], 1), 1e-9)
+           for a, b in zip(d[('nats', c)], d[('nats-prev', c)])]
+    print(f"nats/nats-prev c={c}: gateway CPU per call, this build / the compared one: median {st.median(cpu):.2f}")
 for c in (1, 16, 64):
     rat = [a['calls_per_s'] / b['calls_per_s'] for a, b in zip(d[('nats', c)], d[('direct', c)])]
     added = [a['latency_us']['p50'] - b['latency_us']['p50'] for a, b in zip(d[('nats', c)], d[('direct', c)])]

@@ -24,6 +24,7 @@ mod http;
 pub mod oauth;
 mod observe;
 pub mod orphans;
+mod pending;
 mod registry;
 #[cfg(feature = "http")]
 mod sse;

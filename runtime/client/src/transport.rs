@@ -2,14 +2,16 @@
 //! JSON-RPC messages and knows nothing of MCP beyond what its wire needs (HTTP headers,
 //! sessions, stream resumption).
 //!
-//! A transport is started once with an [`EventSink`] for what it receives (the client
-//! actor's mailbox itself: no forwarding task), and hands back a [`TransportLink`] the client
-//! actor writes through. Everything a transport learns after that (a message, a request that
-//! failed on the wire, the end of the connection) arrives as a [`TransportEvent`], in order,
-//! through that sink. The client actor owns the pending table;
-//! a transport never answers a request itself, it only reports what happened to it.
+//! A transport is started once with an [`EventSink`] for what it receives, and hands back a
+//! [`TransportLink`] the client writes through (callers write their requests themselves).
+//! Everything a transport learns after that (a message, a request that failed on the wire,
+//! the end of the connection) arrives as a [`TransportEvent`], in order, through that sink,
+//! which hands a response straight to its waiting caller (the pending table, `pending.rs`)
+//! and the rest to the client actor's mailbox (no forwarding task). A transport never
+//! answers a request itself, it only reports what happened to it.
 
 use super::actor::ClientMsg;
+use super::pending::{Delivered, PendingTable};
 use ractor::ActorRef;
 use std::sync::{Arc, OnceLock};
 use tokio::sync::mpsc;
@@ -157,15 +159,19 @@ pub trait Transport: Send + 'static {
     ) -> BoxFuture<Result<Arc<dyn TransportLink>, TransportError>>;
 }
 
-/// Where a transport reports what it receives: straight into its client actor's mailbox,
-/// in order (no forwarding task between them), or into a channel for code that drives a
-/// transport without a client (tests, bridges).
+/// Where a transport reports what it receives: responses (and a request's progress) straight
+/// to the caller waiting for them, the rest into its client actor's mailbox, in order (no
+/// forwarding task between them); or into a channel for code that drives a transport
+/// without a client (tests, bridges).
 #[derive(Clone)]
 pub struct EventSink(Target);
 
 #[derive(Clone)]
 enum Target {
-    Actor(ActorRef<ClientMsg>),
+    Client {
+        actor: ActorRef<ClientMsg>,
+        table: Arc<PendingTable>,
+    },
     Channel(mpsc::UnboundedSender<TransportEvent>),
 }
 
@@ -175,14 +181,38 @@ enum Target {
 pub struct ClientGone;
 
 impl EventSink {
-    pub(crate) fn actor(actor: ActorRef<ClientMsg>) -> Self {
-        EventSink(Target::Actor(actor))
+    pub(crate) fn client(actor: ActorRef<ClientMsg>, table: Arc<PendingTable>) -> Self {
+        EventSink(Target::Client { actor, table })
     }
 
     /// Hands one event to the client.
     pub fn send(&self, event: TransportEvent) -> Result<(), ClientGone> {
         match &self.0 {
-            Target::Actor(a) => a.cast(ClientMsg::Event(event)).map_err(|_| ClientGone),
+            Target::Client { actor, table } => {
+                if self.is_closed() {
+                    return Err(ClientGone);
+                }
+                let progress_done = match &event {
+                    TransportEvent::Message(bytes)
+                    | TransportEvent::Related { message: bytes, .. } => {
+                        match table.deliver(bytes) {
+                            Delivered::Answered => return Ok(()),
+                            Delivered::Other { progress_done } => progress_done,
+                        }
+                    }
+                    TransportEvent::RequestFailed { .. } | TransportEvent::Closed(_) => false,
+                };
+                if let TransportEvent::RequestFailed { id, error } = event {
+                    table.fail(&id, error);
+                    return Ok(());
+                }
+                actor
+                    .cast(ClientMsg::Event {
+                        event,
+                        progress_done,
+                    })
+                    .map_err(|_| ClientGone)
+            }
             Target::Channel(c) => c.send(event).map_err(|_| ClientGone),
         }
     }
@@ -190,8 +220,8 @@ impl EventSink {
     /// True once the client has stopped.
     pub fn is_closed(&self) -> bool {
         match &self.0 {
-            Target::Actor(a) => matches!(
-                a.get_status(),
+            Target::Client { actor, .. } => matches!(
+                actor.get_status(),
                 ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
             ),
             Target::Channel(c) => c.is_closed(),

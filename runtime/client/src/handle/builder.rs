@@ -9,6 +9,7 @@ use crate::actor::ClientActor;
 use crate::cache::ResponseCache;
 use crate::error::ClientError;
 use crate::handlers::{ElicitHandler, Handlers, Notice, RootsHandler, SampleHandler};
+use crate::pending::PendingTable;
 use crate::transport::{EventSink, LateLink, Transport, TransportLink};
 use arc_swap::ArcSwap;
 use ractor::Actor;
@@ -189,16 +190,22 @@ impl ClientBuilder {
             response_headers: response_headers.clone(),
             name: self.info.name.clone(),
         };
-        // The actor first: the transport reports straight into its mailbox.
+        // The actor first: the transport reports straight into its mailbox (responses
+        // straight to their callers, through the pending table).
         let link = Arc::new(LateLink::default());
-        let (actor_ref, _) = Actor::spawn(None, actor, link.clone() as Arc<dyn TransportLink>)
-            .await
-            .map_err(|e| {
-                ClientError::Initialization(format!("could not start the client actor: {e}"))
-            })?;
+        let table = Arc::new(PendingTable::default());
+        let (actor_ref, _) = Actor::spawn(
+            None,
+            actor,
+            (link.clone() as Arc<dyn TransportLink>, table.clone()),
+        )
+        .await
+        .map_err(|e| {
+            ClientError::Initialization(format!("could not start the client actor: {e}"))
+        })?;
         let started = tokio::time::timeout(
             self.handshake_timeout,
-            transport.start(EventSink::actor(actor_ref.clone())),
+            transport.start(EventSink::client(actor_ref.clone(), table.clone())),
         )
         .await
         .map_err(|_| ClientError::Initialization("the transport did not start in time".into()))
@@ -218,6 +225,8 @@ impl ClientBuilder {
         let client = Client {
             inner: Arc::new(Inner {
                 actor: actor_ref,
+                link,
+                pending: table,
                 closed,
                 next_id: AtomicI64::new(0),
                 modern_identity: ModernIdentity::of(&capabilities, &self.info),

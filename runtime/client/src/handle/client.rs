@@ -18,6 +18,10 @@ use toolyard_proto::{ClientCapabilities, Implementation, LoggingLevel, ProtocolV
 
 pub(super) struct Inner {
     pub(super) actor: ActorRef<ClientMsg>,
+    /// What requests and notifications are written through (callers write their own).
+    pub(super) link: Arc<crate::transport::LateLink>,
+    /// The requests waiting for their answers (`pending.rs`).
+    pub(super) pending: Arc<crate::pending::PendingTable>,
     pub(super) closed: Arc<std::sync::atomic::AtomicBool>,
     pub(super) next_id: AtomicI64,
     /// `capabilities` and `info` as JSON, serialized once: every modern request carries both.

@@ -10,7 +10,7 @@ use crate::actor::ClientMsg;
 use crate::cache::cacheable;
 use crate::error::ClientError;
 use crate::observe::{OutgoingRequest, RequestOutcome};
-use crate::transport::{OutboundKind, OutboundMessage, TransportError};
+use crate::transport::{OutboundKind, OutboundMessage, TransportError, TransportLink};
 use ractor::ActorRef;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -113,16 +113,19 @@ impl Client {
         if self.is_modern() {
             headers.push(("Mcp-Method".into(), method.into()));
         }
-        self.inner
-            .actor
-            .cast(ClientMsg::Notify(OutboundMessage {
-                body,
-                kind: OutboundKind::Notification {
-                    method: method.into(),
-                    headers,
-                },
-            }))
-            .map_err(|_| ClientError::Closed)
+        if self.is_closed() {
+            return Err(ClientError::Closed);
+        }
+        // Written by the caller itself, like requests, so a notification and the request
+        // sent after it reach the wire in that order.
+        self.inner.link.send(OutboundMessage {
+            body,
+            kind: OutboundKind::Notification {
+                method: method.into(),
+                headers,
+            },
+        });
+        Ok(())
     }
 
     /// Sends any request (custom methods included) and returns its raw result; in the
@@ -440,25 +443,25 @@ impl Client {
         )
         .map_err(|e| ClientError::Protocol(e.to_string()))?;
         let (reply_tx, mut reply_rx) = oneshot::channel();
+        // Progress extends the timeout, so every request gets its progress channel.
         let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
-        inner
-            .actor
-            .cast(ClientMsg::Request {
+        // Registered, then written by this task: no hop through the client actor (the
+        // reader hands the answer straight back; `pending.rs`).
+        inner.pending.insert(
+            id.clone(),
+            method.to_owned(),
+            reply_tx,
+            Some(progress_tx),
+            opts.questions.clone(),
+        )?;
+        inner.link.send(OutboundMessage {
+            body,
+            kind: OutboundKind::Request {
                 id: id.clone(),
                 method: method.to_owned(),
-                message: OutboundMessage {
-                    body,
-                    kind: OutboundKind::Request {
-                        id: id.clone(),
-                        method: method.to_owned(),
-                        headers,
-                    },
-                },
-                reply: reply_tx,
-                progress: Some(progress_tx),
-                questions: opts.questions.clone(),
-            })
-            .map_err(|_| ClientError::Closed)?;
+                headers,
+            },
+        });
         let mut guard = CancelOnDrop {
             actor: inner.actor.clone(),
             id: Some(id),
