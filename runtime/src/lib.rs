@@ -44,8 +44,8 @@ pub use toolyard_actors::{
     DefinitionError, Event, HandlerError, InputError, IntoCallToolResult, Json, Layer, Layers,
     Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Outcome, Peer, PromptDef, PromptFn,
     Readiness, RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server,
-    ServerConfig, SessionInfo, StartError, StateSealer, SubscriptionWatcher, TemplateDef, ToolArgs,
-    ToolDef, ToolError, ToolFn, UnknownToolFn, UriTemplate,
+    ServerConfig, SessionInfo, StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher,
+    TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,
