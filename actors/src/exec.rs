@@ -195,17 +195,8 @@ pub(crate) fn answer<T>(
             };
             reply.ok_as(&result, ResultType::InputRequired, Outcome::InputRequired)
         }
-        Err(HandlerError::Input(InputError::MissingCapability(cap))) => {
-            let mut required = serde_json::Map::new();
-            required.insert(cap.to_owned(), serde_json::json!({}));
-            reply.err(
-                ErrorObject::missing_capability(serde_json::Value::Object(required)).with_message(
-                    format!(
-                        "`{}` requires the client's `{cap}` capability",
-                        binding.target
-                    ),
-                ),
-            )
+        Err(e @ HandlerError::Input(InputError::MissingCapability(_))) => {
+            reply.err(error_of(e, &binding.target))
         }
         Err(HandlerError::Input(InputError::Cancelled)) if cancel.is_cancelled() => {
             reply.cancelled()
@@ -216,7 +207,23 @@ pub(crate) fn answer<T>(
                 let outcome = value.outcome();
                 reply.ok_as(&value, ResultType::Complete, outcome)
             }
-            None => reply.err(ErrorObject::internal(e.to_string())),
+            None => reply.err(error_of(e, &binding.target)),
         },
+    }
+}
+
+/// The JSON-RPC error a handler's failure about `target` is answered with when no result
+/// can carry it: the one shape `resources/read` and subscription checks share.
+pub(crate) fn error_of(e: HandlerError, target: &str) -> ErrorObject {
+    match e {
+        HandlerError::Protocol(e) => e,
+        HandlerError::Input(InputError::MissingCapability(cap)) => {
+            let mut required = serde_json::Map::new();
+            required.insert(cap.to_owned(), serde_json::json!({}));
+            ErrorObject::missing_capability(serde_json::Value::Object(required)).with_message(
+                format!("`{target}` requires the client's `{cap}` capability"),
+            )
+        }
+        e => ErrorObject::internal(e.to_string()),
     }
 }

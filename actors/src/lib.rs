@@ -57,7 +57,7 @@ pub use middleware::{Completion, Layer, Layers, Outcome, Peer, RequestInfo, Sess
 pub use mrtr::StateSealer;
 pub use resource::{
     CompleteFn, CompletionTarget, Completions, PromptDef, PromptFn, ResourceDef, ResourceFn,
-    ResourceRequest, TemplateDef,
+    ResourceRequest, SubscribeCheckFn, TemplateDef,
 };
 pub use server::{Limits, ListSettings, Server, ServerConfig, StartError, UnknownToolFn};
 pub use tasks::{

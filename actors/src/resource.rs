@@ -30,16 +30,37 @@ pub type ResourceFn = Arc<
         + Sync,
 >;
 
+/// Decides whether the caller of `resources/subscribe` (or of a `subscriptions/listen` that
+/// names the URI) may hear of the resource's changes: `Err` refuses, answered like a failed
+/// `resources/read`, and nothing is recorded. A provider whose reads depend on the caller
+/// (client roots narrowing a filesystem) installs one, else a change notification would tell
+/// a caller about a resource it may not read. Runs in a task, before the subscription counts.
+pub type SubscribeCheckFn = Arc<
+    dyn Fn(RequestContext, ResourceRequest) -> BoxFuture<Result<(), HandlerError>> + Send + Sync,
+>;
+
 /// A static resource.
 pub struct ResourceDef {
     pub(crate) resource: Resource,
     pub(crate) read: ResourceFn,
+    pub(crate) check: Option<SubscribeCheckFn>,
 }
 
 impl ResourceDef {
     /// A resource and its reader.
     pub fn new(resource: Resource, read: ResourceFn) -> Self {
-        ResourceDef { resource, read }
+        ResourceDef {
+            resource,
+            read,
+            check: None,
+        }
+    }
+
+    /// Checks each subscription to this resource with `check` first (see
+    /// [`SubscribeCheckFn`]).
+    pub fn check_subscriptions(mut self, check: SubscribeCheckFn) -> Self {
+        self.check = Some(check);
+        self
     }
 
     /// Wraps the reader (telemetry, auditing); the resource is unchanged.
@@ -54,6 +75,7 @@ pub struct TemplateDef {
     pub(crate) template: ResourceTemplate,
     pub(crate) matcher: UriTemplate,
     pub(crate) read: ResourceFn,
+    pub(crate) check: Option<SubscribeCheckFn>,
 }
 
 impl TemplateDef {
@@ -65,7 +87,15 @@ impl TemplateDef {
             template,
             matcher,
             read,
+            check: None,
         })
+    }
+
+    /// Checks each subscription to a URI this template matches with `check` first (see
+    /// [`SubscribeCheckFn`]).
+    pub fn check_subscriptions(mut self, check: SubscribeCheckFn) -> Self {
+        self.check = Some(check);
+        self
     }
 }
 

@@ -18,7 +18,10 @@ use crate::handlers::tools::{ToolCatalog, ToolMsg, ToolState};
 use crate::middleware::{Layers, Peer};
 use crate::mrtr::StateSealer;
 use crate::registry::Registry;
-use crate::resource::{CompleteFn, CompletionTarget, PromptDef, ResourceDef, TemplateDef};
+use crate::resource::{
+    CompleteFn, CompletionTarget, PromptDef, ResourceDef, ResourceRequest, SubscribeCheckFn,
+    TemplateDef,
+};
 use crate::route::Routes;
 use crate::sink::Sink;
 use crate::tasks::{TaskSettings, TaskStore, Tasks};
@@ -179,6 +182,24 @@ impl ServerCore {
             tasks: self.tasks.as_ref(),
             unknown: &self.unknown_tools,
         }
+    }
+
+    /// The subscription check of the resource `uri` names, found as `resources/read` finds
+    /// its reader (the static resource of that URI, else the first template that matches),
+    /// with the request the check gets; `None` when that resource has no check.
+    pub(crate) fn subscribe_check(&self, uri: &str) -> Option<(SubscribeCheckFn, ResourceRequest)> {
+        let request = |vars| ResourceRequest {
+            uri: uri.to_owned(),
+            vars,
+        };
+        if let Some(def) = self.resources.get(uri) {
+            return def.check.clone().map(|c| (c, request(HashMap::new())));
+        }
+        let templates = self.templates.load();
+        let (t, vars) = templates
+            .values()
+            .find_map(|t| t.matcher.matches(uri).map(|vars| (t, vars)))?;
+        t.check.clone().map(|c| (c, request(vars)))
     }
 
     /// The current routing table. Set before any connection exists.

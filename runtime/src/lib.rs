@@ -45,8 +45,8 @@ pub use toolyard_actors::{
     Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Outcome, Peer, PromptDef,
     PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext, RequestInfo,
     ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, SessionInfo, StartError,
-    StateSealer, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn,
-    UnknownToolFn, UriTemplate,
+    StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef, ToolError,
+    ToolFn, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,

@@ -13,6 +13,7 @@ mod direct;
 mod handle;
 mod inflight;
 mod launch;
+mod subscribe;
 
 pub(crate) use direct::{DirectModern, SessionView};
 pub use handle::ConnectionHandle;
@@ -49,6 +50,20 @@ pub(crate) enum ConnMsg {
     Rejected(Rejected),
     /// The transport closed: cancel everything and stop.
     Closed,
+    /// The subscription checks of a `subscriptions/listen` finished (see `subscribe`).
+    Listened(Box<PendingListen>, Option<Result<(), ErrorObject>>),
+}
+
+/// A `subscriptions/listen` that passed its own checks, waiting for its URIs' subscription
+/// checks before it is acknowledged and registered.
+#[derive(Debug)]
+pub(crate) struct PendingListen {
+    id: RequestId,
+    subscription_id: String,
+    filter: ListenFilter,
+    task_ids: Vec<String>,
+    out: Sink,
+    owner: Option<Arc<str>>,
 }
 
 pub(crate) struct Connection;
@@ -96,6 +111,14 @@ pub(crate) struct ConnState {
     closing: CancellationToken,
     listener: Option<ListenerId>,
     listens: HashMap<RequestId, ListenerId>,
+    /// Listens whose URIs are being checked, with the token that stops their checks.
+    checking: HashMap<RequestId, CancellationToken>,
+    /// The legacy listener's subscriptions, as recorded on the bus.
+    subscribed: subscribe::Subscribed,
+    /// Legacy subscription changes still running in tasks: later ones wait for them.
+    chain: subscribe::Chain,
+    /// This actor, for the tasks that check a listen's URIs to report back to.
+    myself: ActorRef<ConnMsg>,
     /// The delivery of the request being handled, if it has its own.
     current: Option<Delivery>,
     /// Published at `initialize` for direct launches (see [`SessionView`]).
@@ -134,7 +157,7 @@ struct CancelledParams {
     request_id: RequestId,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Debug)]
 #[serde(rename_all = "camelCase")]
 struct ListenFilter {
     #[serde(default)]
@@ -167,7 +190,7 @@ impl Actor for Connection {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<ConnMsg>,
+        myself: ActorRef<ConnMsg>,
         args: ConnectionArgs,
     ) -> Result<ConnState, ActorProcessingErr> {
         let closing = args.closing.clone();
@@ -206,6 +229,10 @@ impl Actor for Connection {
             closing,
             listener: None,
             listens: HashMap::new(),
+            checking: HashMap::new(),
+            subscribed: Default::default(),
+            chain: Default::default(),
+            myself,
             current: None,
             view: args.view,
             queued: args.queued,
@@ -243,6 +270,20 @@ impl Actor for Connection {
                     .send(jsonrpc::error_bytes(r.id.as_ref(), &r.error));
             }
             ConnMsg::Closed => myself.stop(Some("transport closed".into())),
+            ConnMsg::Listened(pending, verdict) => {
+                // Cancelled while its URIs were checked: it was never acknowledged.
+                if state.checking.remove(&pending.id).is_some() {
+                    match verdict {
+                        Some(Ok(())) => state.open_listen(*pending),
+                        Some(Err(e)) => {
+                            pending
+                                .out
+                                .send(jsonrpc::error_bytes(Some(&pending.id), &e));
+                        }
+                        None => {}
+                    }
+                }
+            }
         }
         if from_client {
             // Handled (synchronously, above): its effects (a log level, a cancellation, an
@@ -263,6 +304,9 @@ impl Actor for Connection {
             token.cancel();
         }
         state.legacy.outbound.fail_all();
+        for token in state.checking.values() {
+            token.cancel();
+        }
         if let (Phase::Legacy(version), Some(started)) = (&state.phase, state.initialized_at) {
             if !state.core.layers.is_empty() {
                 state
@@ -363,16 +407,12 @@ impl ConnState {
             }
             method::RESOURCES_SUBSCRIBE | method::RESOURCES_UNSUBSCRIBE => {
                 match jsonrpc::params::<UriParams>(req.params.as_deref()) {
-                    Ok(p) => {
-                        let id = self.ensure_listener();
-                        let msg = if method == method::RESOURCES_SUBSCRIBE {
-                            BusMsg::Subscribe(id, p.uri)
-                        } else {
-                            BusMsg::Unsubscribe(id, p.uri)
-                        };
-                        let _ = self.core.routes().bus.cast(msg);
-                        self.ok(&req.id, &serde_json::json!({}), false)
-                    }
+                    Ok(p) => self.subscription(
+                        req.id,
+                        method == method::RESOURCES_SUBSCRIBE,
+                        p.uri,
+                        version,
+                    ),
                     Err(e) => self.error(&req.id, e),
                 }
             }
@@ -455,6 +495,124 @@ impl ConnState {
         id
     }
 
+    /// A legacy `resources/subscribe` (or `unsubscribe`). A subscription whose resource's
+    /// provider checks it waits for the check in a task, and counts only if it passes; while
+    /// one does, the connection's later changes wait behind it, so they take effect in the
+    /// order they came.
+    fn subscription(
+        &mut self,
+        id: RequestId,
+        subscribe: bool,
+        uri: String,
+        version: ProtocolVersion,
+    ) {
+        let listener = self.ensure_listener();
+        let check = if subscribe {
+            self.core.subscribe_check(&uri)
+        } else {
+            None
+        };
+        let bus = self.core.routes().bus.clone();
+        if check.is_none() && !self.chain.busy() {
+            self.subscribed.record(&bus, listener, subscribe, uri);
+            return self.ok(&id, &serde_json::json!({}), false);
+        }
+        let out = self.out();
+        let cancel = match &self.current {
+            Some(d) => d.cancel.clone(),
+            None => self.closing.child_token(),
+        };
+        let ctx = check
+            .is_some()
+            .then(|| self.check_context(id.clone(), version, cancel, out.clone()));
+        let (before, done) = self.chain.link();
+        let (subscribed, closing) = (self.subscribed.clone(), self.closing.clone());
+        tokio::spawn(async move {
+            let _done = done;
+            subscribe::after(before).await;
+            if let (Some(check), Some(ctx)) = (check, ctx) {
+                match subscribe::run(vec![check], ctx, &closing).await {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
+                        out.send(jsonrpc::error_bytes(Some(&id), &e));
+                        return;
+                    }
+                    None => return,
+                }
+            }
+            subscribed.record(&bus, listener, subscribe, uri);
+            if let Ok(b) = jsonrpc::result_bytes(&id, &serde_json::json!({}), None) {
+                out.send(b);
+            }
+        });
+    }
+
+    /// The context a legacy subscription check runs in: the connection's, so the check can
+    /// ask the client for its roots.
+    fn check_context(
+        &self,
+        id: RequestId,
+        version: ProtocolVersion,
+        cancel: CancellationToken,
+        sink: Sink,
+    ) -> crate::context::RequestContext {
+        subscribe::context(
+            id,
+            version,
+            self.caller.clone(),
+            Channel::Legacy {
+                conn: self.legacy.clone(),
+            },
+            sink,
+            cancel,
+            self.session_id.clone(),
+        )
+    }
+
+    /// The client's roots changed: its subscriptions are checked again (chained after the
+    /// changes in flight), and those their provider now refuses are dropped, so a narrowed
+    /// client stops hearing of resources it may no longer read.
+    fn recheck_subscriptions(&mut self) {
+        let (Phase::Legacy(version), Some(listener)) = (&self.phase, self.listener) else {
+            return;
+        };
+        if self.subscribed.is_empty() {
+            return;
+        }
+        let version = *version;
+        // The connection's own sink: no request of the client is being answered.
+        let ctx = self.check_context(
+            RequestId::String("roots/list_changed".into()),
+            version,
+            self.closing.child_token(),
+            self.sink.clone(),
+        );
+        let bus = self.core.routes().bus.clone();
+        let (before, done) = self.chain.link();
+        let (subscribed, closing, core) = (
+            self.subscribed.clone(),
+            self.closing.clone(),
+            self.core.clone(),
+        );
+        tokio::spawn(async move {
+            let _done = done;
+            subscribe::after(before).await;
+            for uri in subscribed.snapshot() {
+                let Some(check) = core.subscribe_check(&uri) else {
+                    continue;
+                };
+                match subscribe::run(vec![check], ctx.clone(), &closing).await {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
+                        tracing::debug!(uri = %uri, error = %e.message, "subscription dropped: refused after the client's roots changed");
+                        subscribed.record(&bus, listener, false, uri);
+                    }
+                    None => return,
+                }
+            }
+        });
+    }
+
     #[allow(
         clippy::needless_pass_by_value,
         reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
@@ -468,7 +626,7 @@ impl ConnState {
             method::SERVER_DISCOVER => {
                 return self.ok(&req.id, &crate::route::discover(&self.core), true);
             }
-            method::SUBSCRIPTIONS_LISTEN => return self.listen(req, &meta),
+            method::SUBSCRIPTIONS_LISTEN => return self.listen(req, version, &meta),
             _ => {}
         }
         let caller = Arc::new(Caller {
@@ -492,7 +650,7 @@ impl ConnState {
         self.dispatch(req, version, caller, channel, meta, true)
     }
 
-    fn listen(&mut self, req: Request, meta: &RequestMeta) {
+    fn listen(&mut self, req: Request, version: ProtocolVersion, meta: &RequestMeta) {
         let p: ListenParams = match jsonrpc::params(req.params.as_deref()) {
             Ok(p) => p,
             Err(e) => return self.error(&req.id, e),
@@ -518,6 +676,74 @@ impl ConnState {
             RequestId::String(s) => s.to_string(),
             RequestId::Number(n) => n.to_string(),
         };
+        let owner = self
+            .current
+            .as_ref()
+            .and_then(|d| d.principal.clone())
+            .or_else(|| self.principal.clone());
+        let checks: Vec<subscribe::Check> = f
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter_map(|uri| self.core.subscribe_check(uri))
+            .collect();
+        let pending = PendingListen {
+            id: req.id,
+            subscription_id,
+            filter: f,
+            task_ids,
+            out: self.out(),
+            owner,
+        };
+        if checks.is_empty() {
+            return self.open_listen(pending);
+        }
+        // Its URIs' providers check them first, in a task (a check may take its time); the
+        // task reports back (`ConnMsg::Listened`), so a cancellation meanwhile is seen here.
+        let cancel = match &self.current {
+            Some(d) => d.cancel.clone(),
+            None => self.closing.child_token(),
+        };
+        let caller = Arc::new(Caller {
+            capabilities: meta.client_capabilities.clone().unwrap_or_default(),
+            info: meta.client_info.clone(),
+            principal: pending.owner.clone(),
+            peer: self
+                .current
+                .as_ref()
+                .and_then(|d| d.peer.clone())
+                .or_else(|| self.peer.clone()),
+        });
+        let ctx = subscribe::context(
+            pending.id.clone(),
+            version,
+            caller,
+            Channel::Modern {
+                log_level: meta.log_level,
+                round: Mutex::new(Round::default()),
+            },
+            pending.out.clone(),
+            cancel.clone(),
+            None,
+        );
+        self.checking.insert(pending.id.clone(), cancel);
+        let (myself, closing) = (self.myself.clone(), self.closing.clone());
+        tokio::spawn(async move {
+            let verdict = subscribe::run(checks, ctx, &closing).await;
+            let _ = myself.cast(ConnMsg::Listened(Box::new(pending), verdict));
+        });
+    }
+
+    /// Acknowledges a listen and registers its listener.
+    fn open_listen(&mut self, pending: PendingListen) {
+        let PendingListen {
+            id: request_id,
+            subscription_id,
+            filter: f,
+            task_ids,
+            out,
+            owner,
+        } = pending;
         let mut ack = serde_json::json!({
             "_meta": { toolyard_proto::meta::SUBSCRIPTION_ID: subscription_id },
             "notifications": {
@@ -531,7 +757,6 @@ impl ConnState {
             ack["notifications"]["taskIds"] = serde_json::json!(task_ids);
         }
         // Acknowledge first, then register: nothing is delivered before the ack.
-        let out = self.out();
         if let Ok(b) = jsonrpc::notification_bytes("notifications/subscriptions/acknowledged", &ack)
         {
             out.send(b);
@@ -554,14 +779,10 @@ impl ConnState {
                 },
                 subscription_id: Some(subscription_id),
                 // It hears only of its caller's tasks.
-                owner: self
-                    .current
-                    .as_ref()
-                    .and_then(|d| d.principal.clone())
-                    .or_else(|| self.principal.clone()),
+                owner,
             },
         ));
-        self.listens.insert(req.id, id);
+        self.listens.insert(request_id, id);
     }
 
     #[allow(
@@ -579,12 +800,18 @@ impl ConnState {
                     if let Some(l) = self.listens.remove(&p.request_id) {
                         let _ = self.core.routes().bus.cast(BusMsg::Unlisten(l));
                     }
+                    // Or one still being checked: it is never acknowledged.
+                    if let Some(token) = self.checking.remove(&p.request_id) {
+                        token.cancel();
+                    }
                 }
             }
-            "notifications/roots/list_changed" => self
-                .legacy
-                .roots_generation
-                .store(crate::context::next_roots_generation(), Ordering::Relaxed),
+            "notifications/roots/list_changed" => {
+                self.legacy
+                    .roots_generation
+                    .store(crate::context::next_roots_generation(), Ordering::Relaxed);
+                self.recheck_subscriptions();
+            }
             "notifications/initialized" => {}
             other => tracing::debug!(method = other, "notification ignored"),
         }

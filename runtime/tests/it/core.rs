@@ -833,3 +833,128 @@ fn a_handlers_log_lines_carry_the_requests_trace_id() {
     );
     assert!(!lines[1].contains("trace_id"), "no context, no ids: {text}");
 }
+
+/// A `gated://{name}` template whose provider checks subscriptions: names starting with
+/// `no` are refused (after a wait, as a check that asks somewhere would), with the error
+/// a failed read gets; the check sees the template's variables.
+fn gated() -> toolyard::TemplateDef {
+    let read: toolyard::ResourceFn = Arc::new(|_ctx, r| {
+        Box::pin(async move {
+            Ok(vec![toolyard::proto::ResourceContents::text(
+                r.uri, None, "x",
+            )])
+        })
+    });
+    let check: toolyard::SubscribeCheckFn = Arc::new(|_ctx, r| {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            match r.vars.get("name") {
+                Some(n) if n.starts_with("no") => Err(toolyard::HandlerError::failed(format!(
+                    "Access denied: {}",
+                    r.uri
+                ))),
+                _ => Ok(()),
+            }
+        })
+    });
+    toolyard::TemplateDef::new(
+        toolyard::proto::ResourceTemplate {
+            uri_template: "gated://{name}".into(),
+            name: "gated".into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            annotations: None,
+            icons: None,
+            meta: None,
+        },
+        read,
+    )
+    .unwrap()
+    .check_subscriptions(check)
+}
+
+#[tokio::test]
+async fn a_checked_subscription_counts_only_once_it_passes_and_keeps_the_connections_order() {
+    let server = ServerBuilder::new("t", "0")
+        .template(gated())
+        .start()
+        .await
+        .unwrap();
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = heard.clone();
+    server.watch_subscriptions(Arc::new(move |uri: &str, on: bool| {
+        h.lock().unwrap().push((uri.to_owned(), on));
+    }));
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    match client
+        .request("resources/subscribe", json!({"uri":"gated://nope"}))
+        .await
+    {
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => {
+            assert_eq!(e.code, -32603);
+            assert_eq!(e.message, "Access denied: gated://nope");
+        }
+        other => panic!("a refused subscription must be an error, got {other:?}"),
+    }
+    // Pipelined: the checked subscribe, then an unsubscribe that needs no check. The
+    // unsubscribe takes effect after it, so nothing stays subscribed.
+    let (sub, unsub) = tokio::join!(
+        client.request("resources/subscribe", json!({"uri":"gated://yes"})),
+        client.request("resources/unsubscribe", json!({"uri":"gated://yes"})),
+    );
+    sub.unwrap();
+    unsub.unwrap();
+    client
+        .request("resources/subscribe", json!({"uri":"gated://kept"}))
+        .await
+        .unwrap();
+    server.notify_resource_updated("gated://nope");
+    server.notify_resource_updated("gated://yes");
+    server.notify_resource_updated("gated://kept");
+    let n = client.next_notification().await.unwrap();
+    assert_eq!(n["params"]["uri"], "gated://kept", "{n}");
+    assert_eq!(
+        *heard.lock().unwrap(),
+        vec![
+            ("gated://yes".to_owned(), true),
+            ("gated://yes".to_owned(), false),
+            ("gated://kept".to_owned(), true),
+        ],
+        "the refused URI never gained a listener"
+    );
+    // A modern listen naming a refused URI gets the error, not an acknowledgement.
+    match client
+        .request(
+            "subscriptions/listen",
+            json!({"_meta":meta(json!({})),"notifications":{"resourceSubscriptions":["gated://ok","gated://no"]}}),
+        )
+        .await
+    {
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => {
+            assert_eq!(e.message, "Access denied: gated://no");
+        }
+        other => panic!("a refused listen must be an error, got {other:?}"),
+    }
+    let c = Arc::new(client);
+    let listener = c.clone();
+    let _listen = tokio::spawn(async move {
+        listener
+            .request_with_id(
+                "listen-ok".into(),
+                "subscriptions/listen",
+                json!({"_meta":meta(json!({})),"notifications":{"resourceSubscriptions":["gated://ok"]}}),
+            )
+            .await
+    });
+    let ack = c.next_notification().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    server.notify_resource_updated("gated://ok");
+    let n = c.next_notification().await.unwrap();
+    assert_eq!(n["params"]["uri"], "gated://ok", "{n}");
+    assert_eq!(
+        n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-ok"
+    );
+}

@@ -11,17 +11,17 @@ use toolyard::{Server, ServerBuilder};
 use toolyard_connectors::filesystem::{FileWatch, Filesystem};
 use toolyard_connectors::ConnectorsConfig;
 
-fn uri(path: &Path) -> String {
+pub(crate) fn uri(path: &Path) -> String {
     format!("file://{}", path.display())
 }
 
-fn updated(uri: &str) -> impl Fn(&Value) -> bool + '_ {
+pub(crate) fn updated(uri: &str) -> impl Fn(&Value) -> bool + '_ {
     move |n: &Value| n["method"] == "notifications/resources/updated" && n["params"]["uri"] == uri
 }
 
 /// A server with the filesystem connector over `fx`'s root, its watcher looking every
 /// `interval_ms`.
-async fn watched(fx: &Fixture, interval_ms: u64) -> (Server, FileWatch) {
+pub(crate) async fn watched(fx: &Fixture, interval_ms: u64) -> (Server, FileWatch) {
     let mut config = fx.config();
     config.watch_interval_ms = interval_ms;
     let fs = Filesystem::new(&config).unwrap();
@@ -36,7 +36,7 @@ async fn watched(fx: &Fixture, interval_ms: u64) -> (Server, FileWatch) {
 
 /// Appends to `path` until `peer` is told `uri` changed: the watcher takes its first look
 /// some time after the subscription, and a change before that look is its baseline.
-async fn change_until_told(peer: &Peer, path: &Path, uri: &str) {
+pub(crate) async fn change_until_told(peer: &Peer, path: &Path, uri: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut n = 0;
     loop {
@@ -148,7 +148,7 @@ async fn a_burst_of_writes_is_reported_once() {
 }
 
 #[tokio::test]
-async fn files_outside_the_roots_are_never_watched_even_through_a_symlink() {
+async fn files_outside_the_roots_are_refused_and_never_watched_even_through_a_symlink() {
     let fx = Fixture::new();
     let (server, _watch) = watched(&fx, 20).await;
     let peer = Peer::connect(&server, "accept").await;
@@ -157,9 +157,16 @@ async fn files_outside_the_roots_are_never_watched_even_through_a_symlink() {
     let evil = fx.base().join("root-evil/evil.txt");
     let outside = [uri(&secret), uri(&fx.root().join("link_out")), uri(&evil)];
     for u in &outside {
-        peer.request("resources/subscribe", json!({"uri": u}))
+        let refused = peer
+            .request("resources/subscribe", json!({"uri": u}))
             .await
-            .unwrap();
+            .expect_err("a subscription outside the roots is refused");
+        assert!(
+            refused["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Access denied")),
+            "{u}: {refused}"
+        );
     }
     let inside = fx.root().join("inside.txt");
     let inside_uri = uri(&inside);

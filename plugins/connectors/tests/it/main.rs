@@ -12,6 +12,7 @@ mod fetch;
 mod filesystem;
 mod filesystem_attacks;
 mod filesystem_roots;
+mod filesystem_subscribe;
 mod filesystem_watch;
 mod gdrive;
 mod github;
