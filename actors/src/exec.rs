@@ -122,14 +122,24 @@ pub(crate) async fn run<T, F>(
 /// or with no subscriber listening, it is `Span::none()` and costs nothing. The span is at
 /// ERROR level so that it is enabled under any filter that lets a log line through (an
 /// INFO span vanished under the binary's default `warn`, and the warnings lost their ids).
+/// An unsampled trace says `sampled = false`, so exported log records carry the right flags.
 fn log_span(traceparent: Option<&str>) -> tracing::Span {
     let Some(tp) = traceparent else {
         return tracing::Span::none();
     };
     let mut parts = tp.split('-');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(_), Some(trace_id), Some(span_id)) if trace_id.len() == 32 && span_id.len() == 16 => {
-            tracing::error_span!(target: "toolyard", "mcp", trace_id = %trace_id, span_id = %span_id)
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(trace_id), Some(span_id), flags)
+            if trace_id.len() == 32 && span_id.len() == 16 =>
+        {
+            let sampled = flags
+                .and_then(|f| u8::from_str_radix(f, 16).ok())
+                .is_none_or(|f| f & 1 == 1);
+            if sampled {
+                tracing::error_span!(target: "toolyard", "mcp", trace_id = %trace_id, span_id = %span_id)
+            } else {
+                tracing::error_span!(target: "toolyard", "mcp", trace_id = %trace_id, span_id = %span_id, sampled = false)
+            }
         }
         _ => tracing::Span::none(),
     }

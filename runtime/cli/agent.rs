@@ -48,11 +48,7 @@ pub(crate) struct AgentArgs {
 
 /// Runs the command on its own runtime.
 pub(crate) fn main(args: AgentArgs) -> anyhow::Result<std::process::ExitCode> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-        .init();
+    crate::telemetry::init_logging(&args.log);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

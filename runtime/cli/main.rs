@@ -170,13 +170,9 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
         #[cfg(feature = "agent")]
         Command::Agent(args) => agent::main(*args),
         Command::Client(args) => {
-            tracing_subscriber::fmt()
-                .with_writer(std::io::stderr)
-                .with_ansi(false)
-                .with_env_filter(tracing_subscriber::EnvFilter::new(
-                    std::env::var("TOOLYARD_LOG").unwrap_or_else(|_| "warn".into()),
-                ))
-                .init();
+            telemetry::init_logging(
+                &std::env::var("TOOLYARD_LOG").unwrap_or_else(|_| "warn".into()),
+            );
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -189,16 +185,7 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
-    // A bare level needs no directive parser (which would also cost memory at start-up).
-    match args.log.parse::<tracing_subscriber::filter::LevelFilter>() {
-        Ok(level) => logs.with_max_level(level).init(),
-        Err(_) => logs
-            .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-            .init(),
-    }
+    telemetry::init_logging(&args.log);
     let file = match &args.config {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),

@@ -1,14 +1,53 @@
 //! OpenTelemetry for the binary's commands (feature `otel`): installed when an OTLP endpoint
 //! is given (`--otel-endpoint` or the standard `OTEL_EXPORTER_OTLP_ENDPOINT`), otherwise
 //! nothing is set up and nothing is paid. See `toolyard-otel`.
+//!
+//! Also the commands' log output ([`init_logging`]): the text on stderr and, once telemetry
+//! is installed, the same lines as OTLP log records, behind one filter.
 
 use std::sync::Arc;
 use toolyard::ServerBuilder;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer;
+
+/// The subscriber's log-export layer, connected by [`TelemetryArgs::install`]. The subscriber
+/// is set before the runtime telemetry needs exists, so the two meet here.
+#[cfg(feature = "otel")]
+static LOG_EXPORT: std::sync::OnceLock<toolyard_otel::LogExport> = std::sync::OnceLock::new();
+
+/// Sets the process's `tracing` subscriber: lines on stderr, filtered by `filter` (tracing
+/// syntax; a bare level needs no directive parser, which would also cost memory at
+/// start-up). The OTLP log export sits behind the same filter, so only what is printed is
+/// exported.
+pub(crate) fn init_logging(filter: &str) {
+    match filter.parse::<tracing_subscriber::filter::LevelFilter>() {
+        Ok(level) => init_with(level),
+        Err(_) => init_with(tracing_subscriber::EnvFilter::new(filter)),
+    }
+}
+
+fn init_with<F>(filter: F)
+where
+    F: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    let text = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let logs = tracing_subscriber::registry().with(filter).with(text);
+    #[cfg(feature = "otel")]
+    let logs = logs.with(
+        LOG_EXPORT
+            .get_or_init(toolyard_otel::LogExport::new)
+            .clone(),
+    );
+    logs.init();
+}
 
 /// Telemetry flags shared by `serve`, `worker` and `client`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub(crate) struct TelemetryArgs {
-    /// Export traces and metrics over OTLP/HTTP to this base URL (e.g.
+    /// Export traces, metrics and logs over OTLP/HTTP to this base URL (e.g.
     /// http://127.0.0.1:4318); the standard OTEL_* variables work too.
     #[arg(long, value_name = "URL")]
     otel_endpoint: Option<String>,
@@ -34,6 +73,7 @@ impl TelemetryArgs {
                 settings.endpoint = Some(endpoint.clone());
             }
             settings.prometheus |= prometheus;
+            settings.logs = LOG_EXPORT.get().cloned();
             Ok(Installed(toolyard_otel::Telemetry::install(&settings)?))
         }
         #[cfg(not(feature = "otel"))]

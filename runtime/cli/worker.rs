@@ -51,11 +51,7 @@ pub(crate) struct WorkerArgs {
 }
 
 pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-        .init();
+    crate::telemetry::init_logging(&args.log);
     let file = match &args.config {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),

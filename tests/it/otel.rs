@@ -1,13 +1,14 @@
 //! OpenTelemetry through the binary, with a real OTLP/HTTP receiver on loopback
 //! (`toolyard_testkit::OtlpReceiver`): the server's spans and metrics follow the MCP
-//! semantic conventions and parent on the `_meta` trace context; and one call from our
-//! client through a gateway, over NATS, to a worker is one trace with correct links.
+//! semantic conventions and parent on the `_meta` trace context; a handler's log lines are
+//! log records joined to the call's trace; and one call from our client through a gateway,
+//! over NATS, to a worker is one trace with correct links.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use toolyard_testkit::{NatsServer, OtlpReceiver, ReceivedSpan};
+use toolyard_testkit::{NatsServer, OtlpReceiver, ReceivedLog, ReceivedSpan};
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolyard");
 const WAIT: Duration = Duration::from_secs(30);
@@ -133,6 +134,116 @@ fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_du
                 && p.attributes.get("gen_ai.tool.name").map(String::as_str) == Some("_OTHER")),
         "a refused call's made-up name stays off the series: {points:#?}"
     );
+}
+
+/// `serve --stdio` exporting to `receiver`, with `env`, calls the demo tool `fail` (which
+/// logs a warning) under a caller's trace context, then stops (flushing its telemetry).
+fn call_fail_and_stop(receiver: &OtlpReceiver, env: &[(&str, &str)]) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--stdio", "--otel-endpoint", &receiver.url()])
+        .env("OTEL_SERVICE_NAME", "otel-logs-test")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start toolyard serve --stdio");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"fail","arguments":{},
+            "_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}),
+    );
+    let mut buf = String::new();
+    loop {
+        buf.clear();
+        assert!(
+            stdout.read_line(&mut buf).unwrap() > 0,
+            "the server hung up"
+        );
+        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v["id"] == 2) {
+            break;
+        }
+    }
+    drop(stdin);
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_fails_warning(l: &ReceivedLog) -> bool {
+    l.body.contains("failed, as it always does")
+}
+
+/// A warning the `fail` tool logs while it runs is an OTLP log record with the call's
+/// SERVER span's trace id and span id, its severity, its fields and the service resource.
+#[test]
+fn a_tools_warning_is_a_log_record_joined_to_the_calls_server_span() {
+    let receiver = OtlpReceiver::start();
+    call_fail_and_stop(&receiver, &[]);
+    let logs = receiver.wait_for_logs(WAIT, |l| l.iter().any(is_fails_warning));
+    let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call fail"));
+    let call = spans.iter().find(|s| s.name == "tools/call fail").unwrap();
+    assert_eq!(call.kind, SERVER);
+    let record = logs.iter().find(|l| is_fails_warning(l)).unwrap();
+    assert_eq!(record.trace_id, call.trace_id, "{record:?} {call:?}");
+    assert_eq!(record.trace_id, "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(
+        record.span_id, call.span_id,
+        "the record's span is the call's SERVER span: {record:?}"
+    );
+    assert_eq!(record.flags & 1, 1, "sampled: {record:?}");
+    assert_eq!(record.severity_text, "WARN");
+    assert_eq!(record.severity_number, 13);
+    assert_eq!(record.service, "otel-logs-test");
+    assert_eq!(
+        record.attributes.get("tool").map(String::as_str),
+        Some("fail"),
+        "{record:?}"
+    );
+    // The binary's default filter is `warn`: nothing chattier was exported.
+    assert!(
+        logs.iter().all(|l| l.severity_number >= 13),
+        "only what the log filter lets through: {logs:#?}"
+    );
+}
+
+/// `OTEL_LOGS_EXPORTER=none` leaves logs out and the other signals in; so does
+/// `logs = false` in the config file's `[telemetry]`.
+#[test]
+fn logs_are_left_out_with_otel_logs_exporter_none_or_logs_false() {
+    let dir = std::env::temp_dir().join(format!("toolyard-otel-logs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("toolyard.toml");
+    std::fs::write(&config, "[telemetry]\nlogs = false\n").unwrap();
+    let config = config.to_string_lossy().into_owned();
+    for env in [
+        vec![("OTEL_LOGS_EXPORTER", "none")],
+        vec![("TOOLYARD_CONFIG", config.as_str())],
+    ] {
+        let receiver = OtlpReceiver::start();
+        call_fail_and_stop(&receiver, &env);
+        // Spans are flushed at exit like logs would be: once they are in, logs had their
+        // chance.
+        receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call fail"));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            receiver.logs().is_empty(),
+            "{env:?}: {:#?}",
+            receiver.logs()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn render(spans: &[ReceivedSpan]) -> String {
@@ -300,10 +411,11 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
 }
 
 /// An exporter pointed at an endpoint that accepts connections and never answers: every
-/// request is still answered (spans wait in the batch processor's bounded queue, on its own
-/// thread), and the process still stops (the export gives up at its timeout).
+/// request is still answered and every log line written (spans and log records wait in the
+/// batch processors' bounded queues, on their own threads), and the process still stops
+/// (the export gives up at its timeout).
 #[test]
-fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
+fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests_or_log_lines() {
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", blackhole.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -315,6 +427,7 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
     let mut child = Command::new(BIN)
         .args(["serve", "--stdio", "--otel-endpoint", &endpoint])
         .env("OTEL_BSP_SCHEDULE_DELAY", "10")
+        .env("OTEL_BLRP_SCHEDULE_DELAY", "10")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "50")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -337,11 +450,12 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
             "clientInfo":{"name":"otel-test","version":"1"}}}),
     );
     let calls = 300;
+    // `fail` logs a warning per call: 300 log records for the dead collector too.
     for id in 1..=calls {
         line(
             &mut stdin,
             json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
-                "name":"echo","arguments":{"message":"x"}}}),
+                "name":"fail","arguments":{}}}),
         );
     }
     let mut answered = 0;
@@ -368,6 +482,11 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests() {
     assert!(
         logs.contains("spans were dropped") && logs.contains("dropped=300 ended=300"),
         "{logs}"
+    );
+    assert_eq!(
+        logs.matches("failed, as it always does").count(),
+        300,
+        "every warning was written: {logs}"
     );
 }
 

@@ -19,6 +19,9 @@ pub struct TelemetrySection {
     pub traces: Option<bool>,
     /// Export metrics (default true).
     pub metrics: Option<bool>,
+    /// Export log records: the `tracing` events the log filter lets through (default true,
+    /// as `OTEL_LOGS_EXPORTER` defaults to `otlp`).
+    pub logs: Option<bool>,
     /// `[telemetry.capture]`: tool arguments and results on spans (off by default).
     #[serde(default)]
     pub capture: CaptureSection,
@@ -107,6 +110,8 @@ impl TelemetrySection {
             ),
             no_traces: self.traces == Some(false),
             no_metrics: self.metrics == Some(false),
+            no_logs: self.logs == Some(false),
+            logs: None,
             #[cfg(feature = "prometheus")]
             prometheus: self.prometheus,
             capture: crate::CaptureSettings {
@@ -132,7 +137,9 @@ mod tests {
         .unwrap();
         let s = c.telemetry.settings("gw");
         assert_eq!(s.endpoint.as_deref(), Some("http://c:4318"));
-        assert!(s.no_traces && !s.no_metrics);
+        assert!(s.no_traces && !s.no_metrics && !s.no_logs);
+        let c = TelemetryConfig::parse("[telemetry]\nlogs = false\n").unwrap();
+        assert!(c.telemetry.settings("gw").no_logs);
         assert_eq!(s.service_name.as_deref(), Some("gw"));
         let err = TelemetryConfig::parse("[telemetry]\nendpont = \"x\"\n").unwrap_err();
         assert!(err.contains("endpont"), "{err}");

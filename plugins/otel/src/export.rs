@@ -1,6 +1,7 @@
 //! OTLP export over HTTP/protobuf, configured the standard way (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`/`_ARG`,
-//! `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_TRACES_EXPORTER=none`, `OTEL_METRICS_EXPORTER=none`,
+//! `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_TRACES_SAMPLER`/`_ARG`, `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_BLRP_*`,
+//! `OTEL_TRACES_EXPORTER=none`, `OTEL_METRICS_EXPORTER=none`, `OTEL_LOGS_EXPORTER=none`,
 //! `OTEL_SDK_DISABLED`) or by [`TelemetrySettings`].
 //!
 //! The exporter sends with the workspace's reqwest, not the one `opentelemetry-otlp` would
@@ -8,18 +9,26 @@
 //! reader run on threads of their own and block on the export future, so the request is
 //! spawned onto the Tokio runtime that installed telemetry and the thread waits for its
 //! `JoinHandle`, which needs no runtime to be awaited. A dead endpoint costs the export
-//! thread a timeout, never a request: spans wait in the batch processor's bounded queue
-//! (dropped and counted by the SDK when it is full).
+//! thread a timeout, never a request: spans and log records wait in the batch processors'
+//! bounded queues (dropped when they are full; a log line never waits for the collector).
+//! The request carries the export thread's OpenTelemetry context onto the runtime, so the
+//! SDK's "telemetry suppressed" mark follows it: what the HTTP stack logs while sending
+//! logs is not exported again.
 
 use crate::error::TelemetryError;
+use crate::logs::LogExport;
 use crate::spans::{Counted, CountedExporter, SpanCounts};
 use crate::{ClientObserver, ObservabilityLayer};
 #[cfg(feature = "prometheus")]
 use axum::response::IntoResponse;
 use bytes::Bytes;
+use opentelemetry::context::FutureExt as _;
 use opentelemetry::KeyValue;
 use opentelemetry_http::{HttpClient, HttpError};
-use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::{
+    LogExporter, MetricExporter, SpanExporter, WithExportConfig, WithHttpConfig,
+};
+use opentelemetry_sdk::logs::{BatchLogProcessor, SdkLoggerProvider};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
@@ -42,6 +51,12 @@ pub struct TelemetrySettings {
     pub no_traces: bool,
     /// Leave metrics out (traces only).
     pub no_metrics: bool,
+    /// Leave log records out (`OTEL_LOGS_EXPORTER=none` does too).
+    pub no_logs: bool,
+    /// The subscriber's layer that exports `tracing` events as log records: connected to
+    /// the logger provider when logs are exported. Without it no logs are exported (the
+    /// subscriber is the embedder's to build).
+    pub logs: Option<LogExport>,
     /// Also keep the metrics for a Prometheus scrape ([`Telemetry::metrics_router`]); works
     /// without an OTLP endpoint too.
     #[cfg(feature = "prometheus")]
@@ -59,6 +74,7 @@ pub struct Telemetry {
     capture: crate::CaptureSettings,
     tracer: Option<SdkTracerProvider>,
     meter: Option<SdkMeterProvider>,
+    logger: Option<SdkLoggerProvider>,
     #[cfg(feature = "prometheus")]
     registry: Option<prometheus::Registry>,
 }
@@ -74,6 +90,7 @@ impl Telemetry {
         let env_endpoint = [
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
         ]
         .iter()
         .any(|v| std::env::var(v).is_ok_and(|e| !e.is_empty()));
@@ -100,7 +117,11 @@ impl Telemetry {
             |var: &str| std::env::var(var).is_ok_and(|v| v.trim().eq_ignore_ascii_case("none"));
         let no_traces = !otlp || settings.no_traces || off("OTEL_TRACES_EXPORTER");
         let no_metrics = settings.no_metrics || off("OTEL_METRICS_EXPORTER");
-        if no_traces && no_metrics && !prometheus {
+        let logs = settings
+            .logs
+            .as_ref()
+            .filter(|_| otlp && !settings.no_logs && !off("OTEL_LOGS_EXPORTER"));
+        if no_traces && no_metrics && logs.is_none() && !prometheus {
             return Ok(None);
         }
         let span_counts = Arc::new(SpanCounts::default());
@@ -131,6 +152,35 @@ impl Telemetry {
                     .with_resource(resource.clone())
                     .build(),
             )
+        };
+        let logger = match logs {
+            None => None,
+            Some(layer) => {
+                let mut builder = LogExporter::builder()
+                    .with_http()
+                    .with_shared_http_client(client.clone());
+                // The per-signal variable is the more specific setting: it wins over the
+                // base endpoint of the flag or the file (the exporter reads it itself).
+                let logs_env =
+                    std::env::var("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").is_ok_and(|e| !e.is_empty());
+                if let (Some(base), false) = (&settings.endpoint, logs_env) {
+                    builder =
+                        builder.with_endpoint(format!("{}/v1/logs", base.trim_end_matches('/')));
+                }
+                let exporter = builder
+                    .build()
+                    .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+                // A bounded queue (`OTEL_BLRP_MAX_QUEUE_SIZE`, 2048): a full one drops the
+                // record, so a dead collector never holds up a line being logged.
+                let provider = SdkLoggerProvider::builder()
+                    .with_log_processor(BatchLogProcessor::builder(exporter).build())
+                    .with_resource(resource.clone())
+                    .build();
+                if !layer.connect(&provider) {
+                    tracing::warn!("telemetry: the log layer already exports elsewhere; logs are not exported here");
+                }
+                Some(provider)
+            }
         };
         let mut meters = SdkMeterProvider::builder().with_resource(resource);
         let mut any_reader = false;
@@ -195,6 +245,7 @@ impl Telemetry {
             capture: settings.capture.clone(),
             tracer,
             meter,
+            logger,
             #[cfg(feature = "prometheus")]
             registry,
         }))
@@ -243,18 +294,27 @@ impl Telemetry {
         let Telemetry {
             tracer,
             meter,
+            logger,
             span_counts,
             ..
         } = self;
-        let flush = tokio::task::spawn_blocking(move || {
-            // Shutting down flushes what is queued.
-            if let Some(t) = tracer {
-                let _ = t.shutdown();
+        // Shutting down flushes what is queued. Each signal on its own thread: a collector
+        // slow to take the logs does not cost the spans their flush.
+        let mut flushes = Vec::new();
+        if let Some(l) = logger {
+            flushes.push(tokio::task::spawn_blocking(move || drop(l.shutdown())));
+        }
+        if let Some(t) = tracer {
+            flushes.push(tokio::task::spawn_blocking(move || drop(t.shutdown())));
+        }
+        if let Some(m) = meter {
+            flushes.push(tokio::task::spawn_blocking(move || drop(m.shutdown())));
+        }
+        let flush = async {
+            for f in flushes {
+                let _ = f.await;
             }
-            if let Some(m) = meter {
-                let _ = m.shutdown();
-            }
-        });
+        };
         if tokio::time::timeout(SHUTDOWN_GRACE, flush).await.is_err() {
             tracing::warn!(
                 "telemetry: the collector did not take the last exports in time; dropped"
@@ -305,22 +365,25 @@ impl HttpClient for ReqwestOnTokio {
         request: http::Request<Bytes>,
     ) -> Result<http::Response<Bytes>, HttpError> {
         let client = self.client.clone();
-        let sent = self.runtime.spawn(async move {
-            let (parts, body) = request.into_parts();
-            let response = client
-                .request(parts.method, parts.uri.to_string())
-                .headers(parts.headers)
-                .body(body)
-                .send()
-                .await?;
-            let status = response.status();
-            let headers = response.headers().clone();
-            let body = response.bytes().await?;
-            let mut answer = http::Response::new(body);
-            *answer.status_mut() = status;
-            *answer.headers_mut() = headers;
-            Ok::<_, HttpError>(answer)
-        });
+        let sent = self.runtime.spawn(
+            async move {
+                let (parts, body) = request.into_parts();
+                let response = client
+                    .request(parts.method, parts.uri.to_string())
+                    .headers(parts.headers)
+                    .body(body)
+                    .send()
+                    .await?;
+                let status = response.status();
+                let headers = response.headers().clone();
+                let body = response.bytes().await?;
+                let mut answer = http::Response::new(body);
+                *answer.status_mut() = status;
+                *answer.headers_mut() = headers;
+                Ok::<_, HttpError>(answer)
+            }
+            .with_current_context(),
+        );
         sent.await?
     }
 }

@@ -15,6 +15,9 @@
 //!   span, redacted (credential keys, the config file's secrets) and capped.
 //! - [`Telemetry`]: installs OTLP/HTTP export configured by the standard `OTEL_*` variables,
 //!   sending with the workspace's own HTTP client.
+//! - [`LogExport`]: a `tracing_subscriber` layer that exports `tracing` events as OTLP log
+//!   records (through `opentelemetry-appender-tracing`), each joined to the trace of the
+//!   request it was logged in.
 //!
 //! Nothing here is on the hot path unless installed: a server without the layer skips the
 //! seam entirely (`Layers::is_empty`), a client without an observer skips the observer.
@@ -25,6 +28,7 @@ mod config;
 mod error;
 mod export;
 mod handlers;
+mod logs;
 mod propagation;
 mod semconv;
 mod server;
@@ -36,6 +40,7 @@ pub use config::{CaptureSection, TelemetryConfig, TelemetrySection};
 pub use error::TelemetryError;
 pub use export::{Telemetry, TelemetrySettings, SHUTDOWN_GRACE};
 pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, ObservableToolHandler};
+pub use logs::LogExport;
 pub use propagation::{parent_context, traceparent_of};
 pub use server::ObservabilityLayer;
 

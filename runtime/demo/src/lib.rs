@@ -256,75 +256,76 @@ pub fn demo(builder: ServerBuilder) -> ServerBuilder {
             })
         }),
     );
-    let mut b =
-        builder
-            .instructions("Toolyard's demo server: every kind of tool, resource and prompt.")
-            .in_memory_tasks()
-            .try_tool(tool_fn(
-                "echo",
-                "Returns the message unchanged",
-                |_ctx, a: EchoArgs| async move { Ok(a.message) },
-            ))
-            .try_tool(
-                tool_fn("add", "Adds two numbers", |_ctx, a: AddArgs| async move {
-                    Ok(Json(Sum { sum: a.a + a.b }))
-                })
-                .map(|t| t.with_output_schema(toolyard::schema_for::<Sum>())),
-            )
-            .try_tool(tool_fn(
-                "slow",
-                "Counts steps slowly, reporting progress and logs; cancellable",
-                slow,
-            ))
-            .try_tool(
-                tool_fn(
-                    "slow_task",
-                    "Like `slow`, but runs as a task for clients that support tasks \
+    let mut b = builder
+        .instructions("Toolyard's demo server: every kind of tool, resource and prompt.")
+        .in_memory_tasks()
+        .try_tool(tool_fn(
+            "echo",
+            "Returns the message unchanged",
+            |_ctx, a: EchoArgs| async move { Ok(a.message) },
+        ))
+        .try_tool(
+            tool_fn("add", "Adds two numbers", |_ctx, a: AddArgs| async move {
+                Ok(Json(Sum { sum: a.a + a.b }))
+            })
+            .map(|t| t.with_output_schema(toolyard::schema_for::<Sum>())),
+        )
+        .try_tool(tool_fn(
+            "slow",
+            "Counts steps slowly, reporting progress and logs; cancellable",
+            slow,
+        ))
+        .try_tool(
+            tool_fn(
+                "slow_task",
+                "Like `slow`, but runs as a task for clients that support tasks \
                      (poll tasks/get, cancel with tasks/cancel)",
-                    slow,
-                )
-                .map(|t| t.with_task_support(TaskSupport::Optional)),
+                slow,
             )
-            .try_tool(tool_fn(
-                "ask_name",
-                "Asks the user for their name (elicitation)",
-                ask_name,
-            ))
-            .try_tool(tool_fn(
-                "summarize",
-                "Asks the client's model to summarize a text (sampling)",
-                summarize,
-            ))
-            .try_tool(tool_fn(
-                "list_roots",
-                "Lists the client's roots",
-                list_roots,
-            ))
-            .try_tool(tool_fn(
-                "fail",
-                "Always fails with an error result",
-                |_ctx, _a: NoArgs| async move {
-                    Ok(CallToolResult::error_text("this tool always fails"))
-                },
-            ))
-            .resource(static_resource(
-                "demo://readme",
-                "readme",
-                "text/markdown",
-                |uri| {
-                    ResourceContents::text(
-                        uri,
-                        Some("text/markdown".into()),
-                        "# Toolyard demo\n\nAn MCP runtime built from actors.",
-                    )
-                },
-            ))
-            .resource(static_resource("demo://logo", "logo", "image/png", |uri| {
-                ResourceContents::blob(uri, Some("image/png".into()), PNG_1X1)
-            }))
-            .try_template(users)
-            .prompt(greet)
-            .prompt(review);
+            .map(|t| t.with_task_support(TaskSupport::Optional)),
+        )
+        .try_tool(tool_fn(
+            "ask_name",
+            "Asks the user for their name (elicitation)",
+            ask_name,
+        ))
+        .try_tool(tool_fn(
+            "summarize",
+            "Asks the client's model to summarize a text (sampling)",
+            summarize,
+        ))
+        .try_tool(tool_fn(
+            "list_roots",
+            "Lists the client's roots",
+            list_roots,
+        ))
+        .try_tool(tool_fn(
+            "fail",
+            "Always fails with an error result",
+            |_ctx, _a: NoArgs| async move {
+                // A log line inside a request: with telemetry, a record in its trace.
+                tracing::warn!(tool = "fail", "failed, as it always does");
+                Ok(CallToolResult::error_text("this tool always fails"))
+            },
+        ))
+        .resource(static_resource(
+            "demo://readme",
+            "readme",
+            "text/markdown",
+            |uri| {
+                ResourceContents::text(
+                    uri,
+                    Some("text/markdown".into()),
+                    "# Toolyard demo\n\nAn MCP runtime built from actors.",
+                )
+            },
+        ))
+        .resource(static_resource("demo://logo", "logo", "image/png", |uri| {
+            ResourceContents::blob(uri, Some("image/png".into()), PNG_1X1)
+        }))
+        .try_template(users)
+        .prompt(greet)
+        .prompt(review);
     b = b.completer(
         CompletionTarget::Prompt("code_review".into(), "language".into()),
         Arc::new(|prefix, _ctx| {

@@ -9,6 +9,6 @@ mod raw_client;
 
 pub use interop::{cache, repo, run_client, ServerProcess, Target};
 pub use nats::{nats_server_bin, NatsCluster, NatsServer};
-pub use otlp::{OtlpReceiver, ReceivedPoint, ReceivedSpan};
+pub use otlp::{OtlpReceiver, ReceivedLog, ReceivedPoint, ReceivedSpan};
 pub use raw_client::{RawClient, RawClientError};
 pub use toolyard_demo::demo;

@@ -1,10 +1,11 @@
-//! A real OTLP/HTTP receiver on loopback, for tests: `POST /v1/traces` and `/v1/metrics`
+//! A real OTLP/HTTP receiver on loopback, for tests: `POST /v1/traces`, `/v1/metrics` and `/v1/logs`
 //! bodies (protobuf, as an OpenTelemetry exporter sends them) are decoded with the
 //! `opentelemetry-proto` types and kept for assertions. It runs on a thread of its own, so
 //! synchronous tests (processes started with `std::process`) can use it too.
 
 use axum::body::Bytes;
 use axum::routing::post;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
@@ -51,10 +52,34 @@ pub struct ReceivedPoint {
     pub count: u64,
 }
 
+/// A log record as received.
+#[derive(Debug, Clone)]
+pub struct ReceivedLog {
+    /// The exporting process's `service.name`.
+    pub service: String,
+    /// Hex trace id (empty when the record has none).
+    pub trace_id: String,
+    /// Hex span id (empty when the record has none).
+    pub span_id: String,
+    /// The W3C trace flags.
+    pub flags: u32,
+    /// OTLP severity number (13 = WARN, 17 = ERROR).
+    pub severity_number: i32,
+    /// The severity as text (`WARN`).
+    pub severity_text: String,
+    /// The body, as text.
+    pub body: String,
+    /// The record's event name.
+    pub event_name: String,
+    /// Attributes, values as text.
+    pub attributes: BTreeMap<String, String>,
+}
+
 #[derive(Default)]
 struct Received {
     spans: Vec<ReceivedSpan>,
     points: Vec<ReceivedPoint>,
+    logs: Vec<ReceivedLog>,
 }
 
 /// The receiver; stops when dropped.
@@ -64,16 +89,20 @@ pub struct OtlpReceiver {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
+fn value_text(v: Option<&AnyValue>) -> String {
+    match v {
+        Some(AnyValue::StringValue(s)) => s.clone(),
+        Some(AnyValue::IntValue(i)) => i.to_string(),
+        Some(AnyValue::BoolValue(b)) => b.to_string(),
+        Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
 fn text(kv: &[KeyValue]) -> BTreeMap<String, String> {
     kv.iter()
         .map(|kv| {
-            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(AnyValue::StringValue(s)) => s.clone(),
-                Some(AnyValue::IntValue(i)) => i.to_string(),
-                Some(AnyValue::BoolValue(b)) => b.to_string(),
-                Some(AnyValue::DoubleValue(d)) => d.to_string(),
-                other => format!("{other:?}"),
-            };
+            let v = value_text(kv.value.as_ref().and_then(|v| v.value.as_ref()));
             (kv.key.clone(), v)
         })
         .collect()
@@ -97,6 +126,7 @@ impl OtlpReceiver {
                 .expect("a runtime for the OTLP receiver");
             runtime.block_on(async move {
                 let traces = store.clone();
+                let logs = store.clone();
                 let metrics = store;
                 let app = axum::Router::new()
                     .route(
@@ -163,6 +193,44 @@ impl OtlpReceiver {
                             }
                             ""
                         }),
+                    )
+                    .route(
+                        "/v1/logs",
+                        post(move |body: Bytes| async move {
+                            let decoded = ExportLogsServiceRequest::decode(body);
+                            if let Err(e) = &decoded {
+                                eprintln!("OtlpReceiver: an undecodable log export: {e}");
+                            }
+                            if let Ok(req) = decoded {
+                                let mut r = logs.lock().unwrap();
+                                for rl in req.resource_logs {
+                                    let service = rl
+                                        .resource
+                                        .as_ref()
+                                        .map(|r| text(&r.attributes))
+                                        .and_then(|a| a.get("service.name").cloned())
+                                        .unwrap_or_default();
+                                    for sl in rl.scope_logs {
+                                        for l in sl.log_records {
+                                            r.logs.push(ReceivedLog {
+                                                service: service.clone(),
+                                                trace_id: hex(&l.trace_id),
+                                                span_id: hex(&l.span_id),
+                                                flags: l.flags,
+                                                severity_number: l.severity_number,
+                                                severity_text: l.severity_text,
+                                                body: value_text(
+                                                    l.body.as_ref().and_then(|b| b.value.as_ref()),
+                                                ),
+                                                event_name: l.event_name,
+                                                attributes: text(&l.attributes),
+                                            });
+                                        }
+                                    }
+                                }
+                            }
+                            ""
+                        }),
                     );
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                     .await
@@ -196,6 +264,31 @@ impl OtlpReceiver {
     /// Every histogram point received so far.
     pub fn points(&self) -> Vec<ReceivedPoint> {
         self.received.lock().unwrap().points.clone()
+    }
+
+    /// Every log record received so far.
+    pub fn logs(&self) -> Vec<ReceivedLog> {
+        self.received.lock().unwrap().logs.clone()
+    }
+
+    /// Waits until `done` holds for the log records received (or panics after `within`).
+    pub fn wait_for_logs(
+        &self,
+        within: Duration,
+        done: impl Fn(&[ReceivedLog]) -> bool,
+    ) -> Vec<ReceivedLog> {
+        let deadline = Instant::now() + within;
+        loop {
+            let logs = self.logs();
+            if done(&logs) {
+                return logs;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the log records expected never arrived; received: {logs:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Waits until `done` holds for the spans received (or panics after `within`).

@@ -366,3 +366,116 @@ async fn a_legacy_session_that_ends_is_a_session_duration_point() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// A `tracing` subscriber like the binary's: a WARN filter in front of the log export.
+fn log_pipeline() -> (
+    opentelemetry_sdk::logs::InMemoryLogExporter,
+    opentelemetry_sdk::logs::SdkLoggerProvider,
+    tracing::subscriber::DefaultGuard,
+) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let exporter = opentelemetry_sdk::logs::InMemoryLogExporter::default();
+    let provider = opentelemetry_sdk::logs::SdkLoggerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::WARN)
+        .with(toolyard_otel::LogExport::with_provider(&provider));
+    (
+        exporter,
+        provider,
+        tracing::subscriber::set_default(subscriber),
+    )
+}
+
+/// A tool that logs: a warning with a field, an INFO line the filter keeps out, and a line
+/// of the HTTP stack's (never exported: sending it would log more).
+fn chatty() -> toolyard::ToolDef {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct None_ {}
+    tool_fn("chatty", "logs", |_ctx, _: None_| async move {
+        tokio::task::yield_now().await;
+        tracing::info!("filtered out");
+        tracing::warn!(target: "hyper_util::client", "the exporter's own line");
+        tracing::warn!(answer = 42, "chatty ran");
+        Ok("done")
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_log_line_in_a_handler_is_a_log_record_with_the_server_spans_trace_and_span_ids() {
+    use opentelemetry::logs::{AnyValue, Severity};
+    use opentelemetry::trace::TraceFlags;
+    let p = Pipeline::new();
+    let (logs, provider, _subscriber) = log_pipeline();
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(p.layer()))
+        .tool(chatty())
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let unsampled = "4bf92f3577b34da6a3ce929d0e0e4736";
+    for (t, flags) in [(trace, "01"), (unsampled, "00")] {
+        client
+            .request(
+                "tools/call",
+                json!({"name": "chatty", "arguments": {},
+                       "_meta": {"traceparent": format!("00-{t}-b7ad6b7169203331-{flags}")}}),
+            )
+            .await
+            .unwrap();
+    }
+    tracing::warn!("outside any request");
+    provider.force_flush().unwrap();
+    let records = logs.get_emitted_logs().unwrap();
+    let bodies: Vec<String> = records
+        .iter()
+        .map(|r| match r.record.body() {
+            Some(AnyValue::String(s)) => s.to_string(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        bodies,
+        ["chatty ran", "chatty ran", "outside any request"],
+        "only what passed the filter, and none of the exporter's own lines"
+    );
+    let spans = p.finished();
+    let server_span = spans
+        .iter()
+        .find(|s| s.name == "tools/call chatty")
+        .expect("the sampled call's server span");
+    let joined = records[0].record.trace_context().expect("a trace context");
+    assert_eq!(joined.trace_id.to_string(), trace);
+    assert_eq!(joined.trace_id, server_span.span_context.trace_id());
+    assert_eq!(
+        joined.span_id,
+        server_span.span_context.span_id(),
+        "the record's span is the request's server span"
+    );
+    assert_eq!(joined.trace_flags, Some(TraceFlags::SAMPLED));
+    assert_eq!(records[0].record.severity_number(), Some(Severity::Warn));
+    assert_eq!(records[0].record.severity_text(), Some("WARN"));
+    assert!(
+        records[0]
+            .record
+            .attributes_iter()
+            .any(|(k, v)| k.as_str() == "answer" && *v == AnyValue::Int(42)),
+        "the event's fields are attributes"
+    );
+    let not_sampled = records[1].record.trace_context().expect("a trace context");
+    assert_eq!(not_sampled.trace_id.to_string(), unsampled);
+    assert_eq!(
+        not_sampled.trace_flags,
+        Some(TraceFlags::default()),
+        "an unsampled trace's records say so"
+    );
+    assert!(
+        records[2].record.trace_context().is_none(),
+        "no request, no trace context"
+    );
+}

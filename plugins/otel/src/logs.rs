@@ -1,0 +1,198 @@
+//! `tracing` events as OTLP log records, joined to the request they were logged in.
+//!
+//! The conversion (severity, body, fields as attributes, target, event name) is the
+//! OpenTelemetry project's own bridge, `opentelemetry-appender-tracing`. What this module adds:
+//!
+//! - a slot filled when telemetry is installed: a process sets its `tracing` subscriber up
+//!   first thing (so start-up errors are logged), long before the Tokio runtime that
+//!   [`Telemetry::install`](crate::Telemetry::install) needs exists. Until then, or when logs
+//!   are not exported, the layer costs one atomic load per event that passed the filter.
+//! - the request's trace context. A handler runs inside the `tracing` span
+//!   `mcp{trace_id, span_id}` (the actors crate does not depend on OpenTelemetry, so there is
+//!   no OpenTelemetry context to read); this layer reads those ids when the span opens and
+//!   makes them the current OpenTelemetry context while the bridge emits, which is where
+//!   the SDK takes a record's trace id and span id from. An OpenTelemetry context already
+//!   current (an embedder's own span) wins: it is the nearer one.
+//! - the export machinery's own events are never exported (`hyper`, `reqwest`, `h2`,
+//!   `opentelemetry*`): each exported line would send a request whose log lines would be
+//!   exported in turn. They still reach the other layers (the text log).
+//!
+//! Only what the subscriber's filter lets through reaches the layer: put it behind the same
+//! global filter as the text output.
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry::Context;
+use opentelemetry_appender_tracing::layer::OpenTelemetryTracingBridge;
+use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context as LayerContext, Layer};
+use tracing_subscriber::registry::LookupSpan;
+
+type Bridge = OpenTelemetryTracingBridge<SdkLoggerProvider, SdkLogger>;
+
+/// A `tracing_subscriber` [`Layer`] that exports events as OTLP log records once telemetry
+/// with logs is installed (pass a clone in [`TelemetrySettings::logs`](crate::TelemetrySettings::logs)),
+/// each carrying the trace id and span id of the request it was logged in. Cheap to clone:
+/// clones share the slot.
+#[derive(Clone, Default)]
+pub struct LogExport {
+    slot: Arc<OnceLock<Bridge>>,
+}
+
+impl fmt::Debug for LogExport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogExport")
+            .field("exporting", &self.is_exporting())
+            .finish()
+    }
+}
+
+impl LogExport {
+    /// An empty layer, exporting nothing until [`Telemetry::install`](crate::Telemetry::install)
+    /// connects it.
+    pub fn new() -> LogExport {
+        LogExport::default()
+    }
+
+    /// A layer exporting to `provider` at once: for embedders (and tests) who build their
+    /// own logger provider.
+    pub fn with_provider(provider: &SdkLoggerProvider) -> LogExport {
+        let export = LogExport::new();
+        export.connect(provider);
+        export
+    }
+
+    /// Whether records are being exported.
+    pub fn is_exporting(&self) -> bool {
+        self.slot.get().is_some()
+    }
+
+    /// Starts exporting to `provider`; `false` when this layer already exports (to the
+    /// provider it was first connected to: a subscriber's layers are fixed once it is set).
+    pub(crate) fn connect(&self, provider: &SdkLoggerProvider) -> bool {
+        self.slot.set(Bridge::new(provider)).is_ok()
+    }
+}
+
+/// The trace context of the request a span belongs to, kept in the span's extensions.
+struct RequestContext(SpanContext);
+
+/// The target and name of the span a handler runs in (see `toolyard-actors`' `exec`).
+const REQUEST_SPAN: (&str, &str) = ("toolyard", "mcp");
+
+impl<S> Layer<S> for LogExport
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
+        let meta = attrs.metadata();
+        if (meta.target(), meta.name()) != REQUEST_SPAN || !self.is_exporting() {
+            return;
+        }
+        let mut ids = Ids::default();
+        attrs.record(&mut ids);
+        let (Some(trace_id), Some(span_id)) = (ids.trace_id, ids.span_id) else {
+            return;
+        };
+        let flags = if ids.unsampled {
+            TraceFlags::default()
+        } else {
+            TraceFlags::SAMPLED
+        };
+        let sc = SpanContext::new(trace_id, span_id, flags, true, TraceState::default());
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(RequestContext(sc));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        let Some(bridge) = self.slot.get() else {
+            return;
+        };
+        if is_export_machinery(event.metadata().target()) {
+            return;
+        }
+        let request = if Context::map_current(|cx| cx.has_active_span()) {
+            None
+        } else {
+            ctx.event_scope(event).and_then(|scope| {
+                scope.into_iter().find_map(|span| {
+                    span.extensions()
+                        .get::<RequestContext>()
+                        .map(|r| r.0.clone())
+                })
+            })
+        };
+        let _joined = request.map(|sc| Context::current().with_remote_span_context(sc).attach());
+        bridge.on_event(event, ctx);
+    }
+}
+
+/// Targets whose events come from sending the exports themselves.
+fn is_export_machinery(target: &str) -> bool {
+    ["hyper", "h2", "reqwest", "opentelemetry"]
+        .iter()
+        .any(|prefix| target.starts_with(prefix))
+}
+
+/// The ids the request span records (`trace_id`, `span_id`, and `sampled = false` when the
+/// trace is not sampled).
+#[derive(Default)]
+struct Ids {
+    trace_id: Option<TraceId>,
+    span_id: Option<SpanId>,
+    unsampled: bool,
+}
+
+impl Ids {
+    fn take(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "trace_id" => self.trace_id = TraceId::from_hex(value).ok(),
+            "span_id" => self.span_id = SpanId::from_hex(value).ok(),
+            _ => {}
+        }
+    }
+}
+
+impl Visit for Ids {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.take(field, value);
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if field.name() == "sampled" {
+            self.unsampled = !value;
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // `trace_id = %id` arrives here, as its Display text.
+        if matches!(field.name(), "trace_id" | "span_id") {
+            self.take(field, &format!("{value:?}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_export_machinerys_own_targets_are_left_out() {
+        for t in [
+            "hyper_util::client",
+            "h2::codec",
+            "reqwest::connect",
+            "opentelemetry_sdk",
+        ] {
+            assert!(is_export_machinery(t), "{t}");
+        }
+        for t in ["toolyard", "toolyard_gateway::pool", "my_tool"] {
+            assert!(!is_export_machinery(t), "{t}");
+        }
+    }
+}
