@@ -63,8 +63,15 @@ pub(crate) struct Filter {
     pub task_ids: HashSet<String>,
 }
 
+/// Decides, for one listener, whether a resource update still reaches it (a subscription
+/// its provider checked is checked again at delivery: what it resolves to may have changed
+/// since, e.g. a missing file replaced by a symlink leading out of the client's roots).
+/// Gets the URI and the notification's bytes, and sends them itself if the check passes.
+/// Called inside the bus actor: it must return at once (spawn the check).
+pub(crate) type UpdateGate = Arc<dyn Fn(&str, Vec<u8>) + Send + Sync>;
+
 /// A listener.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Listener {
     /// Where notifications go.
     pub sink: Sink,
@@ -74,6 +81,17 @@ pub(crate) struct Listener {
     pub subscription_id: Option<String>,
     /// The authenticated principal of the listener: it only hears of its own tasks.
     pub owner: Option<Arc<str>>,
+    /// Resource updates go through this instead of straight to `sink` (legacy connections).
+    pub update_gate: Option<UpdateGate>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("filter", &self.filter)
+            .field("subscription_id", &self.subscription_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A task's new state, for the listeners that named its id.
@@ -161,8 +179,13 @@ impl BusState {
                 ),
             };
             if wanted {
-                l.sink
-                    .send(notification(method, uri, l.subscription_id.as_deref()));
+                let bytes = notification(method, uri, l.subscription_id.as_deref());
+                match (uri, &l.update_gate) {
+                    (Some(uri), Some(gate)) => gate(uri, bytes),
+                    _ => {
+                        l.sink.send(bytes);
+                    }
+                }
             }
         }
     }

@@ -22,7 +22,7 @@ pub use launch::Delivery;
 pub(crate) use launch::{launch, serve_stateless, Launch, LaunchMeta};
 
 use crate::context::{Caller, Channel, LegacyConn, Round};
-use crate::event_bus::{next_listener_id, BusMsg, Filter, Listener, ListenerId};
+use crate::event_bus::{next_listener_id, BusMsg, Filter, Listener, ListenerId, UpdateGate};
 use crate::gate;
 use crate::outbound::Outbound;
 use crate::server::ServerCore;
@@ -482,6 +482,10 @@ impl ConnState {
             resource_uris: Default::default(),
             task_ids: Default::default(),
         };
+        let update_gate = match &self.phase {
+            Phase::Legacy(version) => Some(self.update_gate(id, *version)),
+            Phase::Fresh => None,
+        };
         let _ = self.core.routes().bus.cast(BusMsg::Listen(
             id,
             Listener {
@@ -489,10 +493,57 @@ impl ConnState {
                 filter,
                 subscription_id: None,
                 owner: None,
+                update_gate,
             },
         ));
         self.listener = Some(id);
         id
+    }
+
+    /// A resource update for this connection passes its subscription's check again first
+    /// (in a task), when its provider has one: a subscription made while a file was missing
+    /// must not hear of a file outside the client's roots that a symlink put there later.
+    /// A refused update drops the subscription.
+    fn update_gate(&self, listener: ListenerId, version: ProtocolVersion) -> UpdateGate {
+        let core = self.core.clone();
+        let sink = self.sink.clone();
+        let caller = self.caller.clone();
+        let legacy = self.legacy.clone();
+        let session_id = self.session_id.clone();
+        let closing = self.closing.clone();
+        let subscribed = self.subscribed.clone();
+        Arc::new(move |uri: &str, bytes: Vec<u8>| {
+            let Some(check) = core.subscribe_check(uri) else {
+                sink.send(bytes);
+                return;
+            };
+            let ctx = subscribe::context(
+                RequestId::String("resources/updated".into()),
+                version,
+                caller.clone(),
+                Channel::Legacy {
+                    conn: legacy.clone(),
+                },
+                sink.clone(),
+                closing.child_token(),
+                session_id.clone(),
+            );
+            let (sink, closing, subscribed) = (sink.clone(), closing.clone(), subscribed.clone());
+            let bus = core.routes().bus.clone();
+            let uri = uri.to_owned();
+            tokio::spawn(async move {
+                match subscribe::run(vec![check], ctx, &closing).await {
+                    Some(Ok(())) => {
+                        sink.send(bytes);
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(uri = %uri, error = %e.message, "update withheld and subscription dropped: its check now refuses it");
+                        subscribed.record(&bus, listener, false, uri);
+                    }
+                    None => {}
+                }
+            });
+        })
     }
 
     /// A legacy `resources/subscribe` (or `unsubscribe`). A subscription whose resource's
@@ -777,6 +828,7 @@ impl ConnState {
                         .collect(),
                     task_ids: task_ids.into_iter().collect(),
                 },
+                update_gate: None,
                 subscription_id: Some(subscription_id),
                 // It hears only of its caller's tasks.
                 owner,

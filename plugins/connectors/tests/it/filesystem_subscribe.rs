@@ -184,3 +184,36 @@ async fn subscriptions_outside_a_legacy_clients_narrowed_roots_stop_when_its_roo
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn a_missing_file_that_becomes_a_symlink_out_of_the_clients_roots_is_never_reported() {
+    let fx = Fixture::new();
+    let (server, _watch) = watched(&fx, 20).await;
+    let sub = fx.root().join("sub");
+    let peer = Peer::connect(&server, "accept").await;
+    *peer.roots.lock().unwrap() = vec![uri(&sub)];
+    peer.initialize(json!({"roots": {"listChanged": true}}))
+        .await;
+    let inner = sub.join("inner.txt");
+    let inner_uri = uri(&inner);
+    let trap = sub.join("trap.txt");
+    for u in [&inner_uri, &uri(&trap)] {
+        peer.request("resources/subscribe", json!({"uri": u}))
+            .await
+            .expect("files inside the client's roots, existing or not, may be subscribed to");
+    }
+    change_until_told(&peer, &inner, &inner_uri).await;
+    // The missing file becomes a symlink to a file outside the client's roots (inside the
+    // operator's), which then changes: checked again at delivery, neither is reported.
+    std::os::unix::fs::symlink("../hello.txt", &trap).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(
+        fx.root().join("hello.txt"),
+        "changed outside the client's roots",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(&inner, "changed after it").unwrap();
+    let next = next_update(&peer).await;
+    assert_eq!(next["params"]["uri"], inner_uri, "{next}");
+}
