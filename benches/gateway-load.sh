@@ -9,14 +9,15 @@
 # and per-round ratios gateway/direct.
 # Needs ../shared/mcpload (the workplace's load generator).
 #   REPEATS=3 DURATION=3 CONC=16 TRANSIENT_REPEATS=2 TRANSIENT_DURATION=3 OUT=/tmp/x.jsonl
+#   TOOLYARD_BIN=path (a built binary) COMPARE_BIN=path (another build's gateway, same rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 MCPLOAD_TARGET=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && CARGO_TARGET_DIR=$MCPLOAD_TARGET cargo build --release -q)
-cargo build --release -q -p toolyard-cli --bins
+[ -n "${TOOLYARD_BIN:-}" ] || cargo build --release -q -p toolyard-cli --bins
 M=$MCPLOAD_TARGET/release/mcpload
-T=${CARGO_TARGET_DIR:-$PWD/target}/release/toolyard
+T=${TOOLYARD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/toolyard}
 out=${OUT:-/tmp/toolyard-gateway-load.jsonl}
 conc=${CONC:-16}
 dir=$(mktemp -d)
