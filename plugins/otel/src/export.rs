@@ -253,7 +253,13 @@ impl Telemetry {
 
     /// The server layer over the installed providers.
     pub fn layer(&self) -> ObservabilityLayer {
-        ObservabilityLayer::global().with_capture(&self.capture)
+        let layer = ObservabilityLayer::global().with_capture(&self.capture);
+        // Metrics only: no span is built per request.
+        if self.tracer.is_none() {
+            layer.without_spans()
+        } else {
+            layer
+        }
     }
 
     /// `GET /metrics` in the Prometheus text format, when [`TelemetrySettings::prometheus`]

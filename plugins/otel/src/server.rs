@@ -16,6 +16,8 @@ use toolyard::{Completion, Layer, Outcome, RequestInfo, SessionInfo};
 /// `ServerBuilder::layer`; put it outermost so its span covers the other layers' work.
 pub struct ObservabilityLayer {
     tracer: BoxedTracer,
+    /// False when no traces are exported (metrics only): no span is built at all.
+    spans: bool,
     duration: Histogram<f64>,
     sessions: Histogram<f64>,
     capture: Option<Arc<Redactor>>,
@@ -41,6 +43,7 @@ impl ObservabilityLayer {
     pub fn new(tracer: BoxedTracer, meter: &Meter) -> Self {
         ObservabilityLayer {
             tracer,
+            spans: true,
             duration: semconv::duration_histogram(
                 meter,
                 semconv::SERVER_DURATION,
@@ -53,6 +56,15 @@ impl ObservabilityLayer {
             ),
             capture: None,
         }
+    }
+
+    /// Records durations only, building no span (when no traces are exported): a span over a
+    /// no-op tracer still costs its name, its attributes and its context per request. The
+    /// caller's own trace context is handed on to the handler as it came.
+    #[must_use]
+    pub fn without_spans(mut self) -> Self {
+        self.spans = false;
+        self
     }
 
     /// Also puts `tools/call` arguments and results on the span, redacted and capped as
@@ -73,6 +85,22 @@ fn id_text(id: &RequestId) -> String {
 
 impl Layer for ObservabilityLayer {
     fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject> {
+        if !self.spans {
+            return Ok(Some(Box::new(ServerSpan {
+                span: None,
+                // As a span would have parented: on `_meta`'s context, else the transport's.
+                trace: match (&info.traceparent, &info.transport_traceparent) {
+                    (Some(tp), _) => Some((
+                        tp.to_string(),
+                        info.tracestate.as_ref().map(|s| s.to_string()),
+                    )),
+                    (None, Some(tp)) => Some((tp.to_string(), None)),
+                    (None, None) => None,
+                },
+                duration: self.duration.clone(),
+                capture: None,
+            })));
+        }
         let method: &str = &info.method;
         let target = info.target.as_deref();
         // The span parents on the `_meta` context (SEP-414) and links the transport's own (an
@@ -143,7 +171,7 @@ impl Layer for ObservabilityLayer {
         let cx = Context::new().with_remote_span_context(span.span_context().clone());
         let trace = traceparent_of(&cx);
         Ok(Some(Box::new(ServerSpan {
-            span,
+            span: Some(span),
             trace,
             duration: self.duration.clone(),
             capture: self.capture.clone().filter(|r| r.results),
@@ -168,7 +196,8 @@ impl Layer for ObservabilityLayer {
 }
 
 struct ServerSpan {
-    span: BoxedSpan,
+    /// `None` when the layer builds no spans (metrics only).
+    span: Option<BoxedSpan>,
     trace: Option<(String, Option<String>)>,
     duration: Histogram<f64>,
     /// Set when results are captured.
@@ -188,9 +217,8 @@ impl Completion for ServerSpan {
     ) {
         if let Some(r) = &self.capture {
             if &*info.method == "tools/call" {
-                if let Some(result) = r.render_result(response) {
-                    self.span
-                        .set_attribute(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
+                if let (Some(result), Some(span)) = (r.render_result(response), &mut self.span) {
+                    span.set_attribute(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
                 }
             }
         }
@@ -229,29 +257,37 @@ impl Completion for ServerSpan {
         match outcome {
             Outcome::Ok | Outcome::InputRequired => {}
             Outcome::ToolError => {
-                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
-                span.set_status(Status::error("the tool reported an error"));
+                if let Some(span) = &mut span {
+                    span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
+                    span.set_status(Status::error("the tool reported an error"));
+                }
                 point.push(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
             }
             Outcome::Error(code) => {
                 let code = code.to_string();
-                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
-                span.set_attribute(KeyValue::new(
-                    semconv::RPC_RESPONSE_STATUS_CODE,
-                    code.clone(),
-                ));
-                if !refused {
-                    span.set_status(Status::error(format!("JSON-RPC error {code}")));
+                if let Some(span) = &mut span {
+                    span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
+                    span.set_attribute(KeyValue::new(
+                        semconv::RPC_RESPONSE_STATUS_CODE,
+                        code.clone(),
+                    ));
+                    if !refused {
+                        span.set_status(Status::error(format!("JSON-RPC error {code}")));
+                    }
                 }
                 point.push(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
                 point.push(KeyValue::new(semconv::RPC_RESPONSE_STATUS_CODE, code));
             }
             Outcome::Cancelled => {
-                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
+                if let Some(span) = &mut span {
+                    span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
+                }
                 point.push(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
             }
         }
         duration.record(info.started.elapsed().as_secs_f64(), &point);
-        span.end();
+        if let Some(mut span) = span {
+            span.end();
+        }
     }
 }

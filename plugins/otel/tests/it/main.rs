@@ -479,3 +479,34 @@ async fn a_log_line_in_a_handler_is_a_log_record_with_the_server_spans_trace_and
         "no request, no trace context"
     );
 }
+
+#[tokio::test]
+async fn a_layer_without_spans_records_durations_and_hands_the_callers_context_on() {
+    let p = Pipeline::new();
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(p.layer().without_spans()))
+        .tool(whoami())
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let result = client
+        .request(
+            "tools/call",
+            json!({"name": "whoami", "arguments": {}, "_meta": {"traceparent": caller}}),
+        )
+        .await
+        .unwrap();
+    // No span of ours: the handler runs in the caller's context as it came.
+    assert!(p.finished().is_empty(), "{:?}", p.finished());
+    assert_eq!(text(&result), caller);
+    let points = p.points("mcp.server.operation.duration");
+    assert!(
+        points.iter().any(|(a, n)| *n == 1
+            && a.contains(&("gen_ai.tool.name".into(), "whoami".into()))
+            && a.contains(&("mcp.method.name".into(), "tools/call".into()))),
+        "{points:?}"
+    );
+}
