@@ -127,10 +127,10 @@ impl ToolDef {
 
     /// A tool that forwards its calls to another server on the byte-level path: the
     /// handler gets the caller's arguments as raw JSON and returns the upstream's result as
-    /// raw JSON ([`RawResult`]), so neither is parsed into types nor serialised again. The
-    /// arguments are not checked against the schema (the upstream checks them against its
-    /// own, in whatever dialect it uses); [`ToolDef::map_handler`] still works, at the cost
-    /// of a typed parse of the result.
+    /// raw JSON ([`RawResult`](crate::RawResult)), so neither is parsed into types nor
+    /// serialised again. The arguments are not checked against the schema (the upstream
+    /// checks them against its own, in whatever dialect it uses); [`ToolDef::map_handler`]
+    /// still works, at the cost of a typed parse of the result.
     pub fn forwarding(tool: Tool, handler: ForwardFn) -> Self {
         ToolDef {
             header_params: header_params(&tool.input_schema),

@@ -12,7 +12,7 @@ use crate::config_file::ConfigFile;
 use anyhow::Context;
 use std::path::PathBuf;
 use toolyard::{Limits, ServerBuilder};
-use toolyard_nats::{Worker, WorkerConfig};
+use toolyard_nats::Worker;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct WorkerArgs {
@@ -74,6 +74,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
         let config = file.server;
+        let nats_section = file.nats.nats.clone();
         let name = config
             .server
             .name
@@ -140,7 +141,9 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         };
         let client =
             toolyard_nats::connect(&args.nats, &format!("ty-worker-{}", args.name)).await?;
-        let mut worker_config = WorkerConfig::new(&args.name);
+        // The `[nats]` section's prefix and catalog replicas apply to workers too: a worker
+        // and its gateways must agree on the prefix.
+        let mut worker_config = nats_section.worker(&args.name);
         worker_config.concurrency = args.concurrency.max(1);
         worker_config.drain_timeout = std::time::Duration::from_secs(args.drain_seconds);
         let events =

@@ -137,6 +137,7 @@ const LOOKUP_BUDGET: Duration = Duration::from_secs(5);
 pub(crate) async fn bucket(
     js: &jetstream::Context,
     heartbeat: Duration,
+    replicas: usize,
 ) -> Result<kv::Store, NatsError> {
     let give_up = tokio::time::Instant::now() + LOOKUP_BUDGET;
     loop {
@@ -161,6 +162,9 @@ pub(crate) async fn bucket(
         max_age: heartbeat * 3,
         max_value_size: 8 * 1024 * 1024,
         limit_markers: Some(heartbeat),
+        // On a cluster, more than one replica keeps the catalog through a node's loss; with
+        // quorum lost, puts then fail (bounded) while calls go on (N7).
+        num_replicas: replicas.max(1),
         ..Default::default()
     };
     match js.create_key_value(config).await {

@@ -3,6 +3,7 @@
 //! tools. Flags (`--nats`) override it.
 
 use crate::remote::RemoteConfig;
+use crate::worker::WorkerConfig;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ pub struct NatsSection {
     pub inactivity_ms: Option<u64>,
     /// The budget a call announces to the worker (default 300 000).
     pub call_timeout_ms: Option<u64>,
+    /// Replicas of the catalog bucket, for whichever gateway or worker creates it (default
+    /// 1; 3 on a cluster, so the catalog survives a node's loss).
+    pub catalog_replicas: Option<usize>,
 }
 
 /// The NATS bridge's sections of a config file.
@@ -59,6 +63,22 @@ impl NatsSection {
         if let Some(ms) = self.call_timeout_ms {
             config.call_timeout = Duration::from_millis(ms);
         }
+        if let Some(n) = self.catalog_replicas {
+            config.catalog_replicas = n.max(1);
+        }
+        config
+    }
+
+    /// A worker's settings for serving as `name`: the defaults, with the section's subject
+    /// prefix (a worker and its gateways must agree on it) and catalog replicas.
+    pub fn worker(&self, name: &str) -> WorkerConfig {
+        let mut config = WorkerConfig::new(name);
+        if let Some(prefix) = &self.prefix {
+            config.prefix = prefix.clone();
+        }
+        if let Some(n) = self.catalog_replicas {
+            config.catalog_replicas = n.max(1);
+        }
         config
     }
 }
@@ -78,6 +98,16 @@ mod tests {
         assert_eq!(r.separator, None, "an empty separator exposes bare names");
         assert_eq!(r.inactivity, Duration::from_millis(5000));
         assert_eq!(r.prefix, "mcp.v1");
+        let w = NatsConfig::parse("[nats]\nprefix = \"acme\"\ncatalog_replicas = 3\n")
+            .unwrap()
+            .nats;
+        assert_eq!(
+            w.worker("calc").prefix,
+            "acme",
+            "a worker follows the section's prefix"
+        );
+        assert_eq!(w.worker("calc").catalog_replicas, 3);
+        assert_eq!(w.remote().catalog_replicas, 3);
         let err = NatsConfig::parse("[nats]\nurll = \"x\"\n").unwrap_err();
         assert!(err.contains("urll"), "{err}");
     }

@@ -43,6 +43,8 @@ pub struct RemoteConfig {
     pub inactivity: Duration,
     /// The budget a call announces to the worker (`Mcp-Timeout-Ms`).
     pub call_timeout: Duration,
+    /// Replicas of the catalog bucket when this gateway is the one to create it (default 1).
+    pub catalog_replicas: usize,
 }
 
 impl Default for RemoteConfig {
@@ -52,6 +54,7 @@ impl Default for RemoteConfig {
             separator: Some("__".to_owned()),
             inactivity: Duration::from_secs(60),
             call_timeout: Duration::from_secs(300),
+            catalog_replicas: 1,
         }
     }
 }
@@ -117,7 +120,7 @@ impl RemoteTools {
         // told so in seconds, and the watch's consumer, lost in an outage, is recreated by
         // attempts of that length.
         let js = catalog::context(client.clone());
-        let store = catalog::bucket(&js, catalog::HEARTBEAT).await?;
+        let store = catalog::bucket(&js, catalog::HEARTBEAT, config.catalog_replicas).await?;
         let mut watch = store
             .watch_all()
             .await

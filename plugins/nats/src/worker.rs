@@ -47,6 +47,9 @@ pub struct WorkerConfig {
     pub keepalive: Duration,
     /// How long [`Worker::shutdown`] lets requests in flight finish before cancelling them.
     pub drain_timeout: Duration,
+    /// Replicas of the catalog bucket when this worker is the one to create it (default 1;
+    /// 3 on a cluster of three or more).
+    pub catalog_replicas: usize,
 }
 
 impl WorkerConfig {
@@ -59,6 +62,7 @@ impl WorkerConfig {
             heartbeat: catalog::HEARTBEAT,
             keepalive: Duration::from_secs(15),
             drain_timeout: Duration::from_secs(10),
+            catalog_replicas: 1,
         }
     }
 }
@@ -101,7 +105,7 @@ impl Worker {
             )));
         }
         let js = catalog::context(client.clone());
-        let store = catalog::bucket(&js, config.heartbeat).await?;
+        let store = catalog::bucket(&js, config.heartbeat, config.catalog_replicas).await?;
         let inner = Arc::new(Inner {
             server,
             client: client.clone(),

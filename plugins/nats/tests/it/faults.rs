@@ -1085,3 +1085,75 @@ async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_
     assert_eq!(frame, "end");
     assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_catalog_keeps_serving_when_the_node_holding_it_dies() {
+    let cluster = toolyard_testkit::NatsCluster::start(3);
+    cluster.wait_for_leader();
+    let all = cluster.urls().join(",");
+    let setup = connect(&all).await;
+    let js = async_nats::jetstream::new(setup.clone());
+    let mut config = WorkerConfig::new("first");
+    config.catalog_replicas = 3;
+    let _first = Worker::start(worker_server(Arc::default()).await, setup.clone(), config)
+        .await
+        .unwrap();
+    let mut stream = js.get_stream("KV_TY_CATALOG").await.unwrap();
+    let info = stream.info().await.unwrap().clone();
+    assert_eq!(
+        info.config.num_replicas, 3,
+        "the bucket is created with the replicas asked"
+    );
+    let leader = info
+        .cluster
+        .as_ref()
+        .and_then(|c| c.leader.clone())
+        .expect("the catalog stream has a leader");
+    // The node holding the catalog's leader dies; a gateway and a worker on the others
+    // still read and write it.
+    let node = cluster.nodes().iter().find(|n| n.name() == leader).unwrap();
+    node.kill();
+    let others: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.name() != leader)
+        .map(|n| n.url())
+        .collect();
+    let others = others.join(",");
+    // The survivors elect new leaders (seconds): the replicated stream is then served again.
+    let survivor = async_nats::jetstream::new(connect(&others).await);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let bucket = survivor.get_key_value(toolyard_nats::CATALOG_BUCKET).await;
+        if let Ok(kv) = bucket {
+            if kv.get("none").await.is_ok() {
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the catalog came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let gw = gateway(&others, quick()).await;
+    let mut later = WorkerConfig::new("later");
+    later.catalog_replicas = 3;
+    let _later = Worker::start(
+        worker_server(Arc::default()).await,
+        connect(&others).await,
+        later,
+    )
+    .await
+    .expect("a worker starting after the loss puts its entry");
+    listed(&gw.client, |n| {
+        n.iter().any(|t| t == "first__echo") && n.iter().any(|t| t == "later__echo")
+    })
+    .await;
+    let r = gw
+        .client
+        .call_tool("later__echo", json!({"message": "after the loss"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "after the loss");
+}
