@@ -83,6 +83,10 @@ struct Inner {
     client: Client,
     config: RemoteConfig,
     state: Mutex<State>,
+    /// Counts the bus connection's losses: a call in flight when it is lost ends at once
+    /// with -32010 (its frames may have been dropped while the connection was down; N5, N9),
+    /// instead of at its inactivity deadline.
+    losses: tokio::sync::watch::Receiver<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -120,6 +124,7 @@ impl RemoteTools {
         // told so in seconds, and the watch's consumer, lost in an outage, is recreated by
         // attempts of that length.
         let js = catalog::context(client.clone());
+        let (lost, losses) = tokio::sync::watch::channel(0u64);
         let store = catalog::bucket(&js, catalog::HEARTBEAT, config.catalog_replicas).await?;
         let mut watch = store
             .watch_all()
@@ -130,6 +135,7 @@ impl RemoteTools {
             client,
             config,
             state: Mutex::default(),
+            losses,
         });
         // What the bucket holds now, before returning, so the first listing has it (the
         // watch delivers these again; applying an entry twice changes nothing).
@@ -150,7 +156,11 @@ impl RemoteTools {
             }
             tracing::warn!("the catalog watch ended");
         });
-        let connection = tokio::spawn(watch_connection(inner.server.clone(), inner.client.clone()));
+        let connection = tokio::spawn(watch_connection(
+            inner.server.clone(),
+            inner.client.clone(),
+            lost,
+        ));
         Ok(RemoteTools {
             inner,
             watcher,
@@ -233,7 +243,7 @@ impl Drop for RemoteTools {
 /// NATS connection is down cannot reach any worker, so it is not ready (`/readyz` 503) until
 /// the client reconnects. Polled: async-nats reports connection events only to a callback
 /// set before connecting, and the connection may be shared with other users.
-async fn watch_connection(server: Server, client: Client) {
+async fn watch_connection(server: Server, client: Client, lost: tokio::sync::watch::Sender<u64>) {
     use async_nats::connection::State as Conn;
     let lifecycle = server.lifecycle();
     let mut up = true;
@@ -245,6 +255,9 @@ async fn watch_connection(server: Server, client: Client) {
             continue;
         }
         up = now;
+        if !up {
+            lost.send_modify(|n| *n += 1);
+        }
         lifecycle.publish(if up {
             toolyard::LifecycleEvent::ComponentUp {
                 kind: "nats",
@@ -1110,6 +1123,8 @@ async fn call_once(
         return Err(bus_error(code, format!("publishing the call to `{server}`: {e}")).into());
     }
     let mut expected_seq = 0u64;
+    let mut losses = inner.losses.clone();
+    losses.mark_unchanged();
     // A cancelled caller's call is dropped mid-await: the guard tells the worker then.
     let mut guard = CancelOnDrop {
         client: inner.client.clone(),
@@ -1119,6 +1134,13 @@ async fn call_once(
         let next = tokio::select! {
             m = tokio::time::timeout(inner.config.inactivity, frames.next()) => m,
             () = ctx.cancellation().cancelled() => break Err(Outcome::Cancelled),
+            Ok(()) = losses.changed() => {
+                break Err(bus_error(
+                    wire::STREAM_LOST,
+                    format!("the connection to the NATS server was lost during the call to `{server}`: re-issue the call"),
+                )
+                .into())
+            }
             Ok(message) = &mut denied.refused => {
                 break Err(bus_error(
                     wire::PERMISSION_DENIED,

@@ -165,19 +165,29 @@ async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_u
 async fn the_broker_killed_mid_call_ends_the_call_with_a_clear_error_and_a_restart_recovers() {
     let nats = NatsServer::start();
     let _worker = start_worker(&nats.url(), "slow", Arc::default()).await;
-    let gw = gateway(&nats.url(), quick()).await;
+    // A long inactivity deadline: the call must end because the connection was lost, not
+    // because its frames stopped.
+    let gw = gateway(
+        &nats.url(),
+        RemoteConfig {
+            inactivity: Duration::from_secs(60),
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
     listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
     let client = gw.client.clone();
     let call =
         tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 60_000})).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     nats.kill();
-    let outcome = tokio::time::timeout(Duration::from_secs(15), call)
+    let outcome = tokio::time::timeout(Duration::from_secs(5), call)
         .await
-        .expect("the call ends within its inactivity deadline")
+        .expect("the call ends as soon as the connection is lost, not at its 60 s deadline")
         .unwrap();
     let e = outcome.unwrap_err();
     assert!(e.to_string().contains("re-issue"), "{e}");
+    assert!(e.to_string().contains("connection"), "{e}");
     nats.restart();
     // Both sides reconnect by themselves; calls work again.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
