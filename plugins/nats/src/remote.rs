@@ -536,6 +536,9 @@ fn diff<'w, T: PartialEq>(
 /// as its text).
 fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) -> ForwardFn {
     let quoted: Arc<str> = json_string(&tool).into();
+    // The subject is the same for every call of the tool: written once.
+    let subject: Arc<str> =
+        wire::request_subject(&inner.config.prefix, &server, "tools/call", Some(&tool)).into();
     let server: Arc<str> = server.into();
     let tool: Arc<str> = tool.into();
     Arc::new(move |ctx: RequestContext, args: RawArgs| {
@@ -543,12 +546,14 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
         let server = server.clone();
         let tool = tool.clone();
         let quoted = quoted.clone();
+        let subject = subject.clone();
         Box::pin(async move {
             let target = Target {
                 server: &server,
                 method: "tools/call",
                 name: &tool,
                 retry_safe,
+                subject: Some(&subject),
             };
             let params = [("name", &*quoted), ("arguments", args.get())];
             request::<RawResult>(&inner, &target, &ctx, &params).await
@@ -576,6 +581,7 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
                 name: &asked.uri,
                 // Reading changes nothing.
                 retry_safe: true,
+                subject: None,
             };
             let read = request::<ReadResourceResult>(&inner, &target, &ctx, &params).await?;
             Ok(read.contents)
@@ -599,6 +605,7 @@ fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::Pr
                     method: "prompts/get",
                     name: &prompt,
                     retry_safe: true,
+                    subject: None,
                 };
                 request::<GetPromptResult>(&inner, &target, &ctx, &params).await
             })
@@ -751,6 +758,8 @@ struct Target<'a> {
     /// A lost stream (-32010) may be re-issued once: the request is a read, or a tool
     /// annotated `readOnlyHint` / `idempotentHint`.
     retry_safe: bool,
+    /// The request subject when it was written ahead (a tool's is fixed).
+    subject: Option<&'a str>,
 }
 
 /// A result a forwarded request may end with.
@@ -957,12 +966,15 @@ async fn rounds<T: Forwarded>(
     params: &[(&str, &str)],
     trace: Option<&Trace>,
 ) -> Result<T, HandlerError> {
-    let subject = wire::request_subject(
-        &inner.config.prefix,
-        target.server,
-        target.method,
-        Some(target.name),
-    );
+    let subject = match target.subject {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(wire::request_subject(
+            &inner.config.prefix,
+            target.server,
+            target.method,
+            Some(target.name),
+        )),
+    };
     let mut input_responses: Option<InputResponses> = None;
     let mut request_state: Option<String> = None;
     for round in 0..MAX_ROUNDS {
