@@ -687,6 +687,34 @@ fn complete(inner: std::sync::Weak<Inner>, target: CompletionTarget) -> toolyard
 /// Completion has no progress, input rounds, claims or retries: any failure is the caller's
 /// "nothing", so it is reported as a reason only.
 async fn complete_once(inner: &Inner, server: &str, params: &Value) -> Result<Completions, String> {
+    // Observed like every outgoing request (a CLIENT span when telemetry is on); a completer
+    // has no caller context, so the span starts a trace of its own, which the worker joins.
+    let observed = toolyard_client::default_observer().and_then(|o| {
+        o.start(&OutgoingRequest {
+            method: "completion/complete",
+            target: None,
+            traceparent: None,
+            tracestate: None,
+            server: Some(server),
+        })
+    });
+    let trace = observed.as_ref().and_then(|o| o.trace_context());
+    let outcome = complete_traced(inner, server, params, trace.as_ref()).await;
+    if let Some(o) = observed {
+        o.finish(match &outcome {
+            Ok(_) => RequestOutcome::Ok,
+            Err(_) => RequestOutcome::Failed("nats"),
+        });
+    }
+    outcome
+}
+
+async fn complete_traced(
+    inner: &Inner,
+    server: &str,
+    params: &Value,
+    trace: Option<&Trace>,
+) -> Result<Completions, String> {
     let method = "completion/complete";
     let subject = wire::request_subject(&inner.config.prefix, server, method, None);
     let inbox = inner.client.new_inbox();
@@ -699,6 +727,18 @@ async fn complete_once(inner: &Inner, server: &str, params: &Value) -> Result<Co
     headers.insert(wire::WIRE, "1");
     headers.insert(wire::METHOD, method);
     headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
+    let mut params = params.clone();
+    if let Some((parent, state)) = trace {
+        if let Ok(value) = parent.parse::<HeaderValue>() {
+            headers.insert(wire::TRACEPARENT, value);
+        }
+        if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+            meta.insert(toolyard_proto::meta::TRACEPARENT.into(), json!(parent));
+            if let Some(state) = state {
+                meta.insert(toolyard_proto::meta::TRACESTATE.into(), json!(state));
+            }
+        }
+    }
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
     inner
         .client

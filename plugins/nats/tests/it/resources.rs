@@ -520,3 +520,104 @@ async fn a_workers_completers_answer_through_the_gateway_and_a_gone_worker_compl
         started.elapsed()
     );
 }
+
+/// Records what the process's outgoing requests were: (method, server, outcome).
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<(String, Option<String>, String)>>);
+
+/// The process-wide observer: hands each request to the recorder.
+struct Observer(Arc<Recorder>);
+
+struct Recorded {
+    recorder: Arc<Recorder>,
+    method: String,
+    server: Option<String>,
+}
+
+impl toolyard::client::RequestObserver for Observer {
+    fn start(
+        &self,
+        request: &toolyard::client::OutgoingRequest<'_>,
+    ) -> Option<Box<dyn toolyard::client::ObservedRequest>> {
+        Some(Box::new(Recorded {
+            recorder: self.0.clone(),
+            method: request.method.to_owned(),
+            server: request.server.map(str::to_owned),
+        }))
+    }
+}
+
+impl toolyard::client::ObservedRequest for Recorded {
+    fn trace_context(&self) -> Option<(String, Option<String>)> {
+        Some((
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+            None,
+        ))
+    }
+    fn finish(self: Box<Self>, outcome: toolyard::client::RequestOutcome<'_>) {
+        self.recorder
+            .0
+            .lock()
+            .unwrap()
+            .push((self.method, self.server, format!("{outcome:?}")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_completion_is_an_observed_client_request_like_every_other() {
+    use toolyard::proto::{
+        CompleteArgument, CompleteReference, CompleteRequestParams, PromptReference,
+    };
+    use toolyard::{CompletionTarget, Completions};
+    // This test's own process: the observer sees every outgoing request of it.
+    let recorder = Arc::new(Recorder::default());
+    assert!(toolyard::client::set_default_observer(Arc::new(Observer(
+        recorder.clone()
+    ))));
+    let nats = NatsServer::start();
+    let served = worker_server(Arc::default()).await;
+    served.add_completer(
+        CompletionTarget::Prompt("greet".into(), "name".into()),
+        Arc::new(|_value: String, _context| {
+            Box::pin(async move { Completions::from(vec!["Ada".to_owned()]) })
+        }),
+    );
+    let _worker = Worker::start(
+        served,
+        connect(&nats.url()).await,
+        WorkerConfig::new("docs"),
+    )
+    .await
+    .unwrap();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    until("the prompt is listed", || async {
+        let found = offered(&gw.client).await;
+        found.2.contains(&"docs__greet".to_owned()).then_some(())
+    })
+    .await;
+    let names = gw
+        .client
+        .complete(CompleteRequestParams {
+            meta: None,
+            r#ref: CompleteReference::Prompt(PromptReference {
+                name: "docs__greet".into(),
+                title: None,
+            }),
+            argument: CompleteArgument {
+                name: "name".into(),
+                value: "A".into(),
+            },
+            context: None,
+        })
+        .await
+        .unwrap()
+        .completion;
+    assert_eq!(names.values, vec!["Ada"]);
+    let seen = recorder.0.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|(m, s, o)| m == "completion/complete"
+            && s.as_deref() == Some("docs")
+            && o == "Ok"),
+        "the gateway's completion request to the worker was observed: {seen:?}"
+    );
+}
