@@ -3,9 +3,11 @@
 //! [`SseTransport`]), OAuth 2.1 ([`oauth`]), the named [`ClientRegistry`] and the orphan
 //! watchdog ([`orphans`]).
 //!
-//! The actor owns the transport link and the pending table (request id -> reply); callers
-//! await their reply in their own task, where timeouts, progress and multi-round-trip retries
-//! are handled, so the actor's loop only routes messages.
+//! The actor owns the connection's lifecycle and the server's requests and notifications; a
+//! request does not pass through it: callers register in the shared pending table (request
+//! id -> reply), write through the link, and await their reply in their own task, where
+//! timeouts, progress and multi-round-trip retries are handled; the transport's reader hands
+//! responses straight back (`pending.rs`).
 //!
 //! This crate depends on `toolyard-proto` only, not on the server engine: an agent or a NATS
 //! bridge can hold clients without carrying a server. The in-memory transport, which joins a
