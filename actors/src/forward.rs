@@ -101,10 +101,18 @@ impl<'de> Deserialize<'de> for Members<'de> {
     }
 }
 
+/// Writes `"key":`. Keys rarely need escaping (this runs for every member of every forwarded
+/// result): only those that do go through serde_json.
 fn push_key(out: &mut String, key: &str) {
-    // A `&str` always serialises.
-    if let Ok(quoted) = serde_json::to_string(key) {
-        out.push_str(&quoted);
+    if key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        // A `&str` always serialises.
+        if let Ok(quoted) = serde_json::to_string(key) {
+            out.push_str(&quoted);
+        }
+    } else {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
     }
     out.push(':');
 }
@@ -291,6 +299,14 @@ mod tests {
         let source = raw(r#"{"name":"a"}"#);
         let r = RawResult::from_upstream(r#"{}"#, &[("s", &source)]).unwrap();
         assert_eq!(r.get(), r#"{"_meta":{"s":{"name":"a"}}}"#);
+    }
+
+    #[test]
+    fn a_key_that_needs_escaping_is_written_escaped() {
+        let r = RawResult::from_upstream(r#"{"a\"b":1,"c\\d":2}"#, &[]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(r.get()).unwrap();
+        assert_eq!(v["a\"b"], 1);
+        assert_eq!(v["c\\d"], 2);
     }
 
     #[test]

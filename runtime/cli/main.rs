@@ -294,26 +294,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None => None,
         };
         let gateway = if gateway_config {
-            let gateway = toolyard_gateway::Gateway::new(&server, guard);
-            // Sources start side by side: start-up takes as long as the slowest one.
-            let started = futures_util::future::join_all(specs.into_iter().map(|spec| {
-                let gateway = gateway.clone();
-                async move {
-                    let name = spec.name.clone();
-                    gateway
-                        .add_source(spec)
-                        .await
-                        .with_context(|| format!("starting source `{name}`"))
-                }
-            }))
-            .await;
-            for outcome in started {
-                outcome?;
-            }
-            if let Some(path) = args.config.clone() {
-                reload_on_sighup(gateway.clone(), path);
-            }
-            Some(gateway)
+            Some(start_sources(&server, guard, specs, args.config.clone()).await?)
         } else {
             None
         };
@@ -372,6 +353,39 @@ pub(crate) async fn terminated() {
 }
 
 /// Re-reads the config file on SIGHUP and makes the gateway's sources match it.
+/// The gateway over `server` with the config file's sources (`serve` and `worker`): they
+/// start side by side, so start-up takes as long as the slowest one; one failing stops the
+/// ones started and fails the start. With a config file, SIGHUP reloads the sources.
+pub(crate) async fn start_sources(
+    server: &toolyard::Server,
+    guard: toolyard_gateway::ListingGuard,
+    specs: Vec<toolyard_gateway::SourceSpec>,
+    config: Option<PathBuf>,
+) -> anyhow::Result<toolyard_gateway::Gateway> {
+    let gateway = toolyard_gateway::Gateway::new(server, guard);
+    let started = futures_util::future::join_all(specs.into_iter().map(|spec| {
+        let gateway = gateway.clone();
+        async move {
+            let name = spec.name.clone();
+            gateway
+                .add_source(spec)
+                .await
+                .with_context(|| format!("starting source `{name}`"))
+        }
+    }))
+    .await;
+    for outcome in started {
+        if let Err(e) = outcome {
+            gateway.shutdown().await;
+            return Err(e);
+        }
+    }
+    if let Some(path) = config {
+        reload_on_sighup(gateway.clone(), path);
+    }
+    Ok(gateway)
+}
+
 fn reload_on_sighup(gateway: toolyard_gateway::Gateway, path: PathBuf) {
     #[cfg(unix)]
     tokio::spawn(async move {

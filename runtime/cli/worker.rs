@@ -114,28 +114,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let _watching = watchers.start(&server);
         // The sources start before the worker, so its first catalog entry has their tools.
         let gateway = if gateway_config {
-            let gateway = toolyard_gateway::Gateway::new(&server, guard);
-            let started = futures_util::future::join_all(specs.into_iter().map(|spec| {
-                let gateway = gateway.clone();
-                async move {
-                    let name = spec.name.clone();
-                    gateway
-                        .add_source(spec)
-                        .await
-                        .with_context(|| format!("starting source `{name}`"))
-                }
-            }))
-            .await;
-            for outcome in started {
-                if let Err(e) = outcome {
-                    gateway.shutdown().await;
-                    return Err(e);
-                }
-            }
-            if let Some(path) = args.config.clone() {
-                crate::reload_on_sighup(gateway.clone(), path);
-            }
-            Some(gateway)
+            Some(crate::start_sources(&server, guard, specs, args.config.clone()).await?)
         } else {
             None
         };

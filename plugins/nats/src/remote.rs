@@ -563,7 +563,8 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
 
 /// A string as JSON text.
 fn json_string(s: &str) -> String {
-    Value::String(s.to_owned()).to_string()
+    // A `&str` always serialises.
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// A worker's resource or resource template: `resources/read` of the URI asked for (the

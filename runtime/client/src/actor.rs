@@ -9,13 +9,14 @@
 use super::error::ClientError;
 use super::handlers::{Handlers, Notice, Questions};
 use super::pending::PendingTable;
-use super::transport::{OutboundKind, OutboundMessage, TransportEvent, TransportLink};
+use super::transport::{OutboundKind, OutboundMessage, TransportError, TransportLink};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{broadcast, oneshot};
 use toolyard_proto::error::code;
+use toolyard_proto::jsonrpc::Rejected;
 use toolyard_proto::{
     jsonrpc, ErrorObject, Incoming, LoggingMessageNotificationParams, ProgressNotificationParams,
     RequestId,
@@ -25,12 +26,16 @@ use toolyard_proto::{
 pub(crate) enum ClientMsg {
     /// The caller gave up on a request (timeout, dropped future): forget it, tell the server.
     Cancel { id: RequestId, reason: String },
-    /// Something from the transport that is not a response (the reader hands those over
-    /// itself); `progress_done`: a progress notification already reached its request.
-    Event {
-        event: TransportEvent,
+    /// A message from the server that is not a response (the reader hands those over
+    /// itself), parsed once by the reader; `related`: the request on whose stream it came;
+    /// `progress_done`: a progress notification already reached its request.
+    Message {
+        message: Result<Incoming, Rejected>,
+        related: Option<RequestId>,
         progress_done: bool,
     },
+    /// The transport closed.
+    Closed(TransportError),
     /// Close the transport, fail what is pending, stop.
     Close(oneshot::Sender<()>),
 }
@@ -98,10 +103,20 @@ impl Actor for ClientActor {
                 }
                 state.link.cancel(&id);
             }
-            ClientMsg::Event {
-                event,
+            ClientMsg::Message {
+                message,
+                related,
                 progress_done,
-            } => self.on_event(event, progress_done, state),
+            } => self.on_message(message, related.as_ref(), progress_done, state),
+            ClientMsg::Closed(error) => {
+                tracing::debug!(client = %self.name, %error, "transport closed");
+                for (_, task) in state.serving.drain() {
+                    task.abort();
+                }
+                self.closed
+                    .store(true, std::sync::atomic::Ordering::Release);
+                state.table.close(ClientError::Transport(error));
+            }
             ClientMsg::Close(done) => {
                 for (_, task) in state.serving.drain() {
                     task.abort();
@@ -122,36 +137,19 @@ impl Actor for ClientActor {
 }
 
 impl ClientActor {
-    fn on_event(&self, event: TransportEvent, progress_done: bool, state: &mut ClientState) {
-        match event {
-            TransportEvent::Message(bytes) => self.on_message(&bytes, None, progress_done, state),
-            TransportEvent::Related { message, request } => {
-                self.on_message(&message, Some(&request), progress_done, state)
-            }
-            TransportEvent::RequestFailed { id, error } => state.table.fail(&id, error),
-            TransportEvent::Closed(error) => {
-                tracing::debug!(client = %self.name, %error, "transport closed");
-                for (_, task) in state.serving.drain() {
-                    task.abort();
-                }
-                self.closed
-                    .store(true, std::sync::atomic::Ordering::Release);
-                state.table.close(ClientError::Transport(error));
-            }
-        }
-    }
-
     fn on_message(
         &self,
-        bytes: &[u8],
+        message: Result<Incoming, Rejected>,
         related: Option<&RequestId>,
         progress_done: bool,
         state: &mut ClientState,
     ) {
-        match jsonrpc::parse(bytes) {
-            // A transport without the reader's fast path (a bare channel sink) or a late one.
-            Ok(Incoming::Response(_) | Incoming::Error(_)) => {
-                let _ = state.table.deliver(bytes);
+        match message {
+            // Responses are the reader's (`PendingTable::deliver`); what comes here is an
+            // error response without an id.
+            Ok(Incoming::Response(_)) => {}
+            Ok(Incoming::Error(e)) => {
+                tracing::warn!(client = %self.name, error = %e.error.message, "error response to no request");
             }
             Ok(Incoming::Notification(n)) => self.on_notification(n, progress_done, state),
             Ok(Incoming::Request(r)) => self.on_request(r, related, state),

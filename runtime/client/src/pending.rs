@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::sync::{mpsc, oneshot};
+use toolyard_proto::jsonrpc::Rejected;
 use toolyard_proto::{jsonrpc, Incoming, ProgressNotificationParams, ProgressToken, RequestId};
 
 /// The reply to one request: the raw result, or why there is none.
@@ -49,9 +50,12 @@ pub(crate) struct PendingTable(Mutex<Table>);
 pub(crate) enum Delivered {
     /// It was a response, handed to its caller (or to nobody: a late answer).
     Answered,
-    /// Anything else: the actor's business. `progress_done` says a progress notification
-    /// already reached its request's caller.
-    Other { progress_done: bool },
+    /// Anything else, parsed (the actor does not parse it again): the actor's business.
+    /// `progress_done` says a progress notification already reached its request's caller.
+    Other {
+        message: Result<Incoming, Rejected>,
+        progress_done: bool,
+    },
 }
 
 impl PendingTable {
@@ -95,20 +99,14 @@ impl PendingTable {
 
     /// Fails every waiting request with `error`, and every later one.
     pub(crate) fn close(&self, error: ClientError) {
-        let drained: Vec<Pending> = {
+        let (drained, error): (Vec<Pending>, ClientError) = {
             let mut table = self.lock();
             let drained = table.pending.drain().map(|(_, p)| p).collect();
-            table.closed.get_or_insert(error);
-            drained
+            (drained, table.closed.get_or_insert(error).clone())
         };
-        let error = self.closed_error();
         for p in drained {
             let _ = p.reply.send(Err(error.clone()));
         }
-    }
-
-    fn closed_error(&self) -> ClientError {
-        self.lock().closed.clone().unwrap_or(ClientError::Closed)
     }
 
     /// A request that failed on the wire: its caller gets the error.
@@ -165,10 +163,9 @@ impl PendingTable {
 
     /// Hands a message from the server to the caller it answers, if it is a response, or a
     /// progress notification to the request it is about. Progress goes through here too so
-    /// that a request's progress always reaches its caller before its answer.
+    /// that a request's progress always reaches its caller before its answer. Anything else
+    /// comes back parsed, for the actor.
     pub(crate) fn deliver(&self, bytes: &[u8]) -> Delivered {
-        // Only what can be a response or progress is parsed here; the rest (requests from
-        // the server, other notifications, unreadable lines) is left to the actor.
         match jsonrpc::parse(bytes) {
             Ok(Incoming::Response(r)) => {
                 match self.remove(&r.id) {
@@ -179,19 +176,17 @@ impl PendingTable {
                 }
                 Delivered::Answered
             }
-            Ok(Incoming::Error(e)) => match e.id.as_ref().and_then(|id| self.remove(id)) {
-                Some(p) => {
-                    let _ = p.reply.send(Err(ClientError::from_rpc(&p.method, e.error)));
-                    Delivered::Answered
+            Ok(Incoming::Error(e)) if e.id.is_some() => {
+                match e.id.as_ref().and_then(|id| self.remove(id)) {
+                    Some(p) => {
+                        let _ = p.reply.send(Err(ClientError::from_rpc(&p.method, e.error)));
+                    }
+                    None => {
+                        tracing::warn!(error = %e.error.message, "error response to no pending request");
+                    }
                 }
-                None if e.id.is_some() => {
-                    tracing::warn!(error = %e.error.message, "error response to no pending request");
-                    Delivered::Answered
-                }
-                None => Delivered::Other {
-                    progress_done: false,
-                },
-            },
+                Delivered::Answered
+            }
             Ok(Incoming::Notification(n)) if n.method == "notifications/progress" => {
                 let progress = n
                     .params
@@ -201,10 +196,12 @@ impl PendingTable {
                     self.progress(&p);
                 }
                 Delivered::Other {
+                    message: Ok(Incoming::Notification(n)),
                     progress_done: true,
                 }
             }
-            _ => Delivered::Other {
+            message => Delivered::Other {
+                message,
                 progress_done: false,
             },
         }

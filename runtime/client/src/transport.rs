@@ -192,26 +192,31 @@ impl EventSink {
                 if self.is_closed() {
                     return Err(ClientGone);
                 }
-                let progress_done = match &event {
-                    TransportEvent::Message(bytes)
-                    | TransportEvent::Related { message: bytes, .. } => {
-                        match table.deliver(bytes) {
-                            Delivered::Answered => return Ok(()),
-                            Delivered::Other { progress_done } => progress_done,
-                        }
+                let (bytes, related) = match event {
+                    TransportEvent::Message(bytes) => (bytes, None),
+                    TransportEvent::Related { message, request } => (message, Some(request)),
+                    TransportEvent::RequestFailed { id, error } => {
+                        table.fail(&id, error);
+                        return Ok(());
                     }
-                    TransportEvent::RequestFailed { .. } | TransportEvent::Closed(_) => false,
+                    TransportEvent::Closed(error) => {
+                        return actor.cast(ClientMsg::Closed(error)).map_err(|_| ClientGone)
+                    }
                 };
-                if let TransportEvent::RequestFailed { id, error } = event {
-                    table.fail(&id, error);
-                    return Ok(());
-                }
-                actor
-                    .cast(ClientMsg::Event {
-                        event,
+                // Parsed once, here: a response goes to its caller, the rest to the actor.
+                match table.deliver(&bytes) {
+                    Delivered::Answered => Ok(()),
+                    Delivered::Other {
+                        message,
                         progress_done,
-                    })
-                    .map_err(|_| ClientGone)
+                    } => actor
+                        .cast(ClientMsg::Message {
+                            message,
+                            related,
+                            progress_done,
+                        })
+                        .map_err(|_| ClientGone),
+                }
             }
             Target::Channel(c) => c.send(event).map_err(|_| ClientGone),
         }
