@@ -10,8 +10,10 @@
 //! The worker advertises what it serves (tools, resources, resource templates, prompts) in
 //! the catalog bucket (`catalog`), re-put on a heartbeat and when its server's lists change,
 //! deleted on [`Worker::shutdown`], which leaves the queue group with a subscription drain
-//! (UNSUB, then a PING) and serves what the server had already delivered: a drained worker
-//! fails no call, and none goes silent.
+//! (UNSUB, then a PING) and serves what arrives until the subscription ends. One gap is
+//! async-nats 0.51's: it forgets a draining subscription once the UNSUB is written, not at
+//! the PONG, so a request the server routes here in that instant is dropped unseen (the
+//! caller's deadline or the gateway's inactivity window ends it; docs/nats.md, "Draining").
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
@@ -256,10 +258,12 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
             drop(permit);
         });
     }
-    // Leave the queue group: a subscription drain sends UNSUB then PING, and the stream ends
-    // at the PONG, so every request the server routed here before it took the UNSUB still
-    // arrives. Those are served like the others (the drain deadline covers them): refusing
-    // them (-32010) failed calls during rolling restarts, as the deploy topology test saw.
+    // Leave the queue group: a subscription drain sends UNSUB then PING. What the server
+    // routed here before it took the UNSUB and async-nats still delivers is served like the
+    // others (the drain deadline covers them): refusing them (-32010) failed calls during
+    // rolling restarts, as the deploy topology test saw. async-nats 0.51 ends the stream
+    // once the UNSUB is written rather than at the PONG, so a request still in transit then
+    // is lost unseen: a gap of the client library, pinned by the deploy test.
     if subscription.drain().await.is_err() {
         let _ = subscription.unsubscribe().await;
     }
