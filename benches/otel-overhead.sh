@@ -4,7 +4,9 @@
 # traces sampled at 100%, both exported over OTLP/HTTP to a local receiver (a Python sink that
 # answers 200), interleaved in one run. Prints median calls/s per mode, the ratio to "off" per
 # round, and for HTTP the server's CPU per call (user + system, from /proc). Needs
-# ../shared/mcpload. Cores: mcpload and the sink on 0, the server on 1.
+# ../shared/mcpload. Cores: mcpload and the sink on 0, the server on 1. COMPARE_BIN: another
+# build's "metrics" mode in the same rounds (row `metrics-prev`, its ratio to this build's
+# "off").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
@@ -28,15 +30,16 @@ sink=$!
 trap 'kill $sink 2>/dev/null' EXIT
 sleep 1
 endpoint=http://127.0.0.1:$sink_port
-modes=("off|env" "metrics|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none" "full|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on")
+modes=("off|env|$T" "metrics|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$T" "full|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$T")
+[ -z "${COMPARE_BIN:-}" ] || modes+=("metrics-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$COMPARE_BIN")
 for rep in $(seq "${REPEATS:-3}"); do
   for m in "${modes[@]}"; do
-    IFS='|' read -r label envs <<< "$m"
+    IFS='|' read -r label envs bin <<< "$m"
     line=$(timeout 60 taskset -c 0 "$M" --json --label "stdio-$label" -c 16 -d "${DURATION:-3}" --warmup 500 \
-      stdio -- taskset -c 1 $envs "$T" serve --stdio --workers 1)
+      stdio -- taskset -c 1 $envs "$bin" serve --stdio --workers 1)
     echo "$line" >> "$out"
     port=$((20000 + RANDOM % 20000))
-    $envs taskset -c 1 "$T" serve --http "127.0.0.1:$port" --workers 1 2>/dev/null &
+    $envs taskset -c 1 "$bin" serve --http "127.0.0.1:$port" --workers 1 2>/dev/null &
     pid=$!
     sleep 0.5
     before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
@@ -55,12 +58,14 @@ for l in open(sys.argv[1]):
     r = json.loads(l); d[r['label']].append(r)
 for t in ("stdio", "http"):
     base = d[f"{t}-off"]
-    for m in ("off", "metrics", "full"):
-        rs = d[f"{t}-{m}"]
+    for m in ("off", "metrics", "full", "metrics-prev"):
+        rs = d.get(f"{t}-{m}")
+        if not rs:
+            continue
         ratio = st.median(a['calls_per_s'] / b['calls_per_s'] for a, b in zip(rs, base))
         cpu = ""
         if 'server_ticks' in rs[0]:
             cpu = f" server_cpu={st.median(r['server_ticks'] / hz * 1e6 / max(r['ok'] + r['warmup'], 1) for r in rs):.1f}us/call"
-        print(f"{t:5} {m:7} {st.median(r['calls_per_s'] for r in rs):>8.0f}/s  vs off {ratio:.3f}  "
+        print(f"{t:5} {m:12} {st.median(r['calls_per_s'] for r in rs):>8.0f}/s  vs off {ratio:.3f}  "
               f"p50={st.median(r['latency_us']['p50'] for r in rs)}us errors={sum(r['errors'] for r in rs)}{cpu}")
 PY

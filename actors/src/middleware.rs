@@ -175,11 +175,8 @@ impl Layers {
         self.stack.is_empty()
     }
     /// Runs every layer's start hook; on rejection finishes the already started ones.
-    pub(crate) fn start(
-        &self,
-        info: &RequestInfo,
-    ) -> Result<Vec<Box<dyn Completion>>, ErrorObject> {
-        let mut done = Vec::with_capacity(self.stack.len());
+    pub(crate) fn start(&self, info: &RequestInfo) -> Result<Started, ErrorObject> {
+        let mut done = Started::new();
         for layer in self.stack.iter() {
             match layer.start(info) {
                 Ok(Some(c)) => done.push(c),
@@ -197,10 +194,14 @@ impl Layers {
     }
 }
 
+/// The completions of the layers a request started, outermost first: inline for up to two
+/// layers, so observing a request allocates no list.
+pub(crate) type Started = smallvec::SmallVec<[Box<dyn Completion>; 2]>;
+
 /// The started layers of one request, finished when the request ends.
 pub(crate) struct Watch {
     pub(crate) info: RequestInfo,
-    pub(crate) completions: Vec<Box<dyn Completion>>,
+    pub(crate) completions: Started,
     /// The layers want the response ([`Layer::captures_payloads`]).
     pub(crate) captures: bool,
 }

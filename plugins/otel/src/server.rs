@@ -2,6 +2,7 @@
 //! `mcp.server.operation.duration` point, whatever the transport.
 
 use crate::capture::{CaptureSettings, Redactor};
+use crate::points::DurationPoints;
 use crate::propagation::{parent_context, traceparent_of};
 use crate::semconv::{self, caller_fault, span_name, target_attribute};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
@@ -18,7 +19,7 @@ pub struct ObservabilityLayer {
     tracer: BoxedTracer,
     /// False when no traces are exported (metrics only): no span is built at all.
     spans: bool,
-    duration: Histogram<f64>,
+    duration: Arc<DurationPoints>,
     sessions: Histogram<f64>,
     capture: Option<Arc<Redactor>>,
 }
@@ -44,11 +45,11 @@ impl ObservabilityLayer {
         ObservabilityLayer {
             tracer,
             spans: true,
-            duration: semconv::duration_histogram(
+            duration: Arc::new(DurationPoints::new(semconv::duration_histogram(
                 meter,
                 semconv::SERVER_DURATION,
                 "Duration of MCP requests as handled by the server",
-            ),
+            ))),
             sessions: semconv::duration_histogram(
                 meter,
                 semconv::SESSION_DURATION,
@@ -199,7 +200,7 @@ struct ServerSpan {
     /// `None` when the layer builds no spans (metrics only).
     span: Option<BoxedSpan>,
     trace: Option<(String, Option<String>)>,
-    duration: Histogram<f64>,
+    duration: Arc<DurationPoints>,
     /// Set when results are captured.
     capture: Option<Arc<Redactor>>,
 }
@@ -226,68 +227,31 @@ impl Completion for ServerSpan {
     }
 
     fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome) {
-        let ServerSpan {
-            mut span, duration, ..
-        } = *self;
-        let method: &str = &info.method;
-        let mut point = vec![KeyValue::new(semconv::MCP_METHOD_NAME, info.method.clone())];
-        if let Some(v) = &info.protocol_version {
-            point.push(KeyValue::new(semconv::MCP_PROTOCOL_VERSION, v.as_str()));
-        }
-        if let Some(peer) = &info.peer {
-            point.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
-        }
+        let ServerSpan { span, duration, .. } = *self;
+        duration.record(info, outcome);
+        let Some(mut span) = span else { return };
         let refused = matches!(outcome, Outcome::Error(code) if caller_fault(*code));
-        if let (Some(key), Some(t)) = (target_attribute(method), &info.target) {
-            // A refused call's name is whatever the caller typed: keep it off the series.
-            if key != semconv::MCP_RESOURCE_URI {
-                point.push(if refused {
-                    KeyValue::new(key, semconv::OTHER)
-                } else {
-                    KeyValue::new(key, t.clone())
-                });
-            }
-        }
-        if method == "tools/call" {
-            point.push(KeyValue::new(
-                semconv::GEN_AI_OPERATION_NAME,
-                "execute_tool",
-            ));
-        }
         match outcome {
             Outcome::Ok | Outcome::InputRequired => {}
             Outcome::ToolError => {
-                if let Some(span) = &mut span {
-                    span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
-                    span.set_status(Status::error("the tool reported an error"));
-                }
-                point.push(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
+                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
+                span.set_status(Status::error("the tool reported an error"));
             }
             Outcome::Error(code) => {
                 let code = code.to_string();
-                if let Some(span) = &mut span {
-                    span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
-                    span.set_attribute(KeyValue::new(
-                        semconv::RPC_RESPONSE_STATUS_CODE,
-                        code.clone(),
-                    ));
-                    if !refused {
-                        span.set_status(Status::error(format!("JSON-RPC error {code}")));
-                    }
+                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
+                span.set_attribute(KeyValue::new(
+                    semconv::RPC_RESPONSE_STATUS_CODE,
+                    code.clone(),
+                ));
+                if !refused {
+                    span.set_status(Status::error(format!("JSON-RPC error {code}")));
                 }
-                point.push(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
-                point.push(KeyValue::new(semconv::RPC_RESPONSE_STATUS_CODE, code));
             }
             Outcome::Cancelled => {
-                if let Some(span) = &mut span {
-                    span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
-                }
-                point.push(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
+                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
             }
         }
-        duration.record(info.started.elapsed().as_secs_f64(), &point);
-        if let Some(mut span) = span {
-            span.end();
-        }
+        span.end();
     }
 }

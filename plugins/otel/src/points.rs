@@ -1,0 +1,352 @@
+//! `mcp.server.operation.duration` points recorded through instruments bound once per
+//! attribute set.
+//!
+//! Why: recording with an attribute slice makes the SDK hash, look up and compare the whole
+//! `KeyValue` set on every call, and building that slice allocates a `Vec` and clones its
+//! strings; together that was most of what metrics cost a stdio call (benches/README.md).
+//! A server sees a handful of distinct sets (method × tool × revision × transport ×
+//! outcome), so each is bound once ([`BoundHistogram`]) and found again by a hash of the few
+//! values it is made of, borrowed from the request: no allocation, no attribute hashing per
+//! call. Past [`MAX_BOUND`] sets (a client minting method names) points go the unbound
+//! way, where the SDK's own cardinality limit folds them into its overflow series.
+
+use crate::semconv::{self, caller_fault, target_attribute};
+use opentelemetry::metrics::{BoundHistogram, Histogram};
+use opentelemetry::KeyValue;
+use rustc_hash::{FxBuildHasher, FxHasher};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::RwLock;
+use toolyard::{Outcome, RequestInfo};
+
+/// How many attribute sets are bound at most (the SDK's default cardinality limit).
+pub(crate) const MAX_BOUND: usize = 2000;
+
+/// What a point's attributes are made of, borrowed from the request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Key<'a> {
+    method: &'a str,
+    version: Option<&'static str>,
+    transport: Option<&'static str>,
+    /// The tool or prompt name; `None` for methods without one and for resource URIs
+    /// (unbounded, kept off the series); [`semconv::OTHER`] for a refused call.
+    target: Option<&'a str>,
+    error: Option<Error>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Error {
+    Tool,
+    Code(i32),
+    Cancelled,
+}
+
+/// [`Key`] with its strings owned, as the cache keeps it.
+struct OwnedKey {
+    method: Box<str>,
+    version: Option<&'static str>,
+    transport: Option<&'static str>,
+    target: Option<Box<str>>,
+    error: Option<Error>,
+}
+
+impl OwnedKey {
+    fn matches(&self, k: &Key<'_>) -> bool {
+        &*self.method == k.method
+            && self.version == k.version
+            && self.transport == k.transport
+            && self.target.as_deref() == k.target
+            && self.error == k.error
+    }
+}
+
+impl<'a> Key<'a> {
+    fn of(info: &'a RequestInfo, outcome: &Outcome) -> Self {
+        let method: &str = &info.method;
+        let refused = matches!(outcome, Outcome::Error(code) if caller_fault(*code));
+        let target = match (target_attribute(method), info.target.as_deref()) {
+            (Some(key), Some(t)) if key != semconv::MCP_RESOURCE_URI => {
+                // A refused call's name is whatever the caller typed: keep it off the series.
+                Some(if refused { semconv::OTHER } else { t })
+            }
+            _ => None,
+        };
+        Key {
+            method,
+            version: info.protocol_version.as_ref().map(|v| v.as_str()),
+            transport: info.peer.as_ref().map(|p| p.transport),
+            target,
+            error: match outcome {
+                Outcome::Ok | Outcome::InputRequired => None,
+                Outcome::ToolError => Some(Error::Tool),
+                Outcome::Error(code) => Some(Error::Code(*code)),
+                Outcome::Cancelled => Some(Error::Cancelled),
+            },
+        }
+    }
+
+    fn hash(&self) -> u64 {
+        let mut h = FxHasher::default();
+        self.method.hash(&mut h);
+        self.version.hash(&mut h);
+        self.transport.hash(&mut h);
+        self.target.hash(&mut h);
+        self.error.hash(&mut h);
+        h.finish()
+    }
+
+    fn owned(&self) -> OwnedKey {
+        OwnedKey {
+            method: self.method.into(),
+            version: self.version,
+            transport: self.transport,
+            target: self.target.map(Into::into),
+            error: self.error,
+        }
+    }
+
+    /// The point's attributes, as the conventions name them.
+    fn attributes(&self) -> Vec<KeyValue> {
+        let mut point = vec![KeyValue::new(
+            semconv::MCP_METHOD_NAME,
+            self.method.to_owned(),
+        )];
+        if let Some(v) = self.version {
+            point.push(KeyValue::new(semconv::MCP_PROTOCOL_VERSION, v));
+        }
+        if let Some(t) = self.transport {
+            point.push(KeyValue::new(semconv::NETWORK_TRANSPORT, t));
+        }
+        if let (Some(key), Some(t)) = (target_attribute(self.method), self.target) {
+            point.push(KeyValue::new(key, t.to_owned()));
+        }
+        if self.method == "tools/call" {
+            point.push(KeyValue::new(
+                semconv::GEN_AI_OPERATION_NAME,
+                "execute_tool",
+            ));
+        }
+        match self.error {
+            None => {}
+            Some(Error::Tool) => {
+                point.push(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR))
+            }
+            Some(Error::Cancelled) => point.push(KeyValue::new(semconv::ERROR_TYPE, "cancelled")),
+            Some(Error::Code(code)) => {
+                let code = code.to_string();
+                point.push(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
+                point.push(KeyValue::new(semconv::RPC_RESPONSE_STATUS_CODE, code));
+            }
+        }
+        point
+    }
+}
+
+/// The server's duration histogram and its bound attribute sets.
+pub(crate) struct DurationPoints {
+    histogram: Histogram<f64>,
+    /// Keyed by [`Key::hash`]; a bucket holds the (rare) sets whose hashes collide.
+    bound: RwLock<HashMap<u64, Bucket, NoRehash>>,
+}
+
+type Bucket = Vec<(OwnedKey, BoundHistogram<f64>)>;
+
+/// The map's keys are already hashes.
+#[derive(Clone, Copy, Default)]
+struct NoRehash;
+
+impl BuildHasher for NoRehash {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxBuildHasher.build_hasher()
+    }
+}
+
+impl DurationPoints {
+    pub(crate) fn new(histogram: Histogram<f64>) -> Self {
+        DurationPoints {
+            histogram,
+            bound: RwLock::new(HashMap::default()),
+        }
+    }
+
+    /// Records how long the request took, under its method, target, revision, transport
+    /// and outcome.
+    pub(crate) fn record(&self, info: &RequestInfo, outcome: &Outcome) {
+        let seconds = info.started.elapsed().as_secs_f64();
+        let key = Key::of(info, outcome);
+        let hash = key.hash();
+        if let Ok(bound) = self.bound.read() {
+            if let Some(h) = bound
+                .get(&hash)
+                .and_then(|b| b.iter().find(|(k, _)| k.matches(&key)))
+            {
+                h.1.record(seconds);
+                return;
+            }
+        }
+        let attributes = key.attributes();
+        let Ok(mut bound) = self.bound.write() else {
+            self.histogram.record(seconds, &attributes);
+            return;
+        };
+        let sets: usize = bound.values().map(Vec::len).sum();
+        let bucket = bound.entry(hash).or_default();
+        if let Some((_, h)) = bucket.iter().find(|(k, _)| k.matches(&key)) {
+            h.record(seconds);
+        } else if sets < MAX_BOUND {
+            let h = self.histogram.bind(&attributes);
+            h.record(seconds);
+            bucket.push((key.owned(), h));
+        } else {
+            self.histogram.record(seconds, &attributes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::metrics::MeterProvider;
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+    use std::time::Instant;
+    use toolyard::proto::RequestId;
+
+    fn info(method: &str, target: Option<&str>) -> RequestInfo {
+        RequestInfo {
+            method: method.into(),
+            target: target.map(Into::into),
+            id: RequestId::Number(1),
+            protocol_version: None,
+            session_id: None,
+            principal: None,
+            peer: None,
+            traceparent: None,
+            tracestate: None,
+            transport_traceparent: None,
+            arguments: None,
+            started: Instant::now(),
+        }
+    }
+
+    /// (attributes as sorted `key=value` text, count) of every point exported.
+    fn points(exporter: &InMemoryMetricExporter) -> Vec<(Vec<String>, u64)> {
+        let metrics: Vec<ResourceMetrics> = exporter.get_finished_metrics().unwrap_or_default();
+        let mut out = Vec::new();
+        for rm in &metrics {
+            for sm in rm.scope_metrics() {
+                for m in sm.metrics() {
+                    if let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() {
+                        for p in h.data_points() {
+                            let mut attrs: Vec<String> = p
+                                .attributes()
+                                .map(|kv| format!("{}={}", kv.key, kv.value))
+                                .collect();
+                            attrs.sort();
+                            out.push((attrs, p.count()));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn each_attribute_set_is_one_series_and_a_refused_name_is_other() {
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        let meter = provider.meter("test");
+        let points = DurationPoints::new(semconv::duration_histogram(
+            &meter,
+            semconv::SERVER_DURATION,
+            "test",
+        ));
+        let echo = info("tools/call", Some("echo"));
+        for _ in 0..3 {
+            points.record(&echo, &Outcome::Ok);
+        }
+        points.record(&echo, &Outcome::ToolError);
+        points.record(&info("tools/call", Some("nope-1")), &Outcome::Error(-32602));
+        points.record(&info("tools/call", Some("nope-2")), &Outcome::Error(-32602));
+        points.record(&info("resources/read", Some("file:///a")), &Outcome::Ok);
+        assert!(provider.force_flush().is_ok());
+        let op = "gen_ai.operation.name=execute_tool".to_owned();
+        assert_eq!(
+            points_of(&exporter),
+            vec![
+                (
+                    vec![
+                        "error.type=-32602".to_owned(),
+                        op.clone(),
+                        "gen_ai.tool.name=_OTHER".to_owned(),
+                        "mcp.method.name=tools/call".to_owned(),
+                        "rpc.response.status_code=-32602".to_owned(),
+                    ],
+                    2
+                ),
+                (
+                    vec![
+                        "error.type=tool_error".to_owned(),
+                        op.clone(),
+                        "gen_ai.tool.name=echo".to_owned(),
+                        "mcp.method.name=tools/call".to_owned(),
+                    ],
+                    1
+                ),
+                (
+                    vec![
+                        op,
+                        "gen_ai.tool.name=echo".to_owned(),
+                        "mcp.method.name=tools/call".to_owned(),
+                    ],
+                    3
+                ),
+                (vec!["mcp.method.name=resources/read".to_owned()], 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn past_the_bound_limit_points_are_still_recorded() {
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        let meter = provider.meter("test");
+        let points = DurationPoints::new(semconv::duration_histogram(
+            &meter,
+            semconv::SERVER_DURATION,
+            "test",
+        ));
+        for i in 0..MAX_BOUND + 10 {
+            points.record(&info(&format!("x/{i}"), None), &Outcome::Error(-32601));
+        }
+        let bound: usize = points
+            .bound
+            .read()
+            .map(|b| b.values().map(Vec::len).sum())
+            .unwrap_or(0);
+        assert_eq!(bound, MAX_BOUND);
+        assert!(provider.force_flush().is_ok());
+        let total: u64 = points_of(&exporter).iter().map(|(_, n)| n).sum();
+        assert_eq!(total, (MAX_BOUND + 10) as u64);
+    }
+
+    fn points_of(exporter: &InMemoryMetricExporter) -> Vec<(Vec<String>, u64)> {
+        // The last export holds the cumulative state.
+        let all = points(exporter);
+        let mut last: HashMap<Vec<String>, u64> = HashMap::new();
+        for (k, n) in all {
+            let e = last.entry(k).or_insert(0);
+            *e = (*e).max(n);
+        }
+        let mut v: Vec<_> = last.into_iter().collect();
+        v.sort();
+        v
+    }
+}
