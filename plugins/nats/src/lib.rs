@@ -19,6 +19,7 @@ mod denied;
 mod error;
 mod events;
 mod remote;
+mod replies;
 pub mod wire;
 mod worker;
 
@@ -37,12 +38,23 @@ pub use worker::{Worker, WorkerConfig};
 /// (`nats://user:password@host` or `nats://token@host`; async-nats itself ignores them) and
 /// never printed.
 pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsError> {
+    connect_with(url, name, async_nats::ConnectOptions::new()).await
+}
+
+/// [`connect`], starting from options of your own (a subscription capacity, TLS): the URL's
+/// credentials, the name, the retries and the event handling the bridge relies on (N15's
+/// permission refusals, slow consumers ending the calls in flight) are added to them.
+pub async fn connect_with(
+    url: &str,
+    name: &str,
+    options: async_nats::ConnectOptions,
+) -> Result<async_nats::Client, NatsError> {
     let urls: Vec<&str> = url
         .split(',')
         .map(str::trim)
         .filter(|u| !u.is_empty())
         .collect();
-    let mut options = async_nats::ConnectOptions::new();
+    let mut options = options;
     if let Some(addr) = urls.iter().find_map(|u| {
         u.parse::<async_nats::ServerAddr>()
             .ok()
@@ -71,6 +83,11 @@ pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsEr
                         Some(subject) => denied::report(subject, &message),
                         None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
                     }
+                }
+                // Frames for the calls in flight may be gone: they end now, -32010 (`replies`).
+                async_nats::Event::SlowConsumer(sid) => {
+                    tracing::warn!(target: "toolyard::nats", sid, "the NATS connection dropped messages for a slow subscription: the calls in flight end with -32010");
+                    replies::slow_consumer();
                 }
                 other => tracing::debug!(target: "toolyard::nats", event = %other, "NATS connection event"),
             }

@@ -10,6 +10,7 @@
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
+use crate::replies::Replies;
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
 use async_nats::{Client, HeaderMap, HeaderValue, Message, StatusCode};
@@ -87,6 +88,8 @@ struct Inner {
     /// with -32010 (its frames may have been dropped while the connection was down; N5, N9),
     /// instead of at its inactivity deadline.
     losses: tokio::sync::watch::Receiver<u64>,
+    /// The one reply subscription every call is answered on (`replies`).
+    replies: Replies,
 }
 
 #[derive(Debug, Default)]
@@ -130,12 +133,16 @@ impl RemoteTools {
             .watch_all()
             .await
             .map_err(|e| NatsError::Bus(format!("watching the catalog: {e}")))?;
+        let replies = Replies::start(&client)
+            .await
+            .map_err(|e| NatsError::Bus(format!("subscribing for the answers: {e}")))?;
         let inner = Arc::new(Inner {
             server,
             client,
             config,
             state: Mutex::default(),
             losses,
+            replies,
         });
         // What the bucket holds now, before returning, so the first listing has it (the
         // watch delivers these again; applying an entry twice changes nothing).
@@ -718,12 +725,8 @@ async fn complete_traced(
 ) -> Result<Completions, String> {
     let method = "completion/complete";
     let subject = wire::request_subject(&inner.config.prefix, server, method, None);
-    let inbox = inner.client.new_inbox();
-    let mut frames = inner
-        .client
-        .subscribe(inbox.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut frames = inner.replies.open();
+    let inbox = frames.subject().to_owned();
     let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
     headers.insert(wire::METHOD, method);
@@ -766,7 +769,7 @@ async fn complete_traced(
         }
     };
     guard.control = None;
-    let _ = frames.unsubscribe().await;
+    drop(frames);
     #[derive(Deserialize)]
     struct Response {
         result: Option<CompleteResult>,
@@ -1130,16 +1133,10 @@ async fn call_once(
         )))
         .into());
     };
-    // A reply subscription of its own per call: one call's flood of frames can then never
-    // fill the buffer another call's answer arrives in (a shared `{prefix}.*` subscription
-    // did that, and measured no faster: the time went to the worker's timer, since fixed).
-    let inbox = inner.client.new_inbox();
-    let mut frames = inner.client.subscribe(inbox.clone()).await.map_err(|e| {
-        bus_error(
-            wire::STREAM_LOST,
-            format!("cannot subscribe for the answer: {e}"),
-        )
-    })?;
+    // Answered on the gateway's one reply subscription, routed to this call by its token
+    // (`replies`: a flood on another call cannot delay this one's answer).
+    let mut frames = inner.replies.open();
+    let inbox = frames.subject().to_owned();
     let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
     headers.insert(wire::METHOD, target.method);
@@ -1270,7 +1267,7 @@ async fn call_once(
         guard.control = None;
     }
     drop(guard);
-    let _ = frames.unsubscribe().await;
+    drop(frames);
     outcome
 }
 

@@ -1,0 +1,296 @@
+//! One reply subscription for all of a gateway's calls, routed to each call by its token.
+//!
+//! Why: a subscription per call cost every forwarded call a SUB and an UNSUB through
+//! async-nats' connection task, a fresh channel (its first block of slots allocated) and two
+//! updates of the client's subscription map — the largest single share of the gateway's CPU
+//! per call after the JSON itself (benches/README.md). Here the gateway subscribes once to
+//! `_INBOX.<nuid>.*`; a call takes the next token, is answered on `_INBOX.<nuid>.<token>`,
+//! and a router task hands each frame to its call's own bounded queue.
+//!
+//! A flood of frames on one call must never delay another call's answer (why the first
+//! shared subscription was removed): the router never waits. When a call's queue is full its
+//! route is dropped on the spot — that call then reads what was queued, sees its stream end
+//! before an `end` frame and fails `-32010` (never a truncated answer) — and the router goes
+//! on with the other calls' frames. A frame for a token no call holds any more (a call given
+//! up on, a late keepalive) is dropped.
+//!
+//! What the router cannot prevent is async-nats dropping frames before they reach it: the
+//! subscription's buffer (the connection's `subscription_capacity`, 65 536 messages by
+//! default) full because the router was starved of CPU. A call missing a frame in the
+//! middle sees the gap in `Mcp-Seq`; one whose only frame was dropped would wait out its
+//! inactivity window. So a slow-consumer event on the connection ([`slow_consumer`], from
+//! [`connect`](crate::connect)'s event callback) ends every call waiting on a reply
+//! subscription in the process at once with -32010: a re-issue instead of a silent wait.
+
+use async_nats::{Client, Message};
+use futures_util::task::AtomicWaker;
+use futures_util::StreamExt;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+
+/// Frames a call may have waiting before its route is dropped (a progress flood the
+/// caller's side cannot keep up with): bounds the gateway's memory per call.
+pub(crate) const QUEUE: usize = 512;
+
+/// A call's queue: a plain deque that grows with what waits in it (a call is mostly one
+/// `end` frame), rather than a channel whose first block of slots is allocated up front.
+#[derive(Default)]
+struct Slot {
+    frames: Mutex<VecDeque<Message>>,
+    /// The route is gone: no frame will come after those queued.
+    closed: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Slot {
+    fn frames(&self) -> MutexGuard<'_, VecDeque<Message>> {
+        self.frames.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+/// Token -> the call's queue.
+type Table = Mutex<FxHashMap<u64, Arc<Slot>>>;
+type Routes = Arc<Table>;
+
+/// Every reply subscription's routes in the process, for [`slow_consumer`].
+fn all_routes() -> MutexGuard<'static, Vec<std::sync::Weak<Table>>> {
+    static ALL: Mutex<Vec<std::sync::Weak<Table>>> = Mutex::new(Vec::new());
+    ALL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The bus connection dropped messages for a slow subscription: the calls waiting for
+/// replies may have lost theirs, so each ends now (its stream closes after what was queued).
+pub(crate) fn slow_consumer() {
+    let mut all = all_routes();
+    all.retain(|routes| {
+        let Some(routes) = routes.upgrade() else {
+            return false;
+        };
+        for (_, slot) in lock(&routes).drain() {
+            slot.close();
+        }
+        true
+    });
+}
+
+fn lock(routes: &Routes) -> MutexGuard<'_, FxHashMap<u64, Arc<Slot>>> {
+    routes.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The gateway's reply subscription and its routes.
+pub(crate) struct Replies {
+    /// `_INBOX.<nuid>.`: a call's reply subject is this and its token.
+    prefix: String,
+    next: AtomicU64,
+    routes: Routes,
+    router: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Replies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replies")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Replies {
+    fn drop(&mut self) {
+        self.router.abort();
+        for (_, slot) in lock(&self.routes).drain() {
+            slot.close();
+        }
+    }
+}
+
+impl Replies {
+    /// Subscribes to `_INBOX.<nuid>.*` and starts routing. async-nats subscribes again after
+    /// a reconnect, so the routes outlive a lost connection (the calls in flight then end on
+    /// the connection watcher's count, not here).
+    pub(crate) async fn start(client: &Client) -> Result<Replies, async_nats::SubscribeError> {
+        let prefix = format!("{}.", client.new_inbox());
+        let mut subscription = client.subscribe(format!("{prefix}*")).await?;
+        let routes = Routes::default();
+        all_routes().push(Arc::downgrade(&routes));
+        let routing = routes.clone();
+        let tokens = prefix.clone();
+        let router = tokio::spawn(async move {
+            while let Some(message) = subscription.next().await {
+                route(&routing, &tokens, message);
+            }
+            // The client is gone: every call's stream ends (-32010 for those waiting).
+            for (_, slot) in lock(&routing).drain() {
+                slot.close();
+            }
+        });
+        Ok(Replies {
+            prefix,
+            next: AtomicU64::new(1),
+            routes,
+            router,
+        })
+    }
+
+    /// A new call's reply subject and the stream its frames arrive on.
+    pub(crate) fn open(&self) -> ReplyStream {
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        lock(&self.routes).insert(token, slot.clone());
+        ReplyStream {
+            subject: format!("{}{token}", self.prefix),
+            token,
+            slot,
+            routes: self.routes.clone(),
+        }
+    }
+}
+
+fn route(routes: &Routes, prefix: &str, message: Message) {
+    let Some(token) = message
+        .subject
+        .as_str()
+        .strip_prefix(prefix)
+        .and_then(|t| t.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let mut routes = lock(routes);
+    let Some(slot) = routes.get(&token) else {
+        return;
+    };
+    let mut frames = slot.frames();
+    if frames.len() < QUEUE {
+        frames.push_back(message);
+        drop(frames);
+        slot.waker.wake();
+        return;
+    }
+    drop(frames);
+    if let Some(slot) = routes.remove(&token) {
+        slot.close();
+    }
+    tracing::warn!(
+        token,
+        queue = QUEUE,
+        "a call's frames arrive faster than its caller takes them: the call fails -32010"
+    );
+}
+
+/// One call's frames; its route is removed when it is dropped.
+pub(crate) struct ReplyStream {
+    subject: String,
+    token: u64,
+    slot: Arc<Slot>,
+    routes: Routes,
+}
+
+impl ReplyStream {
+    /// The reply subject the call is published with.
+    pub(crate) fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The next frame; `None` once the route was dropped (a queue overflow, the client gone)
+    /// and what was queued has been read.
+    pub(crate) async fn next(&mut self) -> Option<Message> {
+        std::future::poll_fn(|cx| {
+            if let Some(m) = self.slot.frames().pop_front() {
+                return Poll::Ready(Some(m));
+            }
+            self.slot.waker.register(cx.waker());
+            // Again after registering: a frame or the close may have come in between.
+            if let Some(m) = self.slot.frames().pop_front() {
+                return Poll::Ready(Some(m));
+            }
+            if self.slot.closed.load(Ordering::Acquire) {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+impl Drop for ReplyStream {
+    fn drop(&mut self) {
+        lock(&self.routes).remove(&self.token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use toolyard_testkit::NatsServer;
+
+    /// The isolation the first shared subscription lacked: a call whose frames pile up
+    /// unread loses its route (its stream ends after what was queued, so it fails -32010),
+    /// and a call answered on the same subscription meanwhile gets its frame.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flooded_call_loses_its_route_and_another_calls_answer_still_arrives() {
+        let nats = NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let replies = Replies::start(&client).await.unwrap();
+        let mut flooded = replies.open();
+        let mut answered = replies.open();
+        for i in 0..QUEUE + 100 {
+            client
+                .publish(flooded.subject().to_owned(), i.to_string().into())
+                .await
+                .unwrap();
+        }
+        client
+            .publish(answered.subject().to_owned(), "end".into())
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), answered.next())
+            .await
+            .expect("the answer arrives")
+            .expect("the route is there");
+        assert_eq!(&got.payload[..], b"end");
+        let mut read = 0;
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(10), flooded.next()).await
+        {
+            assert_eq!(
+                m.payload,
+                read.to_string().as_bytes(),
+                "in order, none skipped"
+            );
+            read += 1;
+        }
+        assert_eq!(read, QUEUE, "what was queued, then the end of the stream");
+        drop(flooded);
+        drop(answered);
+        assert!(
+            lock(&replies.routes).is_empty(),
+            "a dropped stream leaves no route"
+        );
+    }
+
+    /// A slow-consumer event ends every waiting call at once (after what it had queued).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_consumer_event_ends_the_calls_waiting_for_replies() {
+        let nats = NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let replies = Replies::start(&client).await.unwrap();
+        let mut waiting = replies.open();
+        client
+            .publish(waiting.subject().to_owned(), "ka".into())
+            .await
+            .unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(10), waiting.next()).await;
+        assert!(matches!(first, Ok(Some(_))));
+        slow_consumer();
+        let next = tokio::time::timeout(Duration::from_secs(10), waiting.next()).await;
+        assert!(matches!(next, Ok(None)), "the stream ends at once");
+    }
+}
