@@ -5,11 +5,11 @@
 //! callback ([`crate::connect`] installs it) reports the subject here, and the calls waiting
 //! on that subject end at once with -32013.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tokio::sync::oneshot;
 
-type Waiters = HashMap<String, Vec<(u64, oneshot::Sender<String>)>>;
+type Waiters = FxHashMap<String, Vec<(u64, oneshot::Sender<String>)>>;
 
 fn waiters() -> MutexGuard<'static, Waiters> {
     static WAITERS: OnceLock<Mutex<Waiters>> = OnceLock::new();
@@ -33,10 +33,15 @@ pub(crate) fn watch(subject: &str) -> Watch {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     let (tx, refused) = oneshot::channel();
-    waiters()
-        .entry(subject.to_owned())
-        .or_default()
-        .push((id, tx));
+    // Calls on one subject share its entry: the key is copied only for the first.
+    let mut all = waiters();
+    match all.get_mut(subject) {
+        Some(list) => list.push((id, tx)),
+        None => {
+            all.insert(subject.to_owned(), vec![(id, tx)]);
+        }
+    }
+    drop(all);
     Watch {
         subject: subject.to_owned(),
         id,

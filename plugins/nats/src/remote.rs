@@ -546,6 +546,11 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
     // The subject is the same for every call of the tool: written once.
     let subject: Arc<str> =
         wire::request_subject(&inner.config.prefix, &server, "tools/call", Some(&tool)).into();
+    // So are its headers (`None`: a name a header cannot carry, refused per call).
+    let headers: Option<Arc<HeaderMap>> =
+        request_headers("tools/call", &tool, inner.config.call_timeout)
+            .ok()
+            .map(Arc::new);
     let server: Arc<str> = server.into();
     let tool: Arc<str> = tool.into();
     Arc::new(move |ctx: RequestContext, args: RawArgs| {
@@ -554,6 +559,7 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
         let tool = tool.clone();
         let quoted = quoted.clone();
         let subject = subject.clone();
+        let headers = headers.clone();
         Box::pin(async move {
             let target = Target {
                 server: &server,
@@ -561,6 +567,7 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
                 name: &tool,
                 retry_safe,
                 subject: Some(&subject),
+                headers: headers.as_deref(),
             };
             let params = [("name", &*quoted), ("arguments", args.get())];
             request::<RawResult>(&inner, &target, &ctx, &params).await
@@ -590,6 +597,7 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
                 // Reading changes nothing.
                 retry_safe: true,
                 subject: None,
+                headers: None,
             };
             let read = request::<ReadResourceResult>(&inner, &target, &ctx, &params).await?;
             Ok(read.contents)
@@ -614,6 +622,7 @@ fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::Pr
                     name: &prompt,
                     retry_safe: true,
                     subject: None,
+                    headers: None,
                 };
                 request::<GetPromptResult>(&inner, &target, &ctx, &params).await
             })
@@ -752,14 +761,14 @@ async fn complete_traced(
     // Given up on (the caller's bound ran out): the worker is told to stop.
     let mut guard = CancelOnDrop {
         client: inner.client.clone(),
-        control: Some(wire::control_subject(&inbox)),
+        reply: Some(inbox),
     };
     let payload = loop {
         let Some(message) = frames.next().await else {
             return Err("the answer stream closed".to_owned());
         };
         if message.status == Some(StatusCode::NO_RESPONDERS) {
-            guard.control = None;
+            guard.reply = None;
             return Err("no worker serves it (no responders)".to_owned());
         }
         match frame_header(&message, wire::FRAME).and_then(Frame::parse) {
@@ -768,7 +777,7 @@ async fn complete_traced(
             None => return Err("a reply without an Mcp-Frame header".to_owned()),
         }
     };
-    guard.control = None;
+    guard.reply = None;
     drop(frames);
     #[derive(Deserialize)]
     struct Response {
@@ -804,6 +813,8 @@ struct Target<'a> {
     retry_safe: bool,
     /// The request subject when it was written ahead (a tool's is fixed).
     subject: Option<&'a str>,
+    /// The request headers when they were written ahead ([`request_headers`]).
+    headers: Option<&'a HeaderMap>,
 }
 
 /// A result a forwarded request may end with.
@@ -1124,26 +1135,14 @@ async fn call_once(
     body: bytes::Bytes,
 ) -> Result<bytes::Bytes, Outcome> {
     let server = target.server;
-    // What a header cannot carry (a line break) is refused before anything is sent: the
-    // worker requires `Mcp-Name` to equal the body's name.
-    let Ok(name) = target.name.parse::<HeaderValue>() else {
-        return Err(HandlerError::Protocol(ErrorObject::invalid_params(format!(
-            "`{}` cannot be forwarded: it contains a line break",
-            target.name.escape_debug()
-        )))
-        .into());
+    let mut headers = match target.headers {
+        Some(h) => h.clone(),
+        None => request_headers(target.method, target.name, inner.config.call_timeout)?,
     };
     // Answered on the gateway's one reply subscription, routed to this call by its token
     // (`replies`: a flood on another call cannot delay this one's answer).
     let mut frames = inner.replies.open();
     let inbox = frames.subject().to_owned();
-    let mut headers = HeaderMap::new();
-    headers.insert(wire::WIRE, "1");
-    headers.insert(wire::METHOD, target.method);
-    headers.insert(wire::NAME, name);
-    headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
-    // An answer over max_payload comes back as a claim (`claims`), fetched below.
-    headers.insert(wire::ACCEPT_CLAIM, "1");
     // The trace context rides the headers too (NATS 2.11+ traces messages that carry it);
     // a value a header cannot carry stays in `_meta` only.
     if let Some((parent, state)) = trace {
@@ -1154,10 +1153,6 @@ async fn call_once(
             headers.insert(wire::TRACESTATE, state);
         }
     }
-    headers.insert(
-        wire::TIMEOUT_MS,
-        inner.config.call_timeout.as_millis().to_string().as_str(),
-    );
     // Watched before the publish: the server's refusal may come back at once.
     let mut denied = crate::denied::watch(subject);
     let published = inner
@@ -1178,7 +1173,7 @@ async fn call_once(
     // A cancelled caller's call is dropped mid-await: the guard tells the worker then.
     let mut guard = CancelOnDrop {
         client: inner.client.clone(),
-        control: Some(wire::control_subject(&inbox)),
+        reply: Some(inbox),
     };
     let outcome = loop {
         let next = tokio::select! {
@@ -1264,25 +1259,55 @@ async fn call_once(
             })))
     );
     if !gave_up {
-        guard.control = None;
+        guard.reply = None;
     }
     drop(guard);
     drop(frames);
     outcome
 }
 
+/// The headers every request of `method` naming `name` carries (all but the trace
+/// context): written once per tool, cloned per call. What a header cannot carry (a line
+/// break) is refused before anything is sent: the worker requires `Mcp-Name` to equal the
+/// body's name.
+fn request_headers(
+    method: &'static str,
+    name: &str,
+    timeout: Duration,
+) -> Result<HeaderMap, HandlerError> {
+    let Ok(name_value) = name.parse::<HeaderValue>() else {
+        return Err(HandlerError::Protocol(ErrorObject::invalid_params(
+            format!(
+                "`{}` cannot be forwarded: it contains a line break",
+                name.escape_debug()
+            ),
+        )));
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(wire::WIRE, "1");
+    headers.insert(wire::METHOD, method);
+    headers.insert(wire::NAME, name_value);
+    headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
+    // An answer over max_payload comes back as a claim (`claims`), fetched below.
+    headers.insert(wire::ACCEPT_CLAIM, "1");
+    headers.insert(wire::TIMEOUT_MS, timeout.as_millis().to_string().as_str());
+    Ok(headers)
+}
+
 /// Sends `notifications/cancelled` for request 1 to the worker's control subject when a call
 /// ends without its answer: the caller cancelled, or the call's future was dropped.
 struct CancelOnDrop {
     client: Client,
-    control: Option<String>,
+    /// The call's reply subject (its control subject is written only if it is needed).
+    reply: Option<String>,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        let Some(control) = self.control.take() else {
+        let Some(reply) = self.reply.take() else {
             return;
         };
+        let control = wire::control_subject(&reply);
         let client = self.client.clone();
         let cancel = json!({
             "jsonrpc": "2.0",
