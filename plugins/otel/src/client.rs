@@ -3,19 +3,23 @@
 //! agent), installed per client or process-wide
 //! ([`set_default_observer`](toolyard_client::set_default_observer)).
 
+use crate::points::{DurationPoints, Side};
 use crate::propagation::{parent_context, traceparent_of};
 use crate::semconv::{self, span_name, target_attribute};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
-use opentelemetry::metrics::{Histogram, Meter};
+use opentelemetry::metrics::Meter;
 use opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
+use std::sync::Arc;
 use std::time::Instant;
 use toolyard_client::{ObservedRequest, OutgoingRequest, RequestObserver, RequestOutcome};
 
 /// Observes every request a client sends (see the module docs).
 pub struct ClientObserver {
     tracer: BoxedTracer,
-    duration: Histogram<f64>,
+    /// False when no traces are exported (metrics only): no span is built at all.
+    spans: bool,
+    duration: Arc<DurationPoints>,
 }
 
 impl std::fmt::Debug for ClientObserver {
@@ -37,18 +41,41 @@ impl ClientObserver {
     pub fn new(tracer: BoxedTracer, meter: &Meter) -> Self {
         ClientObserver {
             tracer,
-            duration: semconv::duration_histogram(
-                meter,
-                semconv::CLIENT_DURATION,
-                "Duration of MCP requests as seen by the client",
-            ),
+            spans: true,
+            duration: Arc::new(DurationPoints::new(
+                semconv::duration_histogram(
+                    meter,
+                    semconv::CLIENT_DURATION,
+                    "Duration of MCP requests as seen by the client",
+                ),
+                Side::Client,
+            )),
         }
+    }
+
+    /// Records durations only, building no span (when no traces are exported); the request
+    /// then carries its caller's trace context as it would without an observer.
+    #[must_use]
+    pub fn without_spans(mut self) -> Self {
+        self.spans = false;
+        self
     }
 }
 
 impl RequestObserver for ClientObserver {
     fn start(&self, request: &OutgoingRequest<'_>) -> Option<Box<dyn ObservedRequest>> {
         let method = request.method;
+        let tool = request.target.filter(|_| method == "tools/call");
+        if !self.spans {
+            return Some(Box::new(ClientSpan {
+                span: None,
+                trace: None,
+                duration: self.duration.clone(),
+                method: method.into(),
+                tool: tool.map(Into::into),
+                started: Instant::now(),
+            }));
+        }
         let parent = parent_context(request.traceparent, request.tracestate);
         let mut attributes = vec![KeyValue::new(semconv::MCP_METHOD_NAME, method.to_owned())];
         if let (Some(key), Some(t)) = (target_attribute(method), request.target) {
@@ -70,27 +97,24 @@ impl RequestObserver for ClientObserver {
             .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);
         let cx = Context::new().with_remote_span_context(span.span_context().clone());
-        let mut point = vec![KeyValue::new(semconv::MCP_METHOD_NAME, method.to_owned())];
-        if method == "tools/call" {
-            if let Some(t) = request.target {
-                point.push(KeyValue::new(semconv::GEN_AI_TOOL_NAME, t.to_owned()));
-            }
-        }
         Some(Box::new(ClientSpan {
-            span,
+            span: Some(span),
             trace: traceparent_of(&cx),
             duration: self.duration.clone(),
-            point,
+            method: method.into(),
+            tool: tool.map(Into::into),
             started: Instant::now(),
         }))
     }
 }
 
 struct ClientSpan {
-    span: BoxedSpan,
+    /// `None` when the observer builds no spans (metrics only).
+    span: Option<BoxedSpan>,
     trace: Option<(String, Option<String>)>,
-    duration: Histogram<f64>,
-    point: Vec<KeyValue>,
+    duration: Arc<DurationPoints>,
+    method: Box<str>,
+    tool: Option<Box<str>>,
     started: Instant,
 }
 
@@ -101,18 +125,25 @@ impl ObservedRequest for ClientSpan {
 
     fn finish(self: Box<Self>, outcome: RequestOutcome<'_>) {
         let ClientSpan {
-            mut span,
+            span,
             duration,
-            mut point,
+            method,
+            tool,
             started,
             ..
         } = *self;
+        duration.record_client(
+            started.elapsed().as_secs_f64(),
+            &method,
+            tool.as_deref(),
+            &outcome,
+        );
+        let Some(mut span) = span else { return };
         match outcome {
             RequestOutcome::Ok => {}
             RequestOutcome::ToolError => {
                 span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
                 span.set_status(Status::error("the tool reported an error"));
-                point.push(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
             }
             RequestOutcome::Rpc(code) => {
                 let text = code.to_string();
@@ -124,16 +155,12 @@ impl ObservedRequest for ClientSpan {
                 // For the client every error answer is a failed operation, its own fault
                 // included.
                 span.set_status(Status::error(format!("JSON-RPC error {text}")));
-                point.push(KeyValue::new(semconv::ERROR_TYPE, text.clone()));
-                point.push(KeyValue::new(semconv::RPC_RESPONSE_STATUS_CODE, text));
             }
             RequestOutcome::Failed(kind) => {
                 span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, kind.to_owned()));
                 span.set_status(Status::error(kind.to_owned()));
-                point.push(KeyValue::new(semconv::ERROR_TYPE, kind.to_owned()));
             }
         }
-        duration.record(started.elapsed().as_secs_f64(), &point);
         span.end();
     }
 }

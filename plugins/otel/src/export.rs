@@ -239,7 +239,13 @@ impl Telemetry {
         if let Some(m) = &meter {
             opentelemetry::global::set_meter_provider(m.clone());
         }
-        toolyard_client::set_default_observer(Arc::new(ClientObserver::global()));
+        // Metrics only: no span is built per outgoing request either.
+        let observer = if tracer.is_none() {
+            ClientObserver::global().without_spans()
+        } else {
+            ClientObserver::global()
+        };
+        toolyard_client::set_default_observer(Arc::new(observer));
         Ok(Some(Telemetry {
             span_counts,
             capture: settings.capture.clone(),

@@ -1,5 +1,5 @@
-//! `mcp.server.operation.duration` points recorded through instruments bound once per
-//! attribute set.
+//! `mcp.server.operation.duration` and `mcp.client.operation.duration` points recorded
+//! through instruments bound once per attribute set.
 //!
 //! Why: recording with an attribute slice makes the SDK hash, look up and compare the whole
 //! `KeyValue` set on every call, and building that slice allocates a `Vec` and clones its
@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::RwLock;
 use toolyard::{Outcome, RequestInfo};
+use toolyard_client::RequestOutcome;
 
 /// How many attribute sets are bound at most (the SDK's default cardinality limit).
 pub(crate) const MAX_BOUND: usize = 2000;
@@ -31,14 +32,16 @@ struct Key<'a> {
     /// The tool or prompt name; `None` for methods without one and for resource URIs
     /// (unbounded, kept off the series); [`semconv::OTHER`] for a refused call.
     target: Option<&'a str>,
-    error: Option<Error>,
+    error: Option<Error<'a>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum Error {
+enum Error<'a> {
     Tool,
     Code(i32),
     Cancelled,
+    /// A client request without an answer (`timeout`, `transport`, ...).
+    Failed(&'a str),
 }
 
 /// [`Key`] with its strings owned, as the cache keeps it.
@@ -47,7 +50,14 @@ struct OwnedKey {
     version: Option<&'static str>,
     transport: Option<&'static str>,
     target: Option<Box<str>>,
-    error: Option<Error>,
+    error: Option<OwnedError>,
+}
+
+enum OwnedError {
+    Tool,
+    Code(i32),
+    Cancelled,
+    Failed(Box<str>),
 }
 
 impl OwnedKey {
@@ -56,7 +66,14 @@ impl OwnedKey {
             && self.version == k.version
             && self.transport == k.transport
             && self.target.as_deref() == k.target
-            && self.error == k.error
+            && match (&self.error, &k.error) {
+                (None, None) => true,
+                (Some(OwnedError::Tool), Some(Error::Tool))
+                | (Some(OwnedError::Cancelled), Some(Error::Cancelled)) => true,
+                (Some(OwnedError::Code(a)), Some(Error::Code(b))) => a == b,
+                (Some(OwnedError::Failed(a)), Some(Error::Failed(b))) => &**a == *b,
+                _ => false,
+            }
     }
 }
 
@@ -95,18 +112,40 @@ impl<'a> Key<'a> {
         h.finish()
     }
 
+    /// A client request's key: its method, the tool a `tools/call` names, its outcome.
+    fn client(method: &'a str, tool: Option<&'a str>, outcome: &RequestOutcome<'a>) -> Self {
+        Key {
+            method,
+            version: None,
+            transport: None,
+            target: tool.filter(|_| method == "tools/call"),
+            error: match *outcome {
+                RequestOutcome::Ok => None,
+                RequestOutcome::ToolError => Some(Error::Tool),
+                RequestOutcome::Rpc(code) => Some(Error::Code(code)),
+                RequestOutcome::Failed(kind) => Some(Error::Failed(kind)),
+            },
+        }
+    }
+
     fn owned(&self) -> OwnedKey {
         OwnedKey {
             method: self.method.into(),
             version: self.version,
             transport: self.transport,
             target: self.target.map(Into::into),
-            error: self.error,
+            error: self.error.map(|e| match e {
+                Error::Tool => OwnedError::Tool,
+                Error::Code(c) => OwnedError::Code(c),
+                Error::Cancelled => OwnedError::Cancelled,
+                Error::Failed(kind) => OwnedError::Failed(kind.into()),
+            }),
         }
     }
 
-    /// The point's attributes, as the conventions name them.
-    fn attributes(&self) -> Vec<KeyValue> {
+    /// The point's attributes, as the conventions name them. A client's point carries the
+    /// method, the tool and the outcome only.
+    fn attributes(&self, side: Side) -> Vec<KeyValue> {
         let mut point = vec![KeyValue::new(
             semconv::MCP_METHOD_NAME,
             self.method.to_owned(),
@@ -120,7 +159,7 @@ impl<'a> Key<'a> {
         if let (Some(key), Some(t)) = (target_attribute(self.method), self.target) {
             point.push(KeyValue::new(key, t.to_owned()));
         }
-        if self.method == "tools/call" {
+        if self.method == "tools/call" && side == Side::Server {
             point.push(KeyValue::new(
                 semconv::GEN_AI_OPERATION_NAME,
                 "execute_tool",
@@ -137,14 +176,25 @@ impl<'a> Key<'a> {
                 point.push(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
                 point.push(KeyValue::new(semconv::RPC_RESPONSE_STATUS_CODE, code));
             }
+            Some(Error::Failed(kind)) => {
+                point.push(KeyValue::new(semconv::ERROR_TYPE, kind.to_owned()));
+            }
         }
         point
     }
 }
 
-/// The server's duration histogram and its bound attribute sets.
+/// Which duration a [`DurationPoints`] records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Server,
+    Client,
+}
+
+/// A duration histogram and its bound attribute sets.
 pub(crate) struct DurationPoints {
     histogram: Histogram<f64>,
+    side: Side,
     /// Keyed by [`Key::hash`]; a bucket holds the (rare) sets whose hashes collide.
     bound: RwLock<HashMap<u64, Bucket, NoRehash>>,
 }
@@ -163,9 +213,10 @@ impl BuildHasher for NoRehash {
 }
 
 impl DurationPoints {
-    pub(crate) fn new(histogram: Histogram<f64>) -> Self {
+    pub(crate) fn new(histogram: Histogram<f64>, side: Side) -> Self {
         DurationPoints {
             histogram,
+            side,
             bound: RwLock::new(HashMap::default()),
         }
     }
@@ -174,25 +225,39 @@ impl DurationPoints {
     /// and outcome.
     pub(crate) fn record(&self, info: &RequestInfo, outcome: &Outcome) {
         let seconds = info.started.elapsed().as_secs_f64();
-        let key = Key::of(info, outcome);
+        self.record_key(seconds, &Key::of(info, outcome));
+    }
+
+    /// Records how long a client request took, under its method, tool and outcome.
+    pub(crate) fn record_client(
+        &self,
+        seconds: f64,
+        method: &str,
+        tool: Option<&str>,
+        outcome: &RequestOutcome<'_>,
+    ) {
+        self.record_key(seconds, &Key::client(method, tool, outcome));
+    }
+
+    fn record_key(&self, seconds: f64, key: &Key<'_>) {
         let hash = key.hash();
         if let Ok(bound) = self.bound.read() {
             if let Some(h) = bound
                 .get(&hash)
-                .and_then(|b| b.iter().find(|(k, _)| k.matches(&key)))
+                .and_then(|b| b.iter().find(|(k, _)| k.matches(key)))
             {
                 h.1.record(seconds);
                 return;
             }
         }
-        let attributes = key.attributes();
+        let attributes = key.attributes(self.side);
         let Ok(mut bound) = self.bound.write() else {
             self.histogram.record(seconds, &attributes);
             return;
         };
         let sets: usize = bound.values().map(Vec::len).sum();
         let bucket = bound.entry(hash).or_default();
-        if let Some((_, h)) = bucket.iter().find(|(k, _)| k.matches(&key)) {
+        if let Some((_, h)) = bucket.iter().find(|(k, _)| k.matches(key)) {
             h.record(seconds);
         } else if sets < MAX_BOUND {
             let h = self.histogram.bind(&attributes);
@@ -261,11 +326,10 @@ mod tests {
             .with_reader(PeriodicReader::builder(exporter.clone()).build())
             .build();
         let meter = provider.meter("test");
-        let points = DurationPoints::new(semconv::duration_histogram(
-            &meter,
-            semconv::SERVER_DURATION,
-            "test",
-        ));
+        let points = DurationPoints::new(
+            semconv::duration_histogram(&meter, semconv::SERVER_DURATION, "test"),
+            Side::Server,
+        );
         let echo = info("tools/call", Some("echo"));
         for _ in 0..3 {
             points.record(&echo, &Outcome::Ok);
@@ -318,11 +382,10 @@ mod tests {
             .with_reader(PeriodicReader::builder(exporter.clone()).build())
             .build();
         let meter = provider.meter("test");
-        let points = DurationPoints::new(semconv::duration_histogram(
-            &meter,
-            semconv::SERVER_DURATION,
-            "test",
-        ));
+        let points = DurationPoints::new(
+            semconv::duration_histogram(&meter, semconv::SERVER_DURATION, "test"),
+            Side::Server,
+        );
         for i in 0..MAX_BOUND + 10 {
             points.record(&info(&format!("x/{i}"), None), &Outcome::Error(-32601));
         }

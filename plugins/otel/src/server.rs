@@ -2,7 +2,7 @@
 //! `mcp.server.operation.duration` point, whatever the transport.
 
 use crate::capture::{CaptureSettings, Redactor};
-use crate::points::DurationPoints;
+use crate::points::{DurationPoints, Side};
 use crate::propagation::{parent_context, traceparent_of};
 use crate::semconv::{self, caller_fault, span_name, target_attribute};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
@@ -45,11 +45,14 @@ impl ObservabilityLayer {
         ObservabilityLayer {
             tracer,
             spans: true,
-            duration: Arc::new(DurationPoints::new(semconv::duration_histogram(
-                meter,
-                semconv::SERVER_DURATION,
-                "Duration of MCP requests as handled by the server",
-            ))),
+            duration: Arc::new(DurationPoints::new(
+                semconv::duration_histogram(
+                    meter,
+                    semconv::SERVER_DURATION,
+                    "Duration of MCP requests as handled by the server",
+                ),
+                Side::Server,
+            )),
             sessions: semconv::duration_histogram(
                 meter,
                 semconv::SESSION_DURATION,

@@ -510,3 +510,46 @@ async fn a_layer_without_spans_records_durations_and_hands_the_callers_context_o
         "{points:?}"
     );
 }
+
+#[tokio::test]
+async fn an_observer_without_spans_records_client_durations_and_sends_no_context_of_its_own() {
+    let p = Pipeline::new();
+    let server = ServerBuilder::new("s", "1")
+        .tool(whoami())
+        .start()
+        .await
+        .unwrap();
+    let client = ClientBuilder::new(Implementation::new("c", "1"))
+        .observe(Arc::new(p.observer().without_spans()))
+        .connect(MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let result = client.call_tool("whoami", json!({})).await.unwrap();
+        // No span of ours, so no trace context of ours in `_meta`.
+        let seen = match &result.content[0] {
+            toolyard::proto::ContentBlock::Text(t) => t.text.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(seen, "");
+    }
+    let missing = client.call_tool("nope", json!({})).await;
+    assert!(missing.is_err());
+    client.close().await;
+    assert!(p.finished().is_empty(), "{:?}", p.finished());
+    let points = p.points("mcp.client.operation.duration");
+    assert!(
+        points.iter().any(|(a, n)| *n == 2
+            && a.len() == 2
+            && a.contains(&("gen_ai.tool.name".into(), "whoami".into()))
+            && a.contains(&("mcp.method.name".into(), "tools/call".into()))),
+        "{points:?}"
+    );
+    assert!(
+        points.iter().any(|(a, n)| *n == 1
+            && a.contains(&("gen_ai.tool.name".into(), "nope".into()))
+            && a.contains(&("error.type".into(), "-32602".into()))
+            && a.contains(&("rpc.response.status_code".into(), "-32602".into()))),
+        "{points:?}"
+    );
+}
