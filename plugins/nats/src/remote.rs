@@ -1053,7 +1053,8 @@ async fn rounds<T: Forwarded>(
                     .map(|(key, request)| (format!("{round}:{key}"), request))
                     .collect();
                 let prefix = format!("{round}:");
-                let answers = ctx.gather(asks).await?;
+                // Boxed, like the claim read: input rounds are rare, the future is large.
+                let answers = Box::pin(ctx.gather(asks)).await?;
                 input_responses = Some(
                     answers
                         .into_iter()
@@ -1228,7 +1229,9 @@ async fn call_once(
             Some(Frame::Msg) => relay(ctx, &message.payload),
             Some(Frame::End) if claim.is_some() => {
                 let name = claim.unwrap_or_default();
-                break match crate::claims::take(&inner.client, name).await {
+                // Boxed: the object store's read is a large future, and a call's future is
+                // allocated whole per call; claims are rare.
+                break match Box::pin(crate::claims::take(&inner.client, name)).await {
                     Ok(body) => Ok(body.into()),
                     Err(e) => Err(bus_error(
                         wire::PAYLOAD_TOO_LARGE,
