@@ -244,7 +244,10 @@ async fn run_call(
             })
             .await
         }
-        Some(plan) => tasks::drive_call(*plan, ctx, reply, sealer, binding, fut).await,
+        // Boxed: a task-augmented call is rare and its driver's future large, and this
+        // future is allocated whole for every call (under 1 KiB it stays in glibc's fast
+        // paths).
+        Some(plan) => Box::pin(tasks::drive_call(*plan, ctx, reply, sealer, binding, fut)).await,
     }
 }
 
@@ -308,7 +311,8 @@ async fn run_forwarding(
                     .to_call_tool_result()
                     .map_err(|e| HandlerError::failed(e.to_string()))
             };
-            tasks::drive_call(*plan, ctx, reply, sealer, binding, typed).await
+            // Boxed, as in `run_call`.
+            Box::pin(tasks::drive_call(*plan, ctx, reply, sealer, binding, typed)).await
         }
     }
 }
