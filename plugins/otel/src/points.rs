@@ -319,8 +319,8 @@ mod tests {
         out
     }
 
-    #[test]
-    fn each_attribute_set_is_one_series_and_a_refused_name_is_other() {
+    /// Server duration points over an in-memory exporter.
+    fn server_points() -> (InMemoryMetricExporter, SdkMeterProvider, DurationPoints) {
         let exporter = InMemoryMetricExporter::default();
         let provider = SdkMeterProvider::builder()
             .with_reader(PeriodicReader::builder(exporter.clone()).build())
@@ -330,6 +330,12 @@ mod tests {
             semconv::duration_histogram(&meter, semconv::SERVER_DURATION, "test"),
             Side::Server,
         );
+        (exporter, provider, points)
+    }
+
+    #[test]
+    fn each_attribute_set_is_one_series_and_a_refused_name_is_other() {
+        let (exporter, provider, points) = server_points();
         let echo = info("tools/call", Some("echo"));
         for _ in 0..3 {
             points.record(&echo, &Outcome::Ok);
@@ -377,15 +383,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_limit_points_are_still_recorded() {
-        let exporter = InMemoryMetricExporter::default();
-        let provider = SdkMeterProvider::builder()
-            .with_reader(PeriodicReader::builder(exporter.clone()).build())
-            .build();
-        let meter = provider.meter("test");
-        let points = DurationPoints::new(
-            semconv::duration_histogram(&meter, semconv::SERVER_DURATION, "test"),
-            Side::Server,
-        );
+        let (exporter, provider, points) = server_points();
         for i in 0..MAX_BOUND + 10 {
             points.record(&info(&format!("x/{i}"), None), &Outcome::Error(-32601));
         }
