@@ -28,7 +28,10 @@ pub(crate) type ReplyTx = oneshot::Sender<Result<Box<RawValue>, ClientError>>;
 pub(crate) struct Pending {
     pub(crate) method: String,
     pub(crate) reply: ReplyTx,
-    pub(crate) progress: Option<mpsc::UnboundedSender<ProgressNotificationParams>>,
+    /// Boxed: a channel allocates its first block of 32 slots when it is made, and every
+    /// request gets one while few see progress (3.3 KiB of `ProgressNotificationParams`
+    /// per request, a pointer's worth boxed).
+    pub(crate) progress: Option<mpsc::UnboundedSender<Box<ProgressNotificationParams>>>,
     /// Who answers the server's questions for this request, and when it was sent (the
     /// newest of one group takes an unattributed question).
     pub(crate) questions: Option<(Questions, u64)>,
@@ -69,7 +72,7 @@ impl PendingTable {
         id: RequestId,
         method: String,
         reply: ReplyTx,
-        progress: Option<mpsc::UnboundedSender<ProgressNotificationParams>>,
+        progress: Option<mpsc::UnboundedSender<Box<ProgressNotificationParams>>>,
         questions: Option<Questions>,
     ) -> Result<(), ClientError> {
         let mut table = self.lock();
@@ -157,7 +160,7 @@ impl PendingTable {
             .get(&id)
             .and_then(|p| p.progress.clone());
         if let Some(tx) = tx {
-            let _ = tx.send(p.clone());
+            let _ = tx.send(Box::new(p.clone()));
         }
     }
 

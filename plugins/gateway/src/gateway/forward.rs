@@ -27,7 +27,7 @@ use toolyard_proto::{
 /// carries the key.
 pub(super) struct Parked {
     call: tokio::task::JoinHandle<Result<Box<RawValue>, CallFailure>>,
-    questions: mpsc::UnboundedReceiver<Question>,
+    questions: mpsc::UnboundedReceiver<Box<Question>>,
     pending: Question,
     asked: u32,
 }
@@ -86,7 +86,7 @@ fn client_failure(source: &str, e: ClientError) -> HandlerError {
 /// is set up).
 fn upstream_options(
     ctx: &RequestContext,
-    questions: mpsc::UnboundedSender<Question>,
+    questions: mpsc::UnboundedSender<Box<Question>>,
 ) -> RequestOptions {
     let opts = RequestOptions::default().questions(relay_to(ctx, questions));
     if !ctx.wants_progress() {
@@ -206,7 +206,7 @@ async fn drive(
     source: &Arc<Source>,
     ctx: &RequestContext,
     mut call: UpstreamCall,
-    mut questions: mpsc::UnboundedReceiver<Question>,
+    mut questions: mpsc::UnboundedReceiver<Box<Question>>,
     mut pending: Option<Question>,
     mut asked: u32,
     started: Instant,
@@ -254,7 +254,7 @@ async fn drive(
                     Err(CallFailure::Aborted) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
                 };
             }
-            Some(question) = questions.recv() => pending = Some(question),
+            Some(question) = questions.recv() => pending = Some(*question),
             () = ctx.cancelled() => return Err(HandlerError::failed("cancelled")),
         }
     }

@@ -38,7 +38,7 @@ fn to_json<T: Serialize>(v: &T) -> Value {
 /// loop (`drive` or `answering`), which puts them to the caller.
 pub(super) fn relay_to(
     ctx: &RequestContext,
-    questions: mpsc::UnboundedSender<Question>,
+    questions: mpsc::UnboundedSender<Box<Question>>,
 ) -> Questions {
     Questions::new(
         ctx.peer_id(),
@@ -49,11 +49,12 @@ pub(super) fn relay_to(
                 _ => "roots/list",
             };
             let (answer, wait) = oneshot::channel();
-            let sent = questions.send(Question {
+            // Boxed: the channel's first block of slots is allocated with it, per call.
+            let sent = questions.send(Box::new(Question {
                 method,
                 params,
                 answer,
-            });
+            }));
             Box::pin(async move {
                 let gone = || ErrorObject::internal("the gateway's caller is gone");
                 sent.map_err(|_| gone())?;
