@@ -245,8 +245,7 @@ async fn run_call(
             .await
         }
         // Boxed: a task-augmented call is rare and its driver's future large, and this
-        // future is allocated whole for every call (under 1 KiB it stays in glibc's fast
-        // paths).
+        // future is allocated whole for every call (smaller is cheaper to allocate).
         Some(plan) => Box::pin(tasks::drive_call(*plan, ctx, reply, sealer, binding, fut)).await,
     }
 }

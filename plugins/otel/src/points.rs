@@ -195,11 +195,28 @@ pub(crate) enum Side {
 pub(crate) struct DurationPoints {
     histogram: Histogram<f64>,
     side: Side,
-    /// Keyed by [`Key::hash`]; a bucket holds the (rare) sets whose hashes collide.
-    bound: RwLock<HashMap<u64, Bucket, NoRehash>>,
+    bound: RwLock<Bound>,
+}
+
+/// The bound sets, keyed by [`Key::hash`]; a bucket holds the (rare) sets whose hashes
+/// collide.
+#[derive(Default)]
+struct Bound {
+    buckets: HashMap<u64, Bucket, NoRehash>,
+    /// Sets in all buckets (at most [`MAX_BOUND`]).
+    sets: usize,
 }
 
 type Bucket = Vec<(OwnedKey, BoundHistogram<f64>)>;
+
+impl Bound {
+    fn find(&self, hash: u64, key: &Key<'_>) -> Option<&BoundHistogram<f64>> {
+        self.buckets
+            .get(&hash)
+            .and_then(|b| b.iter().find(|(k, _)| k.matches(key)))
+            .map(|(_, h)| h)
+    }
+}
 
 /// The map's keys are already hashes.
 #[derive(Clone, Copy, Default)]
@@ -217,7 +234,7 @@ impl DurationPoints {
         DurationPoints {
             histogram,
             side,
-            bound: RwLock::new(HashMap::default()),
+            bound: RwLock::default(),
         }
     }
 
@@ -242,11 +259,15 @@ impl DurationPoints {
     fn record_key(&self, seconds: f64, key: &Key<'_>) {
         let hash = key.hash();
         if let Ok(bound) = self.bound.read() {
-            if let Some(h) = bound
-                .get(&hash)
-                .and_then(|b| b.iter().find(|(k, _)| k.matches(key)))
-            {
-                h.1.record(seconds);
+            if let Some(h) = bound.find(hash, key) {
+                h.record(seconds);
+                return;
+            }
+            if bound.sets >= MAX_BOUND {
+                // Full: unbound, without taking the write lock (a client minting names
+                // must not serialise every request behind it).
+                drop(bound);
+                self.histogram.record(seconds, &key.attributes(self.side));
                 return;
             }
         }
@@ -255,14 +276,18 @@ impl DurationPoints {
             self.histogram.record(seconds, &attributes);
             return;
         };
-        let sets: usize = bound.values().map(Vec::len).sum();
-        let bucket = bound.entry(hash).or_default();
-        if let Some((_, h)) = bucket.iter().find(|(k, _)| k.matches(key)) {
+        // Bound meanwhile by another request?
+        if let Some(h) = bound.find(hash, key) {
             h.record(seconds);
-        } else if sets < MAX_BOUND {
+        } else if bound.sets < MAX_BOUND {
             let h = self.histogram.bind(&attributes);
             h.record(seconds);
-            bucket.push((key.owned(), h));
+            bound
+                .buckets
+                .entry(hash)
+                .or_default()
+                .push((key.owned(), h));
+            bound.sets += 1;
         } else {
             self.histogram.record(seconds, &attributes);
         }
@@ -387,12 +412,21 @@ mod tests {
         for i in 0..MAX_BOUND + 10 {
             points.record(&info(&format!("x/{i}"), None), &Outcome::Error(-32601));
         }
-        let bound: usize = points
+        let (bound, buckets) = points
             .bound
             .read()
-            .map(|b| b.values().map(Vec::len).sum())
-            .unwrap_or(0);
+            .map(|b| {
+                (
+                    b.buckets.values().map(Vec::len).sum::<usize>(),
+                    b.buckets.len(),
+                )
+            })
+            .unwrap_or((0, 0));
         assert_eq!(bound, MAX_BOUND);
+        assert!(
+            buckets <= MAX_BOUND,
+            "no bucket kept for a set past the limit"
+        );
         assert!(provider.force_flush().is_ok());
         let total: u64 = points_of(&exporter).iter().map(|(_, n)| n).sum();
         assert_eq!(total, (MAX_BOUND + 10) as u64);
