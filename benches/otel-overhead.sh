@@ -5,8 +5,8 @@
 # answers 200), interleaved in one run. Prints median calls/s per mode, the ratio to "off" per
 # round, and for HTTP the server's CPU per call (user + system, from /proc). Needs
 # ../shared/mcpload. Cores: mcpload and the sink on 0, the server on 1. COMPARE_BIN: another
-# build's "metrics" mode in the same rounds (row `metrics-prev`, its ratio to this build's
-# "off").
+# build's "metrics" and "full" modes in the same rounds (rows `metrics-prev` and `full-prev`,
+# their ratios to this build's "off").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
@@ -31,7 +31,7 @@ trap 'kill $sink 2>/dev/null' EXIT
 sleep 1
 endpoint=http://127.0.0.1:$sink_port
 modes=("off|env|$T" "metrics|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$T" "full|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$T")
-[ -z "${COMPARE_BIN:-}" ] || modes+=("metrics-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$COMPARE_BIN")
+[ -z "${COMPARE_BIN:-}" ] || modes+=("metrics-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$COMPARE_BIN" "full-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$COMPARE_BIN")
 for rep in $(seq "${REPEATS:-3}"); do
   for m in "${modes[@]}"; do
     IFS='|' read -r label envs bin <<< "$m"
@@ -58,7 +58,7 @@ for l in open(sys.argv[1]):
     r = json.loads(l); d[r['label']].append(r)
 for t in ("stdio", "http"):
     base = d[f"{t}-off"]
-    for m in ("off", "metrics", "full", "metrics-prev"):
+    for m in ("off", "metrics", "full", "metrics-prev", "full-prev"):
         rs = d.get(f"{t}-{m}")
         if not rs:
             continue

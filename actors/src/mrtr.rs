@@ -12,6 +12,7 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolyard_proto::{ErrorObject, InputResponses};
 
@@ -39,9 +40,12 @@ pub(crate) struct RoundState {
     pub(crate) s: Option<serde_json::Value>,
 }
 
-/// Signs and verifies `requestState`.
+/// Signs and verifies `requestState`. Shared, not copied: every call's future carries
+/// one, and a pointer keeps those futures smaller than the key and TTL would.
 #[derive(Clone)]
-pub struct StateSealer {
+pub struct StateSealer(Arc<SealerKey>);
+
+struct SealerKey {
     key: [u8; 32],
     ttl: Duration,
 }
@@ -49,7 +53,7 @@ pub struct StateSealer {
 impl std::fmt::Debug for StateSealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StateSealer")
-            .field("ttl", &self.ttl)
+            .field("ttl", &self.0.ttl)
             .finish()
     }
 }
@@ -78,7 +82,7 @@ fn invalid(why: &str) -> ErrorObject {
 impl StateSealer {
     /// A sealer with a secret key. Replicas that must accept each other's state share the key.
     pub fn new(key: [u8; 32], ttl: Duration) -> Self {
-        StateSealer { key, ttl }
+        StateSealer(Arc::new(SealerKey { key, ttl }))
     }
 
     /// A sealer with a random key (state is then only valid on this process).
@@ -93,11 +97,11 @@ impl StateSealer {
 
     fn mac(&self) -> HmacSha256 {
         // HMAC accepts keys of any length; 32 bytes never fails.
-        <HmacSha256 as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length")
+        <HmacSha256 as Mac>::new_from_slice(&self.0.key).expect("HMAC takes any key length")
     }
 
     pub(crate) fn seal(&self, mut state: RoundState) -> String {
-        state.e = now_secs() + self.ttl.as_secs().max(1);
+        state.e = now_secs() + self.0.ttl.as_secs().max(1);
         let payload = serde_json::to_vec(&state).unwrap_or_default();
         let mut mac = self.mac();
         mac.update(&payload);

@@ -264,13 +264,19 @@ impl SourcePool {
     pub async fn lease(&self) -> Result<Lease, HostError> {
         let inner = &self.inner;
         inner.check()?;
-        let (conn, permit) = match &inner.kind {
-            Kind::Transient => (inner.start_connection().await?, None),
-            Kind::Shared(slot) => (inner.lease_shared(slot).await?, None),
-            Kind::Pooled(pool) => {
-                let (conn, permit) = inner.lease_pooled(pool).await?;
-                (conn, Some(permit))
-            }
+        // The common case, a live connection free now, takes no await, no timer and no
+        // allocation; waiting, starting and restarting are boxed (this future is part of
+        // every forwarded call's, allocated whole per call).
+        let ready = match &inner.kind {
+            Kind::Transient => None,
+            Kind::Shared(slot) => inner.shared_now(slot).map(|conn| (conn, None)),
+            Kind::Pooled(pool) => inner
+                .pooled_now(pool)
+                .map(|(conn, permit)| (conn, Some(permit))),
+        };
+        let (conn, permit) = match ready {
+            Some(ready) => ready,
+            None => Box::pin(self.lease_waiting()).await?,
         };
         inner.in_flight.fetch_add(1, Ordering::AcqRel);
         Ok(Lease {
@@ -278,6 +284,20 @@ impl SourcePool {
             inner: inner.clone(),
             conn,
             permit,
+        })
+    }
+
+    /// A connection when none is free at once: waiting for the shared one's lock or a
+    /// pooled permit, or starting a process.
+    async fn lease_waiting(&self) -> Result<(Arc<Conn>, Option<OwnedSemaphorePermit>), HostError> {
+        let inner = &self.inner;
+        Ok(match &inner.kind {
+            Kind::Transient => (inner.start_connection().await?, None),
+            Kind::Shared(slot) => (inner.lease_shared(slot).await?, None),
+            Kind::Pooled(pool) => {
+                let (conn, permit) = inner.lease_pooled(pool).await?;
+                (conn, Some(permit))
+            }
         })
     }
 
@@ -781,6 +801,29 @@ impl Inner {
     }
 
     /// The singleton's connection, started (once for all waiting leases) when missing or dead.
+    /// The shared connection, if it is alive and nobody holds its slot (starting or
+    /// replacing it) this instant.
+    fn shared_now(&self, slot: &tokio::sync::Mutex<Option<Arc<Conn>>>) -> Option<Arc<Conn>> {
+        let slot = slot.try_lock().ok()?;
+        slot.as_ref().filter(|c| c.alive()).cloned()
+    }
+
+    /// A pooled connection with a free permit, if there is one this instant and no
+    /// connection died (pruning and counting the crash is [`lease_pooled`]'s).
+    fn pooled_now(self: &Arc<Self>, pool: &Pool) -> Option<(Arc<Conn>, OwnedSemaphorePermit)> {
+        self.ensure_reaper(pool);
+        let slots = lock(&pool.slots);
+        if slots.conns.iter().any(|c| !c.alive()) {
+            return None;
+        }
+        let best = slots
+            .conns
+            .iter()
+            .max_by_key(|c| c.permits.available_permits())?;
+        let permit = best.permits.clone().try_acquire_owned().ok()?;
+        Some((best.clone(), permit))
+    }
+
     async fn lease_shared(
         self: &Arc<Self>,
         slot: &tokio::sync::Mutex<Option<Arc<Conn>>>,

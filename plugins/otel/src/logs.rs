@@ -170,16 +170,56 @@ impl Visit for Ids {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        // `trace_id = %id` arrives here, as its Display text.
+        // `trace_id = %id` arrives here, as its Display text: written into a buffer on the
+        // stack (an id is 32 hex digits at most), not a `String` per request.
         if matches!(field.name(), "trace_id" | "span_id") {
-            self.take(field, &format!("{value:?}"));
+            let mut text = IdText::default();
+            if fmt::write(&mut text, format_args!("{value:?}")).is_ok() {
+                if let Ok(s) = std::str::from_utf8(&text.bytes[..text.len]) {
+                    self.take(field, s);
+                }
+            }
         }
+    }
+}
+
+/// Room for an id's hex text; anything longer fails to write and is not an id.
+#[derive(Default)]
+struct IdText {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl fmt::Write for IdText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let room = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
+        room.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_read_from_their_display_text_and_anything_longer_is_no_id() {
+        let mut text = IdText::default();
+        assert!(fmt::write(
+            &mut text,
+            format_args!("{}", "4bf92f3577b34da6a3ce929d0e0e4736")
+        )
+        .is_ok());
+        assert_eq!(&text.bytes[..text.len], b"4bf92f3577b34da6a3ce929d0e0e4736");
+        let mut text = IdText::default();
+        assert!(fmt::write(
+            &mut text,
+            format_args!("{}", "4bf92f3577b34da6a3ce929d0e0e47360")
+        )
+        .is_err());
+    }
 
     #[test]
     fn only_the_export_machinerys_own_targets_are_left_out() {

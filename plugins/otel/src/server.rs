@@ -3,12 +3,14 @@
 
 use crate::capture::{CaptureSettings, Redactor};
 use crate::points::{DurationPoints, Side};
-use crate::propagation::{parent_context, traceparent_of};
+use crate::propagation::{parent_context, trace_headers};
 use crate::semconv::{self, caller_fault, span_name, target_attribute};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Context, KeyValue, StringValue};
+use std::cell::RefCell;
+use std::net::IpAddr;
 use std::sync::Arc;
 use toolyard::proto::{ErrorObject, RequestId};
 use toolyard::{Completion, Layer, Outcome, RequestInfo, SessionInfo};
@@ -80,6 +82,26 @@ impl ObservabilityLayer {
     }
 }
 
+/// `client.address` as text. A connection's requests all come from one address, so the
+/// text of the last one seen on this thread is kept and shared rather than formatted (and
+/// allocated) per request.
+fn address_text(ip: IpAddr) -> StringValue {
+    thread_local! {
+        static LAST: RefCell<Option<(IpAddr, StringValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        match &*last {
+            Some((seen, text)) if *seen == ip => text.clone(),
+            _ => {
+                let text = StringValue::from(Arc::<str>::from(ip.to_string()));
+                *last = Some((ip, text.clone()));
+                text
+            }
+        }
+    })
+}
+
 fn id_text(id: &RequestId) -> String {
     match id {
         RequestId::Number(n) => n.to_string(),
@@ -126,12 +148,15 @@ impl Layer for ObservabilityLayer {
         let link = link
             .map(|cx| cx.span().span_context().clone())
             .filter(|sc| sc != parent.span().span_context());
-        let mut attributes = vec![
-            // The request's own strings are shared (`Arc<str>`), not copied, and the
-            // revision is a `&'static str`: the span path allocates as little as it can.
-            KeyValue::new(semconv::MCP_METHOD_NAME, info.method.clone()),
-            KeyValue::new(semconv::JSONRPC_REQUEST_ID, id_text(&info.id)),
-        ];
+        // The request's own strings are shared (`Arc<str>`), not copied, and the revision
+        // is a `&'static str`: the span path allocates as little as it can (one list, sized
+        // for every attribute a request can have).
+        let mut attributes = Vec::with_capacity(10);
+        attributes.push(KeyValue::new(semconv::MCP_METHOD_NAME, info.method.clone()));
+        attributes.push(KeyValue::new(
+            semconv::JSONRPC_REQUEST_ID,
+            id_text(&info.id),
+        ));
         if let Some(v) = &info.protocol_version {
             attributes.push(KeyValue::new(semconv::MCP_PROTOCOL_VERSION, v.as_str()));
         }
@@ -145,7 +170,7 @@ impl Layer for ObservabilityLayer {
         if let Some(peer) = &info.peer {
             attributes.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
             if let Some(a) = peer.address {
-                attributes.push(KeyValue::new(semconv::CLIENT_ADDRESS, a.ip().to_string()));
+                attributes.push(KeyValue::new(semconv::CLIENT_ADDRESS, address_text(a.ip())));
                 attributes.push(KeyValue::new(semconv::CLIENT_PORT, i64::from(a.port())));
             }
         }
@@ -172,8 +197,7 @@ impl Layer for ObservabilityLayer {
             builder = builder.with_links(vec![opentelemetry::trace::Link::with_context(sc)]);
         }
         let span = builder.start_with_context(&self.tracer, &parent);
-        let cx = Context::new().with_remote_span_context(span.span_context().clone());
-        let trace = traceparent_of(&cx);
+        let trace = trace_headers(span.span_context());
         Ok(Some(Box::new(ServerSpan {
             span: Some(span),
             trace,

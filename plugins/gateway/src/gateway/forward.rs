@@ -111,7 +111,7 @@ pub(super) fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) 
             let started = Instant::now();
             // A modern caller's retry: resume the parked upstream call.
             if let Some(key) = ctx.state::<ParkKey>() {
-                let parked = source.parked.take(key.parked).await;
+                let parked = Box::pin(source.parked.take(key.parked)).await;
                 let parked = parked.ok_or_else(|| {
                     HandlerError::failed(format!(
                         "source `{}`: the upstream call waiting for this answer expired",
@@ -215,7 +215,9 @@ async fn drive(
     loop {
         if let Some(question) = pending.take() {
             let key = format!("upstream-{asked}");
-            match put_to_caller(ctx, &key, &question).await {
+            // Boxed, like the other rare awaits here: the call's future is allocated whole
+            // for every forwarded call, and most calls ask nothing.
+            match Box::pin(put_to_caller(ctx, &key, &question)).await {
                 Ok(answer) => {
                     let _ = question.answer.send(Ok(answer));
                     asked += 1;

@@ -182,9 +182,17 @@ impl Client {
                 Err(ClientError::Transport(TransportError::SessionExpired))
                     if !self.is_modern() =>
                 {
-                    self.reinitialize().await?;
-                    self.round_trip_args(method, &params, arguments, opts, Era::Negotiated)
-                        .await?
+                    // The rare paths are boxed: this future is allocated whole for every
+                    // request, and what only they hold would make every one larger.
+                    Box::pin(self.reinitialize()).await?;
+                    Box::pin(self.round_trip_args(
+                        method,
+                        &params,
+                        arguments,
+                        opts,
+                        Era::Negotiated,
+                    ))
+                    .await?
                 }
                 Err(ClientError::Rpc(e))
                     if header_retry
@@ -194,7 +202,7 @@ impl Client {
                     // We may not know the tool's `x-mcp-header` arguments yet: learn them
                     // and try once more.
                     header_retry = false;
-                    self.relearn_tools(opts).await?;
+                    Box::pin(self.relearn_tools(opts)).await?;
                     continue;
                 }
                 other => other?,
@@ -214,9 +222,9 @@ impl Client {
                     return Err(ClientError::TooManyRounds(self.inner.max_input_rounds));
                 }
                 let ask: InputRequiredResult = parse_result(method, &raw)?;
-                let responses = self
-                    .answer_inputs(ask.input_requests.unwrap_or_default(), opts)
-                    .await?;
+                let responses =
+                    Box::pin(self.answer_inputs(ask.input_requests.unwrap_or_default(), opts))
+                        .await?;
                 params.insert("inputResponses".into(), Value::Object(responses));
                 match ask.request_state {
                     Some(state) => params.insert("requestState".into(), Value::String(state)),
@@ -346,10 +354,11 @@ impl Client {
         era: Era,
         trace: Option<&(String, Option<String>)>,
     ) -> Result<Box<RawValue>, ClientError> {
-        match self
-            .round_trip_once(method, params, arguments, opts, era, trace)
-            .await
-        {
+        // Boxed: every caller's future (`round_trip_args`, `request_raw_with`, a gateway's
+        // forwarded call) would otherwise hold this one's state two and three times over,
+        // past the 1 KiB above which glibc's malloc consolidates its fast bins per request;
+        // two small allocations cost less than that one large one.
+        match Box::pin(self.round_trip_once(method, params, arguments, opts, era, trace)).await {
             Err(ClientError::Rpc(e))
                 if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION
                     && era != Era::Handshake
