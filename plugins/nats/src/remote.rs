@@ -1085,11 +1085,13 @@ async fn call_round<T: Forwarded>(
     let mut retried = false;
     let mut reissued = false;
     loop {
-        match call_once(inner, subject, target, ctx, trace, body.clone()).await {
+        // Boxed (and the rare wait below): every forwarded call's future is allocated whole,
+        // and each async layer would otherwise carry this one's state again.
+        match Box::pin(call_once(inner, subject, target, ctx, trace, body.clone())).await {
             Ok(payload) => return answer(&payload),
             Err(Outcome::NoResponders) if !retried => {
                 retried = true;
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                Box::pin(tokio::time::sleep(Duration::from_millis(200))).await;
             }
             Err(Outcome::NoResponders) => {
                 return Err(bus_error(

@@ -175,9 +175,16 @@ impl Client {
         let mut rounds = 0;
         let mut header_retry = true;
         loop {
-            let raw = match self
-                .round_trip_args(method, &params, arguments, opts, Era::Negotiated)
-                .await
+            // Boxed, as `round_trip_once` is in `round_trip_retried`: each async layer here
+            // would otherwise carry the one below it twice.
+            let raw = match Box::pin(self.round_trip_args(
+                method,
+                &params,
+                arguments,
+                opts,
+                Era::Negotiated,
+            ))
+            .await
             {
                 Err(ClientError::Transport(TransportError::SessionExpired))
                     if !self.is_modern() =>
