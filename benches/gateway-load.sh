@@ -5,8 +5,9 @@
 # server called directly, interleaved in one run (c = 16, REPEATS rounds); then the cost of a
 # transient call (a `lifecycle = "transient"` source: a process per call) at c = 1 and 16.
 # Pinned like mcpload-stdio.sh: mcpload on core 0, the server side on core 1 (the gateway and
-# its upstream share that core). Prints medians (calls/s, p50, p99, server-side CPU per call)
-# and per-round ratios gateway/direct.
+# its upstream share that core). Prints medians (calls/s, p50, p99, server-side CPU per call),
+# per-round ratios gateway/direct, and the gateway's own CPU per forwarded call against its
+# upstream's in the same run (each process measured apart) and against the direct server's.
 # Needs ../shared/mcpload (the workplace's load generator).
 #   REPEATS=3 DURATION=3 CONC=16 TRANSIENT_REPEATS=2 TRANSIENT_DURATION=3 OUT=/tmp/x.jsonl
 #   TOOLYARD_BIN=path (a built binary) COMPARE_BIN=path (another build's gateway, same rounds)
