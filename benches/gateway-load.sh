@@ -110,7 +110,8 @@ for (lab, c), rs in sorted(d.items(), key=lambda x: (x[0][1], x[0][0])):
           f"{med(rs, cpu):7.1f}us {sum(r['errors'] for r in rs):6}  "
           + " ".join(f"{r['calls_per_s']:.0f}" for r in rs))
 own = lambda r: r['own_cpu_s'] * 1e6 / r['issued'] if r.get('own_cpu_s') is not None else float('nan')
-rest = lambda r: cpu(r) - own(r)
+# Without the upstream's share (the server killed before its children were reaped) it is unknown.
+rest = lambda r: (cpu(r) - own(r)) if cpu(r) - own(r) > 0 else float('nan')
 for lab in ("gateway", "gateway-prev"):
     pairs = list(zip(d[(lab, conc)], d[("direct", conc)]))
     if not pairs:

@@ -67,4 +67,9 @@ impl TransportLink for MemoryLink {
         self.connection.close();
         Box::pin(async {})
     }
+
+    fn carries_headers(&self) -> bool {
+        // The server connection receives the body alone.
+        false
+    }
 }

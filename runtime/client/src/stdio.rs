@@ -477,6 +477,10 @@ impl TransportLink for StdioLink {
             let _ = done.wait_for(|finished| *finished).await;
         })
     }
+    fn carries_headers(&self) -> bool {
+        // A line of JSON on stdin is all a stdio server gets.
+        false
+    }
 }
 
 /// Writes queued messages to the server's stdin, batching what is queued into one write.

@@ -147,6 +147,12 @@ pub trait TransportLink: Send + Sync + 'static {
     /// Closes the connection (stdio: close stdin, SIGTERM, SIGKILL after a grace period, for
     /// the whole process group); resolves when it is closed.
     fn close(&self) -> BoxFuture<()>;
+    /// Whether a message's headers reach the peer (HTTP). A transport that writes only the
+    /// body (stdio, in-memory) says no, and the client builds no headers for its requests
+    /// (half a dozen strings per request on a modern connection).
+    fn carries_headers(&self) -> bool {
+        true
+    }
 }
 
 /// Something a [`Client`](super::Client) can be connected over.
@@ -274,5 +280,8 @@ impl TransportLink for LateLink {
             Some(link) => link.close(),
             None => Box::pin(async {}),
         }
+    }
+    fn carries_headers(&self) -> bool {
+        self.0.get().is_none_or(|link| link.carries_headers())
     }
 }

@@ -421,33 +421,11 @@ impl Client {
                 log_level,
             }),
         };
-        let mut headers = Vec::new();
-        if let Some((parent, state)) = trace {
-            headers.push(("traceparent".to_owned(), parent.clone()));
-            if let Some(state) = state.as_ref().filter(|s| !s.is_empty()) {
-                headers.push(("tracestate".to_owned(), state.clone()));
-            }
-        }
-        if modern {
-            headers.push((
-                "MCP-Protocol-Version".to_owned(),
-                ProtocolVersion::V2026_07_28.as_str().to_owned(),
-            ));
-            headers.push(("Mcp-Method".to_owned(), method.to_owned()));
-            let name = match method {
-                "tools/call" | "prompts/get" => params.get("name"),
-                "resources/read" => params.get("uri"),
-                _ => None,
-            };
-            if let Some(Value::String(name)) = name {
-                headers.push(("Mcp-Name".to_owned(), header_value(name)));
-            }
-            if method == "tools/call" {
-                self.param_headers(params, arguments, &mut headers);
-            }
-        } else if era == Era::Negotiated {
-            headers.extend(inner.response_headers.load().iter().cloned());
-        }
+        let headers = if inner.link.carries_headers() {
+            self.request_headers(method, params, arguments, trace, modern, era)
+        } else {
+            Vec::new()
+        };
         let body = toolyard_proto::jsonrpc::request_bytes(
             &id,
             method,
@@ -512,6 +490,49 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// The HTTP headers of a request: its trace context, and on a modern connection the
+    /// version, method, name and `x-mcp-header` arguments (on a legacy one, what the server
+    /// asked to see again).
+    fn request_headers(
+        &self,
+        method: &str,
+        params: &Map<String, Value>,
+        arguments: Option<&RawValue>,
+        trace: Option<&(String, Option<String>)>,
+        modern: bool,
+        era: Era,
+    ) -> Vec<(String, String)> {
+        let inner = &self.inner;
+        let mut headers = Vec::new();
+        if let Some((parent, state)) = trace {
+            headers.push(("traceparent".to_owned(), parent.clone()));
+            if let Some(state) = state.as_ref().filter(|s| !s.is_empty()) {
+                headers.push(("tracestate".to_owned(), state.clone()));
+            }
+        }
+        if modern {
+            headers.push((
+                "MCP-Protocol-Version".to_owned(),
+                ProtocolVersion::V2026_07_28.as_str().to_owned(),
+            ));
+            headers.push(("Mcp-Method".to_owned(), method.to_owned()));
+            let name = match method {
+                "tools/call" | "prompts/get" => params.get("name"),
+                "resources/read" => params.get("uri"),
+                _ => None,
+            };
+            if let Some(Value::String(name)) = name {
+                headers.push(("Mcp-Name".to_owned(), header_value(name)));
+            }
+            if method == "tools/call" {
+                self.param_headers(params, arguments, &mut headers);
+            }
+        } else if era == Era::Negotiated {
+            headers.extend(inner.response_headers.load().iter().cloned());
+        }
+        headers
     }
 
     fn param_headers(
