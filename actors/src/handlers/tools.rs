@@ -180,26 +180,21 @@ pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, 
         }
     }
     let is_task = plan.is_some();
+    let (plan, ctx) = match plan {
+        Some((plan, task_ctx)) => (Some(plan), task_ctx),
+        None => (None, ctx),
+    };
+    let params = CallInput::from(params);
     // Each kind of handler gets a future of its own, allocated whole per call: a
     // forwarding call's is not sized for a typed call's larger state (and stays under
     // the 1 KiB past which glibc's malloc consolidates its fast bins on every call).
-    let call: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-        match (&def.handler, plan) {
-            (Handler::Typed(_), None) => {
-                Box::pin(run_call(def, params.into(), ctx, reply, sealer, None))
-            }
-            (Handler::Typed(_), Some((plan, ctx))) => {
-                Box::pin(run_call(def, params.into(), ctx, reply, sealer, Some(plan)))
-            }
-            (Handler::Forwarding(f), None) => {
-                let (f, call) = (f.clone(), CallInput::from(params));
-                Box::pin(run_forwarding(f, call, ctx, reply, sealer, None))
-            }
-            (Handler::Forwarding(f), Some((plan, ctx))) => {
-                let (f, call) = (f.clone(), CallInput::from(params));
-                Box::pin(run_forwarding(f, call, ctx, reply, sealer, Some(plan)))
-            }
-        };
+    let call: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match &def.handler {
+        Handler::Typed(_) => Box::pin(run_call(def, params, ctx, reply, sealer, plan)),
+        Handler::Forwarding(f) => {
+            let f = f.clone();
+            Box::pin(run_forwarding(f, params, ctx, reply, sealer, plan))
+        }
+    };
     if is_task {
         tokio::spawn(call);
     } else {

@@ -151,6 +151,18 @@ struct Slots {
     starting: usize,
 }
 
+impl Slots {
+    /// The connection with the most free permits, and one of them, if any is free.
+    fn take_free(&self) -> Option<(Arc<Conn>, OwnedSemaphorePermit)> {
+        let best = self
+            .conns
+            .iter()
+            .max_by_key(|c| c.permits.available_permits())?;
+        let permit = best.permits.clone().try_acquire_owned().ok()?;
+        Some((best.clone(), permit))
+    }
+}
+
 struct State {
     /// Starting or Healthy; Unhealthy and Stopped come from `open` and `stopped`.
     health: HealthState,
@@ -800,7 +812,6 @@ impl Inner {
         }
     }
 
-    /// The singleton's connection, started (once for all waiting leases) when missing or dead.
     /// The shared connection, if it is alive and nobody holds its slot (starting or
     /// replacing it) this instant.
     fn shared_now(&self, slot: &tokio::sync::Mutex<Option<Arc<Conn>>>) -> Option<Arc<Conn>> {
@@ -816,14 +827,10 @@ impl Inner {
         if slots.conns.iter().any(|c| !c.alive()) {
             return None;
         }
-        let best = slots
-            .conns
-            .iter()
-            .max_by_key(|c| c.permits.available_permits())?;
-        let permit = best.permits.clone().try_acquire_owned().ok()?;
-        Some((best.clone(), permit))
+        slots.take_free()
     }
 
+    /// The singleton's connection, started (once for all waiting leases) when missing or dead.
     async fn lease_shared(
         self: &Arc<Self>,
         slot: &tokio::sync::Mutex<Option<Arc<Conn>>>,
@@ -883,15 +890,7 @@ impl Inner {
             let (taken, start, gone) = {
                 let mut slots = lock(&pool.slots);
                 let gone = Self::prune(&mut slots);
-                let best = slots
-                    .conns
-                    .iter()
-                    .max_by_key(|c| c.permits.available_permits())
-                    .cloned();
-                let taken = best.and_then(|c| {
-                    let permit = c.permits.clone().try_acquire_owned().ok()?;
-                    Some((c, permit))
-                });
+                let taken = slots.take_free();
                 let start = taken.is_none() && slots.conns.len() + slots.starting < pool.size;
                 if start {
                     slots.starting += 1;
