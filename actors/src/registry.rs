@@ -1,22 +1,26 @@
 //! A read-mostly, ordered name -> definition table.
 //!
-//! The owning handler actor is its only writer; readers (listings, the supervisor restarting
-//! the actor) load a snapshot without locking. Order is registration order, so listings are
+//! Readers (calls, listings, the supervisor restarting a handler actor) load a snapshot
+//! without locking. Writers (`Server::add_tools` and friends, from any thread) take a small
+//! lock around load-clone-store, so a registration is applied before the call that made it
+//! returns: a gateway that adds a source's tools can route calls to them at once (the
+//! registration used to be a message to the handler actor, and a call right after it could
+//! find the tool missing). Order is registration order, so listings are
 //! deterministic, as 2026-07-28 asks for client-side caching.
 
 use arc_swap::ArcSwap;
 use indexmap::IndexMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A snapshot of the table.
 pub(crate) type Snapshot<T> = Arc<IndexMap<String, Arc<T>>>;
 
 /// Definitions by name.
-pub(crate) struct Registry<T>(ArcSwap<IndexMap<String, Arc<T>>>);
+pub(crate) struct Registry<T>(ArcSwap<IndexMap<String, Arc<T>>>, Mutex<()>);
 
 impl<T> Default for Registry<T> {
     fn default() -> Self {
-        Registry(ArcSwap::from_pointee(IndexMap::new()))
+        Registry(ArcSwap::from_pointee(IndexMap::new()), Mutex::new(()))
     }
 }
 
@@ -29,6 +33,7 @@ impl<T> Registry<T> {
     }
     /// Inserts or replaces; returns true when anything changed.
     pub(crate) fn insert(&self, items: impl IntoIterator<Item = (String, Arc<T>)>) -> bool {
+        let _writer = self.1.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = IndexMap::clone(&self.0.load());
         let mut changed = false;
         for (k, v) in items {
@@ -40,6 +45,7 @@ impl<T> Registry<T> {
     }
     /// Removes names; returns true when anything was removed.
     pub(crate) fn remove(&self, names: &[String]) -> bool {
+        let _writer = self.1.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = IndexMap::clone(&self.0.load());
         let before = next.len();
         for n in names {

@@ -232,17 +232,12 @@ async fn spawn_custom_methods(
 }
 
 impl SupState {
-    async fn spawn_tools(
-        &self,
-        bus: ActorRef<BusMsg>,
-        sup: ActorCell,
-    ) -> Result<ActorRef<ToolMsg>, ActorProcessingErr> {
+    async fn spawn_tools(&self, sup: ActorCell) -> Result<ActorRef<ToolMsg>, ActorProcessingErr> {
         let (r, _) = Actor::spawn_linked(
             None,
             ToolCatalog,
             ToolState {
                 registry: self.core.tools.clone(),
-                bus,
                 list: self.core.list,
             },
             sup,
@@ -252,7 +247,6 @@ impl SupState {
     }
     async fn spawn_resources(
         &self,
-        bus: ActorRef<BusMsg>,
         sup: ActorCell,
     ) -> Result<ActorRef<ResourceMsg>, ActorProcessingErr> {
         let (r, _) = Actor::spawn_linked(
@@ -262,7 +256,6 @@ impl SupState {
                 resources: self.core.resources.clone(),
                 templates: self.core.templates.clone(),
                 sealer: self.core.sealer.clone(),
-                bus,
                 list: self.core.list,
             },
             sup,
@@ -272,7 +265,6 @@ impl SupState {
     }
     async fn spawn_prompts(
         &self,
-        bus: ActorRef<BusMsg>,
         sup: ActorCell,
     ) -> Result<ActorRef<PromptMsg>, ActorProcessingErr> {
         let (r, _) = Actor::spawn_linked(
@@ -281,7 +273,6 @@ impl SupState {
             PromptState {
                 registry: self.core.prompts.clone(),
                 sealer: self.core.sealer.clone(),
-                bus,
                 list: self.core.list,
             },
             sup,
@@ -323,9 +314,9 @@ impl Actor for Supervisor {
         }
         let routes = Routes {
             custom: spawn_custom_methods(state.methods.clone(), sup.clone()).await?,
-            tools: state.spawn_tools(bus.clone(), sup.clone()).await?,
-            resources: state.spawn_resources(bus.clone(), sup.clone()).await?,
-            prompts: state.spawn_prompts(bus.clone(), sup.clone()).await?,
+            tools: state.spawn_tools(sup.clone()).await?,
+            resources: state.spawn_resources(sup.clone()).await?,
+            prompts: state.spawn_prompts(sup.clone()).await?,
             completion: state.spawn_completion(sup.clone()).await?,
             bus,
             tasks: state.core.tasks.clone(),
@@ -366,11 +357,11 @@ impl Actor for Supervisor {
         let sup = myself.get_cell();
         let mut routes = state.core.routes().as_ref().clone();
         if routes.tools.get_id() == dead {
-            routes.tools = state.spawn_tools(routes.bus.clone(), sup).await?;
+            routes.tools = state.spawn_tools(sup).await?;
         } else if routes.resources.get_id() == dead {
-            routes.resources = state.spawn_resources(routes.bus.clone(), sup).await?;
+            routes.resources = state.spawn_resources(sup).await?;
         } else if routes.prompts.get_id() == dead {
-            routes.prompts = state.spawn_prompts(routes.bus.clone(), sup).await?;
+            routes.prompts = state.spawn_prompts(sup).await?;
         } else if routes.completion.get_id() == dead {
             routes.completion = state.spawn_completion(sup).await?;
         } else if routes.custom.get_id() == dead {
@@ -603,13 +594,15 @@ impl Server {
         &self.core.info
     }
 
-    /// Adds or replaces tools at runtime; listeners get `tools/list_changed`.
+    /// Adds or replaces tools at runtime; listeners get `tools/list_changed`. Applied
+    /// before it returns: a call made next finds them.
     pub fn add_tools(&self, tools: Vec<ToolDef>) {
-        let _ = self
-            .core
-            .routes()
-            .tools
-            .cast(ToolMsg::Register(tools.into_iter().map(Arc::new).collect()));
+        let items = tools
+            .into_iter()
+            .map(|d| (d.tool.name.clone(), Arc::new(d)));
+        if self.core.tools.insert(items) {
+            self.publish(Event::ToolsChanged);
+        }
     }
 
     /// Answers calls to tools that are not registered with the error `explain` returns for
@@ -620,44 +613,57 @@ impl Server {
         self.core.unknown_tools.store(Some(Arc::new(explain)));
     }
 
-    /// Removes tools by name.
+    /// Removes tools by name (at once, as [`add_tools`](Self::add_tools) adds them).
     pub fn remove_tools(&self, names: Vec<String>) {
-        let _ = self.core.routes().tools.cast(ToolMsg::Remove(names));
+        if self.core.tools.remove(&names) {
+            self.publish(Event::ToolsChanged);
+        }
     }
 
     /// Adds or replaces static resources.
     pub fn add_resources(&self, resources: Vec<ResourceDef>) {
-        let _ = self.core.routes().resources.cast(ResourceMsg::Register(
-            resources.into_iter().map(Arc::new).collect(),
-        ));
+        let items = resources
+            .into_iter()
+            .map(|d| (d.resource.uri.clone(), Arc::new(d)));
+        if self.core.resources.insert(items) {
+            self.publish(Event::ResourcesChanged);
+        }
     }
 
     /// Adds or replaces prompts.
     pub fn add_prompts(&self, prompts: Vec<PromptDef>) {
-        let _ = self.core.routes().prompts.cast(PromptMsg::Register(
-            prompts.into_iter().map(Arc::new).collect(),
-        ));
+        let items = prompts
+            .into_iter()
+            .map(|d| (d.prompt.name.clone(), Arc::new(d)));
+        if self.core.prompts.insert(items) {
+            self.publish(Event::PromptsChanged);
+        }
     }
 
     /// Adds or replaces resource templates.
     pub fn add_templates(&self, templates: Vec<TemplateDef>) {
-        let _ = self
-            .core
-            .routes()
-            .resources
-            .cast(ResourceMsg::RegisterTemplates(
-                templates.into_iter().map(Arc::new).collect(),
-            ));
+        let items = templates
+            .into_iter()
+            .map(|d| (d.template.uri_template.clone(), Arc::new(d)));
+        if self.core.templates.insert(items) {
+            self.publish(Event::ResourcesChanged);
+        }
     }
 
     /// Removes resources or templates by URI / URI template.
     pub fn remove_resources(&self, uris: Vec<String>) {
-        let _ = self.core.routes().resources.cast(ResourceMsg::Remove(uris));
+        let resources = self.core.resources.remove(&uris);
+        let templates = self.core.templates.remove(&uris);
+        if resources || templates {
+            self.publish(Event::ResourcesChanged);
+        }
     }
 
     /// Removes prompts by name.
     pub fn remove_prompts(&self, names: Vec<String>) {
-        let _ = self.core.routes().prompts.cast(PromptMsg::Remove(names));
+        if self.core.prompts.remove(&names) {
+            self.publish(Event::PromptsChanged);
+        }
     }
 
     /// Adds or replaces an argument completer.

@@ -1,7 +1,6 @@
 //! The PromptHandler actor: the prompt registry; each `prompts/get` runs in a task.
 
 use crate::context::RequestContext;
-use crate::event_bus::{BusMsg, Event};
 use crate::exec::{self, Binding, RetryInput};
 use crate::mrtr::{digest, StateSealer};
 use crate::registry::{list_page, Registry};
@@ -50,10 +49,6 @@ pub(crate) enum PromptMsg {
         /// Answer.
         reply: Reply,
     },
-    /// Add or replace prompts.
-    Register(Vec<Arc<PromptDef>>),
-    /// Remove prompts by name.
-    Remove(Vec<String>),
 }
 
 pub(crate) struct PromptHandler;
@@ -61,7 +56,6 @@ pub(crate) struct PromptHandler;
 pub(crate) struct PromptState {
     pub(crate) registry: Arc<Registry<PromptDef>>,
     pub(crate) sealer: StateSealer,
-    pub(crate) bus: ActorRef<BusMsg>,
     pub(crate) list: ListSettings,
 }
 
@@ -107,19 +101,6 @@ impl Actor for PromptHandler {
                 }
             }
             PromptMsg::Get { params, ctx, reply } => get(state, params, ctx, reply),
-            PromptMsg::Register(defs) => {
-                if state
-                    .registry
-                    .insert(defs.into_iter().map(|d| (d.prompt.name.clone(), d)))
-                {
-                    let _ = state.bus.cast(BusMsg::Publish(Event::PromptsChanged));
-                }
-            }
-            PromptMsg::Remove(names) => {
-                if state.registry.remove(&names) {
-                    let _ = state.bus.cast(BusMsg::Publish(Event::PromptsChanged));
-                }
-            }
         }
         Ok(())
     }

@@ -2,7 +2,6 @@
 //! in tasks.
 
 use crate::context::RequestContext;
-use crate::event_bus::{BusMsg, Event};
 use crate::exec::{self, Binding, RetryInput};
 use crate::mrtr::{digest, StateSealer};
 use crate::registry::{list_page, Registry};
@@ -58,12 +57,6 @@ pub(crate) enum ResourceMsg {
         /// Answer.
         reply: Reply,
     },
-    /// Add or replace static resources.
-    Register(Vec<Arc<ResourceDef>>),
-    /// Add or replace templates.
-    RegisterTemplates(Vec<Arc<TemplateDef>>),
-    /// Remove resources or templates by URI / URI template.
-    Remove(Vec<String>),
     /// Fails the actor (supervision tests).
     #[doc(hidden)]
     Crash,
@@ -75,7 +68,6 @@ pub(crate) struct ResourceState {
     pub(crate) resources: Arc<Registry<ResourceDef>>,
     pub(crate) templates: Arc<Registry<TemplateDef>>,
     pub(crate) sealer: StateSealer,
-    pub(crate) bus: ActorRef<BusMsg>,
     pub(crate) list: ListSettings,
 }
 
@@ -142,29 +134,6 @@ impl Actor for ResourceHandler {
                 }
             }
             ResourceMsg::Read { params, ctx, reply } => read(state, params, ctx, reply),
-            ResourceMsg::Register(defs) => {
-                if state
-                    .resources
-                    .insert(defs.into_iter().map(|d| (d.resource.uri.clone(), d)))
-                {
-                    let _ = state.bus.cast(BusMsg::Publish(Event::ResourcesChanged));
-                }
-            }
-            ResourceMsg::RegisterTemplates(defs) => {
-                if state.templates.insert(
-                    defs.into_iter()
-                        .map(|d| (d.template.uri_template.clone(), d)),
-                ) {
-                    let _ = state.bus.cast(BusMsg::Publish(Event::ResourcesChanged));
-                }
-            }
-            ResourceMsg::Remove(uris) => {
-                let a = state.resources.remove(&uris);
-                let b = state.templates.remove(&uris);
-                if a || b {
-                    let _ = state.bus.cast(BusMsg::Publish(Event::ResourcesChanged));
-                }
-            }
             ResourceMsg::Crash => return Err("resource handler crash requested".into()),
         }
         Ok(())

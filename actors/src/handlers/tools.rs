@@ -8,7 +8,6 @@
 
 use crate::context::RequestContext;
 use crate::error::HandlerError;
-use crate::event_bus::{BusMsg, Event};
 use crate::exec::{self, Binding, RetryInput};
 use crate::forward::{ForwardFn, RawArgs, RawResult};
 use crate::mrtr::{digest, StateSealer};
@@ -57,10 +56,6 @@ pub(crate) enum ToolMsg {
         /// Where the answer goes.
         reply: Reply,
     },
-    /// Add or replace tools.
-    Register(Vec<Arc<ToolDef>>),
-    /// Remove tools by name.
-    Remove(Vec<String>),
     /// Fails the actor (supervision tests and fault injection).
     #[doc(hidden)]
     Crash,
@@ -70,7 +65,6 @@ pub(crate) struct ToolCatalog;
 
 pub(crate) struct ToolState {
     pub(crate) registry: Arc<Registry<ToolDef>>,
-    pub(crate) bus: ActorRef<BusMsg>,
     pub(crate) list: ListSettings,
 }
 
@@ -95,19 +89,6 @@ impl Actor for ToolCatalog {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolMsg::List { cursor, reply } => list(state, cursor.as_deref(), reply),
-            ToolMsg::Register(defs) => {
-                if state
-                    .registry
-                    .insert(defs.into_iter().map(|d| (d.tool.name.clone(), d)))
-                {
-                    let _ = state.bus.cast(BusMsg::Publish(Event::ToolsChanged));
-                }
-            }
-            ToolMsg::Remove(names) => {
-                if state.registry.remove(&names) {
-                    let _ = state.bus.cast(BusMsg::Publish(Event::ToolsChanged));
-                }
-            }
             ToolMsg::Crash => return Err("tool handler crash requested".into()),
         }
         Ok(())

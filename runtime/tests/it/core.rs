@@ -66,6 +66,35 @@ async fn a_hundred_calls_on_one_connection_run_concurrently_and_a_panic_fails_on
     }
 }
 
+/// Regression: registration was a message to the handler actor, so a gateway that added a
+/// source's tools and routed a call to them at once could get "Unknown tool".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_added_at_runtime_is_callable_as_soon_as_add_tools_returns() {
+    let server = ServerBuilder::new("t", "0").start().await.unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    for i in 0..200 {
+        let name = format!("added_{i}");
+        server.add_tools(vec![tool_fn(&name, "x", |_c, _a: NoArgs| async {
+            Ok("here")
+        })
+        .unwrap()]);
+        let r = client
+            .request("tools/call", json!({"name": name, "arguments": {}}))
+            .await
+            .unwrap();
+        assert_eq!(r["content"][0]["text"], "here", "call {i}");
+        server.remove_tools(vec![name.clone()]);
+        let gone = client
+            .request("tools/call", json!({"name": name, "arguments": {}}))
+            .await;
+        assert!(
+            gone.is_err() || gone.unwrap()["isError"] == true,
+            "call {i} after removal"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_crashed_handler_actor_is_restarted_and_requests_go_on() {
     let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
