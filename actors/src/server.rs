@@ -614,6 +614,10 @@ impl Server {
     }
 
     /// Removes tools by name (at once, as [`add_tools`](Self::add_tools) adds them).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the public signature predates the registry's direct writes; callers hand the list over"
+    )]
     pub fn remove_tools(&self, names: Vec<String>) {
         if self.core.tools.remove(&names) {
             self.publish(Event::ToolsChanged);
@@ -651,6 +655,10 @@ impl Server {
     }
 
     /// Removes resources or templates by URI / URI template.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the public signature predates the registry's direct writes; callers hand the list over"
+    )]
     pub fn remove_resources(&self, uris: Vec<String>) {
         let resources = self.core.resources.remove(&uris);
         let templates = self.core.templates.remove(&uris);
@@ -660,6 +668,10 @@ impl Server {
     }
 
     /// Removes prompts by name.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the public signature predates the registry's direct writes; callers hand the list over"
+    )]
     pub fn remove_prompts(&self, names: Vec<String>) {
         if self.core.prompts.remove(&names) {
             self.publish(Event::PromptsChanged);

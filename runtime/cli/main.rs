@@ -270,15 +270,29 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));
         }
+        // The bus comes first: with durable tasks, the server's task store lives on it.
+        #[cfg(feature = "nats")]
+        let nats_client = match &nats_url {
+            Some(url) => {
+                let client = toolyard_nats::connect(url, "ty-gateway").await?;
+                let remote = nats_file.nats.remote();
+                if remote.durable_tasks {
+                    let store =
+                        toolyard_nats::NatsTaskStore::open(&client, remote.catalog_replicas)
+                            .await?;
+                    builder = builder.tasks(std::sync::Arc::new(store));
+                }
+                Some((client, remote))
+            }
+            None => None,
+        };
         let server = builder.start().await?;
         // Connectors that watch for changes (Drive's poller) run while the server does.
         #[cfg(feature = "connectors")]
         let _watching = watchers.start(&server);
         #[cfg(feature = "nats")]
-        let _nats = match &nats_url {
-            Some(url) => {
-                let client = toolyard_nats::connect(url, "ty-gateway").await?;
-                let remote = nats_file.nats.remote();
+        let _nats = match nats_client {
+            Some((client, remote)) => {
                 // Change events raised here reach every gateway's subscribers, and theirs ours.
                 let events = toolyard_nats::EventRelay::start(
                     server.clone(),

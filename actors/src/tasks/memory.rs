@@ -6,8 +6,8 @@ use super::store::{
 };
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
-use toolyard_proto::{InputRequests, InputResponses, TaskStatus};
+use std::time::{Duration, Instant};
+use toolyard_proto::InputResponses;
 
 /// A [`TaskStore`] in this process's memory: tasks expire `ttl` after creation (checked on
 /// access, and swept at most once a second when tasks are created), and at most
@@ -46,12 +46,6 @@ impl Default for InMemoryTaskStore {
 
 fn ready<'a, T: Send + 'a>(r: Result<T, TaskStoreError>) -> StoreFuture<'a, T> {
     Box::pin(std::future::ready(r))
-}
-
-/// A fresh, unguessable task id (128 random bits).
-fn new_task_id() -> String {
-    let bits: u128 = rand::random();
-    format!("{bits:032x}")
 }
 
 impl InMemoryTaskStore {
@@ -131,20 +125,8 @@ impl TaskStore for InMemoryTaskStore {
         if st.tasks.len() >= self.max_tasks {
             return ready(Err(TaskStoreError::Full(self.max_tasks)));
         }
-        let at = SystemTime::now();
-        let record = TaskRecord {
-            task_id: new_task_id(),
-            status: TaskStatus::Working,
-            status_message: None,
-            created_at: at,
-            last_updated_at: at,
-            ttl: new.ttl,
-            poll_interval: new.poll_interval,
-            owner: new.owner,
-            generation: new.generation,
-            input_requests: InputRequests::new(),
-            outcome: None,
-        };
+        let ttl = new.ttl;
+        let record = TaskRecord::new(new);
         st.seq += 1;
         let seq = st.seq;
         st.tasks.insert(
@@ -152,7 +134,7 @@ impl TaskStore for InMemoryTaskStore {
             MemEntry {
                 record: record.clone(),
                 seq,
-                expires: new.ttl.and_then(|t| now.checked_add(t)),
+                expires: ttl.and_then(|t| now.checked_add(t)),
             },
         );
         ready(Ok(record))
@@ -164,34 +146,8 @@ impl TaskStore for InMemoryTaskStore {
 
     fn update<'a>(&'a self, id: &'a str, update: TaskUpdate) -> StoreFuture<'a, TaskRecord> {
         ready(self.with_entry(id, None, |e| {
-            let r = &mut e.record;
-            if r.status.is_terminal() {
-                return Err(TaskStoreError::Terminal(r.status));
-            }
-            match update {
-                TaskUpdate::Working(message) => {
-                    r.status = TaskStatus::Working;
-                    r.status_message = message;
-                    r.input_requests.clear();
-                }
-                TaskUpdate::StatusMessage(message) => r.status_message = Some(message),
-                TaskUpdate::InputRequired(requests) => {
-                    r.status = TaskStatus::InputRequired;
-                    r.input_requests.extend(requests);
-                }
-                TaskUpdate::Finish {
-                    status,
-                    outcome,
-                    message,
-                } => {
-                    r.status = status;
-                    r.outcome = outcome;
-                    r.status_message = message;
-                    r.input_requests.clear();
-                }
-            }
-            r.last_updated_at = SystemTime::now();
-            Ok(r.clone())
+            e.record.apply(update)?;
+            Ok(e.record.clone())
         }))
     }
 
@@ -202,36 +158,15 @@ impl TaskStore for InMemoryTaskStore {
         responses: InputResponses,
     ) -> StoreFuture<'a, (TaskRecord, InputResponses)> {
         ready(self.with_entry(id, Some(owner), |e| {
-            let r = &mut e.record;
-            let mut accepted = InputResponses::new();
-            if !r.status.is_terminal() {
-                for (key, value) in responses {
-                    if r.input_requests.remove(&key).is_some() {
-                        accepted.insert(key, value);
-                    }
-                }
-                if !accepted.is_empty() {
-                    if r.input_requests.is_empty() && r.status == TaskStatus::InputRequired {
-                        r.status = TaskStatus::Working;
-                    }
-                    r.last_updated_at = SystemTime::now();
-                }
-            }
-            Ok((r.clone(), accepted))
+            let accepted = e.record.accept_input(responses);
+            Ok((e.record.clone(), accepted))
         }))
     }
 
     fn cancel<'a>(&'a self, id: &'a str, owner: Option<&'a str>) -> StoreFuture<'a, TaskRecord> {
         ready(self.with_entry(id, Some(owner), |e| {
-            let r = &mut e.record;
-            if r.status.is_terminal() {
-                return Err(TaskStoreError::Terminal(r.status));
-            }
-            r.status = TaskStatus::Cancelled;
-            r.status_message = Some("The task was cancelled by request.".into());
-            r.input_requests.clear();
-            r.last_updated_at = SystemTime::now();
-            Ok(r.clone())
+            e.record.cancel()?;
+            Ok(e.record.clone())
         }))
     }
 
@@ -269,7 +204,7 @@ impl TaskStore for InMemoryTaskStore {
 mod tests {
     use super::*;
     use crate::tasks::{TaskGeneration, TaskOutcome};
-    use toolyard_proto::{InputRequest, JsonObject};
+    use toolyard_proto::{InputRequest, InputRequests, JsonObject, TaskStatus};
 
     fn new_task(owner: Option<&str>, ttl: Option<Duration>) -> NewTask {
         NewTask {

@@ -127,6 +127,98 @@ impl TaskRecord {
         }
     }
 
+    /// A new task in `working`, with a fresh, unguessable id (128 random bits).
+    pub fn new(new: NewTask) -> TaskRecord {
+        let bits: u128 = rand::random();
+        let at = SystemTime::now();
+        TaskRecord {
+            task_id: format!("{bits:032x}"),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at: at,
+            last_updated_at: at,
+            ttl: new.ttl,
+            poll_interval: new.poll_interval,
+            owner: new.owner,
+            generation: new.generation,
+            input_requests: InputRequests::new(),
+            outcome: None,
+        }
+    }
+
+    /// True once the task's TTL (from creation) has passed.
+    pub fn expired(&self, now: SystemTime) -> bool {
+        self.ttl
+            .and_then(|t| self.created_at.checked_add(t))
+            .is_some_and(|at| at <= now)
+    }
+
+    /// Applies `update` (what [`TaskStore::update`] does to the stored record); a terminal
+    /// task refuses with [`TaskStoreError::Terminal`]. Every store shares this rule.
+    pub fn apply(&mut self, update: TaskUpdate) -> Result<(), TaskStoreError> {
+        if self.status.is_terminal() {
+            return Err(TaskStoreError::Terminal(self.status));
+        }
+        match update {
+            TaskUpdate::Working(message) => {
+                self.status = TaskStatus::Working;
+                self.status_message = message;
+                self.input_requests.clear();
+            }
+            TaskUpdate::StatusMessage(message) => self.status_message = Some(message),
+            TaskUpdate::InputRequired(requests) => {
+                self.status = TaskStatus::InputRequired;
+                self.input_requests.extend(requests);
+            }
+            TaskUpdate::Finish {
+                status,
+                outcome,
+                message,
+            } => {
+                self.status = status;
+                self.outcome = outcome;
+                self.status_message = message;
+                self.input_requests.clear();
+            }
+        }
+        self.last_updated_at = SystemTime::now();
+        Ok(())
+    }
+
+    /// Takes the answers whose keys are outstanding (what [`TaskStore::provide_input`] does)
+    /// and returns them; with nothing left outstanding the task is `working` again.
+    pub fn accept_input(&mut self, responses: InputResponses) -> InputResponses {
+        let mut accepted = InputResponses::new();
+        if self.status.is_terminal() {
+            return accepted;
+        }
+        for (key, value) in responses {
+            if self.input_requests.remove(&key).is_some() {
+                accepted.insert(key, value);
+            }
+        }
+        if !accepted.is_empty() {
+            if self.input_requests.is_empty() && self.status == TaskStatus::InputRequired {
+                self.status = TaskStatus::Working;
+            }
+            self.last_updated_at = SystemTime::now();
+        }
+        accepted
+    }
+
+    /// Moves the task to `cancelled` (what [`TaskStore::cancel`] does); a terminal one
+    /// refuses with [`TaskStoreError::Terminal`].
+    pub fn cancel(&mut self) -> Result<(), TaskStoreError> {
+        if self.status.is_terminal() {
+            return Err(TaskStoreError::Terminal(self.status));
+        }
+        self.status = TaskStatus::Cancelled;
+        self.status_message = Some("The task was cancelled by request.".into());
+        self.input_requests.clear();
+        self.last_updated_at = SystemTime::now();
+        Ok(())
+    }
+
     /// The tasks extension's wire shape: a `DetailedTask` (`ttlMs`, `pollIntervalMs`, and
     /// `inputRequests`, `result` or `error` as the status calls for).
     pub fn to_detailed(&self) -> DetailedTask {

@@ -26,6 +26,13 @@ pub struct NatsSection {
     /// Replicas of the catalog bucket, for whichever gateway or worker creates it (default
     /// 1; 3 on a cluster, so the catalog survives a node's loss).
     pub catalog_replicas: Option<usize>,
+    /// Task-augmented calls of the workers' tools run as durable jobs on JetStream, their
+    /// records in the `TY_TASKS` bucket that every gateway reads (default true; workers
+    /// run the jobs of their server unless it is false).
+    pub durable_tasks: Option<bool>,
+    /// How long a worker's task job may go without a sign of life before JetStream hands it
+    /// to another worker (default 30 000).
+    pub task_ack_wait_ms: Option<u64>,
 }
 
 /// The NATS bridge's sections of a config file.
@@ -66,6 +73,7 @@ impl NatsSection {
         if let Some(n) = self.catalog_replicas {
             config.catalog_replicas = n.max(1);
         }
+        config.durable_tasks = self.durable_tasks.unwrap_or(true);
         config
     }
 
@@ -78,6 +86,10 @@ impl NatsSection {
         }
         if let Some(n) = self.catalog_replicas {
             config.catalog_replicas = n.max(1);
+        }
+        config.tasks = self.durable_tasks.unwrap_or(true);
+        if let Some(ms) = self.task_ack_wait_ms {
+            config.task_ack_wait = Duration::from_millis(ms.max(100));
         }
         config
     }
@@ -108,6 +120,15 @@ mod tests {
         );
         assert_eq!(w.worker("calc").catalog_replicas, 3);
         assert_eq!(w.remote().catalog_replicas, 3);
+        assert!(
+            w.remote().durable_tasks && w.worker("calc").tasks,
+            "durable tasks by default"
+        );
+        let off = NatsConfig::parse("[nats]\ndurable_tasks = false\ntask_ack_wait_ms = 2000\n")
+            .unwrap()
+            .nats;
+        assert!(!off.remote().durable_tasks && !off.worker("calc").tasks);
+        assert_eq!(off.worker("calc").task_ack_wait, Duration::from_secs(2));
         let err = NatsConfig::parse("[nats]\nurll = \"x\"\n").unwrap_err();
         assert!(err.contains("urll"), "{err}");
     }

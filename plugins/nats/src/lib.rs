@@ -18,8 +18,10 @@ mod config;
 mod denied;
 mod error;
 mod events;
+mod jobs;
 mod remote;
 mod replies;
+mod tasks;
 pub mod wire;
 mod worker;
 
@@ -28,7 +30,9 @@ pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES};
 pub use config::{NatsConfig, NatsSection};
 pub use error::NatsError;
 pub use events::{events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER};
+pub use jobs::{DEADLINE as DEADLINE_HEADER, STREAM as JOBS_STREAM};
 pub use remote::{RemoteConfig, RemoteTools};
+pub use tasks::{NatsTaskStore, BUCKET as TASKS_BUCKET};
 pub use worker::{Worker, WorkerConfig};
 
 /// Connects to a NATS server the way the bridge wants it: named, retrying the first

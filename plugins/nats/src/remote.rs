@@ -46,6 +46,10 @@ pub struct RemoteConfig {
     pub call_timeout: Duration,
     /// Replicas of the catalog bucket when this gateway is the one to create it (default 1).
     pub catalog_replicas: usize,
+    /// Runs the workers' tools as durable jobs when a call runs as a task (`jobs`): off by
+    /// default, since it needs the server's task store to be a
+    /// [`NatsTaskStore`](crate::NatsTaskStore) on this bus (`toolyard serve --nats` sets both).
+    pub durable_tasks: bool,
 }
 
 impl Default for RemoteConfig {
@@ -56,6 +60,7 @@ impl Default for RemoteConfig {
             inactivity: Duration::from_secs(60),
             call_timeout: Duration::from_secs(300),
             catalog_replicas: 1,
+            durable_tasks: false,
         }
     }
 }
@@ -90,6 +95,8 @@ struct Inner {
     losses: tokio::sync::watch::Receiver<u64>,
     /// The one reply subscription every call is answered on (`replies`).
     replies: Replies,
+    /// Where task-augmented calls go, with `durable_tasks`.
+    jobs: Option<crate::jobs::Submitter>,
 }
 
 #[derive(Debug, Default)]
@@ -136,6 +143,14 @@ impl RemoteTools {
         let replies = Replies::start(&client)
             .await
             .map_err(|e| NatsError::Bus(format!("subscribing for the answers: {e}")))?;
+        let jobs = if config.durable_tasks {
+            Some(
+                crate::jobs::Submitter::open(&client, &config.prefix, config.catalog_replicas)
+                    .await?,
+            )
+        } else {
+            None
+        };
         let inner = Arc::new(Inner {
             server,
             client,
@@ -143,6 +158,7 @@ impl RemoteTools {
             state: Mutex::default(),
             losses,
             replies,
+            jobs,
         });
         // What the bucket holds now, before returning, so the first listing has it (the
         // watch delivers these again; applying an entry twice changes nothing).
@@ -561,6 +577,11 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
         let subject = subject.clone();
         let headers = headers.clone();
         Box::pin(async move {
+            // A call that runs as a task is a durable job: any worker of the server runs it,
+            // whoever survives (`jobs`).
+            if let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.as_ref()) {
+                return jobs.run(&ctx, task_id, &server, &tool, &args).await;
+            }
             let target = Target {
                 server: &server,
                 method: "tools/call",

@@ -52,6 +52,11 @@ pub struct WorkerConfig {
     /// Replicas of the catalog bucket when this worker is the one to create it (default 1;
     /// 3 on a cluster of three or more).
     pub catalog_replicas: usize,
+    /// Runs the durable task jobs of this server (`jobs`; default on).
+    pub tasks: bool,
+    /// How long a task job may go without a sign of life before JetStream redelivers it
+    /// (default 30 s; the worker signals every third of it while it runs one).
+    pub task_ack_wait: Duration,
 }
 
 impl WorkerConfig {
@@ -65,6 +70,8 @@ impl WorkerConfig {
             keepalive: Duration::from_secs(15),
             drain_timeout: Duration::from_secs(10),
             catalog_replicas: 1,
+            tasks: true,
+            task_ack_wait: Duration::from_secs(30),
         }
     }
 }
@@ -75,6 +82,8 @@ pub struct Worker {
     inner: Arc<Inner>,
     serving: tokio::task::JoinHandle<()>,
     heartbeat: tokio::task::JoinHandle<()>,
+    /// Pulls the server's task jobs (with `tasks`).
+    jobs: Option<tokio::task::JoinHandle<()>>,
 }
 
 #[derive(Debug)]
@@ -156,6 +165,34 @@ impl Worker {
                     on_change.notify_one();
                 }
             }));
+        let jobs = if inner.config.tasks {
+            let (consumer, store) = crate::jobs::consumer(
+                &client,
+                &inner.config.prefix,
+                &inner.config.server,
+                inner.config.task_ack_wait,
+                inner.config.catalog_replicas,
+            )
+            .await?;
+            let runner = Arc::new(crate::jobs::Runner {
+                server: inner.server.clone(),
+                client: client.clone(),
+                store,
+                instance: inner.instance.clone(),
+                prefix: inner.config.prefix.clone(),
+                ack_wait: inner.config.task_ack_wait,
+                draining: inner.draining.clone(),
+                abandon: inner.abandon.clone(),
+                tracker: inner.tracker.clone(),
+            });
+            Some(tokio::spawn(crate::jobs::serve(
+                runner,
+                consumer,
+                inner.config.concurrency,
+            )))
+        } else {
+            None
+        };
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
@@ -163,6 +200,7 @@ impl Worker {
             inner,
             serving,
             heartbeat,
+            jobs,
         })
     }
 
@@ -194,6 +232,9 @@ impl Worker {
             inner.tracker.wait().await;
         }
         self.serving.abort();
+        if let Some(jobs) = self.jobs.take() {
+            jobs.abort();
+        }
         let _ = tokio::time::timeout(BUS_GRACE, inner.client.flush()).await;
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker drained");
     }

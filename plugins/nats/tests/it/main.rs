@@ -7,6 +7,7 @@
 mod bridge;
 mod faults;
 mod resources;
+mod tasks;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -54,10 +55,11 @@ impl Drop for Unfinished {
 }
 
 /// A worker's server: `echo`, `progress` (three progress steps, then "done"), `sleep`
-/// (sleeps `ms`, counting cancellations and completions in `seen`), `flood` (`n` progress
-/// notifications at once, then "flooded"), `big` (answers `n` bytes of text); the resource
-/// `worker://readme` ("read me"), the template `worker://items/{id}` ("item {id}", and a
-/// failure for the id `broken`) and the prompt `greet` (argument `name`).
+/// (sleeps `ms`, counting cancellations and completions in `seen`), `sleep_task` (the same,
+/// with optional task support), `flood` (`n` progress notifications at once, then
+/// "flooded"), `big` (answers `n` bytes of text); the resource `worker://readme` ("read
+/// me"), the template `worker://items/{id}` ("item {id}", and a failure for the id
+/// `broken`) and the prompt `greet` (argument `name`).
 pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
     worker_server_reading(seen, "read me").await
 }
@@ -229,6 +231,22 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
             })
             .unwrap(),
         )
+        .tool({
+            // `sleep` that runs as a task for a caller of the tasks extension.
+            let seen = seen.clone();
+            tool_fn("sleep_task", "Sleeps, as a task", move |_ctx, a: Sleep| {
+                let seen = seen.clone();
+                async move {
+                    let mut guard = Unfinished(Some(seen.clone()));
+                    tokio::time::sleep(Duration::from_millis(a.ms)).await;
+                    guard.0 = None;
+                    seen.finished.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, HandlerError>("slept".to_owned())
+                }
+            })
+            .unwrap()
+            .with_task_support(toolyard::proto::TaskSupport::Optional)
+        })
         .tool(
             tool_fn("flood", "Floods progress", |ctx, a: Count| async move {
                 for i in 0..a.n {

@@ -1,0 +1,713 @@
+//! Durable tasks on the bus, the running side. A task-augmented `tools/call` of a worker's
+//! tool is not run by the gateway that took it: the gateway's task machinery creates the
+//! record (`tasks`, KV `TY_TASKS`) and answers with the task handle, and the call it would
+//! have made becomes a *job* on the JetStream work queue `TY_TASK_JOBS`, subject
+//! `{prefix}.task.{server}.{tool}`, with `Nats-Msg-Id: {taskId}` (a publish retried after a
+//! lost ack is de-duplicated by the stream). The workers of `server` pull the jobs from one
+//! durable consumer `tyw-{server}`, so a job waits for a worker when none runs, and survives
+//! the gateway, the worker and the broker (file storage) going away.
+//!
+//! A worker **claims** a job by compare-and-swap on the record (its instance id in
+//! `worker`). JetStream delivers at least once; what a redelivery finds decides:
+//! - the record is terminal: the task already ran (its worker died before its ack): ack,
+//!   do not run it again;
+//! - another worker's claim: that worker is asked over core NATS
+//!   (`{prefix}.taskctl.{taskId}`, which it answers while it runs the task). An answer means
+//!   it is alive but slow to acknowledge: the job is put back for later (`nak` with a
+//!   delay). No answer (it died, or hangs) and this worker takes the task over with a new
+//!   claim; the stalled one's late result then loses its compare-and-swap and is dropped,
+//!   so the task has exactly one terminal state;
+//! - no claim: claim it and run it.
+//!
+//! While running, the worker tells JetStream it is working (`+WPI`, a third of `ack_wait`),
+//! watches the record (a `tasks/cancel` on any gateway, or another worker's take-over,
+//! cancels the handler), and writes the terminal record before it acks. The gateway that
+//! took the call waits on the record too, so its subscribers hear the outcome; if that
+//! gateway is gone, `tasks/get` on any other one reads it.
+
+use crate::error::NatsError;
+use crate::tasks::{self, NatsTaskStore, Stored};
+use crate::wire;
+use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::{self, stream, AckKind};
+use async_nats::Client;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use toolyard::transport::{Delivery, Sink};
+use toolyard::{HandlerError, RawArgs, RawResult, RequestContext, Server, TaskRecord, TaskUpdate};
+use toolyard_proto::jsonrpc::{self, Incoming};
+use toolyard_proto::{ErrorObject, RequestMeta, TaskStatus};
+
+/// The JetStream stream of task jobs (work-queue retention: a job is gone once acked).
+pub const STREAM: &str = "TY_TASK_JOBS";
+
+/// `Mcp-Deadline`: when the task's TTL runs out (unix ms); a job dequeued after it is
+/// terminated, not run.
+pub const DEADLINE: &str = "Mcp-Deadline";
+
+/// How long a claim's owner has to answer "are you running it?".
+const OWNER_PING: Duration = Duration::from_secs(1);
+
+/// How long one pull waits for a job before asking again.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+
+/// The subject of a job of `server`'s `tool`.
+pub(crate) fn subject(prefix: &str, server: &str, tool: &str) -> String {
+    let tool = if wire::token_safe(tool) { tool } else { "_" };
+    format!("{prefix}.task.{server}.{tool}")
+}
+
+/// Where a task's running worker answers (and listens) while it runs it.
+pub(crate) fn control_subject(prefix: &str, task_id: &str) -> String {
+    format!("{prefix}.taskctl.{task_id}")
+}
+
+/// The consumer the workers of `server` share.
+fn consumer_name(server: &str) -> String {
+    format!("tyw-{server}")
+}
+
+/// Opens (or creates) the job stream for `prefix`.
+pub(crate) async fn stream(
+    js: &jetstream::Context,
+    prefix: &str,
+    replicas: usize,
+) -> Result<stream::Stream, NatsError> {
+    js.get_or_create_stream(stream::Config {
+        name: STREAM.to_owned(),
+        description: Some("Toolyard: durable task jobs, one per task".to_owned()),
+        subjects: vec![format!("{prefix}.task.>")],
+        retention: stream::RetentionPolicy::WorkQueue,
+        max_age: Duration::from_secs(7 * 24 * 3600),
+        duplicate_window: Duration::from_secs(120),
+        num_replicas: replicas.max(1),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| NatsError::Bus(format!("the task job stream {STREAM}: {e}")))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn unavailable(e: impl std::fmt::Display) -> HandlerError {
+    HandlerError::Protocol(ErrorObject::internal(format!(
+        "durable queue unavailable: {e}"
+    )))
+}
+
+// ---------------------------------------------------------------------------------------
+// The gateway's side
+// ---------------------------------------------------------------------------------------
+
+/// What a gateway needs to hand a task's call to the workers and wait for its end.
+#[derive(Debug)]
+pub(crate) struct Submitter {
+    js: jetstream::Context,
+    store: NatsTaskStore,
+    prefix: String,
+}
+
+impl Submitter {
+    pub(crate) async fn open(
+        client: &Client,
+        prefix: &str,
+        replicas: usize,
+    ) -> Result<Submitter, NatsError> {
+        let js = crate::catalog::context(client.clone());
+        stream(&js, prefix, replicas).await?;
+        let kv = tasks::bucket(&js, replicas).await?;
+        Ok(Submitter {
+            js,
+            store: NatsTaskStore::from_bucket(kv),
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// Publishes the job of task `task_id` (a call of `server`'s `tool` with `args`) and
+    /// waits until its record is terminal; what the call answered then.
+    pub(crate) async fn run(
+        &self,
+        ctx: &RequestContext,
+        task_id: &str,
+        server: &str,
+        tool: &str,
+        args: &RawArgs,
+    ) -> Result<RawResult, HandlerError> {
+        let Some((stored, _)) = self.store.read(task_id).await.map_err(unavailable)? else {
+            return Err(unavailable(format!("task {task_id} has no record")));
+        };
+        let mut body = Vec::with_capacity(64 + tool.len());
+        body.extend_from_slice(b"{\"name\":");
+        // A `&str` always serialises.
+        body.extend_from_slice(&serde_json::to_vec(tool).unwrap_or_default());
+        body.extend_from_slice(b",\"arguments\":");
+        body.extend_from_slice(args.get().as_bytes());
+        body.push(b'}');
+        let body = Bytes::from(body);
+        let subject = subject(&self.prefix, server, tool);
+        let message = || {
+            let mut m = jetstream::message::PublishMessage::build()
+                .payload(body.clone())
+                .message_id(task_id);
+            if let Some(at) = stored.expires_at_ms() {
+                m = m.header(DEADLINE, at.to_string().as_str());
+            }
+            if let Some(tp) = ctx.traceparent() {
+                m = m.header(wire::TRACEPARENT, tp);
+                if let Some(ts) = ctx.tracestate() {
+                    m = m.header(wire::TRACESTATE, ts);
+                }
+            }
+            m
+        };
+        // A lost ack is retried with the same message id: the stream keeps one job.
+        let mut last = String::new();
+        let mut published = false;
+        for attempt in 0..3u64 {
+            match self.js.send_publish(subject.clone(), message()).await {
+                Ok(ack) => match ack.await {
+                    Ok(_) => {
+                        published = true;
+                        break;
+                    }
+                    Err(e) => last = e.to_string(),
+                },
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
+        }
+        if !published {
+            return Err(unavailable(last));
+        }
+        self.wait(task_id).await
+    }
+
+    /// Waits for the record of `task_id` to be terminal: a watch on its key, and a read every
+    /// few seconds in case the watch was lost with the connection.
+    async fn wait(&self, task_id: &str) -> Result<RawResult, HandlerError> {
+        let mut poll = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            let mut watch = self.store.watch(task_id).await;
+            loop {
+                let stored = tokio::select! {
+                    entry = async {
+                        match &mut watch {
+                            Some(w) => w.next().await,
+                            None => std::future::pending().await,
+                        }
+                    } => match entry {
+                        Some(Ok(e)) => Stored::parse(&e.value).ok(),
+                        // The watch ended: open another.
+                        Some(Err(_)) | None => break,
+                    },
+                    _ = poll.tick() => self.store.read(task_id).await.ok().flatten().map(|(s, _)| s),
+                };
+                if let Some(stored) = stored {
+                    if stored.record().status.is_terminal() {
+                        return finished(&stored.record());
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// What a finished task's call answered.
+fn finished(record: &TaskRecord) -> Result<RawResult, HandlerError> {
+    match (&record.status, &record.outcome) {
+        (_, Some(toolyard::TaskOutcome::Result(obj))) => {
+            let text = serde_json::to_string(obj).unwrap_or_default();
+            RawResult::from_upstream(&text, &[])
+                .map_err(|e| HandlerError::Protocol(ErrorObject::internal(e.to_string())))
+        }
+        (_, Some(toolyard::TaskOutcome::Error(e))) => Err(HandlerError::Protocol(e.clone())),
+        (TaskStatus::Cancelled, None) => Err(HandlerError::Protocol(ErrorObject::internal(
+            "the task was cancelled",
+        ))),
+        _ => Err(HandlerError::Protocol(ErrorObject::internal(
+            "the task ended without a result",
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The worker's side
+// ---------------------------------------------------------------------------------------
+
+/// What a worker needs to run the jobs of its server.
+#[derive(Debug)]
+pub(crate) struct Runner {
+    pub(crate) server: Server,
+    pub(crate) client: Client,
+    pub(crate) store: NatsTaskStore,
+    pub(crate) instance: String,
+    pub(crate) prefix: String,
+    pub(crate) ack_wait: Duration,
+    pub(crate) draining: CancellationToken,
+    pub(crate) abandon: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+}
+
+/// The durable consumer of `server`'s jobs (created by the first worker of that name).
+pub(crate) async fn consumer(
+    client: &Client,
+    prefix: &str,
+    server: &str,
+    ack_wait: Duration,
+    replicas: usize,
+) -> Result<(PullConsumer, NatsTaskStore), NatsError> {
+    let js = crate::catalog::context(client.clone());
+    let stream = stream(&js, prefix, replicas).await?;
+    let kv = tasks::bucket(&js, replicas).await?;
+    let name = consumer_name(server);
+    let consumer = stream
+        .get_or_create_consumer::<pull::Config>(
+            &name,
+            pull::Config {
+                durable_name: Some(name.clone()),
+                description: Some(format!("Toolyard workers of {server}")),
+                filter_subject: format!("{prefix}.task.{server}.>"),
+                ack_policy: AckPolicy::Explicit,
+                ack_wait,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| NatsError::Bus(format!("the job consumer {name}: {e}")))?;
+    Ok((consumer, NatsTaskStore::from_bucket(kv)))
+}
+
+/// Pulls jobs one at a time while a slot is free, each run in the worker's tracker, until
+/// the worker drains.
+pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurrency: usize) {
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            () = runner.draining.cancelled() => return,
+        };
+        let batch = tokio::select! {
+            b = consumer.fetch().max_messages(1).expires(PULL_EXPIRES).messages() => b,
+            () = runner.draining.cancelled() => return,
+        };
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(error = %e, "pulling a task job failed; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let next = tokio::select! {
+            m = batch.next() => m,
+            () = runner.draining.cancelled() => return,
+        };
+        match next {
+            Some(Ok(message)) => {
+                let r = runner.clone();
+                runner.tracker.spawn(async move {
+                    run_job(&r, message).await;
+                    drop(permit);
+                });
+            }
+            Some(Err(e)) => tracing::debug!(error = %e, "a task job pull ended"),
+            None => {}
+        }
+    }
+}
+
+async fn ack(message: &jetstream::Message, kind: AckKind, task_id: &str) {
+    if let Err(e) = message.ack_with(kind).await {
+        tracing::warn!(task = %task_id, error = %e, "acknowledging a task job failed");
+    }
+}
+
+fn header<'m>(message: &'m jetstream::Message, name: &str) -> Option<&'m str> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(async_nats::HeaderValue::as_str)
+}
+
+/// Runs one delivery of a job to its end (see the module's doc for what it decides).
+async fn run_job(runner: &Runner, message: jetstream::Message) {
+    let Some(task_id) = header(&message, "Nats-Msg-Id")
+        .filter(|id| tasks::valid_id(id))
+        .map(str::to_owned)
+    else {
+        tracing::warn!(subject = %message.subject, "a task job without a usable Nats-Msg-Id: terminated");
+        return ack(&message, AckKind::Term, "?").await;
+    };
+    let call: CallParams = match serde_json::from_slice(&message.payload) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(task = %task_id, error = %e, "an unreadable task job: terminated, the task failed");
+            let error = ErrorObject::invalid_params(format!("an unreadable task job: {e}"));
+            finish(runner, &task_id, Err(error)).await;
+            return ack(&message, AckKind::Term, &task_id).await;
+        }
+    };
+    if let Some(at) = header(&message, DEADLINE).and_then(|d| d.parse::<u64>().ok()) {
+        if at <= now_ms() {
+            tracing::info!(task = %task_id, "a task job dequeued after its task expired: terminated");
+            return ack(&message, AckKind::Term, &task_id).await;
+        }
+    }
+    match claim(runner, &task_id).await {
+        Claim::Run => {}
+        Claim::Done => return ack(&message, AckKind::Ack, &task_id).await,
+        Claim::Later => {
+            return ack(&message, AckKind::Nak(Some(runner.ack_wait)), &task_id).await;
+        }
+        Claim::Gone => return ack(&message, AckKind::Term, &task_id).await,
+    }
+    let answer = execute(runner, &message, &task_id, call).await;
+    match answer {
+        Ran::Answered(outcome) => {
+            if finish(runner, &task_id, outcome).await {
+                if let Err(e) = message.double_ack().await {
+                    tracing::warn!(task = %task_id, error = %e, "the task finished but its job's ack was not confirmed; a redelivery will find it finished");
+                }
+            }
+        }
+        // Cancelled by a `tasks/cancel` (the record is terminal) or taken over by another
+        // worker (whose delivery it is now): nothing to write.
+        Ran::Stopped => ack(&message, AckKind::Ack, &task_id).await,
+        Ran::Abandoned => {
+            // Draining: the claim is released and the job handed back at once, so another
+            // worker runs it from the start.
+            let me = runner.instance.clone();
+            let _ = runner
+                .store
+                .modify(&task_id, None, |s| {
+                    if s.worker.as_deref() == Some(me.as_str()) {
+                        s.worker = None;
+                    }
+                    Ok(())
+                })
+                .await;
+            ack(&message, AckKind::Nak(None), &task_id).await;
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct CallParams {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Box<serde_json::value::RawValue>>,
+}
+
+enum Claim {
+    /// This worker owns the task now.
+    Run,
+    /// The task is finished: ack.
+    Done,
+    /// A live worker runs it: put the job back for later.
+    Later,
+    /// There is no record (expired, purged): drop the job.
+    Gone,
+}
+
+/// Takes the task for this worker, or says why not.
+async fn claim(runner: &Runner, task_id: &str) -> Claim {
+    for _ in 0..4 {
+        let (stored, _) = match runner.store.read(task_id).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Claim::Gone,
+            Err(e) => {
+                tracing::warn!(task = %task_id, error = %e, "reading a task record failed: the job is put back");
+                return Claim::Later;
+            }
+        };
+        if stored.record().status.is_terminal() {
+            return Claim::Done;
+        }
+        if let Some(owner) = stored.worker.as_deref().filter(|w| *w != runner.instance) {
+            let ping = runner.client.request(
+                control_subject(&runner.prefix, task_id),
+                Bytes::from_static(b"ping"),
+            );
+            if let Ok(Ok(_)) = tokio::time::timeout(OWNER_PING, ping).await {
+                tracing::debug!(task = %task_id, %owner, "redelivered while its worker still runs it: put back");
+                return Claim::Later;
+            }
+            tracing::info!(task = %task_id, %owner, "its worker does not answer: taking the task over");
+        }
+        let me = runner.instance.clone();
+        let owner_before = stored.worker.clone();
+        let taken = runner
+            .store
+            .modify(task_id, None, |s| {
+                if s.status.is_terminal() {
+                    return Err(toolyard::TaskStoreError::Terminal(s.status));
+                }
+                if s.worker != owner_before {
+                    // Someone else claimed it meanwhile.
+                    return Err(toolyard::TaskStoreError::Backend("claimed".into()));
+                }
+                s.worker = Some(me.clone());
+                Ok(())
+            })
+            .await;
+        match taken {
+            Ok(_) => return Claim::Run,
+            Err(toolyard::TaskStoreError::Terminal(_)) => return Claim::Done,
+            Err(toolyard::TaskStoreError::NotFound | toolyard::TaskStoreError::Expired) => {
+                return Claim::Gone
+            }
+            // Another claim landed first: look again.
+            Err(_) => continue,
+        }
+    }
+    Claim::Later
+}
+
+enum Ran {
+    /// The call answered: its result, or its JSON-RPC error.
+    Answered(Result<serde_json::Map<String, serde_json::Value>, ErrorObject>),
+    /// Cancelled or taken over.
+    Stopped,
+    /// The worker is draining and gave the task back.
+    Abandoned,
+}
+
+/// Runs the call through the server as an ordinary 2026-07-28 request (its own tasks
+/// machinery is not involved: the task is this job), telling JetStream it is working and
+/// stopping when the record says so.
+async fn execute(
+    runner: &Runner,
+    message: &jetstream::Message,
+    task_id: &str,
+    call: CallParams,
+) -> Ran {
+    let mut params = serde_json::Map::new();
+    params.insert("name".into(), serde_json::Value::String(call.name));
+    if let Some(a) = call.arguments {
+        match serde_json::from_str(a.get()) {
+            Ok(v) => {
+                params.insert("arguments".into(), v);
+            }
+            Err(e) => {
+                return Ran::Answered(Err(ErrorObject::invalid_params(e.to_string())));
+            }
+        }
+    }
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": format!("task-{task_id}"),
+        "method": "tools/call",
+        "params": params,
+    });
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    let Ok(Incoming::Request(request)) = jsonrpc::parse(&bytes) else {
+        return Ran::Answered(Err(ErrorObject::internal("the job's call is malformed")));
+    };
+    let meta = RequestMeta {
+        protocol_version: Some(toolyard_proto::ProtocolVersion::LATEST.as_str().to_owned()),
+        // Nobody is there to answer a question: a tool that asks for input fails with a
+        // clear missing-capability error instead of waiting.
+        client_capabilities: Some(toolyard_proto::ClientCapabilities::default()),
+        traceparent: header(message, wire::TRACEPARENT).map(str::to_owned),
+        tracestate: header(message, wire::TRACESTATE).map(str::to_owned),
+        ..Default::default()
+    };
+    let stop = CancellationToken::new();
+    // Answers "are you running it?" while it runs.
+    let control = match runner
+        .client
+        .subscribe(control_subject(&runner.prefix, task_id))
+        .await
+    {
+        Ok(mut sub) => {
+            let client = runner.client.clone();
+            Some(tokio::spawn(async move {
+                while let Some(m) = sub.next().await {
+                    if let Some(reply) = m.reply {
+                        let _ = client.publish(reply, Bytes::from_static(b"running")).await;
+                    }
+                }
+            }))
+        }
+        Err(e) => {
+            tracing::warn!(task = %task_id, error = %e, "cannot answer for the task while running it");
+            None
+        }
+    };
+    // A cancel on any gateway, or another worker's take-over, stops the handler.
+    let watching = {
+        let store = runner.store.clone();
+        let me = runner.instance.clone();
+        let stop = stop.clone();
+        let id = task_id.to_owned();
+        tokio::spawn(async move {
+            loop {
+                if let Some(mut watch) = store.watch(&id).await {
+                    while let Some(Ok(entry)) = watch.next().await {
+                        if let Ok(s) = Stored::parse(&entry.value) {
+                            if s.status.is_terminal() || s.worker.as_deref() != Some(me.as_str()) {
+                                stop.cancel();
+                                return;
+                            }
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let id = request.id.clone();
+    let prefix = wire::answer_prefix(&id);
+    let cancel = CancellationToken::new();
+    runner.server.serve_stateless(
+        request,
+        meta,
+        Delivery {
+            sink: Sink::channel(tx),
+            cancel: cancel.clone(),
+            track: false,
+            principal: None,
+            peer: None,
+            transport_traceparent: None,
+        },
+    );
+    let period = (runner.ack_wait / 3).max(Duration::from_millis(100));
+    let mut working = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let ran = loop {
+        tokio::select! {
+            bytes = rx.recv() => match bytes {
+                Some(b) if b.starts_with(&prefix) => break Ran::Answered(answer(&b)),
+                // Progress and log messages of a task have no caller to go to.
+                Some(_) => {}
+                None => break Ran::Answered(Err(ErrorObject::internal("the call ended without an answer"))),
+            },
+            () = stop.cancelled() => {
+                cancel.cancel();
+                break Ran::Stopped;
+            }
+            () = runner.abandon.cancelled() => {
+                cancel.cancel();
+                break Ran::Abandoned;
+            }
+            _ = working.tick() => {
+                if let Err(e) = message.ack_with(AckKind::Progress).await {
+                    tracing::debug!(task = %task_id, error = %e, "telling JetStream the task is running failed");
+                }
+            }
+        }
+    };
+    watching.abort();
+    if let Some(c) = control {
+        c.abort();
+    }
+    ran
+}
+
+/// The result or error of a JSON-RPC response.
+fn answer(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, ErrorObject> {
+    #[derive(serde::Deserialize)]
+    struct Response {
+        #[serde(default)]
+        result: Option<serde_json::Map<String, serde_json::Value>>,
+        #[serde(default)]
+        error: Option<ErrorObject>,
+    }
+    match serde_json::from_slice::<Response>(bytes) {
+        Ok(Response {
+            result: Some(r), ..
+        }) => Ok(r),
+        Ok(Response { error: Some(e), .. }) => Err(e),
+        _ => Err(ErrorObject::internal("the call's answer is unreadable")),
+    }
+}
+
+/// Writes the task's terminal record if this worker still owns it; true when it did (or
+/// the task was already finished), so the job may be acked.
+async fn finish(
+    runner: &Runner,
+    task_id: &str,
+    outcome: Result<serde_json::Map<String, serde_json::Value>, ErrorObject>,
+) -> bool {
+    let me = runner.instance.clone();
+    let written = runner
+        .store
+        .modify(task_id, None, |s| {
+            if s.worker.is_some() && s.worker.as_deref() != Some(me.as_str()) {
+                return Err(toolyard::TaskStoreError::Backend(
+                    "taken over by another worker".into(),
+                ));
+            }
+            let mut record = s.record();
+            let legacy = record.generation == toolyard::TaskGeneration::Legacy;
+            let update = match &outcome {
+                Ok(result) => TaskUpdate::Finish {
+                    // 2025-11-25: a tool result with isError fails the task; the extension
+                    // keeps `failed` for JSON-RPC errors.
+                    status: if legacy
+                        && result.get("isError") == Some(&serde_json::Value::Bool(true))
+                    {
+                        TaskStatus::Failed
+                    } else {
+                        TaskStatus::Completed
+                    },
+                    outcome: Some(toolyard::TaskOutcome::Result(result.clone())),
+                    message: None,
+                },
+                Err(e) => TaskUpdate::Finish {
+                    status: TaskStatus::Failed,
+                    message: Some(e.message.to_string()),
+                    outcome: Some(toolyard::TaskOutcome::Error(e.clone())),
+                },
+            };
+            record.apply(update)?;
+            *s = Stored::from_record(&record, Some(me.clone()));
+            Ok(())
+        })
+        .await;
+    match written {
+        Ok(_) => true,
+        Err(toolyard::TaskStoreError::Terminal(_)) => true,
+        Err(e) => {
+            tracing::info!(task = %task_id, error = %e, "the task's result was not recorded (another worker owns it, or it is gone)");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_subjects_name_the_server_and_a_token_safe_tool() {
+        assert_eq!(subject("mcp.v1", "calc", "add"), "mcp.v1.task.calc.add");
+        assert_eq!(subject("mcp.v1", "calc", "a.b"), "mcp.v1.task.calc._");
+        assert_eq!(control_subject("mcp.v1", "abc"), "mcp.v1.taskctl.abc");
+    }
+
+    #[test]
+    fn an_answer_is_its_result_or_its_error() {
+        let ok = answer(br#"{"jsonrpc":"2.0","id":"t","result":{"content":[]}}"#).unwrap();
+        assert!(ok.contains_key("content"));
+        let err = answer(br#"{"jsonrpc":"2.0","id":"t","error":{"code":-32602,"message":"bad"}}"#)
+            .unwrap_err();
+        assert_eq!(err.code, -32602);
+        assert!(answer(b"garbage").is_err());
+    }
+}

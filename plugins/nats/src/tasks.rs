@@ -1,0 +1,450 @@
+//! Durable tasks on the bus, the record side: [`NatsTaskStore`] keeps every task in the
+//! JetStream KV bucket `TY_TASKS` (key `task.{id}`), so any gateway answers `tasks/get`,
+//! `tasks/cancel` and `tasks/list` for a task another gateway created, and a task outlives
+//! the gateway that took it. Every change is a compare-and-swap on the key's revision: the
+//! gateways and the worker running the task write the same record, and exactly one terminal
+//! state wins (the first).
+//!
+//! The running side (a task's job on the `TY_TASK_JOBS` stream, claimed and run by one
+//! worker) is in `jobs`.
+
+use crate::error::NatsError;
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use toolyard::proto::{ErrorObject, InputRequests, InputResponses, JsonObject, TaskStatus};
+use toolyard::{
+    NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord, TaskStore,
+    TaskStoreError, TaskUpdate,
+};
+
+/// The KV bucket of task records.
+pub const BUCKET: &str = "TY_TASKS";
+
+/// How long a record is kept at most, whatever its TTL (the bucket's `max_age`); a record
+/// past its own TTL reads as expired before that.
+const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How many times a compare-and-swap is retried after losing a race.
+const CAS_ATTEMPTS: usize = 8;
+
+/// The key of task `id`.
+pub(crate) fn key(id: &str) -> String {
+    format!("task.{id}")
+}
+
+/// A task id as the store makes them (hex), the only kind a key is built from.
+pub(crate) fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A record as it is stored: the task, and the worker that claimed it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Stored {
+    task_id: String,
+    pub(crate) status: TaskStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status_message: Option<String>,
+    created_at_ms: u64,
+    last_updated_at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    poll_interval_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+    /// `legacy` (2025-11-25) or `extension`.
+    generation: String,
+    #[serde(default, skip_serializing_if = "InputRequests::is_empty")]
+    input_requests: InputRequests,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<JsonObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorObject>,
+    /// The worker instance running (or that ran) the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) worker: Option<String>,
+}
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn dur_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Stored {
+    pub(crate) fn from_record(r: &TaskRecord, worker: Option<String>) -> Stored {
+        let (result, error) = match &r.outcome {
+            Some(TaskOutcome::Result(obj)) => (Some(obj.clone()), None),
+            Some(TaskOutcome::Error(e)) => (None, Some(e.clone())),
+            None => (None, None),
+        };
+        Stored {
+            task_id: r.task_id.clone(),
+            status: r.status,
+            status_message: r.status_message.clone(),
+            created_at_ms: ms(r.created_at),
+            last_updated_at_ms: ms(r.last_updated_at),
+            ttl_ms: r.ttl.map(dur_ms),
+            poll_interval_ms: r.poll_interval.map(dur_ms),
+            owner: r.owner.clone(),
+            generation: match r.generation {
+                TaskGeneration::Legacy => "legacy",
+                TaskGeneration::Extension => "extension",
+            }
+            .to_owned(),
+            input_requests: r.input_requests.clone(),
+            result,
+            error,
+            worker,
+        }
+    }
+
+    pub(crate) fn record(&self) -> TaskRecord {
+        TaskRecord {
+            task_id: self.task_id.clone(),
+            status: self.status,
+            status_message: self.status_message.clone(),
+            created_at: at(self.created_at_ms),
+            last_updated_at: at(self.last_updated_at_ms),
+            ttl: self.ttl_ms.map(Duration::from_millis),
+            poll_interval: self.poll_interval_ms.map(Duration::from_millis),
+            owner: self.owner.clone(),
+            generation: if self.generation == "legacy" {
+                TaskGeneration::Legacy
+            } else {
+                TaskGeneration::Extension
+            },
+            input_requests: self.input_requests.clone(),
+            outcome: match (&self.result, &self.error) {
+                (Some(r), _) => Some(TaskOutcome::Result(r.clone())),
+                (None, Some(e)) => Some(TaskOutcome::Error(e.clone())),
+                (None, None) => None,
+            },
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> Bytes {
+        // A struct of strings, numbers and JSON values always serialises.
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
+
+    pub(crate) fn parse(value: &[u8]) -> Result<Stored, TaskStoreError> {
+        serde_json::from_slice(value)
+            .map_err(|e| TaskStoreError::Backend(format!("an unreadable task record: {e}")))
+    }
+
+    /// When the task's TTL runs out (unix ms), if it has one.
+    pub(crate) fn expires_at_ms(&self) -> Option<u64> {
+        self.ttl_ms.map(|t| self.created_at_ms.saturating_add(t))
+    }
+}
+
+/// Opens (or creates) the task bucket.
+pub(crate) async fn bucket(
+    js: &jetstream::Context,
+    replicas: usize,
+) -> Result<kv::Store, NatsError> {
+    if let Ok(store) = js.get_key_value(BUCKET).await {
+        return Ok(store);
+    }
+    let config = kv::Config {
+        bucket: BUCKET.to_owned(),
+        description: "Toolyard: durable task records".to_owned(),
+        history: 1,
+        max_age: MAX_AGE,
+        num_replicas: replicas.max(1),
+        ..Default::default()
+    };
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Another process may have created it between our get and create.
+        Err(create) => js
+            .get_key_value(BUCKET)
+            .await
+            .map_err(|_| NatsError::Bus(format!("the task bucket {BUCKET}: {create}"))),
+    }
+}
+
+/// A [`TaskStore`] in the JetStream KV bucket `TY_TASKS`, shared by every gateway and
+/// worker on the bus. Give it to the gateway's server (`ServerBuilder::tasks`) and set
+/// [`RemoteConfig::durable_tasks`](crate::RemoteConfig::durable_tasks): the workers' tools
+/// that support tasks then run as durable jobs.
+#[derive(Debug, Clone)]
+pub struct NatsTaskStore {
+    kv: kv::Store,
+}
+
+fn backend(e: impl std::fmt::Display) -> TaskStoreError {
+    TaskStoreError::Backend(format!("durable task store unavailable: {e}"))
+}
+
+impl NatsTaskStore {
+    /// Opens the bucket (creating it with `replicas` when it does not exist yet).
+    pub async fn open(client: &async_nats::Client, replicas: usize) -> Result<Self, NatsError> {
+        let js = crate::catalog::context(client.clone());
+        Ok(NatsTaskStore {
+            kv: bucket(&js, replicas).await?,
+        })
+    }
+
+    pub(crate) fn from_bucket(kv: kv::Store) -> Self {
+        NatsTaskStore { kv }
+    }
+
+    /// The record of `id` and its revision; `None` when there is none.
+    pub(crate) async fn read(&self, id: &str) -> Result<Option<(Stored, u64)>, TaskStoreError> {
+        if !valid_id(id) {
+            return Ok(None);
+        }
+        match self.kv.entry(key(id)).await.map_err(backend)? {
+            Some(e) if e.operation == kv::Operation::Put => {
+                Ok(Some((Stored::parse(&e.value)?, e.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The record of `id` as it is now, then each change of it (`None` when the bucket
+    /// cannot be watched now).
+    pub(crate) async fn watch(&self, id: &str) -> Option<kv::Watch> {
+        if !valid_id(id) {
+            return None;
+        }
+        self.kv.watch_with_history(key(id)).await.ok()
+    }
+
+    /// Changes the record of `id` with `change` by compare-and-swap, retrying when another
+    /// writer got there first; `change` sees the current record each time (and may refuse).
+    /// Returns the record written.
+    pub(crate) async fn modify<T>(
+        &self,
+        id: &str,
+        owner: Option<Option<&str>>,
+        mut change: impl FnMut(&mut Stored) -> Result<T, TaskStoreError>,
+    ) -> Result<(Stored, T), TaskStoreError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some((mut stored, revision)) = self.read(id).await? else {
+                return Err(TaskStoreError::NotFound);
+            };
+            if let Some(owner) = owner {
+                if stored.owner.as_deref() != owner {
+                    return Err(TaskStoreError::NotFound);
+                }
+            }
+            if stored.record().expired(SystemTime::now()) {
+                return Err(TaskStoreError::Expired);
+            }
+            let out = change(&mut stored)?;
+            match self.kv.update(key(id), stored.bytes(), revision).await {
+                Ok(_) => return Ok((stored, out)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => return Err(backend(e)),
+            }
+        }
+        Err(TaskStoreError::Backend(format!(
+            "task {id}: {CAS_ATTEMPTS} concurrent writers in a row"
+        )))
+    }
+
+    /// Applies a change to the record as a task's worker does: through [`TaskRecord`]'s
+    /// rules, keeping the claim.
+    fn apply(
+        stored: &mut Stored,
+        f: impl FnOnce(&mut TaskRecord) -> Result<(), TaskStoreError>,
+    ) -> Result<(), TaskStoreError> {
+        let mut record = stored.record();
+        f(&mut record)?;
+        *stored = Stored::from_record(&record, stored.worker.take());
+        Ok(())
+    }
+}
+
+impl TaskStore for NatsTaskStore {
+    fn create(&self, new: NewTask) -> StoreFuture<'_, TaskRecord> {
+        Box::pin(async move {
+            let record = TaskRecord::new(new);
+            let stored = Stored::from_record(&record, None);
+            self.kv
+                .create(key(&record.task_id), stored.bytes())
+                .await
+                .map_err(backend)?;
+            Ok(record)
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str, owner: Option<&'a str>) -> StoreFuture<'a, TaskRecord> {
+        Box::pin(async move {
+            let Some((stored, _)) = self.read(id).await? else {
+                return Err(TaskStoreError::NotFound);
+            };
+            let record = stored.record();
+            if record.owner.as_deref() != owner {
+                return Err(TaskStoreError::NotFound);
+            }
+            if record.expired(SystemTime::now()) {
+                return Err(TaskStoreError::Expired);
+            }
+            Ok(record)
+        })
+    }
+
+    fn update<'a>(&'a self, id: &'a str, update: TaskUpdate) -> StoreFuture<'a, TaskRecord> {
+        Box::pin(async move {
+            let finishing = matches!(update, TaskUpdate::Finish { .. });
+            let result = self
+                .modify(id, None, |stored| {
+                    Self::apply(stored, |r| r.apply(update.clone()))
+                })
+                .await;
+            match result {
+                Ok((stored, ())) => Ok(stored.record()),
+                // The worker that ran the task finished it first: the gateway that waited
+                // for it gets the record as stored (so its subscribers hear the outcome),
+                // not a refusal. A cancelled task stays a refusal: its cancel was told.
+                Err(TaskStoreError::Terminal(s)) if finishing && s != TaskStatus::Cancelled => {
+                    match self.read(id).await? {
+                        Some((stored, _)) => Ok(stored.record()),
+                        None => Err(TaskStoreError::NotFound),
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn provide_input<'a>(
+        &'a self,
+        id: &'a str,
+        owner: Option<&'a str>,
+        responses: InputResponses,
+    ) -> StoreFuture<'a, (TaskRecord, InputResponses)> {
+        Box::pin(async move {
+            let (stored, accepted) = self
+                .modify(id, Some(owner), |stored| {
+                    let mut accepted = InputResponses::new();
+                    Self::apply(stored, |r| {
+                        accepted = r.accept_input(responses.clone());
+                        Ok(())
+                    })?;
+                    Ok(accepted)
+                })
+                .await?;
+            Ok((stored.record(), accepted))
+        })
+    }
+
+    fn cancel<'a>(&'a self, id: &'a str, owner: Option<&'a str>) -> StoreFuture<'a, TaskRecord> {
+        Box::pin(async move {
+            // The worker running it watches the record: the cancel reaches it from here,
+            // whichever gateway took the request.
+            let (stored, ()) = self
+                .modify(id, Some(owner), |stored| {
+                    Self::apply(stored, TaskRecord::cancel)
+                })
+                .await?;
+            Ok(stored.record())
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, TaskPage> {
+        Box::pin(async move {
+            // The cursor is the last listed task's (creation ms, id): a stable order that
+            // needs no counter shared between gateways.
+            let after = match cursor {
+                None => None,
+                Some(c) => match c.split_once(':') {
+                    Some((t, id)) => match t.parse::<u64>() {
+                        Ok(t) => Some((t, id.to_owned())),
+                        Err(_) => return Err(TaskStoreError::NotFound),
+                    },
+                    None => return Err(TaskStoreError::NotFound),
+                },
+            };
+            let mut keys = self.kv.keys().await.map_err(backend)?;
+            let now = SystemTime::now();
+            let mut mine = Vec::new();
+            while let Some(k) = keys.next().await {
+                let k = k.map_err(backend)?;
+                let Some(id) = k.strip_prefix("task.") else {
+                    continue;
+                };
+                if let Some((stored, _)) = self.read(id).await? {
+                    let record = stored.record();
+                    if record.owner.as_deref() == owner && !record.expired(now) {
+                        mine.push(((stored.created_at_ms, stored.task_id.clone()), record));
+                    }
+                }
+            }
+            mine.sort_by(|a, b| a.0.cmp(&b.0));
+            if let Some(after) = &after {
+                mine.retain(|(k, _)| k > after);
+            }
+            let limit = limit.max(1);
+            let next_cursor = (mine.len() > limit).then(|| {
+                let (t, id) = &mine[limit - 1].0;
+                format!("{t}:{id}")
+            });
+            let tasks = mine.into_iter().take(limit).map(|(_, r)| r).collect();
+            Ok(TaskPage { tasks, next_cursor })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_survives_its_stored_form() {
+        let mut r = TaskRecord::new(NewTask {
+            owner: Some("alice".into()),
+            generation: TaskGeneration::Legacy,
+            ttl: Some(Duration::from_secs(60)),
+            poll_interval: Some(Duration::from_millis(250)),
+        });
+        r.apply(TaskUpdate::Finish {
+            status: TaskStatus::Failed,
+            outcome: Some(TaskOutcome::Error(ErrorObject::internal("boom"))),
+            message: Some("boom".into()),
+        })
+        .unwrap();
+        let stored = Stored::from_record(&r, Some("w1".into()));
+        let back = Stored::parse(&stored.bytes()).unwrap();
+        assert_eq!(back.worker.as_deref(), Some("w1"));
+        let again = back.record();
+        // Times keep their milliseconds.
+        assert_eq!(ms(again.created_at), ms(r.created_at));
+        assert_eq!(again.status, TaskStatus::Failed);
+        assert_eq!(again.outcome, r.outcome);
+        assert_eq!(again.owner, r.owner);
+        assert_eq!(again.generation, TaskGeneration::Legacy);
+        assert_eq!(again.ttl, r.ttl);
+        assert_eq!(back.expires_at_ms(), Some(ms(r.created_at) + 60_000));
+    }
+
+    #[test]
+    fn only_store_made_ids_become_keys() {
+        assert!(valid_id("0123abcd"));
+        assert!(!valid_id(""));
+        assert!(!valid_id("a.b"));
+        assert!(!valid_id("a*"));
+        assert!(!valid_id(&"a".repeat(65)));
+    }
+}

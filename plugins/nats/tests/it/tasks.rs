@@ -1,0 +1,417 @@
+//! Durable tasks on JetStream: a task-augmented call through a gateway becomes a job any
+//! worker of the server runs, its record readable and cancellable on every gateway, and
+//! JetStream's redeliveries (N10) never give a task two outcomes.
+//!
+//! Where a scenario needs a worker that dies at an exact point (after finishing, before its
+//! ack; after claiming, then hanging), the test plays that worker with a plain NATS client:
+//! it pulls the job from the workers' durable consumer and writes the record as a worker
+//! does, then goes silent. The worker that picks up the redelivery is ours.
+
+use crate::*;
+use async_nats::jetstream::{self, consumer::pull};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use toolyard_nats::{NatsTaskStore, JOBS_STREAM, TASKS_BUCKET};
+use toolyard_testkit::{NatsServer, RawClient};
+
+const EXT: &str = "io.modelcontextprotocol/tasks";
+
+fn ext_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}},
+    })
+}
+
+/// A gateway whose tasks are durable: its task store is the bus's bucket.
+async fn durable_gateway(url: &str) -> (Server, RemoteTools, RawClient) {
+    let bus = connect(url).await;
+    let store = NatsTaskStore::open(&bus, 1).await.unwrap();
+    let server = ServerBuilder::new("gateway", "1.0")
+        .list_settings(ListSettings {
+            ttl_ms: 0,
+            ..ListSettings::default()
+        })
+        .tasks(Arc::new(store))
+        .start()
+        .await
+        .unwrap();
+    let config = RemoteConfig {
+        durable_tasks: true,
+        ..quick()
+    };
+    let remote = RemoteTools::start(server.clone(), bus, config)
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    (server, remote, client)
+}
+
+/// A worker of `calc` whose task jobs are redelivered after `ack_wait` (or that runs none).
+async fn task_worker(url: &str, seen: Arc<Seen>, tasks: bool, ack_wait: Duration) -> Worker {
+    let mut config = WorkerConfig::new("calc");
+    config.keepalive = Duration::from_millis(200);
+    config.drain_timeout = Duration::from_millis(500);
+    config.tasks = tasks;
+    config.task_ack_wait = ack_wait;
+    Worker::start(worker_server(seen).await, connect(url).await, config)
+        .await
+        .unwrap()
+}
+
+/// Waits until the gateway lists `calc__sleep_task`.
+async fn wait_listed(client: &RawClient) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list = client
+            .request("tools/list", json!({"_meta": ext_meta()}))
+            .await
+            .unwrap();
+        let names: Vec<&str> = list["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        if names.contains(&"calc__sleep_task") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never listed: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts `calc__sleep_task` sleeping `ms` as a task; its id.
+async fn submit(client: &RawClient, ms: u64) -> String {
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__sleep_task", "arguments": {"ms": ms}, "_meta": ext_meta()}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    assert_eq!(created["status"], "working");
+    created["taskId"].as_str().unwrap().to_owned()
+}
+
+async fn get(client: &RawClient, id: &str) -> Value {
+    client
+        .request("tasks/get", json!({"taskId": id, "_meta": ext_meta()}))
+        .await
+        .unwrap()
+}
+
+/// Polls `tasks/get` until the task is terminal.
+async fn terminal(client: &RawClient, id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let t = get(client, id).await;
+        if ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap_or("")) {
+            return t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never finished: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The task's record as stored, and its revision.
+async fn record(bus: &async_nats::Client, id: &str) -> (Value, u64) {
+    let kv = jetstream::new(bus.clone())
+        .get_key_value(TASKS_BUCKET)
+        .await
+        .unwrap();
+    let e = kv.entry(format!("task.{id}")).await.unwrap().unwrap();
+    (serde_json::from_slice(&e.value).unwrap(), e.revision)
+}
+
+async fn write_record(
+    bus: &async_nats::Client,
+    id: &str,
+    value: &Value,
+    revision: u64,
+) -> Result<u64, String> {
+    let kv = jetstream::new(bus.clone())
+        .get_key_value(TASKS_BUCKET)
+        .await
+        .unwrap();
+    kv.update(
+        format!("task.{id}"),
+        serde_json::to_vec(value).unwrap().into(),
+        revision,
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// The workers' consumer of `calc`'s jobs, as the first worker creates it.
+async fn jobs_consumer(
+    bus: &async_nats::Client,
+    ack_wait: Duration,
+) -> jetstream::consumer::PullConsumer {
+    let stream = jetstream::new(bus.clone())
+        .get_stream(JOBS_STREAM)
+        .await
+        .unwrap();
+    stream
+        .get_or_create_consumer(
+            "tyw-calc",
+            pull::Config {
+                durable_name: Some("tyw-calc".into()),
+                filter_subject: "mcp.v1.task.calc.>".into(),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+/// Takes the next job as a worker would (and never acks it).
+async fn pull_job(consumer: &jetstream::consumer::PullConsumer) -> jetstream::Message {
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(Duration::from_secs(5))
+        .messages()
+        .await
+        .unwrap();
+    batch.next().await.expect("a job").unwrap()
+}
+
+/// Waits until every job of `calc` is acknowledged (the work queue holds none).
+async fn jobs_settled(bus: &async_nats::Client) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let js = jetstream::new(bus.clone());
+    loop {
+        let mut stream = js.get_stream(JOBS_STREAM).await.unwrap();
+        let messages = stream.info().await.unwrap().state.messages;
+        if messages == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{messages} jobs never acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_runs_on_a_worker_and_any_gateway_reads_and_cancels_it() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let (_a, _ra, a) = durable_gateway(&nats.url()).await;
+    let (_b, _rb, b) = durable_gateway(&nats.url()).await;
+    wait_listed(&a).await;
+
+    // Created on A, read to its end on B.
+    let id = submit(&a, 200).await;
+    let done = terminal(&b, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "slept", "{done}");
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
+    // A's own waiter saw the same outcome.
+    assert_eq!(terminal(&a, &id).await["result"], done["result"]);
+
+    // Created on A, cancelled on B: the handler on the worker is stopped.
+    let id = submit(&a, 60_000).await;
+    let bus = connect(&nats.url()).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while record(&bus, &id).await.0.get("worker").is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ack = b
+        .request("tasks/cancel", json!({"taskId": id, "_meta": ext_meta()}))
+        .await
+        .unwrap();
+    assert!(ack.get("error").is_none(), "{ack}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while seen.cancelled.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never stopped the cancelled task"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(&a, &id).await["status"], "cancelled");
+    jobs_settled(&bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waits_for_a_worker_and_a_republished_job_runs_once() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    // This worker lists the tools but runs no jobs: the task waits in the queue.
+    let listing = task_worker(&nats.url(), Arc::default(), false, Duration::from_secs(30)).await;
+    let (_g, _r, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let id = submit(&client, 50).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(get(&client, &id).await["status"], "working");
+
+    // A publisher retrying after a lost ack sends the same job again: the stream keeps one.
+    let bus = connect(&nats.url()).await;
+    let js = jetstream::new(bus.clone());
+    let again = js
+        .send_publish(
+            "mcp.v1.task.calc.sleep_task",
+            jetstream::message::PublishMessage::build()
+                .payload(r#"{"name":"sleep_task","arguments":{"ms":50}}"#.into())
+                .message_id(&id),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(
+        again.duplicate,
+        "the second publish of one task is a duplicate"
+    );
+    let messages = js
+        .get_stream(JOBS_STREAM)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    assert_eq!(messages, 1);
+
+    // The next worker to come runs it, once.
+    let _runner = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let done = terminal(&client, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    jobs_settled(&bus).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
+    listing.shutdown().await;
+}
+
+/// N10, first half: a worker finished the task and died before acking its job. The
+/// redelivery finds the task finished: acked, not run again, the outcome kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_job_whose_task_already_finished_is_acked_without_running_again() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let ack_wait = Duration::from_secs(1);
+    let listing = task_worker(&nats.url(), Arc::default(), false, ack_wait).await;
+    let (_g, _r, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let id = submit(&client, 50).await;
+
+    // The worker that dies: takes the job, finishes the task, never acks.
+    let bus = connect(&nats.url()).await;
+    let consumer = jobs_consumer(&bus, ack_wait).await;
+    let job = pull_job(&consumer).await;
+    assert_eq!(
+        job.headers
+            .as_ref()
+            .unwrap()
+            .get("Nats-Msg-Id")
+            .unwrap()
+            .as_str(),
+        id
+    );
+    let (mut rec, rev) = record(&bus, &id).await;
+    rec["status"] = json!("completed");
+    rec["result"] = json!({"content": [{"type": "text", "text": "done by the worker that died"}]});
+    rec["worker"] = json!("died-1");
+    write_record(&bus, &id, &rec, rev).await.unwrap();
+    drop(job);
+
+    // Our worker gets the redelivery after ack_wait.
+    let _worker = task_worker(&nats.url(), seen.clone(), true, ack_wait).await;
+    jobs_settled(&bus).await;
+    assert_eq!(
+        seen.finished.load(Ordering::SeqCst) + seen.cancelled.load(Ordering::SeqCst),
+        0,
+        "the finished task was run again"
+    );
+    let done = terminal(&client, &id).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "done by the worker that died"
+    );
+    listing.shutdown().await;
+}
+
+/// N10, second half: a worker claimed the task and hangs (no ack, no progress, no answer on
+/// the task's control subject). The redelivery's worker takes it over and finishes it; the
+/// hung worker's late result loses its compare-and-swap: one terminal state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_worker_hangs_past_ack_wait_is_taken_over_and_finishes_once() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let ack_wait = Duration::from_secs(1);
+    let listing = task_worker(&nats.url(), Arc::default(), false, ack_wait).await;
+    let (_g, _r, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let id = submit(&client, 50).await;
+
+    let bus = connect(&nats.url()).await;
+    let consumer = jobs_consumer(&bus, ack_wait).await;
+    let job = pull_job(&consumer).await;
+    let (mut claimed, rev) = record(&bus, &id).await;
+    claimed["worker"] = json!("hung-1");
+    let hung_rev = write_record(&bus, &id, &claimed, rev).await.unwrap();
+
+    let worker = task_worker(&nats.url(), seen.clone(), true, ack_wait).await;
+    let done = terminal(&client, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "slept");
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
+    let (now, _) = record(&bus, &id).await;
+    assert_eq!(now["worker"], worker.instance(), "{now}");
+
+    // The hung worker wakes and writes its result: refused, the record unchanged.
+    let mut late = claimed.clone();
+    late["status"] = json!("completed");
+    late["result"] = json!({"content": [{"type": "text", "text": "late"}]});
+    assert!(write_record(&bus, &id, &late, hung_rev).await.is_err());
+    assert_eq!(
+        terminal(&client, &id).await["result"]["content"][0]["text"],
+        "slept"
+    );
+    drop(job);
+    jobs_settled(&bus).await;
+    listing.shutdown().await;
+}
+
+/// A task running longer than `ack_wait` on a live worker is not redelivered to another
+/// (the worker tells JetStream it is working), and if it were, the other would find its
+/// owner answering and put the job back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_outliving_ack_wait_on_a_live_worker_runs_once() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let ack_wait = Duration::from_millis(600);
+    let _w1 = task_worker(&nats.url(), seen.clone(), true, ack_wait).await;
+    let _w2 = task_worker(&nats.url(), seen.clone(), true, ack_wait).await;
+    let (_g, _r, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let id = submit(&client, 3_000).await;
+    let done = terminal(&client, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let bus = connect(&nats.url()).await;
+    jobs_settled(&bus).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.cancelled.load(Ordering::SeqCst), 0);
+    // The worker's progress signals kept JetStream from redelivering it at all: one job,
+    // one delivery.
+    let mut consumer = jobs_consumer(&bus, ack_wait).await;
+    let info = consumer.info().await.unwrap();
+    assert_eq!(info.delivered.consumer_sequence, 1, "{info:?}");
+}
