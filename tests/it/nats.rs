@@ -633,3 +633,112 @@ fn a_worker_process_serves_its_resources_and_prompts_through_serve_nats() {
         "Please greet Ada warmly."
     );
 }
+
+/// One 2026-07-28 request over HTTP to `url`, declaring the tasks extension; the JSON-RPC
+/// response (the last message of an event stream, or the JSON body).
+async fn modern_rpc(url: &str, method: &str, name: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method)
+        .header("Mcp-Name", name)
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    let last = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .next_back()
+        .map_or(text.as_str(), str::trim);
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Durable tasks through the binaries: a task started through `serve --nats` runs on a
+/// worker process; that worker is SIGKILLed mid-task; the job comes back after the ack wait
+/// (`[nats] task_ack_wait_ms`) to the other worker, which finds the dead owner silent,
+/// takes the task over and finishes it. The caller polls one task id throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
+    let nats = NatsServer::start();
+    let dir = std::env::temp_dir().join(format!("ty-durable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("worker.toml");
+    std::fs::write(&config, "[nats]\ntask_ack_wait_ms = 1000\n").unwrap();
+    let (url, cfg) = (nats.url(), config.clone());
+    let first = tokio::task::spawn_blocking(move || ready_worker_with(&url, "pool", &cfg))
+        .await
+        .unwrap();
+    let url = nats.url();
+    let gateway = tokio::task::spawn_blocking(move || {
+        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &url])
+    })
+    .await
+    .unwrap();
+    let mcp = gateway.url();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        let r = modern_rpc(
+            &mcp,
+            "tools/call",
+            "pool__slow_task",
+            json!({"name": "pool__slow_task", "arguments": {"steps": 30, "delay_ms": 100}}),
+        )
+        .await;
+        if r["result"]["resultType"] == "task" {
+            break r["result"].clone();
+        }
+        assert!(Instant::now() < deadline, "never a task: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    let get = || {
+        let (mcp, id) = (mcp.clone(), id.clone());
+        async move { modern_rpc(&mcp, "tasks/get", &id, json!({"taskId": id})).await["result"].clone() }
+    };
+    // Running on the first worker (its instance id starts with its pid).
+    let on_first = format!("running on worker {}-", first.0.id());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let t = get().await;
+        if t["statusMessage"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(&on_first)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never ran on the first worker: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = nats.url();
+    let second = tokio::task::spawn_blocking(move || ready_worker_with(&url, "pool", &config))
+        .await
+        .unwrap();
+    drop(first); // SIGKILL, mid-task
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let t = get().await;
+        if t["status"] != "working" {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "never finished: {t}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "done after 30 steps");
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}

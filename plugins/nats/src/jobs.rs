@@ -462,6 +462,7 @@ async fn claim(runner: &Runner, task_id: &str) -> Claim {
                     return Err(toolyard::TaskStoreError::Backend("claimed".into()));
                 }
                 s.worker = Some(me.clone());
+                s.status_message = Some(format!("running on worker {me}"));
                 Ok(())
             })
             .await;

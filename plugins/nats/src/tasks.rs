@@ -47,7 +47,7 @@ pub(crate) struct Stored {
     task_id: String,
     pub(crate) status: TaskStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    status_message: Option<String>,
+    pub(crate) status_message: Option<String>,
     created_at_ms: u64,
     last_updated_at_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
