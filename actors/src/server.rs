@@ -579,6 +579,15 @@ impl Server {
         crate::connection::serve_stateless(&self.core, request, meta, delivery)
     }
 
+    /// Tells this server's listeners of a task's status as changed elsewhere (another
+    /// replica or a worker sharing the task store): `subscriptions/listen` with its id hears
+    /// it as if the change were made here. Does nothing without a task store.
+    pub fn publish_task_status(&self, record: &crate::tasks::TaskRecord) {
+        if let Some(tasks) = &self.core.tasks {
+            tasks.publish(record);
+        }
+    }
+
     /// How many tasks run in this process (0 without a task store).
     pub fn running_tasks(&self) -> usize {
         self.core.tasks.as_ref().map_or(0, |t| t.running())

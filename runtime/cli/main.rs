@@ -276,13 +276,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(url) => {
                 let client = toolyard_nats::connect(url, "ty-gateway").await?;
                 let remote = nats_file.nats.remote();
-                if remote.durable_tasks {
+                let store = if remote.durable_tasks {
                     let store =
                         toolyard_nats::NatsTaskStore::open(&client, remote.catalog_replicas)
                             .await?;
-                    builder = builder.tasks(std::sync::Arc::new(store));
-                }
-                Some((client, remote))
+                    builder = builder.tasks(std::sync::Arc::new(store.clone()));
+                    Some(store)
+                } else {
+                    None
+                };
+                Some((client, remote, store))
             }
             None => None,
         };
@@ -292,7 +295,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _watching = watchers.start(&server);
         #[cfg(feature = "nats")]
         let _nats = match nats_client {
-            Some((client, remote)) => {
+            Some((client, remote, store)) => {
+                // Task changes made elsewhere (a worker finishing one) reach our listeners.
+                let following = match store {
+                    Some(store) => Some(store.follow(server.clone()).await?),
+                    None => None,
+                };
                 // Change events raised here reach every gateway's subscribers, and theirs ours.
                 let events = toolyard_nats::EventRelay::start(
                     server.clone(),
@@ -303,6 +311,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 Some((
                     toolyard_nats::RemoteTools::start(server.clone(), client, remote).await?,
                     events,
+                    following,
                 ))
             }
             None => None,

@@ -57,7 +57,7 @@ impl Tasks {
     }
 
     /// Tells whoever listens that a task changed.
-    pub(super) fn publish(&self, record: &TaskRecord) {
+    pub(crate) fn publish(&self, record: &TaskRecord) {
         match record.generation {
             TaskGeneration::Legacy => {
                 let sink = self.run_of(&record.task_id).and_then(|r| r.notify.clone());

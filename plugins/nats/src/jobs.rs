@@ -257,6 +257,39 @@ pub(crate) struct Runner {
     pub(crate) draining: CancellationToken,
     pub(crate) abandon: CancellationToken,
     pub(crate) tracker: TaskTracker,
+    /// The tasks this worker runs now: a redelivery of one of them (its progress signal was
+    /// lost) is put back, not run a second time beside itself.
+    pub(crate) running: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// A task this worker runs, held while it does.
+struct Running<'a> {
+    runner: &'a Runner,
+    task_id: String,
+}
+
+impl<'a> Running<'a> {
+    fn enter(runner: &'a Runner, task_id: &str) -> Option<Running<'a>> {
+        let fresh = runner
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(task_id.to_owned());
+        fresh.then(|| Running {
+            runner,
+            task_id: task_id.to_owned(),
+        })
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.runner
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.task_id);
+    }
 }
 
 /// The durable consumer of `server`'s jobs (created by the first worker of that name).
@@ -368,6 +401,10 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
             return ack(&message, AckKind::Term, &task_id).await;
         }
     }
+    let Some(_running) = Running::enter(runner, &task_id) else {
+        tracing::debug!(task = %task_id, "redelivered while this worker runs it: put back");
+        return ack(&message, AckKind::Nak(Some(runner.ack_wait)), &task_id).await;
+    };
     match claim(runner, &task_id).await {
         Claim::Run => {}
         Claim::Done => return ack(&message, AckKind::Ack, &task_id).await,

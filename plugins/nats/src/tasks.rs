@@ -13,6 +13,9 @@ use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolyard::proto::{ErrorObject, InputRequests, InputResponses, JsonObject, TaskStatus};
 use toolyard::{
@@ -184,6 +187,20 @@ pub(crate) async fn bucket(
 #[derive(Debug, Clone)]
 pub struct NatsTaskStore {
     kv: kv::Store,
+    /// Digests of the records this store wrote (taken before each write), so that
+    /// [`follow`](Self::follow) tells its server only of changes made elsewhere: the server
+    /// told its listeners of its own already.
+    own: Arc<Mutex<HashSet<u64>>>,
+}
+
+/// At most this many digests of own writes are remembered (writes whose change never showed
+/// in the watch, a lost compare-and-swap, would otherwise pile up).
+const OWN_WRITES: usize = 4096;
+
+fn digest(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 fn backend(e: impl std::fmt::Display) -> TaskStoreError {
@@ -194,13 +211,66 @@ impl NatsTaskStore {
     /// Opens the bucket (creating it with `replicas` when it does not exist yet).
     pub async fn open(client: &async_nats::Client, replicas: usize) -> Result<Self, NatsError> {
         let js = crate::catalog::context(client.clone());
-        Ok(NatsTaskStore {
-            kv: bucket(&js, replicas).await?,
-        })
+        Ok(Self::from_bucket(bucket(&js, replicas).await?))
     }
 
     pub(crate) fn from_bucket(kv: kv::Store) -> Self {
-        NatsTaskStore { kv }
+        NatsTaskStore {
+            kv,
+            own: Arc::default(),
+        }
+    }
+
+    /// Tells `server`'s listeners (`subscriptions/listen` with task ids) of every change a
+    /// task's record gets elsewhere: the worker finishing it, another gateway cancelling it.
+    /// Give it the server this store serves; the watch lives as long as the returned handle
+    /// (abort it to stop).
+    pub async fn follow(
+        &self,
+        server: toolyard::Server,
+    ) -> Result<tokio::task::JoinHandle<()>, NatsError> {
+        let first = self
+            .kv
+            .watch_all()
+            .await
+            .map_err(|e| NatsError::Bus(format!("watching the task bucket: {e}")))?;
+        let store = self.clone();
+        Ok(tokio::spawn(async move {
+            let mut watch = Some(first);
+            loop {
+                if let Some(w) = watch.as_mut() {
+                    while let Some(Ok(entry)) = w.next().await {
+                        if entry.operation != kv::Operation::Put || store.was_own(&entry.value) {
+                            continue;
+                        }
+                        if let Ok(stored) = Stored::parse(&entry.value) {
+                            server.publish_task_status(&stored.record());
+                        }
+                    }
+                }
+                // The watch ended (the connection was lost): watch again.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                watch = store.kv.watch_all().await.ok();
+            }
+        }))
+    }
+
+    fn own(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.own.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that this store is about to write `bytes`.
+    fn writing(&self, bytes: &[u8]) {
+        let mut own = self.own();
+        if own.len() >= OWN_WRITES {
+            own.clear();
+        }
+        own.insert(digest(bytes));
+    }
+
+    /// True (once) when this store wrote `bytes`.
+    fn was_own(&self, bytes: &[u8]) -> bool {
+        self.own().remove(&digest(bytes))
     }
 
     /// The record of `id` and its revision; `None` when there is none.
@@ -247,7 +317,9 @@ impl NatsTaskStore {
                 return Err(TaskStoreError::Expired);
             }
             let out = change(&mut stored)?;
-            match self.kv.update(key(id), stored.bytes(), revision).await {
+            let bytes = stored.bytes();
+            self.writing(&bytes);
+            match self.kv.update(key(id), bytes, revision).await {
                 Ok(_) => return Ok((stored, out)),
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
                 Err(e) => return Err(backend(e)),
@@ -275,9 +347,10 @@ impl TaskStore for NatsTaskStore {
     fn create(&self, new: NewTask) -> StoreFuture<'_, TaskRecord> {
         Box::pin(async move {
             let record = TaskRecord::new(new);
-            let stored = Stored::from_record(&record, None);
+            let bytes = Stored::from_record(&record, None).bytes();
+            self.writing(&bytes);
             self.kv
-                .create(key(&record.task_id), stored.bytes())
+                .create(key(&record.task_id), bytes)
                 .await
                 .map_err(backend)?;
             Ok(record)
@@ -302,25 +375,14 @@ impl TaskStore for NatsTaskStore {
 
     fn update<'a>(&'a self, id: &'a str, update: TaskUpdate) -> StoreFuture<'a, TaskRecord> {
         Box::pin(async move {
-            let finishing = matches!(update, TaskUpdate::Finish { .. });
-            let result = self
+            // A task a worker finished first refuses (terminal): the gateway that waited for
+            // it tells its listeners through `follow`, which sees the worker's write.
+            let (stored, ()) = self
                 .modify(id, None, |stored| {
                     Self::apply(stored, |r| r.apply(update.clone()))
                 })
-                .await;
-            match result {
-                Ok((stored, ())) => Ok(stored.record()),
-                // The worker that ran the task finished it first: the gateway that waited
-                // for it gets the record as stored (so its subscribers hear the outcome),
-                // not a refusal. A cancelled task stays a refusal: its cancel was told.
-                Err(TaskStoreError::Terminal(s)) if finishing && s != TaskStatus::Cancelled => {
-                    match self.read(id).await? {
-                        Some((stored, _)) => Ok(stored.record()),
-                        None => Err(TaskStoreError::NotFound),
-                    }
-                }
-                Err(e) => Err(e),
-            }
+                .await?;
+            Ok(stored.record())
         })
     }
 

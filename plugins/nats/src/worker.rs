@@ -184,6 +184,7 @@ impl Worker {
                 draining: inner.draining.clone(),
                 abandon: inner.abandon.clone(),
                 tracker: inner.tracker.clone(),
+                running: std::sync::Mutex::default(),
             });
             Some(tokio::spawn(crate::jobs::serve(
                 runner,

@@ -32,10 +32,12 @@ async fn durable_gateway(url: &str) -> (Server, RemoteTools, RawClient) {
             ttl_ms: 0,
             ..ListSettings::default()
         })
-        .tasks(Arc::new(store))
+        .tasks(Arc::new(store.clone()))
         .start()
         .await
         .unwrap();
+    // Lives as long as the test's runtime.
+    let _following = store.follow(server.clone()).await.unwrap();
     let config = RemoteConfig {
         durable_tasks: true,
         ..quick()
@@ -414,4 +416,95 @@ async fn a_task_outliving_ack_wait_on_a_live_worker_runs_once() {
     let mut consumer = jobs_consumer(&bus, ack_wait).await;
     let info = consumer.info().await.unwrap();
     assert_eq!(info.delivered.consumer_sequence, 1, "{info:?}");
+}
+
+/// The next notification with this method, skipping others.
+async fn notification(client: &RawClient, method: &str) -> Value {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let n = client
+                .next_notification()
+                .await
+                .unwrap_or_else(|| panic!("no {method} notification"));
+            if n["method"] == method {
+                return n;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {method} notification in time"))
+}
+
+/// Listens on `client` for the status of task `id`; returns once acknowledged.
+async fn listen(client: &Arc<RawClient>, id: &str) {
+    let c = client.clone();
+    let params = json!({"_meta": ext_meta(), "notifications": {"taskIds": [id]}});
+    tokio::spawn(async move {
+        let _ = c
+            .request_with_id("listen".into(), "subscriptions/listen", params)
+            .await;
+    });
+    let ack = notification(client, "notifications/subscriptions/acknowledged").await;
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([id]),
+        "{ack}"
+    );
+}
+
+/// The status notifications of a task until its terminal one.
+async fn statuses_until_terminal(client: &RawClient) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let n = notification(client, "notifications/tasks").await;
+        let terminal = ["completed", "failed", "cancelled"]
+            .contains(&n["params"]["status"].as_str().unwrap_or(""));
+        seen.push(n);
+        if terminal {
+            return seen;
+        }
+    }
+}
+
+/// Behind a load balancer a caller's listen and its call may reach different gateways: the
+/// listener hears the task's progress through the record, on every gateway, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_on_every_gateway_hear_a_tasks_status_once() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let (_a, _ra, a) = durable_gateway(&nats.url()).await;
+    let (_b, _rb, b) = durable_gateway(&nats.url()).await;
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    wait_listed(&a).await;
+    let id = submit(&a, 500).await;
+    listen(&a, &id).await;
+    listen(&b, &id).await;
+    for client in [&a, &b] {
+        let notices = statuses_until_terminal(client).await;
+        let last = notices.last().unwrap();
+        assert_eq!(last["params"]["taskId"], id.as_str());
+        assert_eq!(last["params"]["status"], "completed", "{last}");
+        assert_eq!(last["params"]["result"]["content"][0]["text"], "slept");
+        let terminal = notices
+            .iter()
+            .filter(|n| n["params"]["status"] == "completed")
+            .count();
+        assert_eq!(terminal, 1, "{notices:?}");
+    }
+    // And no second terminal notice arrives later.
+    for client in [&a, &b] {
+        let late = tokio::time::timeout(Duration::from_millis(500), async {
+            loop {
+                let n = client.next_notification().await;
+                match n {
+                    Some(n) if n["method"] == "notifications/tasks" => return n,
+                    Some(_) => continue,
+                    None => std::future::pending::<()>().await,
+                }
+            }
+        })
+        .await;
+        assert!(late.is_err(), "a second notice: {late:?}");
+    }
 }
