@@ -73,7 +73,7 @@ pub enum RawResultError {
 pub struct RawResult {
     text: Box<RawValue>,
     failed: bool,
-    kind: Option<String>,
+    kind: Option<Kind>,
 }
 
 /// The members of a JSON object in order, values left as raw text. Keys borrow from the
@@ -90,7 +90,7 @@ impl<'de> Deserialize<'de> for Members<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
                 let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
                     let value: &'de RawValue = map.next_value()?;
                     members.push((key, value));
                 }
@@ -98,6 +98,60 @@ impl<'de> Deserialize<'de> for Members<'de> {
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+/// A member's name, borrowed from the input unless it has escapes (serde's own `Cow<str>`
+/// always copies: a `String` per member of every forwarded result).
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A `resultType` as the forwarder needs it: the revision's values without a copy, any
+/// other kept as it came.
+#[derive(Debug, Clone)]
+enum Kind {
+    Known(&'static str),
+    Other(String),
+}
+
+impl Kind {
+    fn of(raw: &RawValue) -> Option<Kind> {
+        const KNOWN: [&str; 3] = ["complete", "input_required", "task"];
+        let text = raw.get();
+        if let Some(k) = KNOWN.iter().find(|k| {
+            text.len() == k.len() + 2 && text.starts_with('"') && text[1..text.len() - 1] == ***k
+        }) {
+            return Some(Kind::Known(k));
+        }
+        serde_json::from_str::<String>(text).ok().map(Kind::Other)
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Kind::Known(k) => k,
+            Kind::Other(k) => k,
+        }
     }
 }
 
@@ -135,7 +189,7 @@ impl RawResult {
         for (key, value) in &members.0 {
             match key.as_ref() {
                 "resultType" => {
-                    kind = serde_json::from_str::<String>(value.get()).ok();
+                    kind = Kind::of(value);
                     continue;
                 }
                 "isError" => failed = value.get() == "true",
@@ -190,7 +244,7 @@ impl RawResult {
     /// The upstream's `resultType`, if it had one (`input_required` asks the forwarder to
     /// run an input round).
     pub fn result_type(&self) -> Option<&str> {
-        self.kind.as_deref()
+        self.kind.as_ref().map(Kind::as_str)
     }
 
     /// The result's JSON text.
@@ -307,6 +361,20 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(r.get()).unwrap();
         assert_eq!(v["a\"b"], 1);
         assert_eq!(v["c\\d"], 2);
+    }
+
+    #[test]
+    fn result_types_are_read_whether_known_or_escaped() {
+        for (raw, want) in [
+            (r#"{"resultType":"input_required"}"#, "input_required"),
+            (r#"{"resultType":"task"}"#, "task"),
+            (r#"{"resultType":"somethingNew"}"#, "somethingNew"),
+            (r#"{"resultType":"compl\u0065te"}"#, "complete"),
+        ] {
+            let r = RawResult::from_upstream(raw, &[]).unwrap();
+            assert_eq!(r.result_type(), Some(want), "{raw}");
+            assert_eq!(r.get(), "{}");
+        }
     }
 
     #[test]

@@ -131,6 +131,14 @@ pub trait Layer: Send + Sync + 'static {
     /// The returned completion (if any) is finished with the request's outcome.
     fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject>;
 
+    /// True when this layer looks at requests of `method` (the default: all). A request no
+    /// layer looks at is not described at all: no [`RequestInfo`] is built for it (a
+    /// gateway's listing guard, say, then costs its forwarded calls nothing).
+    fn observes(&self, method: &str) -> bool {
+        let _ = method;
+        true
+    }
+
     /// True when this layer wants the requests' payloads: [`RequestInfo::arguments`] filled
     /// in, and the response handed to [`Completion::finish_with_response`]. Asked once, when
     /// the server is built; off by default because it costs a copy of each.
@@ -174,10 +182,17 @@ impl Layers {
     pub fn is_empty(&self) -> bool {
         self.stack.is_empty()
     }
+    /// True when some layer looks at requests of `method`.
+    pub(crate) fn observe(&self, method: &str) -> bool {
+        self.stack.iter().any(|l| l.observes(method))
+    }
     /// Runs every layer's start hook; on rejection finishes the already started ones.
     pub(crate) fn start(&self, info: &RequestInfo) -> Result<Started, ErrorObject> {
         let mut done = Started::new();
         for layer in self.stack.iter() {
+            if !layer.observes(&info.method) {
+                continue;
+            }
             match layer.start(info) {
                 Ok(Some(c)) => done.push(c),
                 Ok(None) => {}

@@ -59,7 +59,7 @@ impl Conn {
                 .into_bytes(),
             kind: OutboundKind::Request {
                 id: RequestId::from(id),
-                method: method.into(),
+                method: method.to_owned().into(),
                 headers: Vec::new(),
             },
         });

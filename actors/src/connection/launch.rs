@@ -105,7 +105,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
         release,
         transport_traceparent,
     } = l;
-    let watch = if core.layers.is_empty() {
+    let watch = if core.layers.is_empty() || !core.layers.observe(&req.method) {
         None
     } else {
         let info = RequestInfo {

@@ -624,7 +624,9 @@ impl Inner {
         }
         let (id, method) = match &message.kind {
             OutboundKind::Request { id, method, .. } => (Some(id.clone()), Some(method.clone())),
-            OutboundKind::Notification { method, .. } => (None, Some(method.clone())),
+            OutboundKind::Notification { method, .. } => {
+                (None, Some(std::borrow::Cow::Owned(method.clone())))
+            }
             OutboundKind::Response { .. } => (None, None),
         };
         let (id, method) = (id.as_ref(), method.as_deref());

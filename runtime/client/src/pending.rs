@@ -26,7 +26,7 @@ pub(crate) type ReplyTx = oneshot::Sender<Result<Box<RawValue>, ClientError>>;
 
 /// A request waiting for its answer.
 pub(crate) struct Pending {
-    pub(crate) method: String,
+    pub(crate) method: std::borrow::Cow<'static, str>,
     pub(crate) reply: ReplyTx,
     /// Boxed: a channel allocates its first block of 32 slots when it is made, and every
     /// request gets one while few see progress (3.3 KiB of `ProgressNotificationParams`
@@ -70,7 +70,7 @@ impl PendingTable {
     pub(crate) fn insert(
         &self,
         id: RequestId,
-        method: String,
+        method: std::borrow::Cow<'static, str>,
         reply: ReplyTx,
         progress: Option<mpsc::UnboundedSender<Box<ProgressNotificationParams>>>,
         questions: Option<Questions>,

@@ -34,8 +34,8 @@ pub enum OutboundKind {
     Request {
         /// The request id.
         id: RequestId,
-        /// The method name.
-        method: String,
+        /// The method name (borrowed for the protocol's own methods: no copy per request).
+        method: std::borrow::Cow<'static, str>,
         /// HTTP headers the request must carry (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`,
         /// `MCP-Protocol-Version`); stream transports ignore them.
         headers: Vec<(String, String)>,

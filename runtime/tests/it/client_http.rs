@@ -187,7 +187,7 @@ fn request(id: i64, method: &str, params: Value, headers: &[(&str, &str)]) -> Ou
             .into_bytes(),
         kind: OutboundKind::Request {
             id: RequestId::Number(id),
-            method: method.into(),
+            method: method.to_owned().into(),
             headers: owned(headers),
         },
     }

@@ -433,6 +433,54 @@ async fn a_layer_sees_every_request_and_its_outcome_and_may_reject() {
     );
 }
 
+/// Counts only the requests of the methods it observes.
+struct ListingsOnly(Arc<AtomicUsize>);
+
+impl Layer for ListingsOnly {
+    fn observes(&self, method: &str) -> bool {
+        method.ends_with("/list")
+    }
+
+    fn start(
+        &self,
+        info: &RequestInfo,
+    ) -> Result<Option<Box<dyn toolyard::Completion>>, toolyard::proto::ErrorObject> {
+        assert!(
+            info.method.ends_with("/list"),
+            "started for {}",
+            info.method
+        );
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(None)
+    }
+}
+
+#[tokio::test]
+async fn a_layer_is_started_only_for_the_methods_it_observes() {
+    let listings = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let outcomes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))
+        .layer(Arc::new(ListingsOnly(listings.clone())))
+        .layer(Arc::new(Counting(seen.clone(), outcomes.clone())))
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    client
+        .request(
+            "tools/call",
+            json!({"name":"echo","arguments":{"message":"x"}}),
+        )
+        .await
+        .unwrap();
+    client.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(listings.load(Ordering::SeqCst), 1);
+    // A layer observing everything beside it still sees every request.
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn tool_events_publish_each_calls_outcome_and_duration_and_readiness_follows_the_lifecycle() {
     let server = toolyard_testkit::demo(ServerBuilder::new("t", "0"))

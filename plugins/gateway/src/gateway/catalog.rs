@@ -45,23 +45,26 @@ impl std::fmt::Debug for ListingGuard {
 }
 
 impl Layer for ListingGuard {
+    fn observes(&self, method: &str) -> bool {
+        matches!(
+            method,
+            "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list"
+        )
+    }
+
     fn start(
         &self,
         info: &toolyard::RequestInfo,
     ) -> Result<Option<Box<dyn toolyard::Completion>>, ErrorObject> {
-        let listing = matches!(
-            &*info.method,
-            "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list"
-        );
-        if listing {
-            let failing = self.failing.load();
-            if !failing.is_empty() {
-                return Err(ErrorObject::internal(format!(
-                    "source(s) unavailable: {}",
-                    failing.join(", ")
-                ))
-                .with_data(json!({ "unavailableSources": failing.as_slice() })));
-            }
+        // Only listings get here (`observes`).
+        let _ = info;
+        let failing = self.failing.load();
+        if !failing.is_empty() {
+            return Err(ErrorObject::internal(format!(
+                "source(s) unavailable: {}",
+                failing.join(", ")
+            ))
+            .with_data(json!({ "unavailableSources": failing.as_slice() })));
         }
         Ok(None)
     }

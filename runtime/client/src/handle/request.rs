@@ -426,7 +426,7 @@ impl Client {
         } else {
             Vec::new()
         };
-        let body = toolyard_proto::jsonrpc::request_bytes(
+        let body = super::meta::request_body(
             &id,
             method,
             &WithMeta {
@@ -441,9 +441,14 @@ impl Client {
         let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
         // Registered, then written by this task: no hop through the client actor (the
         // reader hands the answer straight back; `pending.rs`).
+        // The protocol's own method names are static: no copy for either holder.
+        let method_name = toolyard_proto::method::client_request(method).map_or_else(
+            || std::borrow::Cow::Owned(method.to_owned()),
+            |spec| std::borrow::Cow::Borrowed(spec.name),
+        );
         inner.pending.insert(
             id.clone(),
-            method.to_owned(),
+            method_name.clone(),
             reply_tx,
             Some(progress_tx),
             opts.questions.clone(),
@@ -452,7 +457,7 @@ impl Client {
             body,
             kind: OutboundKind::Request {
                 id: id.clone(),
-                method: method.to_owned(),
+                method: method_name,
                 headers,
             },
         });
