@@ -398,17 +398,19 @@ async fn a_job_whose_worker_hangs_past_ack_wait_is_taken_over_and_finishes_once(
 async fn a_task_outliving_ack_wait_on_a_live_worker_runs_once() {
     let nats = NatsServer::start();
     let seen = Arc::new(Seen::default());
-    let ack_wait = Duration::from_millis(600);
+    // Long enough that a loaded machine's stall does not pass for a dead worker; the task
+    // runs two and a half times as long.
+    let ack_wait = Duration::from_secs(2);
     let _w1 = task_worker(&nats.url(), seen.clone(), true, ack_wait).await;
     let _w2 = task_worker(&nats.url(), seen.clone(), true, ack_wait).await;
     let (_g, _r, client) = durable_gateway(&nats.url()).await;
     wait_listed(&client).await;
-    let id = submit(&client, 3_000).await;
+    let id = submit(&client, 5_000).await;
     let done = terminal(&client, &id).await;
     assert_eq!(done["status"], "completed", "{done}");
     let bus = connect(&nats.url()).await;
     jobs_settled(&bus).await;
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
     assert_eq!(seen.cancelled.load(Ordering::SeqCst), 0);
     // The worker's progress signals kept JetStream from redelivering it at all: one job,
@@ -507,4 +509,57 @@ async fn listeners_on_every_gateway_hear_a_tasks_status_once() {
         .await;
         assert!(late.is_err(), "a second notice: {late:?}");
     }
+}
+
+/// 2025-11-25 tasks through a durable gateway: a session's `params.task` call gets `{task}`,
+/// the worker runs the job, `tasks/result` waits for it and answers what the call would
+/// have, and the task is listed for its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sessions_task_runs_as_a_job_and_tasks_result_waits_for_it() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let (server, _r, modern) = durable_gateway(&nats.url()).await;
+    wait_listed(&modern).await;
+    let client = Arc::new(RawClient::connect(&server).await.unwrap());
+    let init = client.initialize(json!({})).await.unwrap();
+    assert_eq!(init["protocolVersion"], "2025-11-25");
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__sleep_task", "arguments": {"ms": 300}, "task": {"ttl": 60_000}}),
+        )
+        .await
+        .unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(created["task"]["status"], "working", "{created}");
+    let c = client.clone();
+    let tid = id.clone();
+    let result =
+        tokio::spawn(async move { c.request("tasks/result", json!({"taskId": tid})).await });
+    let result = tokio::time::timeout(WAIT, result)
+        .await
+        .expect("tasks/result answers once the worker is done")
+        .unwrap()
+        .unwrap();
+    assert_eq!(result["content"][0]["text"], "slept", "{result}");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id.as_str()
+    );
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
+    let got = client
+        .request("tasks/get", json!({"taskId": id}))
+        .await
+        .unwrap();
+    assert_eq!(got["status"], "completed");
+    let listed = client.request("tasks/list", json!({})).await.unwrap();
+    assert!(
+        listed["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["taskId"] == id.as_str()),
+        "{listed}"
+    );
 }
