@@ -132,29 +132,12 @@ pub(crate) fn key(server: &str, instance: &str) -> String {
 const LOOKUP_BUDGET: Duration = Duration::from_secs(5);
 
 /// The catalog bucket, created when it does not exist yet (any worker or gateway may be
-/// first). Only a bucket JetStream says does not exist is created: one that cannot be
-/// looked up (no quorum, a timeout) could not be created either.
+/// first).
 pub(crate) async fn bucket(
     js: &jetstream::Context,
     heartbeat: Duration,
     replicas: usize,
 ) -> Result<kv::Store, NatsError> {
-    let give_up = tokio::time::Instant::now() + LOOKUP_BUDGET;
-    loop {
-        match js.get_key_value(BUCKET).await {
-            Ok(store) => return Ok(store),
-            Err(e) if missing(&e) => break,
-            Err(e) if tokio::time::Instant::now() >= give_up => {
-                return Err(NatsError::Bus(format!(
-                    "the catalog bucket {BUCKET} cannot be looked up (is JetStream available?): {e}"
-                )))
-            }
-            Err(e) => {
-                tracing::debug!(target: "toolyard::nats", error = %e, "looking the catalog bucket up failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
     let config = kv::Config {
         bucket: BUCKET.to_owned(),
         description: "Toolyard: what each worker instance serves".to_owned(),
@@ -167,13 +150,41 @@ pub(crate) async fn bucket(
         num_replicas: replicas.max(1),
         ..Default::default()
     };
+    Box::pin(open_bucket(js, config, "catalog")).await
+}
+
+/// Opens the KV bucket `config` names, creating it when it does not exist yet. Only a bucket
+/// JetStream says does not exist is created: one that cannot be looked up (no quorum, a
+/// timeout) could not be created either, and is retried for [`LOOKUP_BUDGET`] at most.
+pub(crate) async fn open_bucket(
+    js: &jetstream::Context,
+    config: kv::Config,
+    what: &str,
+) -> Result<kv::Store, NatsError> {
+    let name = config.bucket.clone();
+    let give_up = tokio::time::Instant::now() + LOOKUP_BUDGET;
+    loop {
+        match js.get_key_value(&name).await {
+            Ok(store) => return Ok(store),
+            Err(e) if missing(&e) => break,
+            Err(e) if tokio::time::Instant::now() >= give_up => {
+                return Err(NatsError::Bus(format!(
+                    "the {what} bucket {name} cannot be looked up (is JetStream available?): {e}"
+                )))
+            }
+            Err(e) => {
+                tracing::debug!(target: "toolyard::nats", error = %e, "looking the {what} bucket up failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another process may have created it between our get and create.
         Err(create) => js
-            .get_key_value(BUCKET)
+            .get_key_value(&name)
             .await
-            .map_err(|_| NatsError::Bus(format!("the catalog bucket {BUCKET}: {create}"))),
+            .map_err(|_| NatsError::Bus(format!("the {what} bucket {name}: {create}"))),
     }
 }
 

@@ -159,9 +159,6 @@ pub(crate) async fn bucket(
     js: &jetstream::Context,
     replicas: usize,
 ) -> Result<kv::Store, NatsError> {
-    if let Ok(store) = js.get_key_value(BUCKET).await {
-        return Ok(store);
-    }
     let config = kv::Config {
         bucket: BUCKET.to_owned(),
         description: "Toolyard: durable task records".to_owned(),
@@ -170,14 +167,7 @@ pub(crate) async fn bucket(
         num_replicas: replicas.max(1),
         ..Default::default()
     };
-    match js.create_key_value(config).await {
-        Ok(store) => Ok(store),
-        // Another process may have created it between our get and create.
-        Err(create) => js
-            .get_key_value(BUCKET)
-            .await
-            .map_err(|_| NatsError::Bus(format!("the task bucket {BUCKET}: {create}"))),
-    }
+    Box::pin(crate::catalog::open_bucket(js, config, "task")).await
 }
 
 /// A [`TaskStore`] in the JetStream KV bucket `TY_TASKS`, shared by every gateway and

@@ -165,35 +165,13 @@ impl Worker {
                     on_change.notify_one();
                 }
             }));
-        let jobs = if inner.config.tasks {
-            let (consumer, store) = crate::jobs::consumer(
-                &client,
-                &inner.config.prefix,
-                &inner.config.server,
-                inner.config.task_ack_wait,
-                inner.config.catalog_replicas,
-            )
-            .await?;
-            let runner = Arc::new(crate::jobs::Runner {
-                server: inner.server.clone(),
-                client: client.clone(),
-                store,
-                instance: inner.instance.clone(),
-                prefix: inner.config.prefix.clone(),
-                ack_wait: inner.config.task_ack_wait,
-                draining: inner.draining.clone(),
-                abandon: inner.abandon.clone(),
-                tracker: inner.tracker.clone(),
-                running: std::sync::Mutex::default(),
-            });
-            Some(tokio::spawn(crate::jobs::serve(
-                runner,
-                consumer,
-                inner.config.concurrency,
-            )))
-        } else {
-            None
-        };
+        // The task queue is set up beside serving, not before it: requests are core NATS and
+        // need no stream, so a JetStream that is electing a leader (a node just died) delays
+        // the jobs, not the worker.
+        let jobs = inner
+            .config
+            .tasks
+            .then(|| tokio::spawn(run_jobs(inner.clone(), client.clone())));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
@@ -271,6 +249,49 @@ impl Inner {
             .map_err(|e| NatsError::Bus(format!("putting the catalog entry: {e}")))?;
         Ok(())
     }
+}
+
+/// Sets up this server's job consumer (retrying while JetStream cannot, until the worker
+/// drains) and runs its durable task jobs.
+async fn run_jobs(inner: Arc<Inner>, client: Client) {
+    let config = &inner.config;
+    let mut attempt = 0u64;
+    let (consumer, store) = loop {
+        let opened = crate::jobs::consumer(
+            &client,
+            &config.prefix,
+            &config.server,
+            config.task_ack_wait,
+            config.catalog_replicas,
+        );
+        match Box::pin(opened).await {
+            Ok(opened) => break opened,
+            Err(e) => {
+                attempt += 1;
+                if attempt == 1 || attempt.is_multiple_of(20) {
+                    tracing::warn!(server = %config.server, error = %e, attempt, "the durable task queue is not available yet: requests are served, task jobs wait; retrying");
+                }
+                let pause = Duration::from_millis((250 * attempt).min(5_000));
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = inner.draining.cancelled() => return,
+                }
+            }
+        }
+    };
+    let runner = Arc::new(crate::jobs::Runner {
+        server: inner.server.clone(),
+        client,
+        store,
+        instance: inner.instance.clone(),
+        prefix: config.prefix.clone(),
+        ack_wait: config.task_ack_wait,
+        draining: inner.draining.clone(),
+        abandon: inner.abandon.clone(),
+        tracker: inner.tracker.clone(),
+        running: std::sync::Mutex::default(),
+    });
+    crate::jobs::serve(runner, consumer, config.concurrency).await;
 }
 
 /// A token-safe id for this instance: the process and the moment it started.
