@@ -563,3 +563,89 @@ async fn a_legacy_sessions_task_runs_as_a_job_and_tasks_result_waits_for_it() {
         "{listed}"
     );
 }
+
+/// N7 for tasks: with JetStream's quorum lost (two of three nodes stopped), a task-augmented
+/// call fails fast with -32603 naming the durable store, while plain calls between the
+/// survivor's clients go on; once the nodes return, tasks work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_jetstream_quorum_a_task_submit_fails_fast_and_plain_calls_go_on() {
+    let cluster = toolyard_testkit::NatsCluster::start(3);
+    cluster.wait_for_leader();
+    let all = cluster.urls().join(",");
+    // The task bucket and job stream on all three nodes, so no single node holds them.
+    let setup = connect(&all).await;
+    let _ = NatsTaskStore::open(&setup, 3).await.unwrap();
+    let survivor = cluster.node(0);
+    let url = survivor.url();
+    let seen = Arc::new(Seen::default());
+    let mut config = WorkerConfig::new("calc");
+    config.keepalive = Duration::from_millis(200);
+    config.catalog_replicas = 3;
+    let _worker = Worker::start(
+        worker_server(seen.clone()).await,
+        connect(&url).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let (_g, _r, client) = durable_gateway(&url).await;
+    wait_listed(&client).await;
+    let id = submit(&client, 10).await;
+    assert_eq!(terminal(&client, &id).await["status"], "completed");
+
+    let stopped: Vec<_> = cluster.nodes().iter().skip(1).collect();
+    for node in &stopped {
+        node.stop();
+    }
+    let started = std::time::Instant::now();
+    let refused = tokio::time::timeout(
+        WAIT,
+        client.request(
+            "tools/call",
+            json!({"name": "calc__sleep_task", "arguments": {"ms": 10}, "_meta": ext_meta()}),
+        ),
+    )
+    .await
+    .expect("a task submit without quorum does not hang");
+    let took = started.elapsed();
+    match refused {
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => {
+            assert_eq!(e.code, -32603, "{e:?}");
+            assert!(e.message.contains("durable"), "{e:?}");
+        }
+        other => panic!("expected -32603, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // Core request/reply on the survivor is not held up by JetStream.
+    let echoed = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__echo", "arguments": {"message": "still here"}, "_meta": ext_meta()}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(echoed["content"][0]["text"], "still here");
+
+    for node in &stopped {
+        node.resume();
+    }
+    cluster.wait_for_leader();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let id = loop {
+        let r = client
+            .request(
+                "tools/call",
+                json!({"name": "calc__sleep_task", "arguments": {"ms": 10}, "_meta": ext_meta()}),
+            )
+            .await;
+        if let Ok(created) = r {
+            break created["taskId"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "tasks never came back: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(terminal(&client, &id).await["status"], "completed");
+}
