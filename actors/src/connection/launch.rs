@@ -109,9 +109,9 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
         None
     } else {
         let info = RequestInfo {
-            method: req.method.as_str().into(),
+            method: shared_name(&req.method),
             target: match &call {
-                Some(c) => Some(c.name.as_str().into()),
+                Some(c) => Some(shared_name(&c.name)),
                 None => target_of(&req),
             },
             id: req.id.clone(),
@@ -217,6 +217,28 @@ fn arguments_of(req: &Request, call: Option<&CallParams>) -> Option<Arc<str>> {
     a.arguments.map(|a| a.get().into())
 }
 
+/// `name` (a request's method, or the tool it calls) as a shared string. The same few
+/// names come again and again, so the last ones seen are kept per thread and shared: a
+/// layer's `RequestInfo` then costs no allocation for them (two per observed call before).
+fn shared_name(name: &str) -> Arc<str> {
+    const KEPT: usize = 16;
+    thread_local! {
+        static NAMES: std::cell::RefCell<Vec<Arc<str>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    NAMES.with(|names| {
+        let mut names = names.borrow_mut();
+        if let Some(known) = names.iter().rev().find(|n| ***n == *name) {
+            return known.clone();
+        }
+        let fresh: Arc<str> = name.into();
+        if names.len() == KEPT {
+            names.remove(0);
+        }
+        names.push(fresh.clone());
+        fresh
+    })
+}
+
 fn target_of(req: &Request) -> Option<Arc<str>> {
     #[derive(serde::Deserialize)]
     struct Target {
@@ -301,4 +323,24 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
             transport_traceparent: d.transport_traceparent,
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_name;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_name_seen_again_is_shared_and_the_oldest_of_many_is_let_go() {
+        let first = shared_name("tools/call");
+        assert!(Arc::ptr_eq(&first, &shared_name("tools/call")));
+        assert_eq!(&*shared_name("echo"), "echo");
+        for i in 0..16 {
+            let _ = shared_name(&format!("tool{i}"));
+        }
+        // Sixteen newer names pushed it out: a fresh copy, equal but not shared.
+        let again = shared_name("tools/call");
+        assert_eq!(again, first);
+        assert!(!Arc::ptr_eq(&first, &again));
+    }
 }
