@@ -189,14 +189,10 @@ impl TaskStore for InMemoryTaskStore {
             .filter(|e| e.seq > after && !e.expired(now) && e.record.owner.as_deref() == owner)
             .collect();
         mine.sort_by_key(|e| e.seq);
-        let limit = limit.max(1);
-        let next_cursor = (mine.len() > limit).then(|| mine[limit - 1].seq.to_string());
-        let tasks = mine
-            .into_iter()
-            .take(limit)
-            .map(|e| e.record.clone())
-            .collect();
-        ready(Ok(TaskPage { tasks, next_cursor }))
+        let sorted = mine.into_iter().map(|e| (e.seq, e)).collect();
+        ready(Ok(TaskPage::first(sorted, limit, u64::to_string, |e| {
+            e.record.clone()
+        })))
     }
 }
 

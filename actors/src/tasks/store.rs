@@ -296,6 +296,28 @@ pub struct TaskPage {
     pub next_cursor: Option<String>,
 }
 
+impl TaskPage {
+    /// The first `limit` (at least one) of `sorted` (each item with its position, oldest
+    /// first, those before the caller's cursor already left out), and the cursor of the last
+    /// one listed when more follow. Only the listed items become records.
+    pub fn first<K, T>(
+        sorted: Vec<(K, T)>,
+        limit: usize,
+        cursor: impl FnOnce(&K) -> String,
+        record: impl FnMut(T) -> TaskRecord,
+    ) -> TaskPage {
+        let limit = limit.max(1);
+        let next_cursor = (sorted.len() > limit).then(|| cursor(&sorted[limit - 1].0));
+        let tasks = sorted
+            .into_iter()
+            .take(limit)
+            .map(|(_, t)| t)
+            .map(record)
+            .collect();
+        TaskPage { tasks, next_cursor }
+    }
+}
+
 /// Where tasks live. Every operation is async so a store can be remote (a database, a
 /// key-value service shared by replicas); a created task must be readable by `get` as soon
 /// as `create` resolves (the protocol's durable-create rule).

@@ -28,6 +28,7 @@
 use crate::error::NatsError;
 use crate::tasks::{self, NatsTaskStore, Stored};
 use crate::wire;
+use crate::worker::{serve_here, Served};
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, stream, AckKind};
 use async_nats::Client;
@@ -35,10 +36,9 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolyard::transport::{Delivery, Sink};
 use toolyard::{HandlerError, RawArgs, RawResult, RequestContext, Server, TaskRecord, TaskUpdate};
 use toolyard_proto::jsonrpc::{self, Incoming};
 use toolyard_proto::{ErrorObject, RequestMeta, TaskStatus};
@@ -212,10 +212,8 @@ impl Submitter {
                     },
                     _ = poll.tick() => self.store.read(task_id).await.ok().flatten().map(|(s, _)| s),
                 };
-                if let Some(stored) = stored {
-                    if stored.record().status.is_terminal() {
-                        return finished(&stored.record());
-                    }
+                if let Some(stored) = stored.filter(|s| s.status.is_terminal()) {
+                    return finished(&stored.record());
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -472,7 +470,7 @@ async fn claim(runner: &Runner, task_id: &str) -> Claim {
                 return Claim::Later;
             }
         };
-        if stored.record().status.is_terminal() {
+        if stored.status.is_terminal() {
             return Claim::Done;
         }
         if let Some(owner) = stored.worker.as_deref().filter(|w| *w != runner.instance) {
@@ -609,22 +607,11 @@ async fn execute(
             }
         })
     };
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let id = request.id.clone();
-    let prefix = wire::answer_prefix(&id);
     let cancel = CancellationToken::new();
-    runner.server.serve_stateless(
-        request,
-        meta,
-        Delivery {
-            sink: Sink::channel(tx),
-            cancel: cancel.clone(),
-            track: false,
-            principal: None,
-            peer: None,
-            transport_traceparent: None,
-        },
-    );
+    let Served {
+        messages: mut rx,
+        answer_prefix: prefix,
+    } = serve_here(&runner.server, request, meta, cancel.clone(), None);
     let period = (runner.ack_wait / 3).max(Duration::from_millis(100));
     let mut working = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let ran = loop {

@@ -152,6 +152,11 @@ impl Stored {
     pub(crate) fn expires_at_ms(&self) -> Option<u64> {
         self.ttl_ms.map(|t| self.created_at_ms.saturating_add(t))
     }
+
+    /// True once the task's TTL has passed at `now`.
+    fn expired(&self, now: SystemTime) -> bool {
+        self.expires_at_ms().is_some_and(|at| at <= ms(now))
+    }
 }
 
 /// Opens (or creates) the task bucket.
@@ -285,6 +290,25 @@ impl NatsTaskStore {
         self.kv.watch_with_history(key(id)).await.ok()
     }
 
+    /// The record of `id` as `owner` may see it (`None`: the server's own access, whoever
+    /// owns it), and its revision; a task past its TTL is expired.
+    async fn visible(
+        &self,
+        id: &str,
+        owner: Option<Option<&str>>,
+    ) -> Result<(Stored, u64), TaskStoreError> {
+        let Some((stored, revision)) = self.read(id).await? else {
+            return Err(TaskStoreError::NotFound);
+        };
+        if owner.is_some_and(|owner| stored.owner.as_deref() != owner) {
+            return Err(TaskStoreError::NotFound);
+        }
+        if stored.expired(SystemTime::now()) {
+            return Err(TaskStoreError::Expired);
+        }
+        Ok((stored, revision))
+    }
+
     /// Changes the record of `id` with `change` by compare-and-swap, retrying when another
     /// writer got there first; `change` sees the current record each time (and may refuse).
     /// Returns the record written.
@@ -295,17 +319,7 @@ impl NatsTaskStore {
         mut change: impl FnMut(&mut Stored) -> Result<T, TaskStoreError>,
     ) -> Result<(Stored, T), TaskStoreError> {
         for _ in 0..CAS_ATTEMPTS {
-            let Some((mut stored, revision)) = self.read(id).await? else {
-                return Err(TaskStoreError::NotFound);
-            };
-            if let Some(owner) = owner {
-                if stored.owner.as_deref() != owner {
-                    return Err(TaskStoreError::NotFound);
-                }
-            }
-            if stored.record().expired(SystemTime::now()) {
-                return Err(TaskStoreError::Expired);
-            }
+            let (mut stored, revision) = self.visible(id, owner).await?;
             let out = change(&mut stored)?;
             let bytes = stored.bytes();
             self.writing(&bytes);
@@ -349,17 +363,8 @@ impl TaskStore for NatsTaskStore {
 
     fn get<'a>(&'a self, id: &'a str, owner: Option<&'a str>) -> StoreFuture<'a, TaskRecord> {
         Box::pin(async move {
-            let Some((stored, _)) = self.read(id).await? else {
-                return Err(TaskStoreError::NotFound);
-            };
-            let record = stored.record();
-            if record.owner.as_deref() != owner {
-                return Err(TaskStoreError::NotFound);
-            }
-            if record.expired(SystemTime::now()) {
-                return Err(TaskStoreError::Expired);
-            }
-            Ok(record)
+            let (stored, _) = self.visible(id, Some(owner)).await?;
+            Ok(stored.record())
         })
     }
 
@@ -438,9 +443,8 @@ impl TaskStore for NatsTaskStore {
                     continue;
                 };
                 if let Some((stored, _)) = self.read(id).await? {
-                    let record = stored.record();
-                    if record.owner.as_deref() == owner && !record.expired(now) {
-                        mine.push(((stored.created_at_ms, stored.task_id.clone()), record));
+                    if stored.owner.as_deref() == owner && !stored.expired(now) {
+                        mine.push(((stored.created_at_ms, stored.task_id.clone()), stored));
                     }
                 }
             }
@@ -448,13 +452,12 @@ impl TaskStore for NatsTaskStore {
             if let Some(after) = &after {
                 mine.retain(|(k, _)| k > after);
             }
-            let limit = limit.max(1);
-            let next_cursor = (mine.len() > limit).then(|| {
-                let (t, id) = &mine[limit - 1].0;
-                format!("{t}:{id}")
-            });
-            let tasks = mine.into_iter().take(limit).map(|(_, r)| r).collect();
-            Ok(TaskPage { tasks, next_cursor })
+            Ok(TaskPage::first(
+                mine,
+                limit,
+                |(t, id)| format!("{t}:{id}"),
+                |stored| stored.record(),
+            ))
         })
     }
 }

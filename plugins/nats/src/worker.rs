@@ -524,20 +524,16 @@ async fn handle(inner: &Inner, message: Message) {
         cancelled_by_caller.clone(),
     )
     .await;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let id = request.id.clone();
-    let prefix = wire::answer_prefix(&id);
-    inner.server.serve_stateless(
+    let Served {
+        messages: mut rx,
+        answer_prefix: prefix,
+    } = serve_here(
+        &inner.server,
         request,
         meta,
-        Delivery {
-            sink: Sink::channel(tx),
-            cancel: cancel.clone(),
-            track: false,
-            principal: None,
-            peer: None,
-            transport_traceparent,
-        },
+        cancel.clone(),
+        transport_traceparent,
     );
     // The first keepalive one period from now. (`interval` + an initial `tick()` cost every
     // request a trip through the timer wheel: ~1 ms of latency per call.)
@@ -595,6 +591,42 @@ async fn handle(inner: &Inner, message: Message) {
     }
     if let Some(control) = control {
         control.abort();
+    }
+}
+
+/// A request served by this process's server: its messages as they come, and the prefix
+/// of the one that answers it.
+pub(crate) struct Served {
+    pub(crate) messages: mpsc::UnboundedReceiver<Vec<u8>>,
+    pub(crate) answer_prefix: Vec<u8>,
+}
+
+/// Serves `request` with `server` as a 2026-07-28 request without a connection (the bus's
+/// requests, a task's job, the worker's own listings), cancelled by `cancel`.
+pub(crate) fn serve_here(
+    server: &Server,
+    request: Request,
+    meta: RequestMeta,
+    cancel: CancellationToken,
+    transport_traceparent: Option<Arc<str>>,
+) -> Served {
+    let (tx, messages) = mpsc::unbounded_channel::<Vec<u8>>();
+    let answer_prefix = wire::answer_prefix(&request.id);
+    server.serve_stateless(
+        request,
+        meta,
+        Delivery {
+            sink: Sink::channel(tx),
+            cancel,
+            track: false,
+            principal: None,
+            peer: None,
+            transport_traceparent,
+        },
+    );
+    Served {
+        messages,
+        answer_prefix,
     }
 }
 
@@ -738,20 +770,10 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
             .ok()
             .and_then(|h| h.meta)
             .unwrap_or_default();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let prefix = wire::answer_prefix(&request.id);
-        server.serve_stateless(
-            request,
-            meta,
-            Delivery {
-                sink: Sink::channel(tx),
-                cancel: CancellationToken::new(),
-                track: false,
-                principal: None,
-                peer: None,
-                transport_traceparent: None,
-            },
-        );
+        let Served {
+            messages: mut rx,
+            answer_prefix: prefix,
+        } = serve_here(server, request, meta, CancellationToken::new(), None);
         let answer = loop {
             match rx.recv().await {
                 Some(b) if b.starts_with(&prefix) => break Some(b),

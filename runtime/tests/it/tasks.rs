@@ -210,15 +210,10 @@ async fn poll(client: &RawClient, id: &str, meta: Value, want: &str) -> Value {
 
 /// The next notification with this method, skipping others.
 async fn notification(client: &RawClient, method: &str) -> Value {
-    loop {
-        let n = client
-            .next_notification()
-            .await
-            .unwrap_or_else(|| panic!("no {method} notification"));
-        if n["method"] == method {
-            return n;
-        }
-    }
+    client
+        .next_notification_named(method)
+        .await
+        .unwrap_or_else(|| panic!("no {method} notification"))
 }
 
 // --- the tasks extension (2026-07-28)

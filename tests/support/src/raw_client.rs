@@ -170,6 +170,17 @@ impl RawClient {
             .flatten()
     }
 
+    /// The next notification with this method, skipping others; `None` when none comes in
+    /// time.
+    pub async fn next_notification_named(&self, method: &str) -> Option<Value> {
+        loop {
+            let n = self.next_notification().await?;
+            if n["method"] == method {
+                return Some(n);
+            }
+        }
+    }
+
     /// The next server-to-client request.
     pub async fn next_request(&self) -> Option<Value> {
         let mut rx = self.requests.lock().await;

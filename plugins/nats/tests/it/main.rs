@@ -216,37 +216,12 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
             )
             .unwrap(),
         )
+        .tool(sleeper("sleep", "Sleeps", on_sleep))
+        // `sleep` that runs as a task for a caller of the tasks extension.
         .tool(
-            tool_fn("sleep", "Sleeps", move |_ctx, a: Sleep| {
-                let seen = on_sleep.clone();
-                async move {
-                    // Counts as cancelled when the call is dropped before it finished (a
-                    // cancelled request's future is dropped, not run to its end).
-                    let mut guard = Unfinished(Some(seen.clone()));
-                    tokio::time::sleep(Duration::from_millis(a.ms)).await;
-                    guard.0 = None;
-                    seen.finished.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, HandlerError>("slept".to_owned())
-                }
-            })
-            .unwrap(),
+            sleeper("sleep_task", "Sleeps, as a task", seen.clone())
+                .with_task_support(toolyard::proto::TaskSupport::Optional),
         )
-        .tool({
-            // `sleep` that runs as a task for a caller of the tasks extension.
-            let seen = seen.clone();
-            tool_fn("sleep_task", "Sleeps, as a task", move |_ctx, a: Sleep| {
-                let seen = seen.clone();
-                async move {
-                    let mut guard = Unfinished(Some(seen.clone()));
-                    tokio::time::sleep(Duration::from_millis(a.ms)).await;
-                    guard.0 = None;
-                    seen.finished.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, HandlerError>("slept".to_owned())
-                }
-            })
-            .unwrap()
-            .with_task_support(toolyard::proto::TaskSupport::Optional)
-        })
         .tool(
             tool_fn("flood", "Floods progress", |ctx, a: Count| async move {
                 for i in 0..a.n {
@@ -265,6 +240,22 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
         .start()
         .await
         .unwrap()
+}
+
+/// A tool that sleeps `ms`, counting in `seen` the calls that finished and those dropped
+/// before they did (a cancelled request's future is dropped, not run to its end).
+fn sleeper(name: &str, description: &str, seen: Arc<Seen>) -> toolyard::ToolDef {
+    tool_fn(name, description, move |_ctx, a: Sleep| {
+        let seen = seen.clone();
+        async move {
+            let mut guard = Unfinished(Some(seen.clone()));
+            tokio::time::sleep(Duration::from_millis(a.ms)).await;
+            guard.0 = None;
+            seen.finished.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, HandlerError>("slept".to_owned())
+        }
+    })
+    .unwrap()
 }
 
 pub(crate) async fn connect(url: &str) -> async_nats::Client {

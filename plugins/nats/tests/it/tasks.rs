@@ -300,22 +300,55 @@ async fn a_task_waits_for_a_worker_and_a_republished_job_runs_once() {
     listing.shutdown().await;
 }
 
+/// A task submitted through a durable gateway whose job a worker we play (a plain NATS
+/// client) has pulled from the workers' consumer and holds without acking; the worker of
+/// ours that lists the tools runs no jobs.
+struct Played {
+    nats: NatsServer,
+    listing: Worker,
+    client: RawClient,
+    bus: async_nats::Client,
+    job: jetstream::Message,
+    id: String,
+    _gateway: (Server, RemoteTools),
+}
+
+async fn a_job_taken_by_a_worker_we_play(ack_wait: Duration) -> Played {
+    let nats = NatsServer::start();
+    let listing = task_worker(&nats.url(), Arc::default(), false, ack_wait).await;
+    let (server, remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let id = submit(&client, 50).await;
+    let bus = connect(&nats.url()).await;
+    let consumer = jobs_consumer(&bus, ack_wait).await;
+    let job = pull_job(&consumer).await;
+    Played {
+        nats,
+        listing,
+        client,
+        bus,
+        job,
+        id,
+        _gateway: (server, remote),
+    }
+}
+
 /// N10, first half: a worker finished the task and died before acking its job. The
 /// redelivery finds the task finished: acked, not run again, the outcome kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_job_whose_task_already_finished_is_acked_without_running_again() {
-    let nats = NatsServer::start();
     let seen = Arc::new(Seen::default());
     let ack_wait = Duration::from_secs(1);
-    let listing = task_worker(&nats.url(), Arc::default(), false, ack_wait).await;
-    let (_g, _r, client) = durable_gateway(&nats.url()).await;
-    wait_listed(&client).await;
-    let id = submit(&client, 50).await;
-
     // The worker that dies: takes the job, finishes the task, never acks.
-    let bus = connect(&nats.url()).await;
-    let consumer = jobs_consumer(&bus, ack_wait).await;
-    let job = pull_job(&consumer).await;
+    let Played {
+        nats,
+        listing,
+        client,
+        bus,
+        job,
+        id,
+        _gateway,
+    } = Box::pin(a_job_taken_by_a_worker_we_play(ack_wait)).await;
     assert_eq!(
         job.headers
             .as_ref()
@@ -354,17 +387,18 @@ async fn a_redelivered_job_whose_task_already_finished_is_acked_without_running_
 /// hung worker's late result loses its compare-and-swap: one terminal state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_worker_hangs_past_ack_wait_is_taken_over_and_finishes_once() {
-    let nats = NatsServer::start();
     let seen = Arc::new(Seen::default());
     let ack_wait = Duration::from_secs(1);
-    let listing = task_worker(&nats.url(), Arc::default(), false, ack_wait).await;
-    let (_g, _r, client) = durable_gateway(&nats.url()).await;
-    wait_listed(&client).await;
-    let id = submit(&client, 50).await;
-
-    let bus = connect(&nats.url()).await;
-    let consumer = jobs_consumer(&bus, ack_wait).await;
-    let job = pull_job(&consumer).await;
+    // The worker that hangs: takes the job, claims the task, then says nothing.
+    let Played {
+        nats,
+        listing,
+        client,
+        bus,
+        job,
+        id,
+        _gateway,
+    } = Box::pin(a_job_taken_by_a_worker_we_play(ack_wait)).await;
     let (mut claimed, rev) = record(&bus, &id).await;
     claimed["worker"] = json!("hung-1");
     let hung_rev = write_record(&bus, &id, &claimed, rev).await.unwrap();
@@ -422,19 +456,11 @@ async fn a_task_outliving_ack_wait_on_a_live_worker_runs_once() {
 
 /// The next notification with this method, skipping others.
 async fn notification(client: &RawClient, method: &str) -> Value {
-    tokio::time::timeout(WAIT, async {
-        loop {
-            let n = client
-                .next_notification()
-                .await
-                .unwrap_or_else(|| panic!("no {method} notification"));
-            if n["method"] == method {
-                return n;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no {method} notification in time"))
+    tokio::time::timeout(WAIT, client.next_notification_named(method))
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no {method} notification in time"))
 }
 
 /// Listens on `client` for the status of task `id`; returns once acknowledged.
