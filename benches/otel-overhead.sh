@@ -3,7 +3,8 @@
 # Streamable HTTP with telemetry off, metrics only (OTEL_TRACES_EXPORTER=none), and metrics +
 # traces sampled at 100%, both exported over OTLP/HTTP to a local receiver (a Python sink that
 # answers 200), interleaved in one run. Prints median calls/s per mode, the ratio to "off" per
-# round, and for HTTP the server's CPU per call (user + system, from /proc). Needs
+# round, and the server's CPU per call (user + system: over HTTP from /proc during the run,
+# over stdio for the whole process, start-up included). Needs
 # ../shared/mcpload. Cores: mcpload and the sink on 0, the server on 1. COMPARE_BIN: another
 # build's "metrics" and "full" modes in the same rounds (rows `metrics-prev` and `full-prev`,
 # their ratios to this build's "off").
@@ -30,14 +31,35 @@ sink=$!
 trap 'kill $sink 2>/dev/null' EXIT
 sleep 1
 endpoint=http://127.0.0.1:$sink_port
+# Runs the stdio server and writes its CPU seconds to $1, read from /proc once it has exited
+# but before it is reaped (or when mcpload stops it: the calls are over by then).
+cpu_wrapper='
+import os, signal, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+def put():
+    f = open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()
+    seconds = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    open(sys.argv[1] + ".tmp", "w").write(f"{seconds}\n")
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+def term(*_):
+    put()
+    child.send_signal(signal.SIGTERM)
+signal.signal(signal.SIGTERM, term)
+os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+put()
+child.wait()
+'
 modes=("off|env|$T" "metrics|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$T" "full|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$T")
 [ -z "${COMPARE_BIN:-}" ] || modes+=("metrics-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$COMPARE_BIN" "full-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$COMPARE_BIN")
 for rep in $(seq "${REPEATS:-3}"); do
   for m in "${modes[@]}"; do
     IFS='|' read -r label envs bin <<< "$m"
+    cpu_file=$(mktemp -u)
     line=$(timeout 60 taskset -c 0 "$M" --json --label "stdio-$label" -c 16 -d "${DURATION:-3}" --warmup 500 \
-      stdio -- taskset -c 1 $envs "$bin" serve --stdio --workers 1)
-    echo "$line" >> "$out"
+      stdio -- taskset -c 1 python3 -c "$cpu_wrapper" "$cpu_file" $envs "$bin" serve --stdio --workers 1)
+    for _ in $(seq 50); do [ -s "$cpu_file" ] && break; sleep 0.1; done
+    python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_seconds']=float(open(sys.argv[2]).read()); print(json.dumps(r))" "$line" "$cpu_file" >> "$out"
+    rm -f "$cpu_file"
     port=$((20000 + RANDOM % 20000))
     $envs taskset -c 1 "$bin" serve --http "127.0.0.1:$port" --workers 1 2>/dev/null &
     pid=$!
@@ -65,7 +87,9 @@ for t in ("stdio", "http"):
         ratio = st.median(a['calls_per_s'] / b['calls_per_s'] for a, b in zip(rs, base))
         cpu = ""
         if 'server_ticks' in rs[0]:
-            cpu = f" server_cpu={st.median(r['server_ticks'] / hz * 1e6 / max(r['ok'] + r['warmup'], 1) for r in rs):.1f}us/call"
+            cpu = f" server_cpu={st.median(r['server_ticks'] / hz * 1e6 / max(r['ok'] + r['warmup'], 1) for r in rs):.2f}us/call"
+        elif 'server_seconds' in rs[0]:
+            cpu = f" server_cpu={st.median(r['server_seconds'] * 1e6 / max(r['ok'] + r['warmup'], 1) for r in rs):.2f}us/call"
         print(f"{t:5} {m:12} {st.median(r['calls_per_s'] for r in rs):>8.0f}/s  vs off {ratio:.3f}  "
               f"p50={st.median(r['latency_us']['p50'] for r in rs)}us errors={sum(r['errors'] for r in rs)}{cpu}")
 PY

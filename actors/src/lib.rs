@@ -53,7 +53,7 @@ pub use event_bus::{Event, EventTap, SubscriptionWatcher};
 pub use forward::{ForwardFn, RawArgs, RawResult, RawResultError};
 pub use handlers::custom::MethodFn;
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
-pub use middleware::{Completion, Layer, Layers, Outcome, Peer, RequestInfo, SessionInfo};
+pub use middleware::{Completion, Layer, Layers, Observe, Outcome, Peer, RequestInfo, SessionInfo};
 pub use mrtr::StateSealer;
 pub use resource::{
     CompleteFn, CompletionTarget, Completions, PromptDef, PromptFn, ResourceDef, ResourceFn,

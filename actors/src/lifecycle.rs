@@ -7,7 +7,7 @@
 //! the oldest (its next `recv` says how many), and publishing never waits. Tool events cost
 //! a layer, so they are opt-in ([`Lifecycle::tool_events`]); the others are rare.
 
-use crate::middleware::{Completion, Layer, Outcome, RequestInfo};
+use crate::middleware::{Layer, Observe, Outcome, RequestInfo};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -148,18 +148,15 @@ impl Lifecycle {
 struct ToolEvents(Arc<Lifecycle>);
 
 impl Layer for ToolEvents {
-    fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject> {
-        if &*info.method != toolyard_proto::method::TOOLS_CALL {
-            return Ok(None);
-        }
-        Ok(Some(Box::new(ToolEvent(self.0.clone()))))
+    fn observes(&self, method: &str) -> bool {
+        method == toolyard_proto::method::TOOLS_CALL
     }
-}
 
-struct ToolEvent(Arc<Lifecycle>);
+    fn start(&self, _info: &RequestInfo) -> Result<Observe, ErrorObject> {
+        Ok(Observe::Outcome)
+    }
 
-impl Completion for ToolEvent {
-    fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome) {
+    fn finish(&self, info: &RequestInfo, outcome: &Outcome) {
         self.0.publish(LifecycleEvent::ToolInvoked {
             tool: info.target.as_deref().unwrap_or_default().to_owned(),
             outcome: outcome.clone(),

@@ -125,11 +125,37 @@ pub trait Completion: Send + 'static {
     }
 }
 
+/// How a layer wants to hear the outcome of a request it started.
+pub enum Observe {
+    /// Not at all.
+    Nothing,
+    /// Through [`Layer::finish`]: for a layer that keeps nothing per request (a duration
+    /// histogram reads all it needs off the [`RequestInfo`]), so nothing is allocated for it.
+    Outcome,
+    /// Through this completion, which carries what the layer keeps per request (a span).
+    Completion(Box<dyn Completion>),
+}
+
+impl std::fmt::Debug for Observe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Observe::Nothing => "Nothing",
+            Observe::Outcome => "Outcome",
+            Observe::Completion(_) => "Completion",
+        })
+    }
+}
+
 /// A middleware layer.
 pub trait Layer: Send + Sync + 'static {
-    /// Called before the request is dispatched. `Err` rejects it with that JSON-RPC error.
-    /// The returned completion (if any) is finished with the request's outcome.
-    fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject>;
+    /// Called before the request is dispatched. `Err` rejects it with that JSON-RPC error;
+    /// otherwise the layer says how it wants to hear the outcome ([`Observe`]).
+    fn start(&self, info: &RequestInfo) -> Result<Observe, ErrorObject>;
+
+    /// The outcome of a request whose [`start`](Layer::start) answered [`Observe::Outcome`].
+    fn finish(&self, info: &RequestInfo, outcome: &Outcome) {
+        let _ = (info, outcome);
+    }
 
     /// True when this layer looks at requests of `method` (the default: all). A request no
     /// layer looks at is not described at all: no [`RequestInfo`] is built for it (a
@@ -194,12 +220,13 @@ impl Layers {
                 continue;
             }
             match layer.start(info) {
-                Ok(Some(c)) => done.push(c),
-                Ok(None) => {}
+                Ok(Observe::Nothing) => {}
+                Ok(Observe::Outcome) => done.push(Finisher::Layer(layer.clone())),
+                Ok(Observe::Completion(c)) => done.push(Finisher::Completion(c)),
                 Err(e) => {
                     let outcome = Outcome::Error(e.code);
-                    for c in done.into_iter().rev() {
-                        c.finish(info, &outcome);
+                    for f in done.into_iter().rev() {
+                        f.finish(info, &outcome);
                     }
                     return Err(e);
                 }
@@ -209,9 +236,41 @@ impl Layers {
     }
 }
 
-/// The completions of the layers a request started, outermost first: inline for up to two
-/// layers, so observing a request allocates no list.
-pub(crate) type Started = smallvec::SmallVec<[Box<dyn Completion>; 2]>;
+/// What finishes one layer's view of a request.
+pub(crate) enum Finisher {
+    /// The layer itself ([`Observe::Outcome`]).
+    Layer(Arc<dyn Layer>),
+    /// Its completion ([`Observe::Completion`]).
+    Completion(Box<dyn Completion>),
+}
+
+impl Finisher {
+    fn finish(self, info: &RequestInfo, outcome: &Outcome) {
+        match self {
+            Finisher::Layer(l) => l.finish(info, outcome),
+            Finisher::Completion(c) => c.finish(info, outcome),
+        }
+    }
+
+    fn finish_with_response(self, info: &RequestInfo, outcome: &Outcome, response: &[u8]) {
+        match self {
+            Finisher::Layer(l) => l.finish(info, outcome),
+            Finisher::Completion(c) => c.finish_with_response(info, outcome, response),
+        }
+    }
+
+    /// The trace context a completion's span gives the handler.
+    pub(crate) fn trace_context(&self) -> Option<(String, Option<String>)> {
+        match self {
+            Finisher::Layer(_) => None,
+            Finisher::Completion(c) => c.trace_context(),
+        }
+    }
+}
+
+/// The layers a request started, outermost first: inline for up to two layers, so
+/// observing a request allocates no list.
+pub(crate) type Started = smallvec::SmallVec<[Finisher; 2]>;
 
 /// The started layers of one request, finished when the request ends.
 pub(crate) struct Watch {

@@ -42,11 +42,11 @@ pub use toolyard_actors::transport;
 pub use toolyard_actors::{
     empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget, Completions,
     DefinitionError, Event, ForwardFn, HandlerError, InputError, IntoCallToolResult, Json, Layer,
-    Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Outcome, Peer, PromptDef,
-    PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext, RequestInfo,
-    ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, SessionInfo, StartError,
-    StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef, ToolError,
-    ToolFn, UnknownToolFn, UriTemplate,
+    Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Observe, Outcome, Peer,
+    PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext,
+    RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, SessionInfo,
+    StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef,
+    ToolError, ToolFn, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,

@@ -127,7 +127,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
                 .as_ref()
                 .and_then(|m| m.tracestate.as_deref())
                 .map(Into::into),
-            transport_traceparent,
+            transport_traceparent: transport_traceparent.clone(),
             arguments: if core.layers.captures() {
                 arguments_of(&req, call.as_ref())
             } else {
@@ -173,16 +173,27 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             version,
             caller,
             cancel,
-            trace: layer_trace.or_else(|| {
-                meta.as_ref().and_then(|m| {
-                    m.traceparent.as_ref().map(|parent| {
-                        Box::new(crate::context::TraceContext {
-                            traceparent: parent.clone(),
-                            tracestate: m.tracestate.clone(),
+            // Else the caller's own context goes on as it came: `_meta`'s, else the
+            // transport's (an HTTP or NATS `traceparent` header).
+            trace: layer_trace
+                .or_else(|| {
+                    meta.as_ref().and_then(|m| {
+                        m.traceparent.as_ref().map(|parent| {
+                            Box::new(crate::context::TraceContext {
+                                traceparent: parent.clone(),
+                                tracestate: m.tracestate.clone(),
+                            })
                         })
                     })
                 })
-            }),
+                .or_else(|| {
+                    transport_traceparent.map(|tp| {
+                        Box::new(crate::context::TraceContext {
+                            traceparent: tp.to_string(),
+                            tracestate: None,
+                        })
+                    })
+                }),
             progress_token: meta.and_then(|m| m.progress_token),
             sink: out,
             channel,

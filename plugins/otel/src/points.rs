@@ -14,9 +14,12 @@ use crate::semconv::{self, caller_fault, target_attribute};
 use opentelemetry::metrics::{BoundHistogram, Histogram};
 use opentelemetry::KeyValue;
 use rustc_hash::{FxBuildHasher, FxHasher};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use toolyard::proto::ProtocolVersion;
 use toolyard::{Outcome, RequestInfo};
 use toolyard_client::RequestOutcome;
 
@@ -196,6 +199,70 @@ pub(crate) struct DurationPoints {
     histogram: Histogram<f64>,
     side: Side,
     bound: RwLock<Bound>,
+    /// Tells this instance's entries in [`RECENT`] from another's.
+    id: u64,
+}
+
+/// The sets this thread recorded last, found by the identity of the request's shared
+/// names (the connection hands the same `Arc<str>` for a method or tool seen again): a
+/// request like the one before costs a few pointer comparisons instead of a hash, a lock
+/// and string comparisons (benches/README.md: most of what metrics cost a stdio call).
+/// A miss goes the [`Bound`] way and takes the oldest slot.
+struct Recent {
+    slots: [Option<RecentSet>; RECENT_SLOTS],
+    next: usize,
+}
+
+const RECENT_SLOTS: usize = 4;
+
+struct RecentSet {
+    points: u64,
+    method: Arc<str>,
+    target: RecentTarget,
+    version: Option<ProtocolVersion>,
+    transport: Option<&'static str>,
+    outcome: Outcome,
+    histogram: BoundHistogram<f64>,
+}
+
+/// What a remembered set says of the request's target.
+enum RecentTarget {
+    /// The request named none.
+    Absent,
+    /// The set is the same whatever the request names (its method's target is a resource
+    /// URI, kept off the series, or not a target at all).
+    Any,
+    /// This name, the one the connection shares.
+    Is(Arc<str>),
+}
+
+impl RecentSet {
+    fn is_for(&self, points: u64, info: &RequestInfo, outcome: &Outcome) -> bool {
+        self.points == points
+            && Arc::ptr_eq(&self.method, &info.method)
+            && match (&self.target, &info.target) {
+                (RecentTarget::Any, _) | (RecentTarget::Absent, None) => true,
+                (RecentTarget::Is(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+            && self.version == info.protocol_version
+            && self.transport == info.peer.as_ref().map(|p| p.transport)
+            && self.outcome == *outcome
+    }
+}
+
+thread_local! {
+    static RECENT: RefCell<Recent> = const {
+        RefCell::new(Recent {
+            slots: [const { None }; RECENT_SLOTS],
+            next: 0,
+        })
+    };
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The bound sets, keyed by [`Key::hash`]; a bucket holds the (rare) sets whose hashes
@@ -235,6 +302,7 @@ impl DurationPoints {
             histogram,
             side,
             bound: RwLock::default(),
+            id: next_id(),
         }
     }
 
@@ -242,7 +310,40 @@ impl DurationPoints {
     /// and outcome.
     pub(crate) fn record(&self, info: &RequestInfo, outcome: &Outcome) {
         let seconds = info.started.elapsed().as_secs_f64();
-        self.record_key(seconds, &Key::of(info, outcome));
+        let recorded = RECENT.with(|recent| {
+            let recent = recent.borrow();
+            let set = recent
+                .slots
+                .iter()
+                .flatten()
+                .find(|s| s.is_for(self.id, info, outcome));
+            set.map(|s| s.histogram.record(seconds)).is_some()
+        });
+        if recorded {
+            return;
+        }
+        let key = Key::of(info, outcome);
+        if let Some(histogram) = self.record_key(seconds, &key) {
+            let set = RecentSet {
+                points: self.id,
+                method: info.method.clone(),
+                target: match (key.target, &info.target) {
+                    (_, None) => RecentTarget::Absent,
+                    (Some(_), Some(t)) => RecentTarget::Is(t.clone()),
+                    (None, Some(_)) => RecentTarget::Any,
+                },
+                version: info.protocol_version,
+                transport: info.peer.as_ref().map(|p| p.transport),
+                outcome: outcome.clone(),
+                histogram,
+            };
+            RECENT.with(|recent| {
+                let mut recent = recent.borrow_mut();
+                let slot = recent.next;
+                recent.slots[slot] = Some(set);
+                recent.next = (slot + 1) % RECENT_SLOTS;
+            });
+        }
     }
 
     /// Records how long a client request took, under its method, tool and outcome.
@@ -256,29 +357,31 @@ impl DurationPoints {
         self.record_key(seconds, &Key::client(method, tool, outcome));
     }
 
-    fn record_key(&self, seconds: f64, key: &Key<'_>) {
+    /// Records under `key`; the set's bound instrument when it has one.
+    fn record_key(&self, seconds: f64, key: &Key<'_>) -> Option<BoundHistogram<f64>> {
         let hash = key.hash();
         if let Ok(bound) = self.bound.read() {
             if let Some(h) = bound.find(hash, key) {
                 h.record(seconds);
-                return;
+                return Some(h.clone());
             }
             if bound.sets >= MAX_BOUND {
                 // Full: unbound, without taking the write lock (a client minting names
                 // must not serialise every request behind it).
                 drop(bound);
                 self.histogram.record(seconds, &key.attributes(self.side));
-                return;
+                return None;
             }
         }
         let attributes = key.attributes(self.side);
         let Ok(mut bound) = self.bound.write() else {
             self.histogram.record(seconds, &attributes);
-            return;
+            return None;
         };
         // Bound meanwhile by another request?
         if let Some(h) = bound.find(hash, key) {
             h.record(seconds);
+            Some(h.clone())
         } else if bound.sets < MAX_BOUND {
             let h = self.histogram.bind(&attributes);
             h.record(seconds);
@@ -286,10 +389,12 @@ impl DurationPoints {
                 .buckets
                 .entry(hash)
                 .or_default()
-                .push((key.owned(), h));
+                .push((key.owned(), h.clone()));
             bound.sets += 1;
+            Some(h)
         } else {
             self.histogram.record(seconds, &attributes);
+            None
         }
     }
 }
@@ -403,6 +508,82 @@ mod tests {
                 ),
                 (vec!["mcp.method.name=resources/read".to_owned()], 1),
             ]
+        );
+    }
+
+    #[test]
+    fn a_request_like_one_before_goes_to_its_own_set_and_instruments_do_not_mix() {
+        let (exporter, provider, points) = server_points();
+        let (other_exporter, other_provider, other_points) = server_points();
+        // The same shared names again, as a connection hands them.
+        let echo = info("tools/call", Some("echo"));
+        let refused = info("tools/call", Some("nope"));
+        let read_a = info("resources/read", Some("file:///a"));
+        let mut read_b = info("resources/read", Some("file:///b"));
+        read_b.method = read_a.method.clone();
+        let mut unnamed = info("prompts/get", None);
+        let named = RequestInfo {
+            target: Some("p".into()),
+            ..unnamed.clone()
+        };
+        unnamed.started = named.started;
+        for _ in 0..2 {
+            points.record(&echo, &Outcome::Ok);
+            points.record(&refused, &Outcome::Error(-32602));
+            points.record(&read_a, &Outcome::Ok);
+            points.record(&read_b, &Outcome::Ok);
+            points.record(&unnamed, &Outcome::Ok);
+            points.record(&named, &Outcome::Ok);
+            other_points.record(&echo, &Outcome::Ok);
+        }
+        points.record(&refused, &Outcome::Ok);
+        assert!(provider.force_flush().is_ok());
+        assert!(other_provider.force_flush().is_ok());
+        let op = "gen_ai.operation.name=execute_tool".to_owned();
+        let method = |m: &str| format!("mcp.method.name={m}");
+        assert_eq!(
+            points_of(&exporter),
+            vec![
+                (
+                    vec![
+                        "error.type=-32602".to_owned(),
+                        op.clone(),
+                        "gen_ai.tool.name=_OTHER".to_owned(),
+                        method("tools/call"),
+                        "rpc.response.status_code=-32602".to_owned(),
+                    ],
+                    2
+                ),
+                (
+                    vec![
+                        op.clone(),
+                        "gen_ai.tool.name=echo".to_owned(),
+                        method("tools/call"),
+                    ],
+                    2
+                ),
+                (
+                    vec![
+                        op.clone(),
+                        "gen_ai.tool.name=nope".to_owned(),
+                        method("tools/call"),
+                    ],
+                    1
+                ),
+                (
+                    vec!["gen_ai.prompt.name=p".to_owned(), method("prompts/get")],
+                    2
+                ),
+                (vec![method("prompts/get")], 2),
+                (vec![method("resources/read")], 4),
+            ]
+        );
+        assert_eq!(
+            points_of(&other_exporter),
+            vec![(
+                vec![op, "gen_ai.tool.name=echo".to_owned(), method("tools/call")],
+                2
+            )]
         );
     }
 

@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 use std::sync::Arc;
 use toolyard::proto::{ErrorObject, RequestId};
-use toolyard::{Completion, Layer, Outcome, RequestInfo, SessionInfo};
+use toolyard::{Completion, Layer, Observe, Outcome, RequestInfo, SessionInfo};
 
 /// Observes every request a server handles (see the crate docs). Install it with
 /// `ServerBuilder::layer`; put it outermost so its span covers the other layers' work.
@@ -110,22 +110,11 @@ fn id_text(id: &RequestId) -> String {
 }
 
 impl Layer for ObservabilityLayer {
-    fn start(&self, info: &RequestInfo) -> Result<Option<Box<dyn Completion>>, ErrorObject> {
+    fn start(&self, info: &RequestInfo) -> Result<Observe, ErrorObject> {
         if !self.spans {
-            return Ok(Some(Box::new(ServerSpan {
-                span: None,
-                // As a span would have parented: on `_meta`'s context, else the transport's.
-                trace: match (&info.traceparent, &info.transport_traceparent) {
-                    (Some(tp), _) => Some((
-                        tp.to_string(),
-                        info.tracestate.as_ref().map(|s| s.to_string()),
-                    )),
-                    (None, Some(tp)) => Some((tp.to_string(), None)),
-                    (None, None) => None,
-                },
-                duration: self.duration.clone(),
-                capture: None,
-            })));
+            // Durations only: `finish` reads all it needs off the request. The caller's own
+            // trace context reaches the handler as it came, as a span would have parented.
+            return Ok(Observe::Outcome);
         }
         let method: &str = &info.method;
         let target = info.target.as_deref();
@@ -198,12 +187,16 @@ impl Layer for ObservabilityLayer {
         }
         let span = builder.start_with_context(&self.tracer, &parent);
         let trace = trace_headers(span.span_context());
-        Ok(Some(Box::new(ServerSpan {
-            span: Some(span),
+        Ok(Observe::Completion(Box::new(ServerSpan {
+            span,
             trace,
             duration: self.duration.clone(),
             capture: self.capture.clone().filter(|r| r.results),
         })))
+    }
+
+    fn finish(&self, info: &RequestInfo, outcome: &Outcome) {
+        self.duration.record(info, outcome);
     }
 
     fn captures_payloads(&self) -> bool {
@@ -224,8 +217,7 @@ impl Layer for ObservabilityLayer {
 }
 
 struct ServerSpan {
-    /// `None` when the layer builds no spans (metrics only).
-    span: Option<BoxedSpan>,
+    span: BoxedSpan,
     trace: Option<(String, Option<String>)>,
     duration: Arc<DurationPoints>,
     /// Set when results are captured.
@@ -245,8 +237,9 @@ impl Completion for ServerSpan {
     ) {
         if let Some(r) = &self.capture {
             if &*info.method == "tools/call" {
-                if let (Some(result), Some(span)) = (r.render_result(response), &mut self.span) {
-                    span.set_attribute(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
+                if let Some(result) = r.render_result(response) {
+                    self.span
+                        .set_attribute(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
                 }
             }
         }
@@ -254,9 +247,10 @@ impl Completion for ServerSpan {
     }
 
     fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome) {
-        let ServerSpan { span, duration, .. } = *self;
+        let ServerSpan {
+            mut span, duration, ..
+        } = *self;
         duration.record(info, outcome);
-        let Some(mut span) = span else { return };
         let refused = matches!(outcome, Outcome::Error(code) if caller_fault(*code));
         match outcome {
             Outcome::Ok | Outcome::InputRequired => {}

@@ -388,10 +388,7 @@ impl toolyard::Completion for Done {
 }
 
 impl Layer for Counting {
-    fn start(
-        &self,
-        info: &RequestInfo,
-    ) -> Result<Option<Box<dyn toolyard::Completion>>, toolyard::proto::ErrorObject> {
+    fn start(&self, info: &RequestInfo) -> Result<toolyard::Observe, toolyard::proto::ErrorObject> {
         self.0.fetch_add(1, Ordering::SeqCst);
         if &*info.method == "prompts/list" {
             return Err(toolyard::proto::ErrorObject::new(
@@ -399,7 +396,9 @@ impl Layer for Counting {
                 "forbidden by layer",
             ));
         }
-        Ok(Some(Box::new(Done(self.1.clone()))))
+        Ok(toolyard::Observe::Completion(Box::new(Done(
+            self.1.clone(),
+        ))))
     }
 }
 
@@ -441,17 +440,14 @@ impl Layer for ListingsOnly {
         method.ends_with("/list")
     }
 
-    fn start(
-        &self,
-        info: &RequestInfo,
-    ) -> Result<Option<Box<dyn toolyard::Completion>>, toolyard::proto::ErrorObject> {
+    fn start(&self, info: &RequestInfo) -> Result<toolyard::Observe, toolyard::proto::ErrorObject> {
         assert!(
             info.method.ends_with("/list"),
             "started for {}",
             info.method
         );
         self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(None)
+        Ok(toolyard::Observe::Nothing)
     }
 }
 
@@ -1034,4 +1030,64 @@ async fn a_checked_subscription_counts_only_once_it_passes_and_keeps_the_connect
         n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         "listen-ok"
     );
+}
+
+/// With no tracing layer, a request without `_meta` context runs in its transport's: an
+/// HTTP `traceparent` header reaches the handler (and so its outgoing calls) as it came.
+#[tokio::test]
+async fn without_a_tracing_layer_the_handler_runs_in_the_http_headers_trace_context() {
+    let server = ServerBuilder::new("s", "1")
+        .tool(
+            tool_fn(
+                "whoami",
+                "the handler's traceparent",
+                |ctx, _: NoArgs| async move { Ok(ctx.traceparent().unwrap_or("none").to_owned()) },
+            )
+            .unwrap(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = toolyard::http::router(server, toolyard::http::HttpConfig::default())
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let meta = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let client = reqwest::Client::new();
+    for (id, trace, expected) in [(1, None, header), (2, Some(meta), meta)] {
+        let mut meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        if let Some(t) = trace {
+            meta["traceparent"] = json!(t);
+        }
+        let text = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "whoami")
+            .header("traceparent", header)
+            .body(
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": "whoami", "arguments": {}, "_meta": meta}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            body["result"]["content"][0]["text"], expected,
+            "`_meta` first, else the header: {body}"
+        );
+    }
 }

@@ -52,10 +52,7 @@ impl Layer for ListingGuard {
         )
     }
 
-    fn start(
-        &self,
-        info: &toolyard::RequestInfo,
-    ) -> Result<Option<Box<dyn toolyard::Completion>>, ErrorObject> {
+    fn start(&self, info: &toolyard::RequestInfo) -> Result<toolyard::Observe, ErrorObject> {
         // Only listings get here (`observes`).
         let _ = info;
         let failing = self.failing.load();
@@ -66,7 +63,7 @@ impl Layer for ListingGuard {
             ))
             .with_data(json!({ "unavailableSources": failing.as_slice() })));
         }
-        Ok(None)
+        Ok(toolyard::Observe::Nothing)
     }
 }
 
