@@ -127,13 +127,15 @@ fn log_span(traceparent: Option<&str>) -> tracing::Span {
     let Some(tp) = traceparent else {
         return tracing::Span::none();
     };
-    let mut parts = tp.split('-');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(_), Some(trace_id), Some(span_id), flags)
-            if trace_id.len() == 32 && span_id.len() == 16 =>
-        {
-            let sampled = flags
-                .and_then(|f| u8::from_str_radix(f, 16).ok())
+    // `vv-{32 hex}-{16 hex}-ff`, read at its fixed places (a later version may append
+    // `-...` fields).
+    let dashes = tp.len() >= 55
+        && [2, 35, 52].iter().all(|&i| tp.as_bytes()[i] == b'-')
+        && tp.as_bytes().get(55).is_none_or(|&b| b == b'-');
+    match (dashes, tp.get(3..35), tp.get(36..52), tp.get(53..55)) {
+        (true, Some(trace_id), Some(span_id), Some(flags)) => {
+            let sampled = u8::from_str_radix(flags, 16)
+                .ok()
                 .is_none_or(|f| f & 1 == 1);
             if sampled {
                 tracing::error_span!(target: "toolyard", "mcp", trace_id = %trace_id, span_id = %span_id)

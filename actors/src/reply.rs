@@ -49,8 +49,8 @@ impl Reply {
         self
     }
 
-    pub(crate) fn with_watch(mut self, watch: Option<Watch>) -> Self {
-        self.watch = watch.map(Box::new);
+    pub(crate) fn with_watch(mut self, watch: Option<Box<Watch>>) -> Self {
+        self.watch = watch;
         self
     }
 

@@ -136,11 +136,11 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             started: Instant::now(),
         };
         match core.layers.start(&info) {
-            Ok(completions) => Some(Watch {
+            Ok(completions) => Some(Box::new(Watch {
                 info,
                 completions,
                 captures: core.layers.captures(),
-            }),
+            })),
             Err(e) => {
                 if let Some(r) = &release {
                     r.release(&req.id);

@@ -151,8 +151,12 @@ struct Ids {
 impl Ids {
     fn take(&mut self, field: &Field, value: &str) {
         match field.name() {
-            "trace_id" => self.trace_id = TraceId::from_hex(value).ok(),
-            "span_id" => self.span_id = SpanId::from_hex(value).ok(),
+            "trace_id" => self.trace_id = hex_value(value).map(TraceId::from),
+            "span_id" => {
+                self.span_id = hex_value(value)
+                    .and_then(|v| u64::try_from(v).ok())
+                    .map(SpanId::from)
+            }
             _ => {}
         }
     }
@@ -181,6 +185,24 @@ impl Visit for Ids {
             }
         }
     }
+}
+
+/// The value of up to 32 lowercase or uppercase hex digits. `from_str_radix`, which the
+/// ids' own `from_hex` use, checks and multiplies per digit with overflow checks: it was
+/// most of what reading a request's two ids cost.
+fn hex_value(text: &str) -> Option<u128> {
+    if text.is_empty() || text.len() > 32 {
+        return None;
+    }
+    text.bytes().try_fold(0u128, |acc, b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        Some(acc << 4 | u128::from(digit))
+    })
 }
 
 /// Room for an id's hex text; anything longer fails to write and is not an id.
@@ -219,6 +241,25 @@ mod tests {
             format_args!("{}", "4bf92f3577b34da6a3ce929d0e0e47360")
         )
         .is_err());
+    }
+
+    #[test]
+    fn hex_ids_read_as_the_sdks_own_parser_reads_them() {
+        for text in [
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "00F067AA0BA902B7",
+            "0",
+            "ffffffffffffffffffffffffffffffff",
+        ] {
+            assert_eq!(
+                hex_value(text),
+                u128::from_str_radix(text, 16).ok(),
+                "{text}"
+            );
+        }
+        for bad in ["", "xyz", "-1", "4bf92f3577b34da6a3ce929d0e0e47360"] {
+            assert_eq!(hex_value(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -67,16 +67,16 @@ fn traceparent_text(sc: &SpanContext) -> String {
     let trace = sc.trace_id().to_bytes();
     let span = sc.span_id().to_bytes();
     let flags = [sc.trace_flags().to_u8()];
-    let mut out = String::with_capacity(55);
-    out.push_str("00");
+    // Bytes first (a `String::push` per digit checks and encodes a char each time).
+    let mut out = Vec::with_capacity(55);
+    out.extend_from_slice(b"00");
     for part in [&trace[..], &span[..], &flags[..]] {
-        out.push('-');
+        out.push(b'-');
         for b in part {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
+            out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
         }
     }
-    out
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
