@@ -775,3 +775,145 @@ fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() 
     assert_eq!(without_meta.parent_span_id, http_span);
     assert!(without_meta.links.is_empty(), "{without_meta:?}");
 }
+
+/// The collector the test installs from PyPI (`rotel`, pinned in tests/interop/requirements.txt):
+/// its agent binary in the venv's site-packages.
+#[cfg(feature = "otel-grpc")]
+fn rotel_agent() -> std::path::PathBuf {
+    let lib = toolyard_testkit::cache().join("venv/lib");
+    std::fs::read_dir(&lib)
+        .ok()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|python| python.path().join("site-packages/rotel/rotel-agent"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no rotel-agent under {}: run scripts/install-test-deps",
+                lib.display()
+            )
+        })
+}
+
+/// OTLP over gRPC (`OTEL_EXPORTER_OTLP_PROTOCOL=grpc`, binary feature `otel-grpc`) reaches a
+/// real collector that is not ours: rotel takes our spans and duration points over gRPC and
+/// relays them over OTLP/HTTP to the test's receiver.
+#[cfg(feature = "otel-grpc")]
+#[test]
+fn spans_and_metrics_exported_over_grpc_reach_a_real_collector() {
+    let receiver = OtlpReceiver::start();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (grpc, http) = (free(), free());
+    let collector = Command::new(rotel_agent())
+        .args([
+            "start",
+            "--otlp-grpc-endpoint",
+            &format!("127.0.0.1:{grpc}"),
+            "--otlp-http-endpoint",
+            &format!("127.0.0.1:{http}"),
+            "--exporter",
+            "otlp",
+            "--otlp-exporter-protocol",
+            "http",
+            "--otlp-exporter-endpoint",
+            &receiver.url(),
+            "--otlp-exporter-compression",
+            "none",
+            "--batch-timeout",
+            "100ms",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start rotel-agent");
+    // Stopped however the test ends.
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _collector = Stop(collector);
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", grpc)).is_err() {
+        assert!(Instant::now() < deadline, "the collector did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut child = Command::new(BIN)
+        .args(["serve", "--stdio"])
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{grpc}"),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_SERVICE_NAME", "otel-grpc-test")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start toolyard serve --stdio");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-grpc-test","version":"1"}}}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"echo","arguments":{"message":"over grpc"}}}),
+    );
+    let mut buf = String::new();
+    let mut answers = 0;
+    while answers < 2 {
+        buf.clear();
+        assert!(
+            stdout.read_line(&mut buf).unwrap() > 0,
+            "the server hung up"
+        );
+        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v.get("id").is_some()) {
+            answers += 1;
+        }
+    }
+    assert!(buf.contains("over grpc"), "{buf}");
+    // End of input: the server stops and flushes spans and metrics over gRPC.
+    drop(stdin);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call echo"));
+    let call = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
+    assert_eq!(call.service, "otel-grpc-test");
+    assert_eq!(call.kind, SERVER);
+    assert_eq!(
+        call.attributes.get("gen_ai.tool.name").map(String::as_str),
+        Some("echo")
+    );
+    while !receiver
+        .points()
+        .iter()
+        .any(|p| p.metric == "mcp.server.operation.duration")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no duration point: {:?}",
+            receiver.points()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -8,8 +8,11 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetrySection {
-    /// The OTLP/HTTP base endpoint, e.g. `http://collector:4318`.
+    /// The OTLP base endpoint, e.g. `http://collector:4318` (HTTP) or
+    /// `http://collector:4317` (gRPC).
     pub endpoint: Option<String>,
+    /// `http/protobuf` or `grpc`; else `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP.
+    pub protocol: Option<crate::OtlpProtocol>,
     /// `service.name` unless `OTEL_SERVICE_NAME` says otherwise.
     pub service_name: Option<String>,
     /// Serve `GET /metrics` (Prometheus text format) on the HTTP server.
@@ -103,6 +106,7 @@ impl TelemetrySection {
     pub fn settings(&self, service: &str) -> TelemetrySettings {
         TelemetrySettings {
             endpoint: self.endpoint.clone(),
+            protocol: self.protocol,
             service_name: Some(
                 self.service_name
                     .clone()
@@ -143,5 +147,12 @@ mod tests {
         assert_eq!(s.service_name.as_deref(), Some("gw"));
         let err = TelemetryConfig::parse("[telemetry]\nendpont = \"x\"\n").unwrap_err();
         assert!(err.contains("endpont"), "{err}");
+        let c = TelemetryConfig::parse("[telemetry]\nprotocol = \"grpc\"\n").unwrap();
+        assert_eq!(
+            c.telemetry.settings("gw").protocol,
+            Some(crate::OtlpProtocol::Grpc)
+        );
+        let err = TelemetryConfig::parse("[telemetry]\nprotocol = \"http/json\"\n").unwrap_err();
+        assert!(err.contains("http/json"), "{err}");
     }
 }

@@ -1,10 +1,13 @@
-//! OTLP export over HTTP/protobuf, configured the standard way (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! OTLP export over HTTP/protobuf (or gRPC, feature `grpc`: `OTEL_EXPORTER_OTLP_PROTOCOL`),
+//! configured the standard way (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 //! `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
 //! `OTEL_TRACES_SAMPLER`/`_ARG`, `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_BLRP_*`,
 //! `OTEL_TRACES_EXPORTER=none`, `OTEL_METRICS_EXPORTER=none`, `OTEL_LOGS_EXPORTER=none`,
 //! `OTEL_SDK_DISABLED`) or by [`TelemetrySettings`].
 //!
-//! The exporter sends with the workspace's reqwest, not the one `opentelemetry-otlp` would
+//! Over gRPC the exporter is opentelemetry-otlp's tonic client, built on the runtime that
+//! installs telemetry (its channel's worker task runs there). Over HTTP the exporter sends
+//! with the workspace's reqwest, not the one `opentelemetry-otlp` would
 //! bring (a second reqwest and a blocking client): the SDK's batch processor and periodic
 //! reader run on threads of their own and block on the export future, so the request is
 //! spawned onto the Tokio runtime that installed telemetry and the thread waits for its
@@ -35,15 +38,59 @@ use opentelemetry_sdk::Resource;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The OTLP transport (`OTEL_EXPORTER_OTLP_PROTOCOL`, `[telemetry] protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+pub enum OtlpProtocol {
+    /// `http/protobuf`, sent with the workspace's reqwest (the default).
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    /// `grpc`: needs the crate feature `grpc` (the binary's `otel-grpc`).
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+impl std::str::FromStr for OtlpProtocol {
+    type Err = TelemetryError;
+
+    fn from_str(s: &str) -> Result<Self, TelemetryError> {
+        match s.trim() {
+            "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
+            "grpc" => Ok(OtlpProtocol::Grpc),
+            other => Err(TelemetryError::Protocol(other.to_owned())),
+        }
+    }
+}
+
+impl OtlpProtocol {
+    /// `settings` first, then `OTEL_EXPORTER_OTLP_PROTOCOL`, then HTTP/protobuf; a
+    /// protocol this build cannot speak is an error, not a silent fallback.
+    fn chosen(settings: Option<OtlpProtocol>) -> Result<OtlpProtocol, TelemetryError> {
+        let protocol = match settings {
+            Some(p) => p,
+            None => match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL") {
+                Ok(v) if !v.trim().is_empty() => v.parse()?,
+                _ => OtlpProtocol::HttpProtobuf,
+            },
+        };
+        if protocol == OtlpProtocol::Grpc && !cfg!(feature = "grpc") {
+            return Err(TelemetryError::NoGrpc);
+        }
+        Ok(protocol)
+    }
+}
+
 /// How long stopping waits for the last exports.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// How telemetry is set up; every unset field falls back to the standard `OTEL_*` variable.
 #[derive(Debug, Clone, Default)]
 pub struct TelemetrySettings {
-    /// The OTLP/HTTP base endpoint (`/v1/traces` and `/v1/metrics` are appended); else
+    /// The OTLP base endpoint (over HTTP `/v1/traces`, `/v1/metrics` and `/v1/logs` are
+    /// appended; over gRPC it is the collector's address as it is); else
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`. With neither, nothing is exported.
     pub endpoint: Option<String>,
+    /// How to send; else `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP/protobuf.
+    pub protocol: Option<OtlpProtocol>,
     /// `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES` names
     /// one (default `toolyard`).
     pub service_name: Option<String>,
@@ -102,6 +149,7 @@ impl Telemetry {
         if !otlp && !prometheus {
             return Ok(None);
         }
+        let protocol = OtlpProtocol::chosen(settings.protocol)?;
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| TelemetryError::NoRuntime)?;
         let client: Arc<dyn HttpClient> = Arc::new(ReqwestOnTokio {
@@ -128,16 +176,29 @@ impl Telemetry {
         let tracer = if no_traces {
             None
         } else {
-            let mut builder = SpanExporter::builder()
-                .with_http()
-                .with_shared_http_client(client.clone());
-            if let Some(base) = &settings.endpoint {
-                builder =
-                    builder.with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')));
+            let exporter = match protocol {
+                OtlpProtocol::HttpProtobuf => {
+                    let mut builder = SpanExporter::builder()
+                        .with_http()
+                        .with_shared_http_client(client.clone());
+                    if let Some(base) = &settings.endpoint {
+                        builder = builder
+                            .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')));
+                    }
+                    builder.build()
+                }
+                #[cfg(feature = "grpc")]
+                OtlpProtocol::Grpc => {
+                    let mut builder = SpanExporter::builder().with_tonic();
+                    if let Some(base) = &settings.endpoint {
+                        builder = builder.with_endpoint(base.clone());
+                    }
+                    builder.build()
+                }
+                #[cfg(not(feature = "grpc"))]
+                OtlpProtocol::Grpc => return Err(TelemetryError::NoGrpc),
             }
-            let exporter = builder
-                .build()
-                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
             // Counted on both sides of the batch queue (`spans`): a full queue drops spans.
             let exporter = CountedExporter {
                 inner: exporter,
@@ -156,20 +217,34 @@ impl Telemetry {
         let logger = match logs {
             None => None,
             Some(layer) => {
-                let mut builder = LogExporter::builder()
-                    .with_http()
-                    .with_shared_http_client(client.clone());
                 // The per-signal variable is the more specific setting: it wins over the
                 // base endpoint of the flag or the file (the exporter reads it itself).
                 let logs_env =
                     std::env::var("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").is_ok_and(|e| !e.is_empty());
-                if let (Some(base), false) = (&settings.endpoint, logs_env) {
-                    builder =
-                        builder.with_endpoint(format!("{}/v1/logs", base.trim_end_matches('/')));
+                let base = settings.endpoint.as_ref().filter(|_| !logs_env);
+                let exporter = match protocol {
+                    OtlpProtocol::HttpProtobuf => {
+                        let mut builder = LogExporter::builder()
+                            .with_http()
+                            .with_shared_http_client(client.clone());
+                        if let Some(base) = base {
+                            builder = builder
+                                .with_endpoint(format!("{}/v1/logs", base.trim_end_matches('/')));
+                        }
+                        builder.build()
+                    }
+                    #[cfg(feature = "grpc")]
+                    OtlpProtocol::Grpc => {
+                        let mut builder = LogExporter::builder().with_tonic();
+                        if let Some(base) = base {
+                            builder = builder.with_endpoint(base.clone());
+                        }
+                        builder.build()
+                    }
+                    #[cfg(not(feature = "grpc"))]
+                    OtlpProtocol::Grpc => return Err(TelemetryError::NoGrpc),
                 }
-                let exporter = builder
-                    .build()
-                    .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
                 // A bounded queue (`OTEL_BLRP_MAX_QUEUE_SIZE`, 2048): a full one drops the
                 // record, so a dead collector never holds up a line being logged.
                 let provider = SdkLoggerProvider::builder()
@@ -185,16 +260,29 @@ impl Telemetry {
         let mut meters = SdkMeterProvider::builder().with_resource(resource);
         let mut any_reader = false;
         if otlp && !no_metrics {
-            let mut builder = MetricExporter::builder()
-                .with_http()
-                .with_shared_http_client(client);
-            if let Some(base) = &settings.endpoint {
-                builder =
-                    builder.with_endpoint(format!("{}/v1/metrics", base.trim_end_matches('/')));
+            let exporter = match protocol {
+                OtlpProtocol::HttpProtobuf => {
+                    let mut builder = MetricExporter::builder()
+                        .with_http()
+                        .with_shared_http_client(client);
+                    if let Some(base) = &settings.endpoint {
+                        builder = builder
+                            .with_endpoint(format!("{}/v1/metrics", base.trim_end_matches('/')));
+                    }
+                    builder.build()
+                }
+                #[cfg(feature = "grpc")]
+                OtlpProtocol::Grpc => {
+                    let mut builder = MetricExporter::builder().with_tonic();
+                    if let Some(base) = &settings.endpoint {
+                        builder = builder.with_endpoint(base.clone());
+                    }
+                    builder.build()
+                }
+                #[cfg(not(feature = "grpc"))]
+                OtlpProtocol::Grpc => return Err(TelemetryError::NoGrpc),
             }
-            let exporter = builder
-                .build()
-                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
             meters = meters.with_reader(PeriodicReader::builder(exporter).build());
             any_reader = true;
         }
@@ -397,5 +485,35 @@ impl HttpClient for ReqwestOnTokio {
             .with_current_context(),
         );
         sent.await?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_protocol_is_http_protobuf_or_grpc_and_grpc_needs_the_feature() {
+        assert!(matches!(
+            "http/json".parse::<OtlpProtocol>(),
+            Err(TelemetryError::Protocol(p)) if p == "http/json"
+        ));
+        assert_eq!(
+            " grpc".parse::<OtlpProtocol>().ok(),
+            Some(OtlpProtocol::Grpc)
+        );
+        assert_eq!(
+            OtlpProtocol::chosen(Some(OtlpProtocol::HttpProtobuf)).ok(),
+            Some(OtlpProtocol::HttpProtobuf)
+        );
+        let grpc = OtlpProtocol::chosen(Some(OtlpProtocol::Grpc));
+        if cfg!(feature = "grpc") {
+            assert_eq!(grpc.ok(), Some(OtlpProtocol::Grpc));
+        } else {
+            assert!(
+                matches!(&grpc, Err(TelemetryError::NoGrpc)),
+                "a build without gRPC says so: {grpc:?}"
+            );
+        }
     }
 }

@@ -14,7 +14,7 @@
 //! - [`CaptureSettings`]: opt-in `gen_ai.tool.call.arguments` / `.result` on the server
 //!   span, redacted (credential keys, the config file's secrets) and capped.
 //! - [`Telemetry`]: installs OTLP/HTTP export configured by the standard `OTEL_*` variables,
-//!   sending with the workspace's own HTTP client.
+//!   sending with the workspace's own HTTP client; OTLP/gRPC too with the feature `grpc`.
 //! - [`LogExport`]: a `tracing_subscriber` layer that exports `tracing` events as OTLP log
 //!   records (through `opentelemetry-appender-tracing`), each joined to the trace of the
 //!   request it was logged in.
@@ -39,7 +39,7 @@ pub use capture::CaptureSettings;
 pub use client::ClientObserver;
 pub use config::{CaptureSection, TelemetryConfig, TelemetrySection};
 pub use error::TelemetryError;
-pub use export::{Telemetry, TelemetrySettings, SHUTDOWN_GRACE};
+pub use export::{OtlpProtocol, Telemetry, TelemetrySettings, SHUTDOWN_GRACE};
 pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, ObservableToolHandler};
 pub use logs::LogExport;
 pub use propagation::{parent_context, traceparent_of};

@@ -14,7 +14,7 @@
 //!   the SDK takes a record's trace id and span id from. An OpenTelemetry context already
 //!   current (an embedder's own span) wins: it is the nearer one.
 //! - the export machinery's own events are never exported (`hyper`, `reqwest`, `h2`,
-//!   `opentelemetry*`): each exported line would send a request whose log lines would be
+//!   `opentelemetry*`, and over gRPC `tonic`, `tower`): each exported line would send a request whose log lines would be
 //!   exported in turn. They still reach the other layers (the text log).
 //!
 //! Only what the subscriber's filter lets through reaches the layer: put it behind the same
@@ -134,7 +134,7 @@ where
 
 /// Targets whose events come from sending the exports themselves.
 fn is_export_machinery(target: &str) -> bool {
-    ["hyper", "h2", "reqwest", "opentelemetry"]
+    ["hyper", "h2", "reqwest", "opentelemetry", "tonic", "tower"]
         .iter()
         .any(|prefix| target.starts_with(prefix))
 }
@@ -269,6 +269,8 @@ mod tests {
             "h2::codec",
             "reqwest::connect",
             "opentelemetry_sdk",
+            "tonic::transport",
+            "tower::buffer::worker",
         ] {
             assert!(is_export_machinery(t), "{t}");
         }

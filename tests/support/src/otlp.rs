@@ -4,6 +4,7 @@
 //! synchronous tests (processes started with `std::process`) can use it too.
 
 use axum::body::Bytes;
+use axum::http::HeaderMap;
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -89,6 +90,24 @@ pub struct OtlpReceiver {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
+/// The body as sent: a collector (rotel, the OpenTelemetry Collector) gzips its exports by
+/// default (`Content-Encoding: gzip`, which OTLP/HTTP receivers must accept). A body that
+/// does not inflate is kept as it came, to fail decoding with a message.
+fn plain(headers: &HeaderMap, body: Bytes) -> Bytes {
+    use std::io::Read as _;
+    let gzip = headers
+        .get("content-encoding")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    if !gzip {
+        return body;
+    }
+    let mut inflated = Vec::new();
+    match flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut inflated) {
+        Ok(_) => inflated.into(),
+        Err(_) => body,
+    }
+}
+
 fn value_text(v: Option<&AnyValue>) -> String {
     match v {
         Some(AnyValue::StringValue(s)) => s.clone(),
@@ -131,7 +150,8 @@ impl OtlpReceiver {
                 let app = axum::Router::new()
                     .route(
                         "/v1/traces",
-                        post(move |body: Bytes| async move {
+                        post(move |headers: HeaderMap, body: Bytes| async move {
+                            let body = plain(&headers, body);
                             let decoded = ExportTraceServiceRequest::decode(body);
                             if let Err(e) = &decoded {
                                 eprintln!("OtlpReceiver: an undecodable trace export: {e}");
@@ -171,7 +191,8 @@ impl OtlpReceiver {
                     )
                     .route(
                         "/v1/metrics",
-                        post(move |body: Bytes| async move {
+                        post(move |headers: HeaderMap, body: Bytes| async move {
+                            let body = plain(&headers, body);
                             if let Ok(req) = ExportMetricsServiceRequest::decode(body) {
                                 let mut r = metrics.lock().unwrap();
                                 for rm in req.resource_metrics {
@@ -196,7 +217,8 @@ impl OtlpReceiver {
                     )
                     .route(
                         "/v1/logs",
-                        post(move |body: Bytes| async move {
+                        post(move |headers: HeaderMap, body: Bytes| async move {
+                            let body = plain(&headers, body);
                             let decoded = ExportLogsServiceRequest::decode(body);
                             if let Err(e) = &decoded {
                                 eprintln!("OtlpReceiver: an undecodable log export: {e}");
