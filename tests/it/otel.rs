@@ -416,6 +416,17 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
 /// (the export gives up at its timeout).
 #[test]
 fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests_or_log_lines() {
+    dead_endpoint_holds_up_nothing("http/protobuf");
+}
+
+/// The same over gRPC: the tonic exporter's connection never completes its handshake.
+#[cfg(feature = "otel-grpc")]
+#[test]
+fn a_grpc_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests_or_log_lines() {
+    dead_endpoint_holds_up_nothing("grpc");
+}
+
+fn dead_endpoint_holds_up_nothing(protocol: &str) {
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", blackhole.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -426,6 +437,7 @@ fn an_exporter_pointed_at_a_dead_endpoint_never_holds_up_requests_or_log_lines()
     });
     let mut child = Command::new(BIN)
         .args(["serve", "--stdio", "--otel-endpoint", &endpoint])
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env("OTEL_BSP_SCHEDULE_DELAY", "10")
         .env("OTEL_BLRP_SCHEDULE_DELAY", "10")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "50")
