@@ -7,7 +7,7 @@
 # over stdio for the whole process, start-up included). Needs
 # ../shared/mcpload. Cores: mcpload and the sink on 0, the server on 1. COMPARE_BIN: another
 # build's "metrics" and "full" modes in the same rounds (rows `metrics-prev` and `full-prev`,
-# their ratios to this build's "off").
+# their ratios to this build's "off"). GRPC=1: a `full-grpc` row, exported over OTLP/gRPC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
@@ -50,6 +50,18 @@ put()
 child.wait()
 '
 modes=("off|env|$T" "metrics|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$T" "full|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$T")
+# GRPC=1: full tracing exported over OTLP/gRPC too (a build with the `otel-grpc` feature), to
+# rotel from the test venv (scripts/install-test-deps) dropping what it receives.
+if [ -n "${GRPC:-}" ]; then
+  rotel=$(ls "${TOOLYARD_CACHE:-$HOME/.cache/toolyard}"/venv/lib/python3*/site-packages/rotel/rotel-agent)
+  grpc_port=$((20000 + RANDOM % 20000))
+  taskset -c 0 "$rotel" start --exporter blackhole --otlp-grpc-endpoint "127.0.0.1:$grpc_port" \
+    --otlp-http-endpoint "127.0.0.1:$((grpc_port + 1))" >/dev/null 2>&1 &
+  collector=$!
+  trap 'kill $sink $collector 2>/dev/null' EXIT
+  sleep 1
+  modes+=("full-grpc|env OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$grpc_port OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_TRACES_SAMPLER=always_on|$T")
+fi
 [ -z "${COMPARE_BIN:-}" ] || modes+=("metrics-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$COMPARE_BIN" "full-prev|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$COMPARE_BIN")
 for rep in $(seq "${REPEATS:-3}"); do
   for m in "${modes[@]}"; do
@@ -80,7 +92,7 @@ for l in open(sys.argv[1]):
     r = json.loads(l); d[r['label']].append(r)
 for t in ("stdio", "http"):
     base = d[f"{t}-off"]
-    for m in ("off", "metrics", "full", "metrics-prev", "full-prev"):
+    for m in ("off", "metrics", "full", "full-grpc", "metrics-prev", "full-prev"):
         rs = d.get(f"{t}-{m}")
         if not rs:
             continue
