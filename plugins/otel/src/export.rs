@@ -79,6 +79,37 @@ impl OtlpProtocol {
     }
 }
 
+/// One signal's exporter over `protocol`, its endpoint `base` (plus `path` over HTTP) when
+/// set, else the standard variables'. The three exporters' builders share no trait for
+/// `with_http` / `with_tonic` / `build`, so this is written once as a macro.
+macro_rules! otlp_exporter {
+    ($exporter:ident, $protocol:expr, $client:expr, $base:expr, $path:literal) => {
+        match $protocol {
+            OtlpProtocol::HttpProtobuf => {
+                let mut builder = $exporter::builder()
+                    .with_http()
+                    .with_shared_http_client($client);
+                if let Some(base) = $base {
+                    builder =
+                        builder.with_endpoint(format!("{}{}", base.trim_end_matches('/'), $path));
+                }
+                builder.build()
+            }
+            #[cfg(feature = "grpc")]
+            OtlpProtocol::Grpc => {
+                let mut builder = $exporter::builder().with_tonic();
+                if let Some(base) = $base {
+                    builder = builder.with_endpoint(base.clone());
+                }
+                builder.build()
+            }
+            #[cfg(not(feature = "grpc"))]
+            OtlpProtocol::Grpc => return Err(TelemetryError::NoGrpc),
+        }
+        .map_err(|e| TelemetryError::Exporter(e.to_string()))?
+    };
+}
+
 /// How long stopping waits for the last exports.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
@@ -176,29 +207,13 @@ impl Telemetry {
         let tracer = if no_traces {
             None
         } else {
-            let exporter = match protocol {
-                OtlpProtocol::HttpProtobuf => {
-                    let mut builder = SpanExporter::builder()
-                        .with_http()
-                        .with_shared_http_client(client.clone());
-                    if let Some(base) = &settings.endpoint {
-                        builder = builder
-                            .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')));
-                    }
-                    builder.build()
-                }
-                #[cfg(feature = "grpc")]
-                OtlpProtocol::Grpc => {
-                    let mut builder = SpanExporter::builder().with_tonic();
-                    if let Some(base) = &settings.endpoint {
-                        builder = builder.with_endpoint(base.clone());
-                    }
-                    builder.build()
-                }
-                #[cfg(not(feature = "grpc"))]
-                OtlpProtocol::Grpc => return Err(TelemetryError::NoGrpc),
-            }
-            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            let exporter = otlp_exporter!(
+                SpanExporter,
+                protocol,
+                client.clone(),
+                settings.endpoint.as_ref(),
+                "/v1/traces"
+            );
             // Counted on both sides of the batch queue (`spans`): a full queue drops spans.
             let exporter = CountedExporter {
                 inner: exporter,
@@ -222,29 +237,8 @@ impl Telemetry {
                 let logs_env =
                     std::env::var("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").is_ok_and(|e| !e.is_empty());
                 let base = settings.endpoint.as_ref().filter(|_| !logs_env);
-                let exporter = match protocol {
-                    OtlpProtocol::HttpProtobuf => {
-                        let mut builder = LogExporter::builder()
-                            .with_http()
-                            .with_shared_http_client(client.clone());
-                        if let Some(base) = base {
-                            builder = builder
-                                .with_endpoint(format!("{}/v1/logs", base.trim_end_matches('/')));
-                        }
-                        builder.build()
-                    }
-                    #[cfg(feature = "grpc")]
-                    OtlpProtocol::Grpc => {
-                        let mut builder = LogExporter::builder().with_tonic();
-                        if let Some(base) = base {
-                            builder = builder.with_endpoint(base.clone());
-                        }
-                        builder.build()
-                    }
-                    #[cfg(not(feature = "grpc"))]
-                    OtlpProtocol::Grpc => return Err(TelemetryError::NoGrpc),
-                }
-                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+                let exporter =
+                    otlp_exporter!(LogExporter, protocol, client.clone(), base, "/v1/logs");
                 // A bounded queue (`OTEL_BLRP_MAX_QUEUE_SIZE`, 2048): a full one drops the
                 // record, so a dead collector never holds up a line being logged.
                 let provider = SdkLoggerProvider::builder()
@@ -260,29 +254,13 @@ impl Telemetry {
         let mut meters = SdkMeterProvider::builder().with_resource(resource);
         let mut any_reader = false;
         if otlp && !no_metrics {
-            let exporter = match protocol {
-                OtlpProtocol::HttpProtobuf => {
-                    let mut builder = MetricExporter::builder()
-                        .with_http()
-                        .with_shared_http_client(client);
-                    if let Some(base) = &settings.endpoint {
-                        builder = builder
-                            .with_endpoint(format!("{}/v1/metrics", base.trim_end_matches('/')));
-                    }
-                    builder.build()
-                }
-                #[cfg(feature = "grpc")]
-                OtlpProtocol::Grpc => {
-                    let mut builder = MetricExporter::builder().with_tonic();
-                    if let Some(base) = &settings.endpoint {
-                        builder = builder.with_endpoint(base.clone());
-                    }
-                    builder.build()
-                }
-                #[cfg(not(feature = "grpc"))]
-                OtlpProtocol::Grpc => return Err(TelemetryError::NoGrpc),
-            }
-            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            let exporter = otlp_exporter!(
+                MetricExporter,
+                protocol,
+                client,
+                settings.endpoint.as_ref(),
+                "/v1/metrics"
+            );
             meters = meters.with_reader(PeriodicReader::builder(exporter).build());
             any_reader = true;
         }
