@@ -129,9 +129,9 @@ fn log_span(traceparent: Option<&str>) -> tracing::Span {
     };
     // `vv-{32 hex}-{16 hex}-ff`, read at its fixed places (a later version may append
     // `-...` fields).
-    let dashes = tp.len() >= 55
-        && [2, 35, 52].iter().all(|&i| tp.as_bytes()[i] == b'-')
-        && tp.as_bytes().get(55).is_none_or(|&b| b == b'-');
+    let at = |i: usize| tp.as_bytes().get(i).copied();
+    let dashes =
+        [2, 35, 52].iter().all(|&i| at(i) == Some(b'-')) && at(55).is_none_or(|b| b == b'-');
     match (dashes, tp.get(3..35), tp.get(36..52), tp.get(53..55)) {
         (true, Some(trace_id), Some(span_id), Some(flags)) => {
             let sampled = u8::from_str_radix(flags, 16)

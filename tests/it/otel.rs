@@ -23,6 +23,49 @@ fn line(stdin: &mut impl Write, v: Value) {
     stdin.flush().unwrap();
 }
 
+/// A legacy stdio session with `child` (spawned with piped stdin and stdout): `initialize`,
+/// then `requests` (each with an id), read until every one is answered; then end of input,
+/// and wait for the server to stop (it flushes its telemetry as it does). The answers, in
+/// the order they came.
+fn stdio_session(child: &mut std::process::Child, requests: &[Value]) -> Vec<Value> {
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    );
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    for request in requests {
+        line(&mut stdin, request.clone());
+    }
+    let mut answers = Vec::new();
+    let mut buf = String::new();
+    while answers.len() < requests.len() + 1 {
+        buf.clear();
+        assert!(
+            stdout.read_line(&mut buf).unwrap() > 0,
+            "the server hung up"
+        );
+        if let Ok(v) = serde_json::from_str::<Value>(&buf) {
+            if v.get("id").is_some() {
+                answers.push(v);
+            }
+        }
+    }
+    drop(stdin);
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    answers
+}
+
 #[test]
 fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_duration_point() {
     let receiver = OtlpReceiver::start();
@@ -34,50 +77,18 @@ fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_du
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start toolyard serve --stdio");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let parent_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let parent_span = "00f067aa0ba902b7";
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},
-            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    stdio_session(
+        &mut child,
+        &[
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+                "name":"echo","arguments":{"message":"hi"},
+                "_meta":{"traceparent": format!("00-{parent_trace}-{parent_span}-01")}}}),
+            // A refused call: the caller's fault, so not a server error.
+            json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"no-such-tool"}}),
+        ],
     );
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-    );
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
-            "name":"echo","arguments":{"message":"hi"},
-            "_meta":{"traceparent": format!("00-{parent_trace}-{parent_span}-01")}}}),
-    );
-    // A refused call: the caller's fault, so not a server error.
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"no-such-tool"}}),
-    );
-    let mut answers = 0;
-    let mut buf = String::new();
-    while answers < 3 {
-        buf.clear();
-        assert!(
-            stdout.read_line(&mut buf).unwrap() > 0,
-            "the server hung up"
-        );
-        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v.get("id").is_some()) {
-            answers += 1;
-        }
-    }
-    // End of input: the server stops and flushes its telemetry.
-    drop(stdin);
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call echo"));
     let call = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
     assert_eq!(call.service, "otel-stdio-test");
@@ -148,37 +159,14 @@ fn call_fail_and_stop(receiver: &OtlpReceiver, env: &[(&str, &str)]) {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start toolyard serve --stdio");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},
-            "clientInfo":{"name":"otel-test","version":"1"}}}),
-    );
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+    stdio_session(
+        &mut child,
+        &[
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
             "name":"fail","arguments":{},
             "_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}),
+        ],
     );
-    let mut buf = String::new();
-    loop {
-        buf.clear();
-        assert!(
-            stdout.read_line(&mut buf).unwrap() > 0,
-            "the server hung up"
-        );
-        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v["id"] == 2) {
-            break;
-        }
-    }
-    drop(stdin);
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn is_fails_warning(l: &ReceivedLog) -> bool {
@@ -660,41 +648,13 @@ fn opt_in_capture_puts_redacted_tool_arguments_and_results_on_the_span() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start toolyard serve --stdio");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},
-            "clientInfo":{"name":"otel-test","version":"1"}}}),
-    );
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-    );
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+    stdio_session(
+        &mut child,
+        &[
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
             "name":"echo","arguments":{"message":"the key is brave-key-5f3a9"}}}),
+        ],
     );
-    let mut answers = 0;
-    let mut buf = String::new();
-    while answers < 2 {
-        buf.clear();
-        assert!(
-            stdout.read_line(&mut buf).unwrap() > 0,
-            "the server hung up"
-        );
-        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v.get("id").is_some()) {
-            answers += 1;
-        }
-    }
-    drop(stdin);
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let _ = std::fs::remove_dir_all(&dir);
     let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call echo"));
     let call = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
@@ -872,42 +832,18 @@ fn spans_and_metrics_exported_over_grpc_reach_a_real_collector() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start toolyard serve --stdio");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},
-            "clientInfo":{"name":"otel-grpc-test","version":"1"}}}),
-    );
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-    );
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+    // The server stops at the end of input and flushes spans and metrics over gRPC.
+    let answers = stdio_session(
+        &mut child,
+        &[
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
             "name":"echo","arguments":{"message":"over grpc"}}}),
+        ],
     );
-    let mut buf = String::new();
-    let mut answers = 0;
-    while answers < 2 {
-        buf.clear();
-        assert!(
-            stdout.read_line(&mut buf).unwrap() > 0,
-            "the server hung up"
-        );
-        if serde_json::from_str::<Value>(&buf).is_ok_and(|v| v.get("id").is_some()) {
-            answers += 1;
-        }
-    }
-    assert!(buf.contains("over grpc"), "{buf}");
-    // End of input: the server stops and flushes spans and metrics over gRPC.
-    drop(stdin);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        answers.iter().any(|a| a.to_string().contains("over grpc")),
+        "{answers:?}"
+    );
     let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call echo"));
     let call = spans.iter().find(|s| s.name == "tools/call echo").unwrap();
     assert_eq!(call.service, "otel-grpc-test");

@@ -323,7 +323,7 @@ impl DurationPoints {
             return;
         }
         let key = Key::of(info, outcome);
-        if let Some(histogram) = self.record_key(seconds, &key) {
+        self.record_key(seconds, &key, |histogram| {
             let set = RecentSet {
                 points: self.id,
                 method: info.method.clone(),
@@ -335,7 +335,7 @@ impl DurationPoints {
                 version: info.protocol_version,
                 transport: info.peer.as_ref().map(|p| p.transport),
                 outcome: outcome.clone(),
-                histogram,
+                histogram: histogram.clone(),
             };
             RECENT.with(|recent| {
                 let mut recent = recent.borrow_mut();
@@ -343,7 +343,7 @@ impl DurationPoints {
                 recent.slots[slot] = Some(set);
                 recent.next = (slot + 1) % RECENT_SLOTS;
             });
-        }
+        });
     }
 
     /// Records how long a client request took, under its method, tool and outcome.
@@ -354,47 +354,48 @@ impl DurationPoints {
         tool: Option<&str>,
         outcome: &RequestOutcome<'_>,
     ) {
-        self.record_key(seconds, &Key::client(method, tool, outcome));
+        self.record_key(seconds, &Key::client(method, tool, outcome), |_| {});
     }
 
-    /// Records under `key`; the set's bound instrument when it has one.
-    fn record_key(&self, seconds: f64, key: &Key<'_>) -> Option<BoundHistogram<f64>> {
+    /// Records under `key`, and hands `bound_to` the set's bound instrument when it has one
+    /// (the server keeps it in [`RECENT`]; the client does not, so it pays no clone).
+    fn record_key(&self, seconds: f64, key: &Key<'_>, bound_to: impl FnOnce(&BoundHistogram<f64>)) {
         let hash = key.hash();
         if let Ok(bound) = self.bound.read() {
             if let Some(h) = bound.find(hash, key) {
                 h.record(seconds);
-                return Some(h.clone());
+                bound_to(h);
+                return;
             }
             if bound.sets >= MAX_BOUND {
                 // Full: unbound, without taking the write lock (a client minting names
                 // must not serialise every request behind it).
                 drop(bound);
                 self.histogram.record(seconds, &key.attributes(self.side));
-                return None;
+                return;
             }
         }
         let attributes = key.attributes(self.side);
         let Ok(mut bound) = self.bound.write() else {
             self.histogram.record(seconds, &attributes);
-            return None;
+            return;
         };
         // Bound meanwhile by another request?
         if let Some(h) = bound.find(hash, key) {
             h.record(seconds);
-            Some(h.clone())
+            bound_to(h);
         } else if bound.sets < MAX_BOUND {
             let h = self.histogram.bind(&attributes);
             h.record(seconds);
+            bound_to(&h);
             bound
                 .buckets
                 .entry(hash)
                 .or_default()
-                .push((key.owned(), h.clone()));
+                .push((key.owned(), h));
             bound.sets += 1;
-            Some(h)
         } else {
             self.histogram.record(seconds, &attributes);
-            None
         }
     }
 }
