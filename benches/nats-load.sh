@@ -7,23 +7,30 @@
 # gateway), all from /proc (user + system). The served process is mcpload's child and is
 # killed when the run ends, so its ticks are sampled every 20 ms while it runs: the last
 # sample misses at most 20 ms of a 2 s run. Needs ../shared/mcpload and scripts/install-test-deps'
-# nats-server. Cores: mcpload and nats-server on 0, the servers on 1.
+# nats-server. Cores: mcpload and nats-server on 0, the servers on 1. Each round also runs
+# async-nats request/reply alone (plugins/nats/examples/bare_request_reply.rs) at the same
+# concurrency: the client library's own CPU per request, the floor under the gateway's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && cargo build --release -q)
 [ -n "${TOOLYARD_BIN:-}" ] || cargo build --release -q -p toolyard-cli --bins
+# The floor: async-nats request/reply with nothing of ours on either side.
+cargo build --release -q -p toolyard-nats --example bare_request_reply
 M=$CARGO_TARGET_DIR/release; T=${TOOLYARD_BIN:-$CARGO_TARGET_DIR/release/toolyard}
+BARE=$CARGO_TARGET_DIR/release/examples/bare_request_reply
 NATS=${NATS_SERVER:-${TOOLYARD_CACHE:-$HOME/.cache/toolyard}/venv/bin/nats-server}
 out=${OUT:-/tmp/toolyard-nats-load.jsonl}; : > "$out"
 work=$(mktemp -d); port=$((20000 + RANDOM % 20000)); url=nats://127.0.0.1:$port
 taskset -c 0 "$NATS" -a 127.0.0.1 -p "$port" -js -sd "$work/js" > "$work/nats.log" 2>&1 &
 nats_pid=$!
-trap 'kill $worker_pid $nats_pid 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $worker_pid $bare_pid $nats_pid 2>/dev/null; rm -rf "$work"' EXIT
 sleep 1
 taskset -c 1 "$T" worker --nats "$url" --name calc --workers 1 2> "$work/worker.log" &
 worker_pid=$!
+taskset -c 1 "$BARE" respond "$url" bare.echo &
+bare_pid=$!
 sleep 1
 cpu() { awk '{print $14 + $15}' "/proc/$worker_pid/stat"; }
 # Samples the CPU ticks of the server mcpload spawned into file $2 until $1 (the `timeout`
@@ -57,6 +64,8 @@ for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
     after=$(cpu)
     python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['worker_ticks']=$after-$before; r['served_ticks']=int(sys.argv[2]); print(json.dumps(r))" "$line" "$(cat "$work/served")" >> "$out"
   done
+  # The same concurrency through async-nats alone, requester where the gateway runs.
+  timeout 60 taskset -c 1 "$BARE" request "$url" bare.echo "$c" "${DURATION:-2}" >> "$out"
 done; done
 python3 - "$out" <<'PY'
 import json, os, statistics as st, collections, sys
@@ -65,6 +74,8 @@ d = collections.defaultdict(list)
 for l in open(sys.argv[1]):
     r = json.loads(l); d[(r['label'], r['concurrency'])].append(r)
 for (lab, c), rs in sorted(d.items(), key=lambda x: (x[0][1], x[0][0])):
+    if lab == 'bare':
+        continue
 
     calls = [max(r['ok'] + r['warmup'], 1) for r in rs]  # warm-up calls run on the servers too
     wcpu = [r['worker_ticks'] / hz * 1e6 / n for r, n in zip(rs, calls)]
@@ -85,4 +96,15 @@ for c in (1, 16, 64):
            for a, b in zip(d[('nats', c)], d[('direct', c)])]
     print(f"nats/direct c={c}: median calls/s ratio {st.median(rat):.2f}, added p50 {st.median(added):.0f} us, "
           f"gateway CPU per call / direct server's {st.median(cpu):.2f}")
+per_call = lambda r: r['served_ticks'] / hz * 1e6 / max(r['ok'] + r['warmup'], 1)
+for c in (1, 16, 64):
+    bare = d.get(('bare', c))
+    if not bare:
+        continue
+    bcpu = [r['cpu_ticks'] / hz * 1e6 / max(r['ok'], 1) for r in bare]
+    floor = [b / max(per_call(a), 1e-9) for b, a in zip(bcpu, d[('direct', c)])]
+    above = [per_call(a) / max(b, 1e-9) for a, b in zip(d[('nats', c)], bcpu)]
+    print(f"bare async-nats c={c}: {st.median(r['ok'] / r['seconds'] for r in bare):.0f}/s, requester CPU "
+          f"{st.median(bcpu):.1f} us/request = {st.median(floor):.2f}x the direct server's CPU per call; "
+          f"the gateway's CPU per forwarded call = {st.median(above):.2f}x the bare requester's")
 PY
