@@ -641,3 +641,95 @@ fn signed_secs(at: Instant, origin: Instant) -> f64 {
         -(origin - at).as_secs_f64()
     }
 }
+
+/// Regression: compose.yaml once started NATS with `--max_payload 8MB`, a flag nats-server does
+/// not have; it printed its usage and exited 0, and compose restarted it forever (found by
+/// running the compose file for real, `deploy/compose/smoke-test`). Here the nats service's
+/// command and mounted config run as compose runs them, moved onto free loopback ports and a
+/// temp store, and must give what the compose healthcheck asks for and the 8 MB payloads.
+#[tokio::test]
+async fn the_compose_nats_command_and_config_start_a_healthy_jetstream_server_with_8mb_payloads() {
+    let compose = std::fs::read_to_string(repo().join("deploy/compose/compose.yaml")).unwrap();
+    let nats = compose
+        .split("\n  nats:\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("compose.yaml has a nats service");
+    let command = nats
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("command:"))
+        .expect("the nats service has a command");
+    let args: Vec<String> = serde_json::from_str(command.trim()).unwrap();
+    assert!(
+        nats.contains("- ../config/nats.conf:/etc/nats/nats.conf:ro"),
+        "the nats service no longer mounts deploy/config/nats.conf: update this test"
+    );
+    let store = std::env::temp_dir().join(format!("toolyard-compose-nats-{}", std::process::id()));
+    std::fs::create_dir_all(&store).unwrap();
+    // The mounted file, with its store (the compose volume at /data) moved into the temp dir:
+    // nats-server refuses `-sd` beside a `store_dir`.
+    let original = std::fs::read_to_string(repo().join("deploy/config/nats.conf")).unwrap();
+    assert!(
+        original.contains("store_dir: /data"),
+        "nats.conf's store is no longer /data: update this test"
+    );
+    let conf = store.join("nats.conf");
+    let moved = format!("store_dir: \"{}\"", store.join("js").display());
+    std::fs::write(&conf, original.replace("store_dir: /data", &moved)).unwrap();
+    let args = args.into_iter().map(|a| {
+        if a == "/etc/nats/nats.conf" {
+            conf.to_string_lossy().into_owned()
+        } else {
+            a
+        }
+    });
+    let (port, http) = (free_port(), free_port());
+    let log = store.join("nats.log");
+    let mut child = Command::new(toolyard_testkit::nats_server_bin())
+        .args(args)
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-m",
+            &http.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // compose.yaml's healthcheck: /healthz?js-enabled-only=true answers 200.
+    let healthz = format!("http://127.0.0.1:{http}/healthz?js-enabled-only=true");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(r) = reqwest::get(&healthz).await {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        let exited = child.try_wait().unwrap();
+        assert!(
+            exited.is_none() && Instant::now() < deadline,
+            "nats-server with compose.yaml's command is not healthy ({exited:?}); its output:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let varz = reqwest::get(format!("http://127.0.0.1:{http}/varz"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let varz: Value = serde_json::from_slice(&varz).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&store);
+    assert_eq!(varz["max_payload"], 8 * 1024 * 1024, "{varz}");
+    assert!(
+        varz["jetstream"]["config"]["store_dir"].is_string(),
+        "{varz}"
+    );
+}

@@ -27,18 +27,31 @@ fn cpu_ticks() -> std::io::Result<u64> {
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     Ok(ticks(11) + ticks(12))
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: bare_request_reply respond URL SUBJECT | request URL SUBJECT CONCURRENCY SECS";
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    let usage =
+        "usage: bare_request_reply respond URL SUBJECT | request URL SUBJECT CONCURRENCY SECS";
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["respond", url, subject] => {
             let client = async_nats::connect(*url).await?;
-            let mut requests = client.queue_subscribe(subject.to_string(), "bare".into()).await?;
+            let mut requests = client
+                .queue_subscribe(subject.to_string(), "bare".into())
+                .await?;
             while let Some(request) = requests.next().await {
                 if let Some(reply) = request.reply {
                     client.publish(reply, Bytes::from_static(RESULT)).await?;
@@ -53,7 +66,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let subject = async_nats::Subject::from(subject.to_string());
             // Warm up: the reply subscription, the connection's buffers.
             for _ in 0..500 {
-                client.request(subject.clone(), Bytes::from_static(REQUEST)).await?;
+                client
+                    .request(subject.clone(), Bytes::from_static(REQUEST))
+                    .await?;
             }
             let (cpu_before, started) = (cpu_ticks()?, Instant::now());
             let deadline = started + run;
@@ -62,7 +77,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 async move {
                     let (mut ok, mut errors) = (0u64, 0u64);
                     while Instant::now() < deadline {
-                        match client.request(subject.clone(), Bytes::from_static(REQUEST)).await {
+                        match client
+                            .request(subject.clone(), Bytes::from_static(REQUEST))
+                            .await
+                        {
                             Ok(_) => ok += 1,
                             Err(_) => errors += 1,
                         }
