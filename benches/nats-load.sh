@@ -104,7 +104,8 @@ for c in (1, 16, 64):
     bcpu = [r['cpu_ticks'] / hz * 1e6 / max(r['ok'], 1) for r in bare]
     floor = [b / max(per_call(a), 1e-9) for b, a in zip(bcpu, d[('direct', c)])]
     above = [per_call(a) / max(b, 1e-9) for a, b in zip(d[('nats', c)], bcpu)]
-    print(f"bare async-nats c={c}: {st.median(r['ok'] / r['seconds'] for r in bare):.0f}/s, requester CPU "
+    print(f"bare async-nats c={c}: {st.median(r['ok'] / r['seconds'] for r in bare):.0f}/s, "
+          f"p50={st.median(r['latency_us']['p50'] for r in bare)}us p99={st.median(r['latency_us']['p99'] for r in bare)}us, requester CPU "
           f"{st.median(bcpu):.1f} us/request = {st.median(floor):.2f}x the direct server's CPU per call; "
           f"the gateway's CPU per forwarded call = {st.median(above):.2f}x the bare requester's")
 PY

@@ -9,7 +9,8 @@
 //!
 //! The requester sends a forwarded `tools/call` body as the gateway does (without its headers,
 //! so this is a lower bound) from CONCURRENCY tasks on one thread, and reports its own CPU
-//! (user + system, from `/proc/self/stat`) over the timed part of the run. The responder
+//! (user + system, from `/proc/self/stat`) over the timed part of the run, and the round
+//! trip's p50 and p99 (the floor under the gateway's added latency). The responder
 //! answers each request with an echo result of the size the demo `echo` returns.
 
 use std::time::{Duration, Instant};
@@ -75,26 +76,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let callers = (0..concurrency).map(|_| {
                 let (client, subject) = (client.clone(), subject.clone());
                 async move {
-                    let (mut ok, mut errors) = (0u64, 0u64);
+                    // Each answered request's round trip in µs, and the failures.
+                    let (mut took, mut errors) = (Vec::new(), 0u64);
                     while Instant::now() < deadline {
+                        let sent = Instant::now();
                         match client
                             .request(subject.clone(), Bytes::from_static(REQUEST))
                             .await
                         {
-                            Ok(_) => ok += 1,
+                            Ok(_) => took.push(sent.elapsed().as_micros()),
                             Err(_) => errors += 1,
                         }
                     }
-                    (ok, errors)
+                    (took, errors)
                 }
             });
             let counts = futures_util::future::join_all(callers).await;
             let elapsed = started.elapsed().as_secs_f64();
             let cpu = cpu_ticks()? - cpu_before;
-            let ok: u64 = counts.iter().map(|c| c.0).sum();
             let errors: u64 = counts.iter().map(|c| c.1).sum();
+            let mut took: Vec<u128> = counts.into_iter().flat_map(|c| c.0).collect();
+            took.sort_unstable();
+            let ok = took.len();
+            let at = |q: usize| took.get(ok * q / 100).copied().unwrap_or(0);
+            let (p50, p99) = (at(50), at(99));
             println!(
-                r#"{{"label":"bare","concurrency":{concurrency},"ok":{ok},"errors":{errors},"seconds":{elapsed:.3},"cpu_ticks":{cpu}}}"#
+                r#"{{"label":"bare","concurrency":{concurrency},"ok":{ok},"errors":{errors},"seconds":{elapsed:.3},"cpu_ticks":{cpu},"latency_us":{{"p50":{p50},"p99":{p99}}}}}"#
             );
             Ok(())
         }
