@@ -269,6 +269,13 @@ impl NatsTaskStore {
     }
 
     /// The record of `id` and its revision; `None` when there is none.
+    ///
+    /// async-nats reads a KV bucket with direct gets, which any replica answers, and a replica
+    /// still catching up (after a restart, or a moment after any write) does not have a record
+    /// just created: a task's own creator then read "not found" for it (seen in the 3-node
+    /// test after quorum came back). A miss is therefore asked again of the stream's leader,
+    /// which has every acknowledged write. A hit may still be one revision old; `modify`
+    /// reads from the leader after a lost compare-and-swap.
     pub(crate) async fn read(&self, id: &str) -> Result<Option<(Stored, u64)>, TaskStoreError> {
         if !valid_id(id) {
             return Ok(None);
@@ -277,7 +284,37 @@ impl NatsTaskStore {
             Some(e) if e.operation == kv::Operation::Put => {
                 Ok(Some((Stored::parse(&e.value)?, e.revision)))
             }
-            _ => Ok(None),
+            _ => self.read_from_leader(id).await,
+        }
+    }
+
+    /// The record of `id` and its revision as the bucket's stream leader has it (a JetStream
+    /// API request, not a direct get).
+    async fn read_from_leader(&self, id: &str) -> Result<Option<(Stored, u64)>, TaskStoreError> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
+        if !valid_id(id) {
+            return Ok(None);
+        }
+        let subject = format!("{}{}", self.kv.prefix, key(id));
+        match self
+            .kv
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
+            // A delete or purge says so in `KV-Operation` (a put has none, or `PUT`); a
+            // server-written marker (TTL, purge) in `Nats-Marker-Reason`.
+            Ok(m)
+                if m.headers.get("Nats-Marker-Reason").is_some()
+                    || m.headers
+                        .get("KV-Operation")
+                        .is_some_and(|op| op.as_str() != "PUT") =>
+            {
+                Ok(None)
+            }
+            Ok(m) => Ok(Some((Stored::parse(&m.payload)?, m.sequence))),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(backend(e)),
         }
     }
 
@@ -296,8 +333,14 @@ impl NatsTaskStore {
         &self,
         id: &str,
         owner: Option<Option<&str>>,
+        from_leader: bool,
     ) -> Result<(Stored, u64), TaskStoreError> {
-        let Some((stored, revision)) = self.read(id).await? else {
+        let read = if from_leader {
+            self.read_from_leader(id).await?
+        } else {
+            self.read(id).await?
+        };
+        let Some((stored, revision)) = read else {
             return Err(TaskStoreError::NotFound);
         };
         if owner.is_some_and(|owner| stored.owner.as_deref() != owner) {
@@ -318,8 +361,10 @@ impl NatsTaskStore {
         owner: Option<Option<&str>>,
         mut change: impl FnMut(&mut Stored) -> Result<T, TaskStoreError>,
     ) -> Result<(Stored, T), TaskStoreError> {
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut stored, revision) = self.visible(id, owner).await?;
+        for attempt in 0..CAS_ATTEMPTS {
+            // After a lost compare-and-swap the replica read may be the stale one: ask the
+            // leader.
+            let (mut stored, revision) = self.visible(id, owner, attempt > 0).await?;
             let out = change(&mut stored)?;
             let bytes = stored.bytes();
             self.writing(&bytes);
@@ -363,7 +408,7 @@ impl TaskStore for NatsTaskStore {
 
     fn get<'a>(&'a self, id: &'a str, owner: Option<&'a str>) -> StoreFuture<'a, TaskRecord> {
         Box::pin(async move {
-            let (stored, _) = self.visible(id, Some(owner)).await?;
+            let (stored, _) = self.visible(id, Some(owner), false).await?;
             Ok(stored.record())
         })
     }
@@ -492,6 +537,42 @@ mod tests {
         assert_eq!(again.generation, TaskGeneration::Legacy);
         assert_eq!(again.ttl, r.ttl);
         assert_eq!(back.expires_at_ms(), Some(ms(r.created_at) + 60_000));
+    }
+
+    /// The leader read (a replica's miss is asked again of it) sees what the direct read
+    /// sees: the record and its revision, and nothing once the key is deleted or purged.
+    #[tokio::test]
+    async fn the_leader_read_agrees_with_the_replica_read_on_puts_deletes_and_purges() {
+        let nats = toolyard_testkit::NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let store = NatsTaskStore::open(&client, 1).await.unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let created = store
+                .create(NewTask {
+                    owner: Some("alice".into()),
+                    generation: TaskGeneration::Legacy,
+                    ttl: None,
+                    poll_interval: None,
+                })
+                .await
+                .unwrap();
+            ids.push(created.task_id);
+        }
+        for id in &ids {
+            let (direct, revision) = store.read(id).await.unwrap().unwrap();
+            let (leader, leader_revision) = store.read_from_leader(id).await.unwrap().unwrap();
+            assert_eq!(leader_revision, revision);
+            assert_eq!(leader.bytes(), direct.bytes());
+        }
+        store.kv.delete(key(&ids[0])).await.unwrap();
+        store.kv.purge(key(&ids[1])).await.unwrap();
+        for id in &ids {
+            assert!(store.read_from_leader(id).await.unwrap().is_none(), "{id}");
+            assert!(store.read(id).await.unwrap().is_none(), "{id}");
+        }
+        assert!(store.read_from_leader("0123abcd").await.unwrap().is_none());
+        assert!(store.read_from_leader("a.b").await.unwrap().is_none());
     }
 
     #[test]
