@@ -155,7 +155,8 @@ pub(crate) async fn bucket(
 
 /// Opens the KV bucket `config` names, creating it when it does not exist yet. Only a bucket
 /// JetStream says does not exist is created: one that cannot be looked up (no quorum, a
-/// timeout) could not be created either, and is retried for [`LOOKUP_BUDGET`] at most.
+/// timeout) could not be created either, and is retried for [`LOOKUP_BUDGET`] at most; so is
+/// a creation the cluster cannot place yet ([`placement_pending`]).
 pub(crate) async fn open_bucket(
     js: &jetstream::Context,
     config: kv::Config,
@@ -178,14 +179,49 @@ pub(crate) async fn open_bucket(
             }
         }
     }
-    match js.create_key_value(config).await {
-        Ok(store) => Ok(store),
+    loop {
+        let create = match js.create_key_value(config.clone()).await {
+            Ok(store) => return Ok(store),
+            Err(create) => create,
+        };
         // Another process may have created it between our get and create.
-        Err(create) => js
-            .get_key_value(&name)
-            .await
-            .map_err(|_| NatsError::Bus(format!("the {what} bucket {name}: {create}"))),
+        if let Ok(store) = js.get_key_value(&name).await {
+            return Ok(store);
+        }
+        if !placement_pending(&create) || tokio::time::Instant::now() >= give_up {
+            return Err(NatsError::Bus(format!(
+                "the {what} bucket {name}: {create}"
+            )));
+        }
+        tracing::debug!(target: "toolyard::nats", error = %create, "creating the {what} bucket failed; retrying");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Whether creating a bucket failed only because the cluster cannot place it yet: a cluster
+/// just formed (or a node rejoining) answers "no suitable peers for placement" until its
+/// peers are known, and a request may time out meanwhile. Seen when gateways, workers and a
+/// 3-node cluster start together (and in the 3-node task test). Anything else (a bad
+/// configuration, JetStream off) is final.
+fn placement_pending(e: &jetstream::context::CreateKeyValueError) -> bool {
+    use jetstream::context::{CreateKeyValueErrorKind, CreateStreamError, CreateStreamErrorKind};
+    use jetstream::ErrorCode;
+    if e.kind() == CreateKeyValueErrorKind::TimedOut {
+        return true;
+    }
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<CreateStreamError>())
+        .is_some_and(|s| match s.kind() {
+            CreateStreamErrorKind::TimedOut => true,
+            CreateStreamErrorKind::JetStream(j) => [
+                ErrorCode::CLUSTER_NO_PEERS,
+                ErrorCode::INSUFFICIENT_RESOURCES,
+                ErrorCode::CLUSTER_INCOMPLETE,
+                ErrorCode::CLUSTER_NOT_AVAILABLE,
+            ]
+            .contains(&j.error_code()),
+            _ => false,
+        })
 }
 
 /// Whether looking the bucket up failed because its stream does not exist (rather than
