@@ -10,9 +10,9 @@
 //! gap of async-nats 0.51, counted apart; rare: one in six runs of 24 callers). A draining worker
 //! never refuses a call it was given.
 
+use crate::http::free_port;
 use serde_json::{json, Map, Value};
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -351,13 +351,6 @@ async fn caller(id: usize, url: String, load: Arc<Load>) {
         load.done.fetch_add(1, Ordering::SeqCst);
     }
     client.close().await;
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
 }
 
 /// Whether the gateway's `/readyz` says 200 `ready`.

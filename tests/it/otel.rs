@@ -775,14 +775,7 @@ fn rotel_agent() -> std::path::PathBuf {
 #[test]
 fn spans_and_metrics_exported_over_grpc_reach_a_real_collector() {
     let receiver = OtlpReceiver::start();
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (grpc, http) = (free(), free());
+    let (grpc, http) = (crate::http::free_port(), crate::http::free_port());
     let collector = Command::new(rotel_agent())
         .args([
             "start",
@@ -806,14 +799,7 @@ fn spans_and_metrics_exported_over_grpc_reach_a_real_collector() {
         .spawn()
         .expect("start rotel-agent");
     // Stopped however the test ends.
-    struct Stop(std::process::Child);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _collector = Stop(collector);
+    let _collector = Proc(collector);
     let deadline = Instant::now() + WAIT;
     while std::net::TcpStream::connect(("127.0.0.1", grpc)).is_err() {
         assert!(Instant::now() < deadline, "the collector did not listen");
