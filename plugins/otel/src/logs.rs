@@ -8,9 +8,9 @@
 //!   [`Telemetry::install`](crate::Telemetry::install) needs exists. Until then, or when logs
 //!   are not exported, the layer costs one atomic load per event that passed the filter.
 //! - the request's trace context. A handler runs inside the `tracing` span
-//!   `mcp{trace_id, span_id}` (the actors crate does not depend on OpenTelemetry, so there is
-//!   no OpenTelemetry context to read); this layer reads those ids when the span opens and
-//!   makes them the current OpenTelemetry context while the bridge emits, which is where
+//!   `mcp{traceparent}` (the actors crate does not depend on OpenTelemetry, so there is
+//!   no OpenTelemetry context to read); this layer reads that context when the span opens and
+//!   makes it the current OpenTelemetry context while the bridge emits, which is where
 //!   the SDK takes a record's trace id and span id from. An OpenTelemetry context already
 //!   current (an embedder's own span) wins: it is the nearer one.
 //! - the export machinery's own events are never exported (`hyper`, `reqwest`, `h2`,
@@ -93,17 +93,11 @@ where
         if (meta.target(), meta.name()) != REQUEST_SPAN || !self.is_exporting() {
             return;
         }
-        let mut ids = Ids::default();
-        attrs.record(&mut ids);
-        let (Some(trace_id), Some(span_id)) = (ids.trace_id, ids.span_id) else {
+        let mut read = TraceparentField::default();
+        attrs.record(&mut read);
+        let Some(sc) = read.context else {
             return;
         };
-        let flags = if ids.unsampled {
-            TraceFlags::default()
-        } else {
-            TraceFlags::SAMPLED
-        };
-        let sc = SpanContext::new(trace_id, span_id, flags, true, TraceState::default());
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(RequestContext(sc));
         }
@@ -139,52 +133,57 @@ fn is_export_machinery(target: &str) -> bool {
         .any(|prefix| target.starts_with(prefix))
 }
 
-/// The ids the request span records (`trace_id`, `span_id`, and `sampled = false` when the
-/// trace is not sampled).
+/// The request span's one field, `traceparent` (`00-{trace id}-{span id}-{flags}`), read
+/// into the context it names.
 #[derive(Default)]
-struct Ids {
-    trace_id: Option<TraceId>,
-    span_id: Option<SpanId>,
-    unsampled: bool,
+struct TraceparentField {
+    context: Option<SpanContext>,
 }
 
-impl Ids {
-    fn take(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            "trace_id" => self.trace_id = hex_value(value).map(TraceId::from),
-            "span_id" => {
-                self.span_id = hex_value(value)
-                    .and_then(|v| u64::try_from(v).ok())
-                    .map(SpanId::from)
-            }
-            _ => {}
-        }
-    }
-}
-
-impl Visit for Ids {
+impl Visit for TraceparentField {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.take(field, value);
-    }
-
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        if field.name() == "sampled" {
-            self.unsampled = !value;
+        if field.name() == "traceparent" {
+            self.context = span_context(value);
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        // `trace_id = %id` arrives here, as its Display text: written into a buffer on the
-        // stack (an id is 32 hex digits at most), not a `String` per request.
-        if matches!(field.name(), "trace_id" | "span_id") {
-            let mut text = IdText::default();
+        // `traceparent = %tp` arrives here, as its Display text: written into a buffer on
+        // the stack, not a `String` per request.
+        if field.name() == "traceparent" {
+            let mut text = TraceparentText::default();
             if fmt::write(&mut text, format_args!("{value:?}")).is_ok() {
                 if let Ok(s) = std::str::from_utf8(&text.bytes[..text.len]) {
-                    self.take(field, s);
+                    self.context = span_context(s);
                 }
             }
         }
     }
+}
+
+/// The context a W3C `traceparent` names, read at its fixed places (the actors crate wrote
+/// only a checked, 55-byte head into the span).
+fn span_context(tp: &str) -> Option<SpanContext> {
+    let dashes = [2, 35, 52]
+        .iter()
+        .all(|&i| tp.as_bytes().get(i) == Some(&b'-'));
+    if !dashes || tp.len() != 55 {
+        return None;
+    }
+    let trace_id = TraceId::from(hex_value(tp.get(3..35)?)?);
+    let span_id = SpanId::from(u64::try_from(hex_value(tp.get(36..52)?)?).ok()?);
+    let flags = if hex_value(tp.get(53..55)?)? & 1 == 1 {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    Some(SpanContext::new(
+        trace_id,
+        span_id,
+        flags,
+        true,
+        TraceState::default(),
+    ))
 }
 
 /// The value of up to 32 lowercase or uppercase hex digits. `from_str_radix`, which the
@@ -205,14 +204,22 @@ fn hex_value(text: &str) -> Option<u128> {
     })
 }
 
-/// Room for an id's hex text; anything longer fails to write and is not an id.
-#[derive(Default)]
-struct IdText {
-    bytes: [u8; 32],
+/// Room for a `traceparent`'s head; anything longer fails to write and is not one.
+struct TraceparentText {
+    bytes: [u8; 55],
     len: usize,
 }
 
-impl fmt::Write for IdText {
+impl Default for TraceparentText {
+    fn default() -> Self {
+        TraceparentText {
+            bytes: [0; 55],
+            len: 0,
+        }
+    }
+}
+
+impl fmt::Write for TraceparentText {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let end = self.len + s.len();
         let room = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
@@ -227,20 +234,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_read_from_their_display_text_and_anything_longer_is_no_id() {
-        let mut text = IdText::default();
-        assert!(fmt::write(
-            &mut text,
-            format_args!("{}", "4bf92f3577b34da6a3ce929d0e0e4736")
-        )
-        .is_ok());
-        assert_eq!(&text.bytes[..text.len], b"4bf92f3577b34da6a3ce929d0e0e4736");
-        let mut text = IdText::default();
-        assert!(fmt::write(
-            &mut text,
-            format_args!("{}", "4bf92f3577b34da6a3ce929d0e0e47360")
-        )
-        .is_err());
+    fn a_traceparent_is_read_from_its_display_text_and_anything_longer_is_none() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut text = TraceparentText::default();
+        assert!(fmt::write(&mut text, format_args!("{tp}")).is_ok());
+        assert_eq!(&text.bytes[..text.len], tp.as_bytes());
+        let mut text = TraceparentText::default();
+        assert!(fmt::write(&mut text, format_args!("{tp}-")).is_err());
+    }
+
+    #[test]
+    fn the_request_spans_traceparent_names_its_context_and_sampled_flag() {
+        let sc = span_context("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .expect("well formed");
+        assert_eq!(
+            sc.trace_id(),
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
+        );
+        assert_eq!(sc.span_id(), SpanId::from_hex("00f067aa0ba902b7").unwrap());
+        assert!(sc.is_sampled() && sc.is_remote());
+        let unsampled =
+            span_context("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00").unwrap();
+        assert!(!unsampled.is_sampled());
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e47zz-00f067aa0ba902b7-01",
+        ] {
+            assert!(span_context(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -900,11 +900,14 @@ fn a_handlers_log_lines_carry_the_requests_trace_id() {
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("chatty ran")).collect();
     assert_eq!(lines.len(), 2, "{text}");
     assert!(
-        lines[0].contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736")
-            && lines[0].contains("span_id=00f067aa0ba902b7"),
+        lines[0]
+            .contains("mcp{traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01}"),
         "{text}"
     );
-    assert!(!lines[1].contains("trace_id"), "no context, no ids: {text}");
+    assert!(
+        !lines[1].contains("traceparent"),
+        "no context, no ids: {text}"
+    );
 }
 
 /// A `gated://{name}` template whose provider checks subscriptions: names starting with
