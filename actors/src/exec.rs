@@ -89,6 +89,12 @@ pub(crate) trait Judge {
     fn outcome(&self) -> Outcome {
         Outcome::Ok
     }
+
+    /// The value's JSON text when it already is JSON (a forwarded result): written into the
+    /// response as it is instead of through `Serialize`.
+    fn raw_json(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Runs `fut` for the request and answers `reply` with its value, an `InputRequiredResult`, a
@@ -184,7 +190,10 @@ pub(crate) fn answer<T>(
     match result {
         Ok(value) => {
             let outcome = value.outcome();
-            reply.ok_as(&value, ResultType::Complete, outcome)
+            match value.raw_json() {
+                Some(json) => reply.ok_raw(json, ResultType::Complete, outcome),
+                None => reply.ok_as(&value, ResultType::Complete, outcome),
+            }
         }
         Err(HandlerError::Input(InputError::InputRequired)) => {
             let Some((requests, responses, state)) = ctx.take_round() else {

@@ -69,9 +69,16 @@ pub enum RawResultError {
 }
 
 /// A tool result as JSON text, ready to be written as the response's `result`.
+///
+/// The text is a JSON object by construction: it is only ever made of members of an object
+/// serde_json has just parsed, keys written escaped, and `_meta` values that are
+/// `RawValue`s themselves, or serialised by serde_json. So it is not parsed again to check
+/// it (`RawValue::from_string` did that for every forwarded result: a third pass over its
+/// bytes, ~1 500 instructions of a forwarded call), and the server writes it into the
+/// response as it is (`Judge::raw_json`).
 #[derive(Debug, Clone)]
 pub struct RawResult {
-    text: Box<RawValue>,
+    text: String,
     failed: bool,
     kind: Option<Kind>,
 }
@@ -218,9 +225,11 @@ impl RawResult {
             write_members(&mut out, std::iter::empty(), meta);
         }
         out.push('}');
-        let text =
-            RawValue::from_string(out).map_err(|e| RawResultError::NotAnObject(e.to_string()))?;
-        Ok(RawResult { text, failed, kind })
+        Ok(RawResult {
+            text: out,
+            failed,
+            kind,
+        })
     }
 
     /// A failed call's result (`isError: true`) with this text.
@@ -230,7 +239,7 @@ impl RawResult {
             r#"{"content":[{"type":"text","text":"error"}],"isError":true}"#.to_owned()
         });
         RawResult {
-            text: RawValue::from_string(text).unwrap_or_else(|_| Box::<RawValue>::default()),
+            text,
             failed: true,
             kind: None,
         }
@@ -249,13 +258,12 @@ impl RawResult {
 
     /// The result's JSON text.
     pub fn get(&self) -> &str {
-        self.text.get()
+        &self.text
     }
 
     /// The typed result (for a wrapper that needs it; the forwarding path never does).
     pub fn to_call_tool_result(&self) -> Result<CallToolResult, RawResultError> {
-        serde_json::from_str(self.text.get())
-            .map_err(|e| RawResultError::NotAnObject(e.to_string()))
+        serde_json::from_str(&self.text).map_err(|e| RawResultError::NotAnObject(e.to_string()))
     }
 }
 
@@ -294,9 +302,14 @@ fn write_members<'a>(
     out.push('}');
 }
 
+/// Serialised as the JSON it is. The server's own answer does not come here (it writes
+/// [`RawResult::get`] as it is); this is for whoever serialises a result in another way
+/// (a task's stored result, a `to_value`), and pays for a checked copy.
 impl Serialize for RawResult {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.text.serialize(s)
+        RawValue::from_string(self.text.clone())
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
     }
 }
 
@@ -307,6 +320,10 @@ impl Judge for RawResult {
         } else {
             Outcome::Ok
         }
+    }
+
+    fn raw_json(&self) -> Option<&str> {
+        Some(&self.text)
     }
 }
 
@@ -375,6 +392,27 @@ mod tests {
             assert_eq!(r.result_type(), Some(want), "{raw}");
             assert_eq!(r.get(), "{}");
         }
+    }
+
+    #[test]
+    fn a_raw_result_serialises_as_the_json_it_holds_and_is_written_as_it_is() {
+        let source = raw(r#"{"name":"a"}"#);
+        let r = RawResult::from_upstream(
+            r#"{"content":[{"type":"text","text":"x"}],"resultType":"complete"}"#,
+            &[("s", &source)],
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::json!({"content":[{"type":"text","text":"x"}],"_meta":{"s":{"name":"a"}}})
+        );
+        assert_eq!(r.raw_json(), Some(r.get()));
+        let failed = RawResult::error_text("boom");
+        assert!(failed.failed());
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(failed.get()).unwrap()["isError"],
+            true
+        );
     }
 
     #[test]

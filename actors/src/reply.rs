@@ -110,6 +110,15 @@ impl Reply {
         }
     }
 
+    /// Answers with a result that already is JSON text (a JSON object: a forwarded result),
+    /// copied into the response as it is.
+    pub fn ok_raw(mut self, json: &str, kind: ResultType, outcome: Outcome) {
+        let rt = self.modern.then_some(kind.as_str());
+        let mut bytes = Vec::with_capacity(json.len() + 64);
+        jsonrpc::write_result(&mut bytes, &self.id, json.as_bytes(), rt);
+        self.finish(bytes, outcome);
+    }
+
     /// Answers with an error.
     #[allow(
         clippy::needless_pass_by_value,

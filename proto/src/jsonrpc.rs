@@ -372,8 +372,7 @@ fn open_with_id(buf: &mut Vec<u8>, id: Option<&RequestId>) {
     buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     match id {
         Some(RequestId::Number(n)) => {
-            use std::io::Write;
-            let _ = write!(buf, "{n}");
+            buf.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes())
         }
         Some(RequestId::String(s)) => {
             // Strings serialize infallibly into a Vec.

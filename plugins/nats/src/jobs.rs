@@ -367,7 +367,10 @@ async fn ack(message: &jetstream::Message, kind: AckKind, task_id: &str) {
     }
 }
 
-fn header<'m>(message: &'m jetstream::Message, name: &str) -> Option<&'m str> {
+fn header(
+    message: &jetstream::Message,
+    name: impl async_nats::header::IntoHeaderName,
+) -> Option<&str> {
     message
         .headers
         .as_ref()

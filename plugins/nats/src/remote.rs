@@ -1316,7 +1316,7 @@ fn request_headers(
     headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
     // An answer over max_payload comes back as a claim (`claims`), fetched below.
     headers.insert(wire::ACCEPT_CLAIM, "1");
-    headers.insert(wire::TIMEOUT_MS, timeout.as_millis().to_string().as_str());
+    headers.insert(wire::TIMEOUT_MS, timeout.as_millis().to_string());
     Ok(headers)
 }
 
@@ -1349,7 +1349,7 @@ impl Drop for CancelOnDrop {
     }
 }
 
-fn frame_header<'m>(message: &'m Message, name: &str) -> Option<&'m str> {
+fn frame_header(message: &Message, name: async_nats::HeaderName) -> Option<&str> {
     message
         .headers
         .as_ref()

@@ -144,8 +144,12 @@ impl Replies {
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(Slot::default());
         lock(&self.routes).insert(token, slot.clone());
+        // Written by hand: `format!` was ~900 instructions of every forwarded call.
+        let mut subject = String::with_capacity(self.prefix.len() + 20);
+        subject.push_str(&self.prefix);
+        subject.push_str(itoa::Buffer::new().format(token));
         ReplyStream {
-            subject: format!("{}{token}", self.prefix),
+            subject,
             token,
             slot,
             routes: self.routes.clone(),

@@ -2,38 +2,43 @@
 //! nats-mcp-gateway's wire v1 where it has one (`docs/nats.md` specifies it for other
 //! clients). Everything here is pure: no I/O.
 
+use async_nats::HeaderName;
 use toolyard_proto::{ErrorObject, RequestId};
+
+// The header names are `HeaderName`s made at compile time: a `&str` name is checked,
+// looked up among NATS's standard names and copied into a fresh allocation every time it
+// is used, which the forwarding path did for each header it wrote or read.
 
 /// The default subject prefix.
 pub const DEFAULT_PREFIX: &str = "mcp.v1";
 
 /// `Mcp-Wire`: the wire version a request speaks (`1`).
-pub const WIRE: &str = "Mcp-Wire";
+pub const WIRE: HeaderName = HeaderName::from_static("Mcp-Wire");
 /// `Mcp-Method`: the JSON-RPC method of the request, as in its body.
-pub const METHOD: &str = "Mcp-Method";
+pub const METHOD: HeaderName = HeaderName::from_static("Mcp-Method");
 /// `Mcp-Name`: the tool, prompt or resource a request names, as in its body.
-pub const NAME: &str = "Mcp-Name";
+pub const NAME: HeaderName = HeaderName::from_static("Mcp-Name");
 /// `MCP-Protocol-Version`: the request's protocol revision.
-pub const PROTOCOL_VERSION: &str = "MCP-Protocol-Version";
+pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("MCP-Protocol-Version");
 /// `Mcp-Timeout-Ms`: the caller's remaining budget in milliseconds (relative, so clocks need
 /// not agree); the worker cancels the request when it runs out.
-pub const TIMEOUT_MS: &str = "Mcp-Timeout-Ms";
+pub const TIMEOUT_MS: HeaderName = HeaderName::from_static("Mcp-Timeout-Ms");
 /// `Mcp-Frame`: what a reply message is (`msg`, `end`, `err`, `ka`).
-pub const FRAME: &str = "Mcp-Frame";
+pub const FRAME: HeaderName = HeaderName::from_static("Mcp-Frame");
 /// `Mcp-Seq`: 0, 1, 2... per reply stream, keepalives included; a gap means a frame was
 /// dropped (a slow consumer), which the caller turns into -32010.
-pub const SEQ: &str = "Mcp-Seq";
+pub const SEQ: HeaderName = HeaderName::from_static("Mcp-Seq");
 /// `Mcp-Worker`: the instance that answered (on `end` and `err` frames).
-pub const WORKER: &str = "Mcp-Worker";
+pub const WORKER: HeaderName = HeaderName::from_static("Mcp-Worker");
 /// W3C trace context, carried as on HTTP.
-pub const TRACEPARENT: &str = "traceparent";
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// W3C trace state.
-pub const TRACESTATE: &str = "tracestate";
+pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// `Mcp-Accept-Claim: 1` on a request: the caller can fetch an answer put in a claim
 /// (`crate::claims`) when it does not fit the bus's `max_payload`.
-pub const ACCEPT_CLAIM: &str = "Mcp-Accept-Claim";
+pub const ACCEPT_CLAIM: HeaderName = HeaderName::from_static("Mcp-Accept-Claim");
 /// `Mcp-Claim` on an empty `end` frame: the object in the claims bucket holding the answer.
-pub const CLAIM: &str = "Mcp-Claim";
+pub const CLAIM: HeaderName = HeaderName::from_static("Mcp-Claim");
 
 /// The stream was lost (a worker went away, a frame was dropped, the worker is draining):
 /// the request may be re-issued.

@@ -406,7 +406,7 @@ impl<'a> Frames<'a> {
         self.done = frame.is_terminal();
         let mut headers = HeaderMap::new();
         headers.insert(wire::FRAME, frame.as_str());
-        headers.insert(wire::SEQ, self.seq.to_string().as_str());
+        headers.insert(wire::SEQ, itoa::Buffer::new().format(self.seq));
         if frame.is_terminal() {
             headers.insert(wire::WORKER, self.inner.instance.as_str());
         }
@@ -456,7 +456,7 @@ struct Head {
     task_id: Option<serde_json::Value>,
 }
 
-fn header<'m>(message: &'m Message, name: &str) -> Option<&'m str> {
+fn header(message: &Message, name: async_nats::HeaderName) -> Option<&str> {
     message
         .headers
         .as_ref()
