@@ -37,7 +37,45 @@ pub(crate) fn start(mut fut: std::pin::Pin<Box<dyn Future<Output = ()> + Send + 
 pub(crate) struct Binding {
     pub(crate) method: &'static str,
     pub(crate) target: String,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
+}
+
+/// The digest of a request's salient parameters in a round's state, computed only when a
+/// round is sealed (the handler asked for input) or a sealed one is opened (a retry): most
+/// requests are neither, and the digest of a tool call is a SHA-256 over its arguments
+/// written out in canonical form, ~10 000 instructions of every modern `tools/call` when it
+/// was computed up front (callgrind, a NATS worker serving `echo`).
+pub(crate) enum Digest {
+    /// Legacy requests have no rounds.
+    None,
+    /// Computed up front (a prompt's arguments, which its handler takes).
+    Ready(String),
+    /// Of the target alone (a resource's URI).
+    Target,
+    /// Of the target and a tool call's arguments, as the caller sent them; digested in
+    /// canonical form (parsed and written back), so a retry whose client re-serialised them
+    /// differently still matches.
+    ToolArgs(Option<Box<serde_json::value::RawValue>>),
+}
+
+impl Binding {
+    /// The digest the round's state carries.
+    pub(crate) fn digest(&self) -> String {
+        match &self.digest {
+            Digest::None => String::new(),
+            Digest::Ready(d) => d.clone(),
+            Digest::Target => crate::mrtr::digest(&[self.target.as_bytes()]),
+            Digest::ToolArgs(raw) => {
+                let canonical = match raw {
+                    None => "{}".to_owned(),
+                    // The server parsed these arguments already: they are JSON.
+                    Some(raw) => serde_json::from_str::<serde_json::Value>(raw.get())
+                        .map_or_else(|_| raw.get().to_owned(), |v| v.to_string()),
+                };
+                crate::mrtr::digest(&[self.target.as_bytes(), canonical.as_bytes()])
+            }
+        }
+    }
 }
 
 /// A modern retry's input: what the client sent back.
@@ -63,7 +101,7 @@ pub(crate) fn restore_round(
             sealed,
             binding.method,
             &binding.target,
-            &binding.digest,
+            &binding.digest(),
             ctx.principal(),
         )?;
         round.responses = state.r;
@@ -201,10 +239,11 @@ pub(crate) fn answer<T>(
                     "input required outside a modern request",
                 ));
             };
+            let d = binding.digest();
             let sealed = sealer.seal(RoundState {
                 m: binding.method.to_owned(),
                 t: binding.target,
-                d: binding.digest,
+                d,
                 p: ctx.principal().map(str::to_owned),
                 e: 0,
                 r: responses,

@@ -1,7 +1,7 @@
 //! The PromptHandler actor: the prompt registry; each `prompts/get` runs in a task.
 
 use crate::context::RequestContext;
-use crate::exec::{self, Binding, RetryInput};
+use crate::exec::{self, Binding, Digest, RetryInput};
 use crate::mrtr::{digest, StateSealer};
 use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
@@ -136,7 +136,7 @@ fn get(state: &PromptState, params: GetParams, ctx: RequestContext, reply: Reply
         let canonical = serde_json::to_string(&sorted).unwrap_or_default();
         let binding = Binding {
             method: method::PROMPTS_GET,
-            digest: digest(&[params.name.as_bytes(), canonical.as_bytes()]),
+            digest: Digest::Ready(digest(&[params.name.as_bytes(), canonical.as_bytes()])),
             target: params.name,
         };
         let retry = RetryInput {

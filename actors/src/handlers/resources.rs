@@ -2,8 +2,8 @@
 //! in tasks.
 
 use crate::context::RequestContext;
-use crate::exec::{self, Binding, RetryInput};
-use crate::mrtr::{digest, StateSealer};
+use crate::exec::{self, Binding, Digest, RetryInput};
+use crate::mrtr::StateSealer;
 use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
 use crate::resource::{ResourceDef, ResourceRequest, TemplateDef};
@@ -167,7 +167,7 @@ fn read(state: &ResourceState, params: ReadParams, ctx: RequestContext, reply: R
     tokio::spawn(async move {
         let binding = Binding {
             method: method::RESOURCES_READ,
-            digest: digest(&[params.uri.as_bytes()]),
+            digest: Digest::Target,
             target: params.uri.clone(),
         };
         let retry = RetryInput {

@@ -8,9 +8,9 @@
 
 use crate::context::RequestContext;
 use crate::error::HandlerError;
-use crate::exec::{self, Binding, RetryInput};
+use crate::exec::{self, Binding, Digest, RetryInput};
 use crate::forward::{ForwardFn, RawArgs, RawResult};
-use crate::mrtr::{digest, StateSealer};
+use crate::mrtr::StateSealer;
 use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
 use crate::tasks::{self, TaskHint, TaskPlan, Tasks};
@@ -198,7 +198,7 @@ async fn run_call(
         ));
     };
     let handler = handler.clone();
-    let args: serde_json::Value = match params.arguments {
+    let args: serde_json::Value = match &params.arguments {
         None => serde_json::Value::Object(Default::default()),
         Some(raw) => match serde_json::from_str(raw.get()) {
             Ok(v) => v,
@@ -217,15 +217,11 @@ async fn run_call(
     let binding = Binding {
         method: method::TOOLS_CALL,
         target: params.name,
-        digest: String::new(),
-    };
-    let binding = if ctx.is_modern() {
-        Binding {
-            digest: args_digest(&binding.target, &args),
-            ..binding
-        }
-    } else {
-        binding
+        digest: if ctx.is_modern() {
+            Digest::ToolArgs(params.arguments)
+        } else {
+            Digest::None
+        },
     };
     let retry = RetryInput {
         input_responses: params.input_responses,
@@ -246,13 +242,6 @@ async fn run_call(
         // future is allocated whole for every call (smaller is cheaper to allocate).
         Some(plan) => Box::pin(tasks::drive_call(*plan, ctx, reply, sealer, binding, fut)).await,
     }
-}
-
-/// What a modern round's state is bound to: the tool and its arguments in canonical form
-/// (so a retry whose client re-serialised them differently still matches).
-fn args_digest(target: &str, args: &serde_json::Value) -> String {
-    let canonical = args.to_string();
-    digest(&[target.as_bytes(), canonical.as_bytes()])
 }
 
 /// What a call's future keeps of its params: taken apart before the future is made, so
@@ -290,17 +279,11 @@ async fn run_forwarding(
         Ok(args) => args,
         Err(e) => return reply.ok(&CallToolResult::error_text(e.to_string())),
     };
+    // The arguments go to the handler: a modern call keeps their text for a round's digest.
     let digest = if ctx.is_modern() {
-        match serde_json::from_str::<serde_json::Value>(args.get()) {
-            Ok(v) => args_digest(&params.name, &v),
-            Err(e) => {
-                return reply.ok(&CallToolResult::error_text(format!(
-                    "Invalid arguments: {e}"
-                )))
-            }
-        }
+        Digest::ToolArgs(args.0.clone())
     } else {
-        String::new()
+        Digest::None
     };
     let binding = Binding {
         method: method::TOOLS_CALL,
