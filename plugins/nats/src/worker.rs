@@ -81,8 +81,6 @@ impl WorkerConfig {
 pub struct Worker {
     inner: Arc<Inner>,
     serving: tokio::task::JoinHandle<()>,
-    /// Routes the shared control subscriptions' cancellations (`route_cancellations`).
-    cancelling: tokio::task::JoinHandle<()>,
     heartbeat: tokio::task::JoinHandle<()>,
     /// Pulls the server's task jobs (with `tasks`).
     jobs: Option<tokio::task::JoinHandle<()>>,
@@ -100,8 +98,6 @@ struct Inner {
     /// Set when the drain timeout passes: requests still running are cancelled.
     abandon: CancellationToken,
     tracker: TaskTracker,
-    /// The requests in flight whose cancellations arrive on the shared control subscriptions.
-    controls: Controls,
     /// The entry last put (a failing listing keeps its part of it).
     last_entry: std::sync::Mutex<Option<CatalogEntry>>,
 }
@@ -130,7 +126,6 @@ impl Worker {
             draining: CancellationToken::new(),
             abandon: CancellationToken::new(),
             tracker: TaskTracker::new(),
-            controls: Controls::default(),
             last_entry: std::sync::Mutex::new(None),
         });
         // A JetStream cluster that has just elected its meta leader may not know the bucket's
@@ -148,17 +143,6 @@ impl Worker {
                 }
                 Err(e) => return Err(e),
             }
-        }
-        // Listening for cancellations before taking requests: one sent right after its request
-        // is then never missed.
-        let mut controls = Vec::with_capacity(SHARED_CONTROL_SUBJECTS.len());
-        for subject in SHARED_CONTROL_SUBJECTS {
-            controls.push(
-                client
-                    .subscribe(subject)
-                    .await
-                    .map_err(|e| NatsError::Bus(e.to_string()))?,
-            );
         }
         let subscription = client
             .queue_subscribe(
@@ -189,16 +173,11 @@ impl Worker {
             .tasks
             .then(|| tokio::spawn(run_jobs(inner.clone(), client.clone())));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
-        let cancelling = tokio::spawn(route_cancellations(
-            inner.clone(),
-            futures_util::stream::select_all(controls),
-        ));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
         Ok(Worker {
             inner,
             serving,
-            cancelling,
             heartbeat,
             jobs,
         })
@@ -232,7 +211,6 @@ impl Worker {
             inner.tracker.wait().await;
         }
         self.serving.abort();
-        self.cancelling.abort();
         if let Some(jobs) = self.jobs.take() {
             jobs.abort();
         }
@@ -541,25 +519,13 @@ async fn handle(inner: &Inner, message: Message) {
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let cancel = CancellationToken::new();
     let cancelled_by_caller = CancellationToken::new();
-    let control = if shared_control(&reply) {
-        Control::Shared {
-            _registration: inner.controls.register(
-                &reply,
-                request.id.clone(),
-                cancelled_by_caller.clone(),
-            ),
-        }
-    } else {
-        Control::Own(
-            watch_control(
-                inner,
-                &reply,
-                request.id.clone(),
-                cancelled_by_caller.clone(),
-            )
-            .await,
-        )
-    };
+    let control = watch_control(
+        inner,
+        &reply,
+        request.id.clone(),
+        cancelled_by_caller.clone(),
+    )
+    .await;
     let id = request.id.clone();
     let Served {
         messages: mut rx,
@@ -625,127 +591,9 @@ async fn handle(inner: &Inner, message: Message) {
             _ = keepalive.tick() => out.send(Frame::Ka, Bytes::new()).await,
         }
     }
-    if let Control::Own(Some(control)) = control {
+    if let Some(control) = control {
         control.abort();
     }
-}
-
-/// The control subjects a worker listens on once, for every request whose reply subject has
-/// the shape NATS clients give it by default (`_INBOX.{id}` and `_INBOX.{id}.{token}`: our
-/// gateway, async-nats, nats.go, nats-py). Other reply subjects get a subscription of their
-/// own (`watch_control`). A subscription per request was a SUB, a task and an UNSUB for
-/// every call (~8 000 instructions of a worker's ~60 000, callgrind), and it raced the
-/// caller: a cancellation sent before the SUB reached the server was lost. Every worker
-/// hears every such cancellation and drops those of requests it does not run.
-const SHARED_CONTROL_SUBJECTS: [&str; 2] = ["_INBOX.*.ctl", "_INBOX.*.*.ctl"];
-
-/// Whether `reply`'s `{reply}.ctl` is one of [`SHARED_CONTROL_SUBJECTS`] (it passed
-/// `wire::usable_reply_subject`: no empty tokens, no wildcards).
-fn shared_control(reply: &str) -> bool {
-    reply
-        .strip_prefix("_INBOX.")
-        .is_some_and(|rest| matches!(rest.split('.').count(), 1 | 2))
-}
-
-/// How a request hears its caller's cancellation.
-enum Control<'a> {
-    /// Registered with the shared subscriptions (held for its drop, which removes it).
-    Shared { _registration: Registration<'a> },
-    /// Its own subscription's task (`None` when subscribing failed).
-    Own(Option<tokio::task::JoinHandle<()>>),
-}
-
-/// Reply subject -> the requests answering on it: (registration number, id, cancellation).
-type Waiting = std::collections::HashMap<String, Vec<(u64, RequestId, CancellationToken)>>;
-
-/// The requests in flight that hear cancellations through the shared subscriptions, by
-/// reply subject.
-#[derive(Debug, Default)]
-struct Controls {
-    next: std::sync::atomic::AtomicU64,
-    waiting: std::sync::Mutex<Waiting>,
-}
-
-impl Controls {
-    fn register(&self, reply: &str, id: RequestId, cancel: CancellationToken) -> Registration<'_> {
-        let serial = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lock()
-            .entry(reply.to_owned())
-            .or_default()
-            .push((serial, id, cancel));
-        Registration {
-            controls: self,
-            reply: reply.to_owned(),
-            serial,
-        }
-    }
-
-    /// Cancels the request `id` answered on `reply`, if it runs here.
-    fn cancel(&self, reply: &str, id: &RequestId) {
-        if let Some(waiting) = self.lock().get(reply) {
-            for (_, waiting_id, cancel) in waiting {
-                if waiting_id == id {
-                    cancel.cancel();
-                }
-            }
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// A request's place in [`Controls`], given up when the request ends.
-struct Registration<'a> {
-    controls: &'a Controls,
-    reply: String,
-    serial: u64,
-}
-
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        let mut waiting = self.controls.lock();
-        if let Some(entries) = waiting.get_mut(&self.reply) {
-            entries.retain(|(serial, _, _)| *serial != self.serial);
-            if entries.is_empty() {
-                waiting.remove(&self.reply);
-            }
-        }
-    }
-}
-
-/// Hands each cancellation on the shared control subscriptions to the request it names.
-async fn route_cancellations(
-    inner: Arc<Inner>,
-    mut controls: futures_util::stream::SelectAll<async_nats::Subscriber>,
-) {
-    while let Some(message) = controls.next().await {
-        let Some(reply) = message.subject.as_str().strip_suffix(".ctl") else {
-            continue;
-        };
-        if let Some(id) = cancelled_request(&message.payload) {
-            inner.controls.cancel(reply, &id);
-        }
-    }
-}
-
-/// The request a `notifications/cancelled` names, or `None` for anything else.
-fn cancelled_request(payload: &[u8]) -> Option<RequestId> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Cancelled {
-        request_id: RequestId,
-    }
-    let Ok(Incoming::Notification(n)) = jsonrpc::parse(payload) else {
-        return None;
-    };
-    if n.method != method::NOTIFICATIONS_CANCELLED {
-        return None;
-    }
-    jsonrpc::params::<Cancelled>(n.params.as_deref())
-        .ok()
-        .map(|c| c.request_id)
 }
 
 /// A request served by this process's server: its messages as they come, and the prefix
@@ -848,8 +696,19 @@ async fn watch_control(
         }
     };
     Some(tokio::spawn(async move {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Cancelled {
+            request_id: RequestId,
+        }
         while let Some(m) = control.next().await {
-            if cancelled_request(&m.payload).is_some_and(|c| c == id) {
+            let Ok(Incoming::Notification(n)) = jsonrpc::parse(&m.payload) else {
+                continue;
+            };
+            if n.method != method::NOTIFICATIONS_CANCELLED {
+                continue;
+            }
+            if jsonrpc::params::<Cancelled>(n.params.as_deref()).is_ok_and(|c| c.request_id == id) {
                 cancelled.cancel();
                 break;
             }
@@ -964,53 +823,6 @@ mod tests {
     /// of the whole future: at 7 912 bytes (the object store's write for an oversize
     /// answer was carried inline) that copy was ~8 000 instructions of every request
     /// (callgrind). The rare paths are boxed; keep it that way.
-    #[test]
-    fn default_inbox_reply_subjects_share_the_control_subscriptions_and_others_do_not() {
-        for shared in ["_INBOX.abc", "_INBOX.abc.7"] {
-            assert!(super::shared_control(shared), "{shared}");
-        }
-        for own in ["_INBOX.a.b.c", "_INBOX", "my.inbox.1", "_INBOXES.a"] {
-            assert!(!super::shared_control(own), "{own}");
-        }
-    }
-
-    #[test]
-    fn a_cancellation_reaches_only_the_registered_request_it_names_while_it_runs() {
-        use tokio_util::sync::CancellationToken;
-        use toolyard_proto::RequestId;
-        let controls = super::Controls::default();
-        let (one, two) = (CancellationToken::new(), CancellationToken::new());
-        let first = controls.register("_INBOX.a.1", RequestId::Number(1), one.clone());
-        let _second = controls.register("_INBOX.a.2", RequestId::Number(1), two.clone());
-        // Another reply subject's request, or another id on this one: nothing happens.
-        controls.cancel("_INBOX.a.1", &RequestId::Number(2));
-        controls.cancel("_INBOX.a.3", &RequestId::Number(1));
-        assert!(!one.is_cancelled() && !two.is_cancelled());
-        controls.cancel("_INBOX.a.1", &RequestId::Number(1));
-        assert!(one.is_cancelled() && !two.is_cancelled());
-        // Ended: its place is given up.
-        drop(first);
-        assert!(!controls.lock().contains_key("_INBOX.a.1"));
-        assert!(controls.lock().contains_key("_INBOX.a.2"));
-    }
-
-    #[test]
-    fn only_a_cancelled_notification_names_a_request() {
-        let cancel =
-            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x"}}"#;
-        assert_eq!(
-            super::cancelled_request(cancel),
-            Some(toolyard_proto::RequestId::String("x".into()))
-        );
-        for other in [
-            &br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"requestId":1}}"#[..],
-            br#"{"jsonrpc":"2.0","id":1,"method":"notifications/cancelled","params":{"requestId":1}}"#,
-            b"not json",
-        ] {
-            assert_eq!(super::cancelled_request(other), None);
-        }
-    }
-
     #[test]
     fn a_requests_future_carries_no_rare_path_inline() {
         let size = future_size(super::handle);
