@@ -166,7 +166,9 @@ pub fn subject_matches(
 pub fn usable_reply_subject(reply: &str, prefix: &str) -> bool {
     !reply.is_empty()
         && !reply.starts_with('$')
-        && !reply.starts_with(&format!("{prefix}."))
+        && !reply
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('.'))
         && reply.split('.').all(|t| {
             !t.is_empty() && !t.contains(['*', '>']) && !t.chars().any(char::is_whitespace)
         })
