@@ -226,13 +226,7 @@ pub(crate) fn answer<T>(
         Some(Ok(r)) => r,
     };
     match result {
-        Ok(value) => {
-            let outcome = value.outcome();
-            match value.raw_json() {
-                Some(json) => reply.ok_raw(json, ResultType::Complete, outcome),
-                None => reply.ok_as(&value, ResultType::Complete, outcome),
-            }
-        }
+        Ok(value) => complete(reply, &value),
         Err(HandlerError::Input(InputError::InputRequired)) => {
             let Some((requests, responses, state)) = ctx.take_round() else {
                 return reply.err(ErrorObject::internal(
@@ -265,12 +259,20 @@ pub(crate) fn answer<T>(
         }
         Err(HandlerError::Protocol(e)) => reply.err(e),
         Err(e) => match on_failure(&e) {
-            Some(value) => {
-                let outcome = value.outcome();
-                reply.ok_as(&value, ResultType::Complete, outcome)
-            }
+            Some(value) => complete(reply, &value),
             None => reply.err(error_of(e, &binding.target)),
         },
+    }
+}
+
+/// Answers with a complete result: written as it is when it already is JSON text (a
+/// forwarded result, or the error result a forwarding tool's failure becomes), else
+/// serialised.
+fn complete<T: Serialize + Judge>(reply: Reply, value: &T) {
+    let outcome = value.outcome();
+    match value.raw_json() {
+        Some(json) => reply.ok_raw(json, ResultType::Complete, outcome),
+        None => reply.ok_as(value, ResultType::Complete, outcome),
     }
 }
 

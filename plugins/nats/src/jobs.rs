@@ -367,20 +367,9 @@ async fn ack(message: &jetstream::Message, kind: AckKind, task_id: &str) {
     }
 }
 
-fn header(
-    message: &jetstream::Message,
-    name: impl async_nats::header::IntoHeaderName,
-) -> Option<&str> {
-    message
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(name))
-        .map(async_nats::HeaderValue::as_str)
-}
-
 /// Runs one delivery of a job to its end (see the module's doc for what it decides).
 async fn run_job(runner: &Runner, message: jetstream::Message) {
-    let Some(task_id) = header(&message, "Nats-Msg-Id")
+    let Some(task_id) = wire::header(&message, "Nats-Msg-Id")
         .filter(|id| tasks::valid_id(id))
         .map(str::to_owned)
     else {
@@ -396,7 +385,7 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
             return ack(&message, AckKind::Term, &task_id).await;
         }
     };
-    if let Some(at) = header(&message, DEADLINE).and_then(|d| d.parse::<u64>().ok()) {
+    if let Some(at) = wire::header(&message, DEADLINE).and_then(|d| d.parse::<u64>().ok()) {
         if at <= now_ms() {
             tracing::info!(task = %task_id, "a task job dequeued after its task expired: terminated");
             return ack(&message, AckKind::Term, &task_id).await;
@@ -562,8 +551,8 @@ async fn execute(
         // Nobody is there to answer a question: a tool that asks for input fails with a
         // clear missing-capability error instead of waiting.
         client_capabilities: Some(toolyard_proto::ClientCapabilities::default()),
-        traceparent: header(message, wire::TRACEPARENT).map(str::to_owned),
-        tracestate: header(message, wire::TRACESTATE).map(str::to_owned),
+        traceparent: wire::header(message, wire::TRACEPARENT).map(str::to_owned),
+        tracestate: wire::header(message, wire::TRACESTATE).map(str::to_owned),
         ..Default::default()
     };
     let stop = CancellationToken::new();

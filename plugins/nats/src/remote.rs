@@ -13,7 +13,7 @@ use crate::error::NatsError;
 use crate::replies::Replies;
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
-use async_nats::{Client, HeaderMap, HeaderValue, Message, StatusCode};
+use async_nats::{Client, HeaderMap, HeaderValue, StatusCode};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -794,7 +794,7 @@ async fn complete_traced(
             guard.reply = None;
             return Err("no worker serves it (no responders)".to_owned());
         }
-        match frame_header(&message, wire::FRAME).and_then(Frame::parse) {
+        match wire::header(&message, wire::FRAME).and_then(Frame::parse) {
             Some(Frame::End | Frame::Err) => break message.payload,
             Some(Frame::Ka | Frame::Msg) => {}
             None => return Err("a reply without an Mcp-Frame header".to_owned()),
@@ -1242,7 +1242,7 @@ async fn call_once(
         if message.status == Some(StatusCode::NO_RESPONDERS) {
             break Err(Outcome::NoResponders);
         }
-        let seq = frame_header(&message, wire::SEQ).and_then(|s| s.parse::<u64>().ok());
+        let seq = wire::header(&message, wire::SEQ).and_then(|s| s.parse::<u64>().ok());
         if let Some(seq) = seq {
             if seq != expected_seq {
                 break Err(bus_error(
@@ -1253,8 +1253,8 @@ async fn call_once(
             }
             expected_seq += 1;
         }
-        let claim = frame_header(&message, wire::CLAIM);
-        match frame_header(&message, wire::FRAME).and_then(Frame::parse) {
+        let claim = wire::header(&message, wire::CLAIM);
+        match wire::header(&message, wire::FRAME).and_then(Frame::parse) {
             Some(Frame::Ka) => {}
             Some(Frame::Msg) => relay(ctx, &message.payload),
             Some(Frame::End) if claim.is_some() => {
@@ -1355,14 +1355,6 @@ impl Drop for CancelOnDrop<'_> {
             });
         }
     }
-}
-
-fn frame_header(message: &Message, name: async_nats::HeaderName) -> Option<&str> {
-    message
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(name))
-        .map(async_nats::HeaderValue::as_str)
 }
 
 /// A `msg` frame: the worker's progress and log messages, to our caller.

@@ -9,6 +9,18 @@ use toolyard_proto::{ErrorObject, RequestId};
 // looked up among NATS's standard names and copied into a fresh allocation every time it
 // is used, which the forwarding path did for each header it wrote or read.
 
+/// A message's header `name` as text, if it has it.
+pub(crate) fn header(
+    message: &async_nats::Message,
+    name: impl async_nats::header::IntoHeaderName,
+) -> Option<&str> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(async_nats::HeaderValue::as_str)
+}
+
 /// The default subject prefix.
 pub const DEFAULT_PREFIX: &str = "mcp.v1";
 

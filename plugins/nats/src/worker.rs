@@ -458,14 +458,6 @@ struct Head {
     task_id: Option<serde_json::Value>,
 }
 
-fn header(message: &Message, name: async_nats::HeaderName) -> Option<&str> {
-    message
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(name))
-        .map(async_nats::HeaderValue::as_str)
-}
-
 /// Serves one request message to its end.
 async fn handle(inner: &Inner, message: Message) {
     let Some(reply) = message.reply.as_ref().map(ToString::to_string) else {
@@ -477,8 +469,8 @@ async fn handle(inner: &Inner, message: Message) {
         return;
     }
     let mut out = Frames::new(inner, reply.clone());
-    out.accept_claim = header(&message, wire::ACCEPT_CLAIM) == Some("1");
-    if header(&message, wire::WIRE) != Some("1") {
+    out.accept_claim = wire::header(&message, wire::ACCEPT_CLAIM) == Some("1");
+    if wire::header(&message, wire::WIRE) != Some("1") {
         let error = ErrorObject::invalid_request("Mcp-Wire: 1 is required (wire version 1)");
         return out.err(None, &error).await;
     }
@@ -499,12 +491,12 @@ async fn handle(inner: &Inner, message: Message) {
         return out.err(Some(&request.id), &error).await;
     }
     let mut meta = head.meta.unwrap_or_default();
-    let transport_traceparent = header(&message, wire::TRACEPARENT).map(std::sync::Arc::from);
+    let transport_traceparent = wire::header(&message, wire::TRACEPARENT).map(std::sync::Arc::from);
     // A caller that put the trace context only in the headers still gets it to the tool.
     if meta.traceparent.is_none() {
-        meta.traceparent = header(&message, wire::TRACEPARENT).map(str::to_owned);
+        meta.traceparent = wire::header(&message, wire::TRACEPARENT).map(str::to_owned);
         if meta.tracestate.is_none() {
-            meta.tracestate = header(&message, wire::TRACESTATE).map(str::to_owned);
+            meta.tracestate = wire::header(&message, wire::TRACESTATE).map(str::to_owned);
         }
     }
     if meta.protocol_version.is_none() {
@@ -514,7 +506,7 @@ async fn handle(inner: &Inner, message: Message) {
         ));
         return out.err(Some(&request.id), &error).await;
     }
-    let deadline = header(&message, wire::TIMEOUT_MS)
+    let deadline = wire::header(&message, wire::TIMEOUT_MS)
         .and_then(|t| t.trim().parse::<u64>().ok())
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let cancel = CancellationToken::new();
@@ -639,7 +631,7 @@ fn integrity(
     request: &Request,
     head: &Head,
 ) -> Result<(), String> {
-    match header(message, wire::METHOD) {
+    match wire::header(message, wire::METHOD) {
         Some(m) if m == request.method => {}
         Some(m) => {
             return Err(format!(
@@ -658,7 +650,7 @@ fn integrity(
         })
         .and_then(serde_json::Value::as_str);
     if let Some(body) = named {
-        match header(message, wire::NAME) {
+        match wire::header(message, wire::NAME) {
             Some(h) if h == body => {}
             Some(h) => return Err(format!("Mcp-Name '{h}' does not match body value '{body}'")),
             None => return Err("missing Mcp-Name header".to_owned()),
