@@ -10,7 +10,7 @@
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
-use crate::replies::Replies;
+use crate::replies::{Replies, ReplyStream};
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
 use async_nats::{Client, HeaderMap, HeaderValue, StatusCode};
@@ -757,7 +757,7 @@ async fn complete_traced(
 ) -> Result<Completions, String> {
     let method = "completion/complete";
     let subject = wire::request_subject(&inner.config.prefix, server, method, None);
-    let mut frames = inner.replies.open();
+    let frames = inner.replies.open();
     let inbox = frames.subject().to_owned();
     let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
@@ -778,20 +778,21 @@ async fn complete_traced(
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
     inner
         .client
-        .publish_with_reply_and_headers(subject, inbox.clone(), headers, body.into())
+        .publish_with_reply_and_headers(subject, inbox, headers, body.into())
         .await
         .map_err(|e| e.to_string())?;
     // Given up on (the caller's bound ran out): the worker is told to stop.
     let mut guard = CancelOnDrop {
         client: &inner.client,
-        reply: Some(inbox),
+        frames,
+        armed: true,
     };
     let payload = loop {
-        let Some(message) = frames.next().await else {
+        let Some(message) = guard.frames.next().await else {
             return Err("the answer stream closed".to_owned());
         };
         if message.status == Some(StatusCode::NO_RESPONDERS) {
-            guard.reply = None;
+            guard.armed = false;
             return Err("no worker serves it (no responders)".to_owned());
         }
         match wire::header(&message, wire::FRAME).and_then(Frame::parse) {
@@ -800,8 +801,8 @@ async fn complete_traced(
             None => return Err("a reply without an Mcp-Frame header".to_owned()),
         }
     };
-    guard.reply = None;
-    drop(frames);
+    guard.armed = false;
+    drop(guard);
     #[derive(Deserialize)]
     struct Response {
         result: Option<CompleteResult>,
@@ -1167,7 +1168,7 @@ async fn call_once(
     };
     // Answered on the gateway's one reply subscription, routed to this call by its token
     // (`replies`: a flood on another call cannot delay this one's answer).
-    let mut frames = inner.replies.open();
+    let frames = inner.replies.open();
     let inbox = frames.subject().to_owned();
     // The trace context rides the headers too (NATS 2.11+ traces messages that carry it);
     // a value a header cannot carry stays in `_meta` only.
@@ -1185,7 +1186,7 @@ async fn call_once(
     // whole for every call (see the test on its size below).
     let published = Box::pin(inner.client.publish_with_reply_and_headers(
         subject.to_owned(),
-        inbox.clone(),
+        inbox,
         headers,
         body,
     ))
@@ -1204,11 +1205,12 @@ async fn call_once(
     // A cancelled caller's call is dropped mid-await: the guard tells the worker then.
     let mut guard = CancelOnDrop {
         client: &inner.client,
-        reply: Some(inbox),
+        frames,
+        armed: true,
     };
     let outcome = loop {
         let next = tokio::select! {
-            m = tokio::time::timeout(inner.config.inactivity, frames.next()) => m,
+            m = tokio::time::timeout(inner.config.inactivity, guard.frames.next()) => m,
             () = ctx.cancellation().cancelled() => break Err(Outcome::Cancelled),
             Ok(()) = losses.changed() => {
                 break Err(bus_error(
@@ -1291,11 +1293,8 @@ async fn call_once(
                 ..
             })))
     );
-    if !gave_up {
-        guard.reply = None;
-    }
+    guard.armed = gave_up;
     drop(guard);
-    drop(frames);
     outcome
 }
 
@@ -1327,33 +1326,66 @@ fn request_headers(
     Ok(headers)
 }
 
-/// Sends `notifications/cancelled` for request 1 to the worker's control subject when a call
-/// ends without its answer: the caller cancelled, or the call's future was dropped.
+/// Tells the worker to stop a call that ends without its answer (the caller cancelled, the
+/// call's future was dropped, or we gave up on the stream).
 struct CancelOnDrop<'a> {
     /// Borrowed: a `Client` is 152 bytes, and this guard lives in every call's future.
     client: &'a Client,
-    /// The call's reply subject (its control subject is written only if it is needed).
-    reply: Option<String>,
+    /// The call's answer stream, read through the guard so that a cancel can take it along.
+    frames: ReplyStream,
+    /// Whether dropping the guard cancels the call on the worker.
+    armed: bool,
 }
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        let Some(reply) = self.reply.take() else {
+        if !self.armed {
             return;
-        };
-        let control = wire::control_subject(&reply);
-        let client = self.client.clone();
-        let cancel = json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/cancelled",
-            "params": {"requestId": 1, "reason": "the caller cancelled"},
-        })
-        .to_string();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = client.publish(control, cancel.into()).await;
-            });
         }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(cancel_until_ended(
+                self.client.clone(),
+                self.frames.detach(),
+            ));
+        }
+    }
+}
+
+/// How long the first cancel waits for the worker's terminal frame before it is sent
+/// again; each later wait doubles (20 ms to 1.28 s: 2.5 s in all).
+const CANCEL_FIRST_WAIT: Duration = Duration::from_millis(20);
+/// How many times a cancel is sent at most.
+const CANCEL_SENDS: u32 = 7;
+
+/// Sends `notifications/cancelled` for request 1 to the call's control subject until the
+/// worker's terminal frame shows the call ended (or the stream closed, or the sends ran
+/// out). Once is not enough: the worker listens on `{reply}.ctl` only once the request has
+/// reached it, and a cancel the bus delivers before that is lost (N13: a caller that
+/// cancels at once).
+async fn cancel_until_ended(client: Client, mut frames: ReplyStream) {
+    const CANCEL: &str = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"the caller cancelled"}}"#;
+    let control = wire::control_subject(frames.subject());
+    let mut wait = CANCEL_FIRST_WAIT;
+    for _ in 0..CANCEL_SENDS {
+        let cancel = bytes::Bytes::from_static(CANCEL.as_bytes());
+        if client.publish(control.clone(), cancel).await.is_err() {
+            return;
+        }
+        let ended = tokio::time::timeout(wait, async {
+            while let Some(message) = frames.next().await {
+                let frame = wire::header(&message, wire::FRAME).and_then(Frame::parse);
+                if message.status == Some(StatusCode::NO_RESPONDERS)
+                    || matches!(frame, Some(Frame::End | Frame::Err))
+                {
+                    return;
+                }
+            }
+        })
+        .await;
+        if ended.is_ok() {
+            return;
+        }
+        wait *= 2;
     }
 }
 

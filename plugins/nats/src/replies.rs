@@ -188,6 +188,9 @@ fn route(routes: &Routes, prefix: &str, message: Message) {
     );
 }
 
+/// The token of a stream whose route was moved out (`detach`); tokens start at 1.
+const DETACHED: u64 = 0;
+
 /// One call's frames; its route is removed when it is dropped.
 pub(crate) struct ReplyStream {
     subject: String,
@@ -200,6 +203,17 @@ impl ReplyStream {
     /// The reply subject the call is published with.
     pub(crate) fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// Moves the route into a new stream (for a task that outlives the call's future); this
+    /// one is left routing nothing.
+    pub(crate) fn detach(&mut self) -> ReplyStream {
+        ReplyStream {
+            subject: std::mem::take(&mut self.subject),
+            token: std::mem::replace(&mut self.token, DETACHED),
+            slot: self.slot.clone(),
+            routes: self.routes.clone(),
+        }
     }
 
     /// The next frame; `None` once the route was dropped (a queue overflow, the client gone)
@@ -225,6 +239,9 @@ impl ReplyStream {
 
 impl Drop for ReplyStream {
     fn drop(&mut self) {
+        if self.token == DETACHED {
+            return;
+        }
         lock(&self.routes).remove(&self.token);
     }
 }

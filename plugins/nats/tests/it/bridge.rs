@@ -121,6 +121,49 @@ async fn cancelling_a_call_cancels_it_on_the_worker() {
     assert_eq!(seen.finished.load(Ordering::SeqCst), 0);
 }
 
+/// N13 through the gateway: a call cancelled at once, its cancel reaching the bus before
+/// the worker listens on `{reply}.ctl`, still stops on the worker (the gateway repeats the
+/// cancel until the worker's terminal frame comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_at_once_still_stops_on_the_worker() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = start_worker(&nats.url(), "slow", seen.clone()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
+    for i in 0..12u64 {
+        let client = gw.client.clone();
+        let call =
+            tokio::spawn(
+                async move { client.call_tool("slow__sleep", json!({"ms": 30_000})).await },
+            );
+        tokio::time::sleep(Duration::from_micros(1_000 + (i % 4) * 500)).await;
+        call.abort();
+    }
+    // Every call that reached the tool is cancelled there, and stays so for a while (a
+    // request still on its way could start a sleep nobody stops).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut settled_since = None;
+    loop {
+        let started = seen.started.load(Ordering::SeqCst);
+        let cancelled = seen.cancelled.load(Ordering::SeqCst);
+        if started > 0 && started == cancelled {
+            let since = *settled_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() > Duration::from_millis(500) {
+                break;
+            }
+        } else {
+            settled_since = None;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{started} calls reached the tool, {cancelled} were cancelled there: a cancel was lost"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_callers_deadline_stops_the_work_on_the_worker() {
     let nats = NatsServer::start();

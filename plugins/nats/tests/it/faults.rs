@@ -456,6 +456,32 @@ async fn a_cancel_racing_the_request_gets_exactly_one_terminal_answer() {
         }
     }
     assert_eq!(cancelled + completed, 20);
+    // A caller that repeats its cancel until a frame comes, as docs/nats.md says, always
+    // cancels, however early it sends it.
+    for i in 0..8u64 {
+        let inbox = raw.new_inbox();
+        let mut sub = raw.subscribe(inbox.clone()).await.unwrap();
+        raw.publish_with_reply_and_headers(
+            subject.clone(),
+            inbox.clone(),
+            headers("tools/call", Some("sleep")),
+            sleep_body(5_000).into(),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(i % 3)).await;
+        let first = loop {
+            raw.publish(wire::control_subject(&inbox), cancel.into())
+                .await
+                .unwrap();
+            if let Ok(m) = tokio::time::timeout(Duration::from_millis(20), sub.next()).await {
+                break m.unwrap();
+            }
+        };
+        let frame = first.headers.as_ref().unwrap().get(wire::FRAME).unwrap();
+        assert_eq!(frame.as_str(), "end", "round {i}");
+        assert!(first.payload.is_empty(), "round {i}: {:?}", first.payload);
+    }
 }
 
 /// N8: a tool flooding progress to a gateway whose bus connection buffers little (a slow

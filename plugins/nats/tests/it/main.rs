@@ -40,6 +40,7 @@ struct Count {
 /// What the worker's tools saw.
 #[derive(Default)]
 pub(crate) struct Seen {
+    pub(crate) started: AtomicUsize,
     pub(crate) cancelled: AtomicUsize,
     pub(crate) finished: AtomicUsize,
 }
@@ -248,6 +249,7 @@ fn sleeper(name: &str, description: &str, seen: Arc<Seen>) -> toolyard::ToolDef 
     tool_fn(name, description, move |_ctx, a: Sleep| {
         let seen = seen.clone();
         async move {
+            seen.started.fetch_add(1, Ordering::SeqCst);
             let mut guard = Unfinished(Some(seen.clone()));
             tokio::time::sleep(Duration::from_millis(a.ms)).await;
             guard.0 = None;
