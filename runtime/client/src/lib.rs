@@ -56,5 +56,5 @@ pub use observe::{
 };
 pub use transport::{
     ClientGone, EventSink, OutboundKind, OutboundMessage, Transport, TransportError,
-    TransportEvent, TransportLink,
+    TransportEvent, TransportLink, Undelivered,
 };

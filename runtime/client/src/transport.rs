@@ -155,6 +155,28 @@ pub trait TransportLink: Send + Sync + 'static {
     }
 }
 
+/// A parsed message to where it goes: nowhere more if it was a response (already with its
+/// caller), else the client actor.
+fn hand_on(
+    actor: &ActorRef<ClientMsg>,
+    delivered: Delivered,
+    related: Option<RequestId>,
+) -> Result<(), ()> {
+    match delivered {
+        Delivered::Answered => Ok(()),
+        Delivered::Other {
+            message,
+            progress_done,
+        } => actor
+            .cast(ClientMsg::Message {
+                message,
+                related,
+                progress_done,
+            })
+            .map_err(|_| ()),
+    }
+}
+
 /// Something a [`Client`](super::Client) can be connected over.
 pub trait Transport: Send + 'static {
     /// Starts the transport (spawns the process, prepares the HTTP client); what arrives
@@ -186,6 +208,23 @@ enum Target {
 #[error("the client is gone")]
 pub struct ClientGone;
 
+/// Why [`EventSink::send_message`] did not hand a message on.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Undelivered {
+    /// The client has stopped: nobody reads events any more.
+    #[error("the client is gone")]
+    ClientGone,
+    /// The message is not JSON (`detail` says where; `message` is what was sent back): a
+    /// transport that frames messages itself ends its connection over it.
+    #[error("invalid JSON: {detail}")]
+    NotJson {
+        /// serde_json's complaint.
+        detail: String,
+        /// The message.
+        message: Vec<u8>,
+    },
+}
+
 impl EventSink {
     pub(crate) fn client(actor: ActorRef<ClientMsg>, table: Arc<PendingTable>) -> Self {
         EventSink(Target::Client { actor, table })
@@ -210,21 +249,49 @@ impl EventSink {
                     }
                 };
                 // Parsed once, here: a response goes to its caller, the rest to the actor.
-                match table.deliver(&bytes) {
-                    Delivered::Answered => Ok(()),
-                    Delivered::Other {
-                        message,
-                        progress_done,
-                    } => actor
-                        .cast(ClientMsg::Message {
-                            message,
-                            related,
-                            progress_done,
-                        })
-                        .map_err(|_| ClientGone),
-                }
+                let delivered = table.deliver(&bytes);
+                hand_on(actor, delivered, related).map_err(|_| ClientGone)
             }
             Target::Channel(c) => c.send(event).map_err(|_| ClientGone),
+        }
+    }
+
+    /// Hands one message the peer wrote to the client, unless it is not JSON. A transport
+    /// that must end its connection over such a message learns it here without scanning the
+    /// message first: the client's one parse of it finds out (a channel sink checks it).
+    pub fn send_message(&self, bytes: Vec<u8>) -> Result<(), Undelivered> {
+        match &self.0 {
+            Target::Client { actor, table } => {
+                if self.is_closed() {
+                    return Err(Undelivered::ClientGone);
+                }
+                let delivered = table.deliver(&bytes);
+                if let Delivered::Other {
+                    message: Err(rejected),
+                    ..
+                } = &delivered
+                {
+                    if rejected.error.code == toolyard_proto::error::code::PARSE_ERROR {
+                        let detail = &rejected.error.message;
+                        let detail = detail.strip_prefix("Parse error: ").unwrap_or(detail);
+                        return Err(Undelivered::NotJson {
+                            detail: detail.to_owned(),
+                            message: bytes,
+                        });
+                    }
+                }
+                hand_on(actor, delivered, None).map_err(|_| Undelivered::ClientGone)
+            }
+            Target::Channel(c) => {
+                if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+                    return Err(Undelivered::NotJson {
+                        detail: e.to_string(),
+                        message: bytes,
+                    });
+                }
+                c.send(TransportEvent::Message(bytes))
+                    .map_err(|_| Undelivered::ClientGone)
+            }
         }
     }
 

@@ -8,6 +8,8 @@ use super::Source;
 use crate::error::HostError;
 use crate::parked::Parkable;
 use crate::pool::Lease;
+use futures_channel::mpsc;
+use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -15,7 +17,6 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 use toolyard::{ForwardFn, HandlerError, RawArgs, RawResult, RequestContext};
 use toolyard_client::{ClientError, RequestOptions};
 use toolyard_proto::{
@@ -130,7 +131,7 @@ pub(super) fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) 
                 )
                 .await;
             }
-            let (questions_tx, questions) = mpsc::unbounded_channel();
+            let (questions_tx, questions) = mpsc::unbounded();
             let call: UpstreamCall = Box::pin(call_upstream(
                 source.clone(),
                 upstream,
@@ -256,7 +257,7 @@ async fn drive(
                     Err(CallFailure::Aborted) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
                 };
             }
-            Some(question) = questions.recv() => pending = Some(*question),
+            Some(question) = questions.next() => pending = Some(*question),
             () = ctx.cancelled() => return Err(HandlerError::failed("cancelled")),
         }
     }
@@ -325,14 +326,14 @@ async fn answering<T, F>(
 where
     F: std::future::Future<Output = Result<T, ClientError>>,
 {
-    let (tx, mut questions) = mpsc::unbounded_channel();
+    let (tx, mut questions) = mpsc::unbounded();
     let request = request(upstream_options(ctx, tx));
     tokio::pin!(request);
     let mut asked = 0u32;
     loop {
         tokio::select! {
             done = &mut request => return done,
-            Some(q) = questions.recv() => {
+            Some(q) = questions.next() => {
                 let answer = put_to_caller(ctx, &format!("upstream-{asked}"), &q).await.map_err(relay_error);
                 asked += 1;
                 let _ = q.answer.send(answer);

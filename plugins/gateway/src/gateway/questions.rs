@@ -1,10 +1,11 @@
 //! Questions an upstream asks during one of our calls (elicitation, sampling, roots),
 //! relayed to the downstream caller of that call, and the answers (or errors) sent back.
 
+use futures_channel::mpsc::UnboundedSender;
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use toolyard::RequestContext;
 use toolyard_client::Questions;
 use toolyard_proto::ErrorObject;
@@ -38,7 +39,7 @@ fn to_json<T: Serialize>(v: &T) -> Value {
 /// loop (`drive` or `answering`), which puts them to the caller.
 pub(super) fn relay_to(
     ctx: &RequestContext,
-    questions: mpsc::UnboundedSender<Box<Question>>,
+    questions: UnboundedSender<Box<Question>>,
 ) -> Questions {
     Questions::new(
         ctx.peer_id(),
@@ -50,7 +51,7 @@ pub(super) fn relay_to(
             };
             let (answer, wait) = oneshot::channel();
             // Boxed: the channel's first block of slots is allocated with it, per call.
-            let sent = questions.send(Box::new(Question {
+            let sent = questions.unbounded_send(Box::new(Question {
                 method,
                 params,
                 answer,

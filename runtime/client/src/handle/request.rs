@@ -11,6 +11,7 @@ use crate::cache::cacheable;
 use crate::error::ClientError;
 use crate::observe::{OutgoingRequest, RequestOutcome};
 use crate::transport::{OutboundKind, OutboundMessage, TransportError, TransportLink};
+use futures_util::StreamExt;
 use ractor::ActorRef;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -19,7 +20,7 @@ use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use toolyard_proto::headers::{header_value, tool_header_params};
 use toolyard_proto::{
@@ -438,7 +439,7 @@ impl Client {
         .map_err(|e| ClientError::Protocol(e.to_string()))?;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         // Progress extends the timeout, so every request gets its progress channel.
-        let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+        let (progress_tx, mut progress_rx) = futures_channel::mpsc::unbounded();
         // Registered, then written by this task: no hop through the client actor (the
         // reader hands the answer straight back; `pending.rs`).
         // The protocol's own method names are static: no copy for either holder.
@@ -483,7 +484,7 @@ impl Client {
                     }
                     return answer.map_err(|_| ClientError::Closed)?;
                 }
-                Some(progress) = progress_rx.recv() => {
+                Some(progress) = progress_rx.next() => {
                     if let Some(f) = &opts.on_progress {
                         f(&progress);
                     }
