@@ -90,8 +90,10 @@ pub(crate) fn route(
     // is dropped, which answers the caller with an internal error.
     match method {
         method::TOOLS_CALL => {
-            if let Some((params, reply)) = parsed::<CallParams>(&params, reply) {
-                crate::handlers::tools::call(core.call_site(), params, ctx, reply);
+            // `_meta` was read before the request got here (its context is `ctx`).
+            let call = parsed::<CallParams<serde::de::IgnoredAny>>(&params, reply);
+            if let Some((params, reply)) = call {
+                crate::handlers::tools::call(core.call_site(), params.without_meta(), ctx, reply);
             }
         }
         method::TOOLS_LIST => {

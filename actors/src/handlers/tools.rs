@@ -24,9 +24,12 @@ use toolyard_proto::method;
 use toolyard_proto::{CallToolResult, ErrorObject, InputResponses, ListToolsResult};
 
 /// `tools/call` params as parsed once at the edge; arguments stay raw until validated.
+/// `M` is what `_meta` is read into: the request's meta, or `IgnoredAny` where the edge has
+/// read it already (the router: parsing it again was a `RequestMeta` built and dropped for
+/// every modern call).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct CallParams {
+pub(crate) struct CallParams<M = Option<Box<toolyard_proto::RequestMeta>>> {
     /// Tool name.
     pub name: String,
     /// Raw arguments.
@@ -44,7 +47,21 @@ pub(crate) struct CallParams {
     /// The request's `_meta`, when the edge reads it together with the rest (a direct
     /// launch); taken out before the call runs.
     #[serde(rename = "_meta", default)]
-    pub meta: Option<Box<toolyard_proto::RequestMeta>>,
+    pub meta: M,
+}
+
+impl CallParams<serde::de::IgnoredAny> {
+    /// The params with no `_meta` (it was read elsewhere).
+    pub(crate) fn without_meta(self) -> CallParams {
+        CallParams {
+            name: self.name,
+            arguments: self.arguments,
+            input_responses: self.input_responses,
+            request_state: self.request_state,
+            task: self.task,
+            meta: None,
+        }
+    }
 }
 
 /// Messages of the ToolCatalog.
