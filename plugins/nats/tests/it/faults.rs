@@ -413,6 +413,26 @@ async fn forged_control_messages_never_cancel_a_call() {
     assert_eq!(seen.cancelled.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
+/// A raw `sleep` call of `ms` to `subject`, its answer subscribed to before it is sent:
+/// the reply subject and the subscription.
+async fn raw_sleep(
+    raw: &async_nats::Client,
+    subject: &str,
+    ms: u64,
+) -> (String, async_nats::Subscriber) {
+    let inbox = raw.new_inbox();
+    let sub = raw.subscribe(inbox.clone()).await.unwrap();
+    raw.publish_with_reply_and_headers(
+        subject.to_owned(),
+        inbox.clone(),
+        headers("tools/call", Some("sleep")),
+        sleep_body(ms).into(),
+    )
+    .await
+    .unwrap();
+    (inbox, sub)
+}
+
 /// N13: a cancellation right after the request (before the worker may listen for it, or
 /// just after) either cancels the call or lets it complete: exactly one terminal frame,
 /// numbered without gaps, nothing after it.
@@ -425,16 +445,7 @@ async fn a_cancel_racing_the_request_gets_exactly_one_terminal_answer() {
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
     let (mut cancelled, mut completed) = (0, 0);
     for i in 0..20u64 {
-        let inbox = raw.new_inbox();
-        let mut sub = raw.subscribe(inbox.clone()).await.unwrap();
-        raw.publish_with_reply_and_headers(
-            subject.clone(),
-            inbox.clone(),
-            headers("tools/call", Some("sleep")),
-            sleep_body(100).into(),
-        )
-        .await
-        .unwrap();
+        let (inbox, mut sub) = raw_sleep(&raw, &subject, 100).await;
         // 0 to 95 ms after the request: before, around and after the worker subscribes.
         tokio::time::sleep(Duration::from_millis((i % 4) * 30 + i % 5)).await;
         raw.publish(wire::control_subject(&inbox), cancel.into())
@@ -459,16 +470,7 @@ async fn a_cancel_racing_the_request_gets_exactly_one_terminal_answer() {
     // A caller that repeats its cancel until a frame comes, as docs/nats.md says, always
     // cancels, however early it sends it.
     for i in 0..8u64 {
-        let inbox = raw.new_inbox();
-        let mut sub = raw.subscribe(inbox.clone()).await.unwrap();
-        raw.publish_with_reply_and_headers(
-            subject.clone(),
-            inbox.clone(),
-            headers("tools/call", Some("sleep")),
-            sleep_body(5_000).into(),
-        )
-        .await
-        .unwrap();
+        let (inbox, mut sub) = raw_sleep(&raw, &subject, 5_000).await;
         tokio::time::sleep(Duration::from_millis(i % 3)).await;
         let first = loop {
             raw.publish(wire::control_subject(&inbox), cancel.into())
