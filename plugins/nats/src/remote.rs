@@ -1208,9 +1208,16 @@ async fn call_once(
         frames,
         armed: true,
     };
+    // Once the worker has sent a frame it listens on `{reply}.ctl` until its last one; a
+    // silence from then on is checked every `PROBE_EVERY` (`worker_gone`), not only at the
+    // inactivity deadline.
+    let mut heard = false;
+    let mut last_frame = tokio::time::Instant::now();
     let outcome = loop {
+        let left = inner.config.inactivity.saturating_sub(last_frame.elapsed());
+        let wait = if heard { left.min(PROBE_EVERY) } else { left };
         let next = tokio::select! {
-            m = tokio::time::timeout(inner.config.inactivity, guard.frames.next()) => m,
+            m = tokio::time::timeout(wait, guard.frames.next()) => m,
             () = ctx.cancellation().cancelled() => break Err(Outcome::Cancelled),
             Ok(()) = losses.changed() => {
                 break Err(bus_error(
@@ -1228,6 +1235,22 @@ async fn call_once(
             }
         };
         let message = match next {
+            Err(_) if heard && last_frame.elapsed() < inner.config.inactivity => {
+                if !Box::pin(worker_gone(&inner.client, guard.frames.subject())).await {
+                    continue;
+                }
+                // Its last frame may be on its way still (it unsubscribes after sending it).
+                match tokio::time::timeout(GONE_GRACE, guard.frames.next()).await {
+                    Ok(Some(m)) => m,
+                    _ => {
+                        break Err(bus_error(
+                            wire::STREAM_LOST,
+                            format!("the worker serving the call to `{server}` is gone (nothing listens for the call's cancellation any more): re-issue the call"),
+                        )
+                        .into())
+                    }
+                }
+            }
             Err(_) => {
                 break Err(bus_error(
                     wire::STREAM_LOST,
@@ -1244,6 +1267,8 @@ async fn call_once(
         if message.status == Some(StatusCode::NO_RESPONDERS) {
             break Err(Outcome::NoResponders);
         }
+        heard = true;
+        last_frame = tokio::time::Instant::now();
         let seq = wire::header(&message, wire::SEQ).and_then(|s| s.parse::<u64>().ok());
         if let Some(seq) = seq {
             if seq != expected_seq {
@@ -1348,6 +1373,28 @@ impl Drop for CancelOnDrop<'_> {
                 self.frames.detach(),
             ));
         }
+    }
+}
+
+/// How often a call whose worker has answered before but is silent now checks that the
+/// worker is still there (`worker_gone`).
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+/// How long that check waits: a listener that does not answer is a listener.
+const PROBE_WAIT: Duration = Duration::from_millis(500);
+/// How long a call whose worker is gone still waits for a last frame already on its way.
+const GONE_GRACE: Duration = Duration::from_millis(100);
+
+/// Whether nothing on the bus listens on the call's control subject any more. A worker
+/// listens on `{reply}.ctl` from before its first frame to after its last, so a "no
+/// responders" there, once a frame came, means the worker holding the call is gone (killed,
+/// or its connection lost): the call ends now instead of at its inactivity deadline. A
+/// stopped worker still listens (its connection is open): that one ends at the deadline.
+/// The probe is an empty message, which a worker ignores.
+async fn worker_gone(client: &Client, reply: &str) -> bool {
+    let probe = client.request(wire::control_subject(reply), bytes::Bytes::new());
+    match tokio::time::timeout(PROBE_WAIT, probe).await {
+        Ok(Err(e)) => e.kind() == async_nats::client::RequestErrorKind::NoResponders,
+        _ => false,
     }
 }
 
