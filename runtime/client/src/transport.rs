@@ -161,7 +161,7 @@ fn hand_on(
     actor: &ActorRef<ClientMsg>,
     delivered: Delivered,
     related: Option<RequestId>,
-) -> Result<(), ()> {
+) -> Result<(), ClientGone> {
     match delivered {
         Delivered::Answered => Ok(()),
         Delivered::Other {
@@ -173,7 +173,7 @@ fn hand_on(
                 related,
                 progress_done,
             })
-            .map_err(|_| ()),
+            .map_err(|_| ClientGone),
     }
 }
 
@@ -225,6 +225,12 @@ pub enum Undelivered {
     },
 }
 
+impl From<ClientGone> for Undelivered {
+    fn from(_: ClientGone) -> Undelivered {
+        Undelivered::ClientGone
+    }
+}
+
 impl EventSink {
     pub(crate) fn client(actor: ActorRef<ClientMsg>, table: Arc<PendingTable>) -> Self {
         EventSink(Target::Client { actor, table })
@@ -249,8 +255,7 @@ impl EventSink {
                     }
                 };
                 // Parsed once, here: a response goes to its caller, the rest to the actor.
-                let delivered = table.deliver(&bytes);
-                hand_on(actor, delivered, related).map_err(|_| ClientGone)
+                hand_on(actor, table.deliver(&bytes), related)
             }
             Target::Channel(c) => c.send(event).map_err(|_| ClientGone),
         }
@@ -272,6 +277,7 @@ impl EventSink {
                 } = &delivered
                 {
                     if rejected.error.code == toolyard_proto::error::code::PARSE_ERROR {
+                        // The parser's detail, without the JSON-RPC error's own "Parse error".
                         let detail = &rejected.error.message;
                         let detail = detail.strip_prefix("Parse error: ").unwrap_or(detail);
                         return Err(Undelivered::NotJson {
@@ -280,7 +286,7 @@ impl EventSink {
                         });
                     }
                 }
-                hand_on(actor, delivered, None).map_err(|_| Undelivered::ClientGone)
+                Ok(hand_on(actor, delivered, None)?)
             }
             Target::Channel(c) => {
                 if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
@@ -290,7 +296,7 @@ impl EventSink {
                     });
                 }
                 c.send(TransportEvent::Message(bytes))
-                    .map_err(|_| Undelivered::ClientGone)
+                    .map_err(|_| ClientGone.into())
             }
         }
     }
