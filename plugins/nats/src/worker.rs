@@ -491,10 +491,11 @@ async fn handle(inner: &Inner, message: Message) {
         return out.err(Some(&request.id), &error).await;
     }
     let mut meta = head.meta.unwrap_or_default();
-    let transport_traceparent = wire::header(&message, wire::TRACEPARENT).map(std::sync::Arc::from);
+    let header_traceparent = wire::header(&message, wire::TRACEPARENT);
+    let transport_traceparent = header_traceparent.map(std::sync::Arc::from);
     // A caller that put the trace context only in the headers still gets it to the tool.
     if meta.traceparent.is_none() {
-        meta.traceparent = wire::header(&message, wire::TRACEPARENT).map(str::to_owned);
+        meta.traceparent = header_traceparent.map(str::to_owned);
         if meta.tracestate.is_none() {
             meta.tracestate = wire::header(&message, wire::TRACESTATE).map(str::to_owned);
         }
