@@ -188,7 +188,13 @@ impl RawResult {
     ) -> Result<RawResult, RawResultError> {
         let members: Members<'_> =
             serde_json::from_str(result).map_err(|e| RawResultError::NotAnObject(e.to_string()))?;
-        let mut out = String::with_capacity(result.len() + 64 * meta.len());
+        Ok(RawResult::from_members(&members, result.len(), meta))
+    }
+
+    /// The result made of an object's members (`len`: the object's text length, to size
+    /// the copy).
+    fn from_members(members: &Members<'_>, len: usize, meta: &[(&str, &RawValue)]) -> RawResult {
+        let mut out = String::with_capacity(len + 64 * meta.len());
         out.push('{');
         let mut failed = false;
         let mut kind = None;
@@ -225,11 +231,11 @@ impl RawResult {
             write_members(&mut out, std::iter::empty(), meta);
         }
         out.push('}');
-        Ok(RawResult {
+        RawResult {
             text: out,
             failed,
             kind,
-        })
+        }
     }
 
     /// A failed call's result (`isError: true`) with this text.
@@ -300,6 +306,21 @@ fn write_members<'a>(
         out.push_str(v.get());
     }
     out.push('}');
+}
+
+/// Read straight out of a response being parsed (`{"result": …}` as a `RawResult` field):
+/// the result's bytes are tokenised once, where taking it as a `RawValue` first and then
+/// [`RawResult::from_upstream`] went over them twice. No `_meta` is spliced in.
+impl<'de> Deserialize<'de> for RawResult {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let members = Members::deserialize(d)?;
+        let len = members
+            .0
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum();
+        Ok(RawResult::from_members(&members, len, &[]))
+    }
 }
 
 /// Serialised as the JSON it is. The server's own answer does not come here (it writes
@@ -413,6 +434,27 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(failed.get()).unwrap()["isError"],
             true
         );
+    }
+
+    #[test]
+    fn a_result_read_inside_a_response_is_the_one_from_upstream_gives() {
+        #[derive(Deserialize)]
+        struct Response {
+            result: RawResult,
+        }
+        for result in [
+            r#"{"content":[{"type":"text","text":"hi \u00e9"}],"resultType":"complete","isError":true}"#,
+            r#"{"a\"b":1,"_meta":{"x":[1,2]},"resultType":"input_required"}"#,
+            "{}",
+        ] {
+            let response = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
+            let read: Response = serde_json::from_slice(response.as_bytes()).unwrap();
+            let want = RawResult::from_upstream(result, &[]).unwrap();
+            assert_eq!(read.result.get(), want.get(), "{result}");
+            assert_eq!(read.result.failed(), want.failed());
+            assert_eq!(read.result.result_type(), want.result_type());
+        }
+        assert!(serde_json::from_str::<Response>(r#"{"result":[1]}"#).is_err());
     }
 
     #[test]

@@ -78,8 +78,11 @@ impl LogExport {
     }
 }
 
-/// The trace context of the request a span belongs to, kept in the span's extensions.
-struct RequestContext(SpanContext);
+/// The `traceparent` of the request a span belongs to, kept in the span's extensions as
+/// text: it is read into a context only when a line is logged in the span, which most
+/// requests never do (parsing it when the span opened was ~450 instructions of every
+/// traced request).
+struct RequestContext(TraceparentText);
 
 /// The target and name of the span a handler runs in (see `toolyard-actors`' `exec`).
 const REQUEST_SPAN: (&str, &str) = ("toolyard", "mcp");
@@ -95,11 +98,11 @@ where
         }
         let mut read = TraceparentField::default();
         attrs.record(&mut read);
-        let Some(sc) = read.context else {
+        let Some(text) = read.text else {
             return;
         };
         if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(RequestContext(sc));
+            span.extensions_mut().insert(RequestContext(text));
         }
     }
 
@@ -117,7 +120,7 @@ where
                 scope.into_iter().find_map(|span| {
                     span.extensions()
                         .get::<RequestContext>()
-                        .map(|r| r.0.clone())
+                        .and_then(|r| span_context(r.0.as_str()?))
                 })
             })
         };
@@ -133,17 +136,20 @@ fn is_export_machinery(target: &str) -> bool {
         .any(|prefix| target.starts_with(prefix))
 }
 
-/// The request span's one field, `traceparent` (`00-{trace id}-{span id}-{flags}`), read
-/// into the context it names.
+/// The request span's one field, `traceparent` (`00-{trace id}-{span id}-{flags}`), as
+/// text.
 #[derive(Default)]
 struct TraceparentField {
-    context: Option<SpanContext>,
+    text: Option<TraceparentText>,
 }
 
 impl Visit for TraceparentField {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "traceparent" {
-            self.context = span_context(value);
+            let mut text = TraceparentText::default();
+            if fmt::Write::write_str(&mut text, value).is_ok() {
+                self.text = Some(text);
+            }
         }
     }
 
@@ -153,9 +159,7 @@ impl Visit for TraceparentField {
         if field.name() == "traceparent" {
             let mut text = TraceparentText::default();
             if fmt::write(&mut text, format_args!("{value:?}")).is_ok() {
-                if let Ok(s) = std::str::from_utf8(&text.bytes[..text.len]) {
-                    self.context = span_context(s);
-                }
+                self.text = Some(text);
             }
         }
     }
@@ -208,6 +212,13 @@ fn hex_value(text: &str) -> Option<u128> {
 struct TraceparentText {
     bytes: [u8; 55],
     len: usize,
+}
+
+impl TraceparentText {
+    /// The text written, when it is UTF-8.
+    fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.bytes[..self.len]).ok()
+    }
 }
 
 impl Default for TraceparentText {
