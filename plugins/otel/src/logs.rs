@@ -9,8 +9,9 @@
 //!   are not exported, the layer costs one atomic load per event that passed the filter.
 //! - the request's trace context. A handler runs inside the `tracing` span
 //!   `mcp{traceparent}` (the actors crate does not depend on OpenTelemetry, so there is
-//!   no OpenTelemetry context to read); this layer reads that context when the span opens and
-//!   makes it the current OpenTelemetry context while the bridge emits, which is where
+//!   no OpenTelemetry context to read); this layer keeps that field's text when the span
+//!   opens, and when a line is logged in the span reads it into a context and makes that
+//!   the current OpenTelemetry context while the bridge emits, which is where
 //!   the SDK takes a record's trace id and span id from. An OpenTelemetry context already
 //!   current (an embedder's own span) wins: it is the nearer one.
 //! - the export machinery's own events are never exported (`hyper`, `reqwest`, `h2`,
