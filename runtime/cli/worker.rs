@@ -30,7 +30,8 @@ pub(crate) struct WorkerArgs {
     /// Leave out the built-in demo set (left out anyway when the config has [[sources]]).
     #[arg(long)]
     no_demo: bool,
-    /// Requests served at once; more wait on the bus.
+    /// Requests served at once; as many again wait in the worker (each can be cancelled, and
+    /// its caller can tell a busy worker from a dead one), more wait on the bus.
     #[arg(long, env = "TOOLYARD_CONCURRENCY", default_value_t = 64)]
     concurrency: usize,
     /// Seconds in-flight requests get to finish after SIGTERM / Ctrl-C.

@@ -134,9 +134,15 @@ fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
 /// A `toolyard worker` process that has subscribed (it said so on stderr); the rest of its
 /// stderr is passed on.
 fn ready_worker(url: &str, name: &str) -> WorkerProcess {
+    ready_worker_with(url, name, &[])
+}
+
+/// [`ready_worker`] with more arguments.
+fn ready_worker_with(url: &str, name: &str, more: &[&str]) -> WorkerProcess {
     use std::io::BufRead;
     let mut child = Command::new(BIN)
         .args(["worker", "--nats", url, "--name", name])
+        .args(more)
         .env_remove("TOOLYARD_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -300,6 +306,53 @@ async fn a_worker_killed_mid_call_is_32010_long_before_the_inactivity_deadline_a
     assert!(waited < Duration::from_secs(8), "{waited:?}");
     // The killed worker's subscription went with its connection: the survivor answers.
     assert_eq!(echo(&gw.client, "survived").await, "survived");
+}
+
+/// N1, for calls that had no frame of their own: a worker with one slot runs a call and
+/// holds a second one that waits for the slot. SIGKILLed, both calls are -32010 within
+/// seconds, not at the minute-long inactivity deadline: a waiting request has told its
+/// caller it is there (a keepalive) and listens for its cancellation, and a running one
+/// sends its first keepalive after a second, so the gateway can ask whether anything still
+/// listens. (Before, a waiting call stayed silent in the worker's subscription and waited
+/// out the deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_a_killed_workers_slot_is_32010_long_before_the_inactivity_deadline() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let worker = tokio::task::spawn_blocking(move || {
+        ready_worker_with(&url, "pool", &["--concurrency", "1"])
+    })
+    .await
+    .unwrap();
+    let gw = gateway_with(&nats.url(), Duration::from_secs(60)).await;
+    let start_call = || {
+        let client = gw.client.clone();
+        tokio::spawn(async move {
+            client
+                .call_tool("pool__slow", json!({"steps": 1, "delay_ms": 30_000}))
+                .await
+        })
+    };
+    let running = start_call();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = start_call();
+    // Both have had a frame by now: the running call's first keepalive, the waiting one's.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop(worker); // SIGKILL
+    let killed = Instant::now();
+    for (which, call) in [("running", running), ("waiting", waiting)] {
+        let outcome = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .unwrap_or_else(|_| panic!("the {which} call is still waiting 20 s after the kill"))
+            .unwrap();
+        let code = match outcome {
+            Err(e) => e.rpc().map(|o| o.code),
+            Ok(r) => panic!("the {which} call was answered: {r:?}"),
+        };
+        assert_eq!(code, Some(-32010), "the {which} call");
+    }
+    let waited = killed.elapsed();
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
 }
 
 /// N2: the worker serving a call is stopped (SIGSTOP): the caller gets -32010 within the
@@ -508,32 +561,8 @@ fn a_worker_serves_the_built_in_connectors_of_its_config() {
 
 /// A `toolyard worker --config FILE` process whose file is `config`, killed when dropped,
 /// once it has subscribed (it said so on stderr).
-fn ready_worker_with(url: &str, name: &str, config: &std::path::Path) -> WorkerProcess {
-    use std::io::BufRead;
-    let mut child = Command::new(BIN)
-        .args(["worker", "--nats", url, "--name", name, "--config"])
-        .arg(config)
-        .env_remove("TOOLYARD_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolyard worker");
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let process = WorkerProcess(child);
-    loop {
-        match lines.next() {
-            Some(Ok(line)) if line.contains("serving on") => break,
-            Some(Ok(line)) => eprintln!("{line}"),
-            _ => panic!("the worker exited before it served"),
-        }
-    }
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            eprintln!("{line}");
-        }
-    });
-    process
+fn ready_worker_with_config(url: &str, name: &str, config: &std::path::Path) -> WorkerProcess {
+    ready_worker_with(url, name, &["--config", &config.to_string_lossy()])
 }
 
 /// A `[[sources]]` entry running our own binary as a stdio MCP server.
@@ -567,7 +596,7 @@ fn a_worker_serves_the_gateway_sources_of_its_config_and_follows_a_reload() {
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("worker.toml");
     std::fs::write(&config, stdio_source("up")).unwrap();
-    let w = ready_worker_with(&nats.url(), "ops", &config);
+    let w = ready_worker_with_config(&nats.url(), "ops", &config);
     // The source's tools, under the worker's name; a worker with sources leaves the demo
     // set out, as `serve` does.
     let names = gateway_tools(&nats.url(), |n| n.contains(&"ops__up__echo"));
@@ -686,7 +715,7 @@ async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
     let config = dir.join("worker.toml");
     std::fs::write(&config, "[nats]\ntask_ack_wait_ms = 1000\n").unwrap();
     let (url, cfg) = (nats.url(), config.clone());
-    let first = tokio::task::spawn_blocking(move || ready_worker_with(&url, "pool", &cfg))
+    let first = tokio::task::spawn_blocking(move || ready_worker_with_config(&url, "pool", &cfg))
         .await
         .unwrap();
     let url = nats.url();
@@ -735,9 +764,10 @@ async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let url = nats.url();
-    let second = tokio::task::spawn_blocking(move || ready_worker_with(&url, "pool", &config))
-        .await
-        .unwrap();
+    let second =
+        tokio::task::spawn_blocking(move || ready_worker_with_config(&url, "pool", &config))
+            .await
+            .unwrap();
     drop(first); // SIGKILL, mid-task
     let deadline = Instant::now() + Duration::from_secs(30);
     let done = loop {

@@ -41,7 +41,9 @@ pub struct WorkerConfig {
     pub server: String,
     /// The subject prefix (default `mcp.v1`).
     pub prefix: String,
-    /// Requests served at once; more wait in the subscription.
+    /// Requests served at once. As many again wait in the worker for a slot, each
+    /// listening for its cancellation and having told its caller it is here (a `ka` frame);
+    /// the rest wait in the subscription.
     pub concurrency: usize,
     /// How often the catalog entry is re-put.
     pub heartbeat: Duration,
@@ -98,6 +100,8 @@ struct Inner {
     /// Set when the drain timeout passes: requests still running are cancelled.
     abandon: CancellationToken,
     tracker: TaskTracker,
+    /// A slot per request served at once (`concurrency`).
+    running: Semaphore,
     /// The entry last put (a failing listing keeps its part of it).
     last_entry: std::sync::Mutex<Option<CatalogEntry>>,
 }
@@ -117,6 +121,7 @@ impl Worker {
         }
         let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, config.heartbeat, config.catalog_replicas).await?;
+        let concurrency = config.concurrency.max(1);
         let inner = Arc::new(Inner {
             server,
             client: client.clone(),
@@ -126,6 +131,7 @@ impl Worker {
             draining: CancellationToken::new(),
             abandon: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            running: Semaphore::new(concurrency),
             last_entry: std::sync::Mutex::new(None),
         });
         // A JetStream cluster that has just elected its meta leader may not know the bucket's
@@ -303,9 +309,13 @@ fn instance_id() -> String {
     format!("{}-{nanos:x}", std::process::id())
 }
 
-/// The request loop: each request in a task, at most `concurrency` at once.
+/// The request loop: each request in a task, at most `concurrency` running and as many
+/// again taken off the subscription to wait for a slot (`handle`): a request that waits
+/// there listens for its cancellation and has sent its caller a frame, so a caller can tell
+/// a busy worker from a dead one (`docs/nats.md`, "The answer: frames"). Beyond that,
+/// requests wait in the subscription.
 async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
-    let permits = Arc::new(Semaphore::new(inner.config.concurrency.max(1)));
+    let permits = Arc::new(Semaphore::new(2 * inner.config.concurrency.max(1)));
     loop {
         let message = tokio::select! {
             m = subscription.next() => m,
@@ -512,13 +522,40 @@ async fn handle(inner: &Inner, message: Message) {
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let cancel = CancellationToken::new();
     let cancelled_by_caller = CancellationToken::new();
-    let control = watch_control(
-        inner,
-        &reply,
-        request.id.clone(),
-        cancelled_by_caller.clone(),
-    )
-    .await;
+    let _control = AbortOnDrop(
+        watch_control(
+            inner,
+            &reply,
+            request.id.clone(),
+            cancelled_by_caller.clone(),
+        )
+        .await,
+    );
+    let expired = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expired);
+    // A slot to run in; without one at once, the request waits here (boxed: rare, and this
+    // future is copied into every request's task).
+    let _slot = match inner.running.try_acquire() {
+        Ok(slot) => slot,
+        Err(_) => {
+            let waited = Box::pin(wait_for_slot(
+                inner,
+                &mut out,
+                &request.id,
+                &cancelled_by_caller,
+                expired.as_mut(),
+            ));
+            match waited.await {
+                Some(slot) => slot,
+                None => return,
+            }
+        }
+    };
     let id = request.id.clone();
     let Served {
         messages: mut rx,
@@ -530,19 +567,15 @@ async fn handle(inner: &Inner, message: Message) {
         cancel.clone(),
         transport_traceparent,
     );
-    // The first keepalive one period from now. (`interval` + an initial `tick()` cost every
-    // request a trip through the timer wheel: ~1 ms of latency per call.)
+    // The first keepalive after a second (or the period, if shorter), then one every
+    // period: a call that runs longer than that has had a frame, so its caller can tell from
+    // then on whether the worker is still there (`{reply}.ctl`) instead of waiting out its
+    // inactivity window. (`interval` + an initial `tick()` cost every request a trip
+    // through the timer wheel: ~1 ms of latency per call.)
     let mut keepalive = tokio::time::interval_at(
-        tokio::time::Instant::now() + inner.config.keepalive,
+        tokio::time::Instant::now() + inner.config.keepalive.min(FIRST_KEEPALIVE),
         inner.config.keepalive,
     );
-    let expired = async {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(expired);
     loop {
         tokio::select! {
             bytes = rx.recv() => match bytes {
@@ -565,27 +598,71 @@ async fn handle(inner: &Inner, message: Message) {
             }
             () = &mut expired => {
                 cancel.cancel();
-                let error = ErrorObject::new(
-                    toolyard_proto::error::code::REQUEST_TIMEOUT,
-                    "the caller's deadline (Mcp-Timeout-Ms) passed: the request was cancelled",
-                );
-                out.err(Some(&id), &error).await;
+                out.err(Some(&id), &deadline_passed()).await;
                 break;
             }
             () = inner.abandon.cancelled() => {
                 cancel.cancel();
-                let error = ErrorObject::new(
-                    wire::STREAM_LOST,
-                    "the worker is draining and cancelled the request: re-issue it",
-                );
-                out.err(Some(&id), &error).await;
+                out.err(Some(&id), &abandoned()).await;
                 break;
             }
             _ = keepalive.tick() => out.send(Frame::Ka, Bytes::new()).await,
         }
     }
-    if let Some(control) = control {
-        control.abort();
+}
+
+/// When the first keepalive of a running request goes out at the latest.
+const FIRST_KEEPALIVE: Duration = Duration::from_secs(1);
+
+/// Waits for a slot to run a request in, every slot being taken. The caller hears from
+/// this worker first (a `ka` frame): from then on a silence can be checked (`{reply}.ctl`
+/// has a listener), so a caller tells a busy worker from a dead one. `None` when the
+/// request ended while it waited (its caller cancelled it, its deadline passed, the worker
+/// is draining), its terminal frame sent.
+async fn wait_for_slot<'a>(
+    inner: &'a Inner,
+    out: &mut Frames<'_>,
+    id: &RequestId,
+    cancelled_by_caller: &CancellationToken,
+    expired: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Option<tokio::sync::SemaphorePermit<'a>> {
+    out.send(Frame::Ka, Bytes::new()).await;
+    tokio::select! {
+        slot = inner.running.acquire() => match slot {
+            Ok(slot) => return Some(slot),
+            // The semaphore is never closed; should it be, the request is answered.
+            Err(_) => out.err(Some(id), &abandoned()).await,
+        },
+        // Cancelled before it ran: no response exists; an empty `end` closes the stream.
+        () = cancelled_by_caller.cancelled() => out.send(Frame::End, Bytes::new()).await,
+        () = expired => out.err(Some(id), &deadline_passed()).await,
+        () = inner.abandon.cancelled() => out.err(Some(id), &abandoned()).await,
+    }
+    None
+}
+
+fn deadline_passed() -> ErrorObject {
+    ErrorObject::new(
+        toolyard_proto::error::code::REQUEST_TIMEOUT,
+        "the caller's deadline (Mcp-Timeout-Ms) passed: the request was cancelled",
+    )
+}
+
+fn abandoned() -> ErrorObject {
+    ErrorObject::new(
+        wire::STREAM_LOST,
+        "the worker is draining and cancelled the request: re-issue it",
+    )
+}
+
+/// Stops a request's cancellation listener when the request ends, however it ends.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
     }
 }
 
