@@ -164,6 +164,56 @@ async fn a_call_cancelled_at_once_still_stops_on_the_worker() {
     assert_eq!(seen.finished.load(Ordering::SeqCst), 0);
 }
 
+/// A request that waits in the worker for a slot listens for its cancellation meanwhile: a
+/// call cancelled while it waits ends there and never runs. (Before, it waited unseen in
+/// the worker's subscription, the gateway's repeated cancel went unheard, and it ran once a
+/// slot was free.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_it_waits_for_a_slot_never_runs() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let mut config = WorkerConfig::new("slow");
+    config.concurrency = 1;
+    let _worker = Worker::start(
+        worker_server(seen.clone()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
+    let client = gw.client.clone();
+    let running =
+        tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 3_000})).await });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while seen.started.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first call never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let client = gw.client.clone();
+    let waiting =
+        tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 30_000})).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    waiting.abort();
+    let first = tokio::time::timeout(WAIT, running)
+        .await
+        .expect("the first call ends")
+        .unwrap()
+        .unwrap();
+    assert!(format!("{first:?}").contains("slept"), "{first:?}");
+    // The slot is free: a cancel that had been lost would let the second call start now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        seen.started.load(Ordering::SeqCst),
+        1,
+        "the call cancelled while it waited for a slot ran anyway"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_callers_deadline_stops_the_work_on_the_worker() {
     let nats = NatsServer::start();
