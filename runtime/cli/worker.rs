@@ -30,7 +30,7 @@ pub(crate) struct WorkerArgs {
     /// Leave out the built-in demo set (left out anyway when the config has [[sources]]).
     #[arg(long)]
     no_demo: bool,
-    /// Requests served at once; as many again wait in the worker (each can be cancelled, and
+    /// Requests served at once; as many again (at least 64) wait in the worker (each can be cancelled, and
     /// its caller can tell a busy worker from a dead one), more wait on the bus.
     #[arg(long, env = "TOOLYARD_CONCURRENCY", default_value_t = 64)]
     concurrency: usize,

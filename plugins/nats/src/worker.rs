@@ -41,9 +41,9 @@ pub struct WorkerConfig {
     pub server: String,
     /// The subject prefix (default `mcp.v1`).
     pub prefix: String,
-    /// Requests served at once. As many again wait in the worker for a slot, each
-    /// listening for its cancellation and having told its caller it is here (a `ka` frame);
-    /// the rest wait in the subscription.
+    /// Requests served at once. As many again (at least 64) wait in the worker for a slot,
+    /// each listening for its cancellation and having told its caller it is here (a `ka`
+    /// frame); the rest wait in the subscription.
     pub concurrency: usize,
     /// How often the catalog entry is re-put.
     pub heartbeat: Duration,
@@ -310,12 +310,13 @@ fn instance_id() -> String {
 }
 
 /// The request loop: each request in a task, at most `concurrency` running and as many
-/// again taken off the subscription to wait for a slot (`handle`): a request that waits
-/// there listens for its cancellation and has sent its caller a frame, so a caller can tell
-/// a busy worker from a dead one (`docs/nats.md`, "The answer: frames"). Beyond that,
-/// requests wait in the subscription.
+/// again (at least [`WAITING`]) taken off the subscription to wait for a slot (`handle`): a
+/// request that waits there listens for its cancellation and has sent its caller a frame,
+/// so a caller can tell a busy worker from a dead one (`docs/nats.md`, "The answer:
+/// frames"). Beyond that, requests wait in the subscription.
 async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
-    let permits = Arc::new(Semaphore::new(2 * inner.config.concurrency.max(1)));
+    let concurrency = inner.config.concurrency.max(1);
+    let permits = Arc::new(Semaphore::new(concurrency + concurrency.max(WAITING)));
     loop {
         let message = tokio::select! {
             m = subscription.next() => m,
@@ -610,6 +611,11 @@ async fn handle(inner: &Inner, message: Message) {
         }
     }
 }
+
+/// Requests a worker takes to wait for a slot, at least. NATS hands a queue group's
+/// requests out without regard to how busy each member is, so a worker of few slots still
+/// gets its share; each waiting request costs a task and a subscription.
+const WAITING: usize = 64;
 
 /// When the first keepalive of a running request goes out at the latest.
 const FIRST_KEEPALIVE: Duration = Duration::from_secs(1);
