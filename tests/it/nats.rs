@@ -312,7 +312,7 @@ async fn a_worker_killed_mid_call_is_32010_long_before_the_inactivity_deadline_a
 /// holds a second one that waits for the slot. SIGKILLed, both calls are -32010 within
 /// seconds, not at the minute-long inactivity deadline: a waiting request has told its
 /// caller it is there (a keepalive) and listens for its cancellation, and a running one
-/// sends its first keepalive after a second, so the gateway can ask whether anything still
+/// sends its first keepalive after 100 ms, so the gateway can ask whether anything still
 /// listens. (Before, a waiting call stayed silent in the worker's subscription and waited
 /// out the deadline.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

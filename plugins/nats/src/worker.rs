@@ -568,10 +568,10 @@ async fn handle(inner: &Inner, message: Message) {
         cancel.clone(),
         transport_traceparent,
     );
-    // The first keepalive after a second (or the period, if shorter), then one every
-    // period: a call that runs longer than that has had a frame, so its caller can tell from
-    // then on whether the worker is still there (`{reply}.ctl`) instead of waiting out its
-    // inactivity window. (`interval` + an initial `tick()` cost every request a trip
+    // The first keepalive after 100 ms (or the period, if shorter), then one every period:
+    // a call that runs longer than that has had a frame, so its caller can tell from then on
+    // whether the worker is still there (`{reply}.ctl`) instead of waiting out its
+    // inactivity window. One frame more for a call that long is nothing to what it costs. (`interval` + an initial `tick()` cost every request a trip
     // through the timer wheel: ~1 ms of latency per call.)
     let mut keepalive = tokio::time::interval_at(
         tokio::time::Instant::now() + inner.config.keepalive.min(FIRST_KEEPALIVE),
@@ -618,7 +618,7 @@ async fn handle(inner: &Inner, message: Message) {
 const WAITING: usize = 64;
 
 /// When the first keepalive of a running request goes out at the latest.
-const FIRST_KEEPALIVE: Duration = Duration::from_secs(1);
+const FIRST_KEEPALIVE: Duration = Duration::from_millis(100);
 
 /// Waits for a slot to run a request in, every slot being taken. The caller hears from
 /// this worker first (a `ka` frame): from then on a silence can be checked (`{reply}.ctl`
