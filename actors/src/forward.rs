@@ -188,12 +188,17 @@ impl RawResult {
     ) -> Result<RawResult, RawResultError> {
         let members: Members<'_> =
             serde_json::from_str(result).map_err(|e| RawResultError::NotAnObject(e.to_string()))?;
-        Ok(RawResult::from_members(&members, result.len(), meta))
+        Ok(RawResult::from_members(&members, meta))
     }
 
-    /// The result made of an object's members (`len`: the object's text length, to size
-    /// the copy).
-    fn from_members(members: &Members<'_>, len: usize, meta: &[(&str, &RawValue)]) -> RawResult {
+    /// The result made of an object's members.
+    fn from_members(members: &Members<'_>, meta: &[(&str, &RawValue)]) -> RawResult {
+        // Each member's key and value, its quotes, colon and comma; room for ours.
+        let len: usize = members
+            .0
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum();
         let mut out = String::with_capacity(len + 64 * meta.len());
         out.push('{');
         let mut failed = false;
@@ -313,13 +318,7 @@ fn write_members<'a>(
 /// [`RawResult::from_upstream`] went over them twice. No `_meta` is spliced in.
 impl<'de> Deserialize<'de> for RawResult {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let members = Members::deserialize(d)?;
-        let len = members
-            .0
-            .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
-            .sum();
-        Ok(RawResult::from_members(&members, len, &[]))
+        Ok(RawResult::from_members(&Members::deserialize(d)?, &[]))
     }
 }
 

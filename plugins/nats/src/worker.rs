@@ -571,8 +571,9 @@ async fn handle(inner: &Inner, message: Message) {
     // The first keepalive after 100 ms (or the period, if shorter), then one every period:
     // a call that runs longer than that has had a frame, so its caller can tell from then on
     // whether the worker is still there (`{reply}.ctl`) instead of waiting out its
-    // inactivity window. One frame more for a call that long is nothing to what it costs. (`interval` + an initial `tick()` cost every request a trip
-    // through the timer wheel: ~1 ms of latency per call.)
+    // inactivity window; one frame more is nothing to what a call that long costs.
+    // (`interval` + an initial `tick()` cost every request a trip through the timer wheel:
+    // ~1 ms of latency per call.)
     let mut keepalive = tokio::time::interval_at(
         tokio::time::Instant::now() + inner.config.keepalive.min(FIRST_KEEPALIVE),
         inner.config.keepalive,

@@ -110,14 +110,7 @@ async fn cancelling_a_call_cancels_it_on_the_worker() {
         tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 30_000})).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     call.abort(); // dropping the call cancels it (the client sends notifications/cancelled)
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while seen.cancelled.load(Ordering::SeqCst) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the worker's tool was never cancelled"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    counted(&seen.cancelled, "the worker's tool was never cancelled").await;
     assert_eq!(seen.finished.load(Ordering::SeqCst), 0);
 }
 
@@ -186,14 +179,7 @@ async fn a_call_cancelled_while_it_waits_for_a_slot_never_runs() {
     let client = gw.client.clone();
     let running =
         tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 3_000})).await });
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while seen.started.load(Ordering::SeqCst) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the first call never ran"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    counted(&seen.started, "the first call never ran").await;
     let client = gw.client.clone();
     let waiting =
         tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 30_000})).await });
@@ -234,14 +220,7 @@ async fn the_callers_deadline_stops_the_work_on_the_worker() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("deadline"), "{e}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while seen.cancelled.load(Ordering::SeqCst) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the worker kept working"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    counted(&seen.cancelled, "the worker kept working").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

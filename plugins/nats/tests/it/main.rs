@@ -260,6 +260,15 @@ fn sleeper(name: &str, description: &str, seen: Arc<Seen>) -> toolyard::ToolDef 
     .unwrap()
 }
 
+/// Waits until `counter` is above zero (within [`WAIT`]); `what` says what never happened.
+pub(crate) async fn counted(counter: &AtomicUsize, what: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while counter.load(Ordering::SeqCst) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub(crate) async fn connect(url: &str) -> async_nats::Client {
     toolyard_nats::connect(url, "test").await.unwrap()
 }

@@ -237,14 +237,11 @@ async fn a_task_runs_on_a_worker_and_any_gateway_reads_and_cancels_it() {
         .await
         .unwrap();
     assert!(ack.get("error").is_none(), "{ack}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while seen.cancelled.load(Ordering::SeqCst) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the worker never stopped the cancelled task"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    counted(
+        &seen.cancelled,
+        "the worker never stopped the cancelled task",
+    )
+    .await;
     assert_eq!(get(&a, &id).await["status"], "cancelled");
     jobs_settled(&bus).await;
 }
