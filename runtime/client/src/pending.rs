@@ -37,6 +37,10 @@ pub(crate) struct Pending {
     /// request gets one while few see progress (3.3 KiB of `ProgressNotificationParams`
     /// per request, a pointer's worth boxed).
     pub(crate) progress: Option<ProgressSender>,
+    /// When progress last came for this request: a caller with no progress callback gets
+    /// no channel (two allocations per request), and reads this when its timeout fires
+    /// to see whether progress has moved the deadline.
+    pub(crate) progressed: Option<std::time::Instant>,
     /// Who answers the server's questions for this request, and when it was sent (the
     /// newest of one group takes an unattributed question).
     pub(crate) questions: Option<(Questions, u64)>,
@@ -94,6 +98,7 @@ impl PendingTable {
                 method,
                 reply,
                 progress,
+                progressed: None,
                 questions,
             },
         );
@@ -153,20 +158,30 @@ impl PendingTable {
     }
 
     /// Hands a progress notification to the request it is about (its token is the
-    /// request's id), if that request asked for progress.
+    /// request's id): to its caller's channel if it asked for progress, and in any case
+    /// noted as the request's latest progress (see [`PendingTable::progressed`]).
     pub(crate) fn progress(&self, p: &ProgressNotificationParams) {
         let id = match &p.progress_token {
             ProgressToken::Number(n) => RequestId::Number(*n),
             ProgressToken::String(s) => RequestId::String(s.as_str().into()),
         };
-        let tx = self
-            .lock()
-            .pending
-            .get(&id)
-            .and_then(|p| p.progress.clone());
+        let tx = {
+            let mut table = self.lock();
+            let Some(pending) = table.pending.get_mut(&id) else {
+                return;
+            };
+            pending.progressed = Some(std::time::Instant::now());
+            pending.progress.clone()
+        };
         if let Some(tx) = tx {
             let _ = tx.unbounded_send(Box::new(p.clone()));
         }
+    }
+
+    /// When progress last came for a request still waiting (none: no progress, or no
+    /// longer waiting).
+    pub(crate) fn progressed(&self, id: &RequestId) -> Option<std::time::Instant> {
+        self.lock().pending.get(id).and_then(|p| p.progressed)
     }
 
     /// Hands a message from the server to the caller it answers, if it is a response, or a

@@ -224,6 +224,33 @@ async fn progress_reaches_the_callback_and_extends_the_timeout() {
     }
 }
 
+/// A caller with no progress callback gets no progress channel; its timeout is still moved
+/// by each progress notification (read from the pending table when the timer fires).
+#[tokio::test]
+async fn progress_extends_the_timeout_of_a_request_without_a_progress_callback() {
+    let server = demo_server(100).await;
+    for protocol in BOTH {
+        let client = builder(protocol)
+            .connect(MemoryTransport::new(&server))
+            .await
+            .unwrap();
+        let opts = RequestOptions::default().timeout(Duration::from_millis(400));
+        let done = client
+            .call_tool_with("slow", json!({"steps": 6, "delay_ms": 150}), &opts)
+            .await
+            .unwrap();
+        assert_eq!(text(&done), "done after 6 steps", "{protocol:?}");
+        // And without progress the same timeout still fires.
+        let late = client
+            .call_tool_with("slow", json!({"steps": 1, "delay_ms": 900}), &opts)
+            .await;
+        assert!(
+            matches!(late, Err(ClientError::Timeout { .. })),
+            "{protocol:?}: {late:?}"
+        );
+    }
+}
+
 fn cancellable_server_tool(cancelled: Arc<AtomicBool>) -> toolyard::ToolDef {
     /// Set when the call ends without finishing: the server either signals the token or
     /// drops the task, and both count as the server seeing the cancellation.

@@ -438,8 +438,16 @@ impl Client {
         )
         .map_err(|e| ClientError::Protocol(e.to_string()))?;
         let (reply_tx, mut reply_rx) = oneshot::channel();
-        // Progress extends the timeout, so every request gets its progress channel.
-        let (progress_tx, mut progress_rx) = futures_channel::mpsc::unbounded();
+        // Progress extends the timeout. A caller with a progress callback gets each
+        // notification through a channel; one without gets none (two allocations of every
+        // request) and asks the table when its timeout fires.
+        let (progress_tx, mut progress_rx) = match opts.on_progress {
+            Some(_) => {
+                let (tx, rx) = futures_channel::mpsc::unbounded();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         // Registered, then written by this task: no hop through the client actor (the
         // reader hands the answer straight back; `pending.rs`).
         // The protocol's own method names are static: no copy for either holder.
@@ -451,7 +459,7 @@ impl Client {
             id.clone(),
             method_name.clone(),
             reply_tx,
-            Some(progress_tx),
+            progress_tx,
             opts.questions.clone(),
         )?;
         inner.link.send(OutboundMessage {
@@ -477,20 +485,25 @@ impl Client {
                     guard.id = None;
                     // The actor queues progress before it passes on the answer, but `select!`
                     // may see both ready and pick the answer: deliver what is queued first.
-                    if let Some(f) = &opts.on_progress {
-                        while let Ok(progress) = progress_rx.try_recv() {
+                    if let (Some(f), Some(rx)) = (&opts.on_progress, &mut progress_rx) {
+                        while let Ok(progress) = rx.try_recv() {
                             f(&progress);
                         }
                     }
                     return answer.map_err(|_| ClientError::Closed)?;
                 }
-                Some(progress) = progress_rx.next() => {
+                Some(progress) = next_progress(&mut progress_rx) => {
                     if let Some(f) = &opts.on_progress {
                         f(&progress);
                     }
                     deadline = (Instant::now() + timeout).min(hard);
                 }
                 () = tokio::time::sleep_until(deadline) => {
+                    let progressed = guard.id.as_ref().and_then(|id| inner.pending.progressed(id));
+                    if let Some(moved) = progressed.map(|at| (Instant::from_std(at) + timeout).min(hard)).filter(|d| *d > deadline) {
+                        deadline = moved;
+                        continue;
+                    }
                     guard.reason = "timed out";
                     return Err(ClientError::Timeout { method: method.to_owned(), after: started.elapsed() });
                 }
@@ -634,6 +647,16 @@ pub(super) enum Era {
 
 pub(super) fn to_value<T: serde::Serialize + ?Sized>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The next progress notification from a caller's channel; never, when it has none.
+async fn next_progress(
+    rx: &mut Option<futures_channel::mpsc::UnboundedReceiver<Box<ProgressNotificationParams>>>,
+) -> Option<Box<ProgressNotificationParams>> {
+    match rx {
+        Some(rx) => rx.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 pub(super) fn parse_result<T: DeserializeOwned>(
