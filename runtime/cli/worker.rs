@@ -30,10 +30,15 @@ pub(crate) struct WorkerArgs {
     /// Leave out the built-in demo set (left out anyway when the config has [[sources]]).
     #[arg(long)]
     no_demo: bool,
-    /// Requests served at once; as many again (at least 64) wait in the worker (each can be cancelled, and
-    /// its caller can tell a busy worker from a dead one), more wait on the bus.
+    /// Requests served at once.
     #[arg(long, env = "TOOLYARD_CONCURRENCY", default_value_t = 64)]
     concurrency: usize,
+    /// Requests that may wait in the worker for a slot (default: as many as --concurrency,
+    /// at least 64); each can be cancelled, and its caller can tell a busy worker from a
+    /// dead one. One more is refused at once as busy (-32015, not started), which a gateway
+    /// re-issues with a backoff within the call's deadline.
+    #[arg(long, env = "TOOLYARD_WAITING")]
+    waiting: Option<usize>,
     /// Seconds in-flight requests get to finish after SIGTERM / Ctrl-C.
     #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
     drain_seconds: u64,
@@ -125,6 +130,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         // and its gateways must agree on the prefix.
         let mut worker_config = nats_section.worker(&args.name);
         worker_config.concurrency = args.concurrency.max(1);
+        worker_config.waiting = args.waiting;
         worker_config.drain_timeout = std::time::Duration::from_secs(args.drain_seconds);
         let events =
             toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)

@@ -514,7 +514,9 @@ fn the_compose_topology_under_load_fails_only_calls_in_flight_on_a_killed_or_dra
     // never answered. async-nats 0.51 drops a drained subscription once the UNSUB is
     // written, not once the server has taken it, so a request the server routes to the
     // worker in between is dropped unseen: it was in flight on the stopped worker, and only
-    // the caller's deadline (or the gateway's inactivity) ends it.
+    // the caller's deadline ends it, or the gateway's -32010 when, 5 s after it sent the call,
+    // nothing listens on the call's `{reply}.ctl` ("gone before it answered"), whichever
+    // comes first.
     // A call its caller sent just before a SIGTERM reaches the worker just after it (caller ->
     // gateway -> NATS -> worker): `TRANSIT_SLACK` before the signal counts as in the window
     // (seen once in CI: a call started 1 ms before a SIGTERM was lost this way). A call lost in
@@ -523,7 +525,8 @@ fn the_compose_topology_under_load_fails_only_calls_in_flight_on_a_killed_or_dra
         .iter()
         .copied()
         .filter(|c| {
-            c.outcome == Outcome::Silence
+            (c.outcome == Outcome::Silence
+                || matches!(&c.outcome, Outcome::Refused(m) if m.contains("gone before it answered")))
                 && !worker_traces.contains(&c.trace_id)
                 && terms.iter().any(|(term, exited)| {
                     c.start + TRANSIT_SLACK >= *term && c.start <= *exited + KILL_SLACK

@@ -1134,11 +1134,35 @@ async fn call_round<T: Forwarded>(
     let server = target.server;
     let mut retried = false;
     let mut reissued = false;
+    // Set once a worker refused the call as busy: when the retries began, and the next wait.
+    let mut busy: Option<(tokio::time::Instant, Duration)> = None;
     loop {
+        let budget =
+            busy.map(|(since, _)| inner.config.call_timeout.saturating_sub(since.elapsed()));
         // Boxed (and the rare wait below): every forwarded call's future is allocated whole,
         // and each async layer would otherwise carry this one's state again.
-        match Box::pin(call_once(inner, subject, target, ctx, trace, body.clone())).await {
-            Ok(payload) => return T::answer(&payload),
+        match Box::pin(call_once(
+            inner,
+            subject,
+            target,
+            ctx,
+            trace,
+            body.clone(),
+            budget,
+        ))
+        .await
+        {
+            Ok(payload) => match T::answer(&payload) {
+                Err(HandlerError::Protocol(e)) if e.code == wire::BUSY => {
+                    let (since, wait) =
+                        *busy.get_or_insert((tokio::time::Instant::now(), BUSY_FIRST_WAIT));
+                    if !Box::pin(busy_backoff(inner, ctx, since, wait)).await {
+                        return Err(HandlerError::Protocol(e));
+                    }
+                    busy = Some((since, (wait * 2).min(BUSY_MAX_WAIT)));
+                }
+                answer => return answer,
+            },
             Err(Outcome::NoResponders) if !retried => {
                 retried = true;
                 Box::pin(tokio::time::sleep(Duration::from_millis(200))).await;
@@ -1164,6 +1188,31 @@ async fn call_round<T: Forwarded>(
     }
 }
 
+/// The first wait before a call a worker refused as busy (-32015) is sent again; it doubles
+/// up to [`BUSY_MAX_WAIT`] while workers stay busy, within the call's deadline.
+const BUSY_FIRST_WAIT: Duration = Duration::from_millis(20);
+const BUSY_MAX_WAIT: Duration = Duration::from_millis(500);
+
+/// Waits `wait` (give or take a quarter, so calls refused together do not come back
+/// together) before a busy call is sent again; `false` when that would outlast the call's
+/// deadline, counted from the first refusal, or the caller cancelled meanwhile.
+async fn busy_backoff(
+    inner: &Inner,
+    ctx: &RequestContext,
+    since: tokio::time::Instant,
+    wait: Duration,
+) -> bool {
+    let jitter = u32::try_from(since.elapsed().subsec_nanos() % 500).unwrap_or(0);
+    let wait = wait * (750 + jitter) / 1000;
+    if since.elapsed() + wait >= inner.config.call_timeout {
+        return false;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(wait) => true,
+        () = ctx.cancellation().cancelled() => false,
+    }
+}
+
 enum Outcome {
     NoResponders,
     /// Our caller cancelled: the worker is told (`CancelOnDrop`).
@@ -1186,11 +1235,17 @@ async fn call_once(
     ctx: &RequestContext,
     trace: Option<&Trace>,
     body: bytes::Bytes,
+    budget: Option<Duration>,
 ) -> Result<bytes::Bytes, Outcome> {
     let server = target.server;
-    let mut headers = match target.headers {
-        Some(h) => h.clone(),
-        None => request_headers(target.method, target.name, inner.config.call_timeout)?,
+    // A call sent again after a busy refusal carries what is left of its deadline.
+    let mut headers = match (target.headers, budget) {
+        (Some(h), None) => h.clone(),
+        (_, budget) => request_headers(
+            target.method,
+            target.name,
+            budget.unwrap_or(inner.config.call_timeout),
+        )?,
     };
     // Answered on the gateway's one reply subscription, routed to this call by its token
     // (`replies`: a flood on another call cannot delay this one's answer).
@@ -1236,12 +1291,19 @@ async fn call_once(
     };
     // Once the worker has sent a frame it listens on `{reply}.ctl` until its last one; a
     // silence from then on is checked every `PROBE_EVERY` (`worker_gone`), not only at the
-    // inactivity deadline.
+    // inactivity deadline. Before the first frame, from `FIRST_PROBE` on: a live worker
+    // listens there from the moment it takes the request (it waits for a slot or is refused
+    // as busy, never unseen), so by then no listener means the worker that took it is gone.
     let mut heard = false;
-    let mut last_frame = tokio::time::Instant::now();
+    let sent = tokio::time::Instant::now();
+    let mut last_frame = sent;
     let outcome = loop {
         let left = inner.config.inactivity.saturating_sub(last_frame.elapsed());
-        let wait = if heard { left.min(PROBE_EVERY) } else { left };
+        let wait = match sent.elapsed() {
+            _ if heard => left.min(PROBE_EVERY),
+            since if since >= FIRST_PROBE => left.min(PROBE_EVERY),
+            since => left.min(FIRST_PROBE - since),
+        };
         let next = tokio::select! {
             m = tokio::time::timeout(wait, guard.frames.next()) => m,
             () = ctx.cancellation().cancelled() => break Err(Outcome::Cancelled),
@@ -1261,17 +1323,27 @@ async fn call_once(
             }
         };
         let message = match next {
-            Err(_) if heard && last_frame.elapsed() < inner.config.inactivity => {
+            Err(_)
+                if (heard || sent.elapsed() >= FIRST_PROBE)
+                    && last_frame.elapsed() < inner.config.inactivity =>
+            {
                 if !Box::pin(worker_gone(&inner.client, guard.frames.subject())).await {
                     continue;
                 }
                 // Its last frame may be on its way still (it unsubscribes after sending it).
                 match tokio::time::timeout(GONE_GRACE, guard.frames.next()).await {
                     Ok(Some(m)) => m,
-                    _ => {
+                    _ if heard => {
                         break Err(bus_error(
                             wire::STREAM_LOST,
                             format!("the worker serving the call to `{server}` is gone (nothing listens for the call's cancellation any more): re-issue the call"),
+                        )
+                        .into())
+                    }
+                    _ => {
+                        break Err(bus_error(
+                            wire::STREAM_LOST,
+                            format!("the worker that took the call to `{server}` is gone before it answered anything (nothing listens for the call's cancellation): re-issue the call"),
                         )
                         .into())
                     }
@@ -1405,6 +1477,11 @@ impl Drop for CancelOnDrop<'_> {
 /// How often a call whose worker has answered before but is silent now checks that the
 /// worker is still there (`worker_gone`).
 const PROBE_EVERY: Duration = Duration::from_secs(2);
+/// When a call that has had no frame at all first checks that the worker that took it is
+/// still there. A live worker listens on `{reply}.ctl` within moments of reading the
+/// request; this much leaves room for one whose runtime is busy, so that only a worker that
+/// is gone (killed before its first frame) is taken for one.
+const FIRST_PROBE: Duration = Duration::from_secs(5);
 /// How long that check waits: a listener that does not answer is a listener.
 const PROBE_WAIT: Duration = Duration::from_millis(500);
 /// How long a call whose worker is gone still waits for a last frame already on its way.
@@ -1531,9 +1608,9 @@ fn answer<T: Forwarded>(payload: &[u8]) -> Result<Answer<T>, HandlerError> {
 
 #[cfg(test)]
 mod tests {
-    /// The size of the future an async fn with these six arguments returns.
-    fn future_size<A, B, C, D, E, G, F: std::future::Future>(
-        _: impl Fn(A, B, C, D, E, G) -> F,
+    /// The size of the future an async fn with these seven arguments returns.
+    fn future_size<A, B, C, D, E, G, H, F: std::future::Future>(
+        _: impl Fn(A, B, C, D, E, G, H) -> F,
     ) -> usize {
         std::mem::size_of::<F>()
     }

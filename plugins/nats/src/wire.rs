@@ -61,6 +61,9 @@ pub const NO_RESPONDERS: i32 = -32011;
 pub const PAYLOAD_TOO_LARGE: i32 = -32012;
 /// The bus refused to carry the request: this connection may not publish to its subject.
 pub const PERMISSION_DENIED: i32 = -32013;
+/// The worker had no slot and no room to wait: the request was not started (Toolyard's
+/// own code; nats-mcp-gateway uses -32014 for credentials).
+pub const BUSY: i32 = -32015;
 /// The subject, the mirrored headers and the body disagree (the MCP HeaderMismatch code).
 pub const HEADER_MISMATCH: i32 = toolyard_proto::error::code::HEADER_MISMATCH;
 

@@ -41,10 +41,14 @@ pub struct WorkerConfig {
     pub server: String,
     /// The subject prefix (default `mcp.v1`).
     pub prefix: String,
-    /// Requests served at once. As many again (at least 64) wait in the worker for a slot,
-    /// each listening for its cancellation and having told its caller it is here (a `ka`
-    /// frame); the rest wait in the subscription.
+    /// Requests served at once.
     pub concurrency: usize,
+    /// Requests that may wait in the worker for a slot (`None`: as many as `concurrency`,
+    /// at least 64), each listening for its cancellation and having told its caller it is
+    /// here (a `ka` frame). A request beyond them is refused at once with `err` -32015
+    /// (busy, not started: safe to re-issue), never left unseen in the subscription, where
+    /// a dead worker's requests were lost without a word and a full buffer dropped them.
+    pub waiting: Option<usize>,
     /// How often the catalog entry is re-put.
     pub heartbeat: Duration,
     /// How often an idle stream gets a keepalive frame.
@@ -68,6 +72,7 @@ impl WorkerConfig {
             server: server.into(),
             prefix: wire::DEFAULT_PREFIX.to_owned(),
             concurrency: 64,
+            waiting: None,
             heartbeat: catalog::HEARTBEAT,
             keepalive: Duration::from_secs(15),
             drain_timeout: Duration::from_secs(10),
@@ -309,22 +314,29 @@ fn instance_id() -> String {
     format!("{}-{nanos:x}", std::process::id())
 }
 
-/// The request loop: each request in a task, at most `concurrency` running and as many
-/// again (at least [`WAITING`]) taken off the subscription to wait for a slot (`handle`): a
-/// request that waits there listens for its cancellation and has sent its caller a frame,
-/// so a caller can tell a busy worker from a dead one (`docs/nats.md`, "The answer:
-/// frames"). Beyond that, requests wait in the subscription.
+/// The request loop: each request in a task, at most `concurrency` running and `waiting`
+/// more (`WorkerConfig::waiting`) taken off the subscription to wait for a slot
+/// (`handle`): a request that waits there listens for its cancellation and has sent its
+/// caller a frame, so a caller can tell a busy worker from a dead one (`docs/nats.md`, "The
+/// answer: frames"). Beyond that, a request is refused at once ([`refuse_busy`]).
 async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
     let concurrency = inner.config.concurrency.max(1);
-    let permits = Arc::new(Semaphore::new(concurrency + concurrency.max(WAITING)));
+    let waiting = inner
+        .config
+        .waiting
+        .unwrap_or_else(|| concurrency.max(WAITING));
+    let permits = Arc::new(Semaphore::new(concurrency + waiting));
     loop {
         let message = tokio::select! {
             m = subscription.next() => m,
             () = inner.draining.cancelled() => None,
         };
         let Some(message) = message else { break };
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            break;
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            // In the loop, not a task: a flood is refused at the pace it is read, and what
+            // is not read yet waits in the subscription, not in tasks.
+            refuse_busy(&inner, &message, concurrency, waiting).await;
+            continue;
         };
         let inner2 = inner.clone();
         inner.tracker.spawn(async move {
@@ -351,6 +363,32 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
             drop(permit);
         });
     }
+}
+
+/// Answers a request this worker has no room for with `err` -32015 (busy): it was not
+/// started, so any caller may re-issue it (Toolyard's gateway does, with a backoff, within
+/// the call's deadline). A hostile or missing reply subject is dropped, as in `handle`.
+async fn refuse_busy(inner: &Inner, message: &Message, concurrency: usize, waiting: usize) {
+    let Some(reply) = message.reply.as_ref().map(ToString::to_string) else {
+        return;
+    };
+    if !wire::usable_reply_subject(&reply, &inner.config.prefix) {
+        tracing::warn!(subject = %message.subject, %reply, "a request with an unusable reply subject: dropped");
+        return;
+    }
+    let id = match jsonrpc::parse(&message.payload) {
+        Ok(Incoming::Request(r)) => Some(r.id),
+        _ => None,
+    };
+    tracing::debug!(subject = %message.subject, "no slot and no room to wait: refused as busy");
+    let error = ErrorObject::new(
+        wire::BUSY,
+        format!(
+            "worker `{}` is busy ({concurrency} running, {waiting} waiting): the request was not started; re-issue it",
+            inner.config.server
+        ),
+    );
+    Frames::new(inner, reply).err(id.as_ref(), &error).await;
 }
 
 /// Re-puts the catalog entry every heartbeat, and when the server's tools, resources or
@@ -613,7 +651,7 @@ async fn handle(inner: &Inner, message: Message) {
     }
 }
 
-/// Requests a worker takes to wait for a slot, at least. NATS hands a queue group's
+/// Requests a worker takes to wait for a slot, at least, unless configured. NATS hands a queue group's
 /// requests out without regard to how busy each member is, so a worker of few slots still
 /// gets its share; each waiting request costs a task and a subscription.
 const WAITING: usize = 64;

@@ -558,3 +558,71 @@ async fn a_workers_result_passes_through_the_gateway_as_it_came() {
     let typed = gw.client.call_tool("hand__exact", json!({})).await.unwrap();
     assert_eq!(text(&typed), "x");
 }
+
+/// The gateway sends a call a busy worker refused (-32015: not started) again with a
+/// backoff, so callers of a worker with no room to wait are all served; past the call's
+/// deadline the refusal is the caller's answer, naming the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_a_busy_worker_refuses_are_sent_again_until_they_run_or_their_deadline_passes() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let mut config = WorkerConfig::new("slow");
+    config.concurrency = 1;
+    config.waiting = Some(0);
+    let _worker = Worker::start(
+        worker_server(seen.clone()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let client = gw.client.clone();
+            tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 200})).await })
+        })
+        .collect();
+    for call in calls {
+        let r = tokio::time::timeout(WAIT, call)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(text(&r), "slept");
+    }
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 3);
+    // A call that finds the worker busy for longer than its deadline gets the refusal.
+    let client = gw.client.clone();
+    let long =
+        tokio::spawn(async move { client.call_tool("slow__sleep", json!({"ms": 4_000})).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let short = gateway(
+        &nats.url(),
+        RemoteConfig {
+            call_timeout: Duration::from_secs(1),
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
+    listed(&short.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
+    let e = short
+        .client
+        .call_tool("slow__sleep", json!({"ms": 10}))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("busy"), "{e}");
+    assert!(format!("{e:?}").contains("-32015"), "{e:?}");
+    let r = tokio::time::timeout(WAIT, long)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&r), "slept");
+    assert_eq!(
+        seen.finished.load(Ordering::SeqCst),
+        4,
+        "the refused call ran"
+    );
+}

@@ -1223,3 +1223,132 @@ async fn a_replicated_catalog_keeps_serving_when_the_node_holding_it_dies() {
         .unwrap();
     assert_eq!(text(&r), "after the loss");
 }
+
+/// A worker with no free slot and no room left to wait answers at once with `err` -32015
+/// (busy, not started) echoing the request id, instead of leaving the request unseen in its
+/// subscription; the requests it took are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_no_room_refuses_a_request_as_busy_32015_at_once_and_serves_the_others() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let mut config = WorkerConfig::new("slow");
+    config.concurrency = 1;
+    config.waiting = Some(1);
+    let _worker = Worker::start(
+        worker_server(seen.clone()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let client = connect(&nats.url()).await;
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "slow", "tools/call", Some("sleep"));
+    let body = |ms: u64| {
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": "sleep", "arguments": {"ms": ms},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}})
+        .to_string()
+    };
+    let call = |ms: u64| {
+        let (client, subject, body) = (client.clone(), subject.clone(), body(ms));
+        tokio::spawn(async move {
+            raw_call(
+                &client,
+                &subject,
+                headers("tools/call", Some("sleep")),
+                &body,
+            )
+            .await
+        })
+    };
+    // One runs, one waits for the slot, the third finds no room.
+    let running = call(2_000);
+    counted(&seen.started, "the first request never ran").await;
+    let waiting = call(10);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = call(10).await.unwrap();
+    let (frame, error) = refused.last().unwrap();
+    assert_eq!(frame, "err", "{refused:?}");
+    assert_eq!(error["error"]["code"], wire::BUSY, "{refused:?}");
+    assert_eq!(error["id"], 9, "{refused:?}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("busy"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        seen.finished.load(Ordering::SeqCst),
+        0,
+        "the refusal came only after the running request ended"
+    );
+    for served in [running.await.unwrap(), waiting.await.unwrap()] {
+        let (frame, answer) = served.last().unwrap();
+        assert_eq!(frame, "end", "{served:?}");
+        assert!(answer.to_string().contains("slept"), "{served:?}");
+    }
+    assert_eq!(
+        seen.started.load(Ordering::SeqCst),
+        2,
+        "the refused request ran"
+    );
+}
+
+/// A worker killed after it took a request and before any frame (its first keepalive comes
+/// after 100 ms): the gateway asks `{reply}.ctl` once the call has been silent for 5 s, and
+/// with no listener there ends it with -32010, long before its inactivity window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_before_its_first_frame_is_32010_long_before_the_inactivity_deadline() {
+    let nats = NatsServer::start();
+    let real = connect(&nats.url()).await;
+    let _worker = Worker::start(
+        worker_server(Arc::default()).await,
+        real.clone(),
+        WorkerConfig::new("lost"),
+    )
+    .await
+    .unwrap();
+    let gw = gateway(
+        &nats.url(),
+        RemoteConfig {
+            inactivity: Duration::from_secs(60),
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "lost__echo")).await;
+    // The real worker leaves the bus (its catalog entry stays); in its place a member of its
+    // queue group takes the next request and dies without a word: no frame, no listener.
+    real.drain().await.unwrap();
+    let taker = connect(&nats.url()).await;
+    let mut queue = taker
+        .queue_subscribe(
+            format!("{}.req.*.*.lost.>", wire::DEFAULT_PREFIX),
+            "tyw.lost".to_owned(),
+        )
+        .await
+        .unwrap();
+    taker.flush().await.unwrap();
+    let started = std::time::Instant::now();
+    let client = gw.client.clone();
+    let call = tokio::spawn(async move {
+        client
+            .call_tool("lost__echo", json!({"message": "hi"}))
+            .await
+    });
+    let taken = tokio::time::timeout(WAIT, queue.next()).await.unwrap();
+    assert!(taken.is_some(), "the request never reached the taker");
+    drop(queue);
+    taker.drain().await.unwrap();
+    let e = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call never ended")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.to_string().contains("gone before it answered"), "{e}");
+    assert!(format!("{e:?}").contains("-32010"), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "ended only after {:?}",
+        started.elapsed()
+    );
+}
