@@ -1202,7 +1202,7 @@ async fn busy_backoff(
     since: tokio::time::Instant,
     wait: Duration,
 ) -> bool {
-    let jitter = u32::try_from(since.elapsed().subsec_nanos() % 500).unwrap_or(0);
+    let jitter = since.elapsed().subsec_nanos() % 500;
     let wait = wait * (750 + jitter) / 1000;
     if since.elapsed() + wait >= inner.config.call_timeout {
         return false;
