@@ -10,6 +10,11 @@
 # call must succeed. "In flight on it" is what it was executing (its concurrency, 8) and what
 # NATS had already delivered to it, waiting for a slot (c = 64 over 4 x 8 slots: ~8 more).
 #
+# WAITING=N gives the workers `--waiting N` (requests that may wait for a slot; default as
+# many as --concurrency, at least 64): with WAITING=0 every call beyond the 8 slots is refused
+# as busy (-32015) and the gateway sends it again with a backoff, which shows what shedding
+# costs against waiting.
+#
 # Needs ../shared/mcpload and scripts/install-test-deps' nats-server. Prints one line per
 # run and writes the raw mcpload JSON to $OUT (default /tmp/toolyard-nats-scaling.jsonl).
 set -euo pipefail
@@ -35,7 +40,7 @@ sleep 1
 start_workers() {
   for i in $(seq "$1"); do
     "$T" worker --nats "$url" --name calc --concurrency 8 --workers 1 --drain-seconds 1 \
-      2> "$work/worker$i.log" &
+      ${WAITING:+--waiting "$WAITING"} 2> "$work/worker$i.log" &
     workers+=($!)
   done
   sleep 1.5 # the catalog entry and the queue-group subscriptions

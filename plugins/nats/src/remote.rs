@@ -41,8 +41,12 @@ pub struct RemoteConfig {
     /// exposes them under their own names.
     pub separator: Option<String>,
     /// A call fails with -32010 when no frame (not even a keepalive) came for this long.
+    /// Sooner when the worker is gone: a silent call asks `{reply}.ctl` whether anything
+    /// still listens (after 2 s of silence once a frame came, from 5 s after it was sent
+    /// before one did).
     pub inactivity: Duration,
-    /// The budget a call announces to the worker (`Mcp-Timeout-Ms`).
+    /// The budget a call announces to the worker (`Mcp-Timeout-Ms`), and within which a call
+    /// a busy worker refused (-32015) is sent again.
     pub call_timeout: Duration,
     /// Replicas of the catalog bucket when this gateway is the one to create it (default 1).
     pub catalog_replicas: usize,
