@@ -17,9 +17,18 @@ use toolyard_proto::{
 /// copying the params (tool arguments can be large).
 pub(super) struct WithMeta<'a> {
     pub(super) params: &'a Map<String, Value>,
-    /// A `tools/call`'s arguments as JSON text (the byte-level forwarding path).
-    pub(super) arguments: Option<&'a RawValue>,
+    /// A `tools/call`'s name and arguments held apart (the byte-level forwarding path).
+    pub(super) call: Option<RawCall<'a>>,
     pub(super) meta: &'a OurMeta<'a>,
+}
+
+/// A `tools/call`'s name and its arguments as JSON text, held apart from the request's other
+/// params: the byte-level forwarding path writes the arguments as they came and builds no
+/// map for the name (a tree node and two strings of every forwarded call).
+#[derive(Clone, Copy)]
+pub(crate) struct RawCall<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) arguments: &'a RawValue,
 }
 
 /// Writes `"key":value,` (serde escapes both).
@@ -47,8 +56,10 @@ pub(super) fn request_body(
         .modern
         .as_ref()
         .map_or(0, |m| m.identity.tail.len());
-    let arguments = params.arguments.map_or(0, |a| a.get().len());
-    let mut out = Vec::with_capacity(192 + method.len() + arguments + tail);
+    let call = params
+        .call
+        .map_or(0, |c| c.name.len() + c.arguments.get().len());
+    let mut out = Vec::with_capacity(192 + method.len() + call + tail);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     serde_json::to_writer(&mut out, id)?;
     out.extend_from_slice(b",\"method\":");
@@ -63,13 +74,14 @@ impl WithMeta<'_> {
     fn write(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         out.push(b'{');
         for (k, v) in self.params {
-            if k != "_meta" && !(k == "arguments" && self.arguments.is_some()) {
+            if k != "_meta" && !(self.call.is_some() && (k == "arguments" || k == "name")) {
                 member(out, k, v)?;
             }
         }
-        if let Some(arguments) = self.arguments {
+        if let Some(call) = self.call {
+            member(out, "name", call.name)?;
             out.extend_from_slice(b"\"arguments\":");
-            out.extend_from_slice(arguments.get().as_bytes());
+            out.extend_from_slice(call.arguments.get().as_bytes());
             out.push(b',');
         }
         out.extend_from_slice(b"\"_meta\":");
@@ -215,7 +227,7 @@ mod tests {
             "tools/call",
             &WithMeta {
                 params: &params,
-                arguments: None,
+                call: None,
                 meta: &meta,
             },
         )
@@ -241,7 +253,8 @@ mod tests {
 
     #[test]
     fn a_request_is_valid_json_with_raw_arguments_trace_and_log_level() {
-        let params = obj(serde_json::json!({ "name": "e\"cho", "arguments": {"ignored": 1} }));
+        // A raw call's name and arguments win over any in `params`, written once.
+        let params = obj(serde_json::json!({ "name": "not this", "arguments": {"ignored": 1} }));
         let args =
             RawValue::from_string(r#"{"message":"hi \u00e9"}"#.to_owned()).unwrap_or_default();
         let id = RequestId::String("a\"b".into());
@@ -267,7 +280,10 @@ mod tests {
             "tools/call",
             &WithMeta {
                 params: &params,
-                arguments: Some(&args),
+                call: Some(RawCall {
+                    name: "e\"cho",
+                    arguments: &args,
+                }),
                 meta: &meta,
             },
         )
@@ -276,6 +292,8 @@ mod tests {
         assert_eq!(v["id"], "a\"b", "{}", String::from_utf8_lossy(&body));
         assert_eq!(v["params"]["name"], "e\"cho");
         assert_eq!(v["params"]["arguments"]["message"], "hi \u{e9}");
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(text.matches("\"name\"").count(), 2, "{text}"); // params' and clientInfo's
         let m = &v["params"]["_meta"];
         assert_eq!(m["progressToken"], "a\"b");
         assert_eq!(m["tracestate"], "k=v");

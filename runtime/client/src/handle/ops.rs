@@ -85,9 +85,8 @@ impl Client {
         arguments: &RawValue,
         opts: &RequestOptions,
     ) -> Result<Box<RawValue>, ClientError> {
-        let mut params = Map::new();
-        params.insert("name".into(), name.into());
-        self.request_raw_with("tools/call", params, Some(arguments), opts)
+        let call = super::meta::RawCall { name, arguments };
+        self.request_raw_with("tools/call", Map::new(), Some(call), opts)
             .await
     }
 

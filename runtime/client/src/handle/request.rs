@@ -4,7 +4,7 @@
 //! when the caller gives up.
 
 use super::client::{lock, Client};
-use super::meta::{ModernMeta, OurMeta, WithMeta};
+use super::meta::{ModernMeta, OurMeta, RawCall, WithMeta};
 use super::ops::cursor_params;
 use crate::actor::ClientMsg;
 use crate::cache::cacheable;
@@ -157,13 +157,14 @@ impl Client {
         self.request_raw_with(method, params, None, opts).await
     }
 
-    /// [`request_raw`](Self::request_raw) with `arguments` as JSON text (a `tools/call` on
-    /// the byte-level forwarding path: written into the request as they are).
+    /// [`request_raw`](Self::request_raw) with a `tools/call`'s name and arguments held apart
+    /// from `params` (the byte-level forwarding path: the arguments are written into the
+    /// request as the JSON text they are, and no map is built for the name).
     pub(crate) async fn request_raw_with(
         &self,
         method: &str,
         mut params: Map<String, Value>,
-        arguments: Option<&RawValue>,
+        call: Option<RawCall<'_>>,
         opts: &RequestOptions,
     ) -> Result<Box<RawValue>, ClientError> {
         let cache_key = (self.inner.use_cache && cacheable(method))
@@ -178,43 +179,32 @@ impl Client {
         loop {
             // Boxed, as `round_trip_once` is in `round_trip_retried`: each async layer here
             // would otherwise carry the one below it twice.
-            let raw = match Box::pin(self.round_trip_args(
-                method,
-                &params,
-                arguments,
-                opts,
-                Era::Negotiated,
-            ))
-            .await
-            {
-                Err(ClientError::Transport(TransportError::SessionExpired))
-                    if !self.is_modern() =>
+            let raw =
+                match Box::pin(self.round_trip_args(method, &params, call, opts, Era::Negotiated))
+                    .await
                 {
-                    // The rare paths are boxed: this future is allocated whole for every
-                    // request, and what only they hold would make every one larger.
-                    Box::pin(self.reinitialize()).await?;
-                    Box::pin(self.round_trip_args(
-                        method,
-                        &params,
-                        arguments,
-                        opts,
-                        Era::Negotiated,
-                    ))
-                    .await?
-                }
-                Err(ClientError::Rpc(e))
-                    if header_retry
-                        && method == "tools/call"
-                        && e.code == toolyard_proto::error::code::HEADER_MISMATCH =>
-                {
-                    // We may not know the tool's `x-mcp-header` arguments yet: learn them
-                    // and try once more.
-                    header_retry = false;
-                    Box::pin(self.relearn_tools(opts)).await?;
-                    continue;
-                }
-                other => other?,
-            };
+                    Err(ClientError::Transport(TransportError::SessionExpired))
+                        if !self.is_modern() =>
+                    {
+                        // The rare paths are boxed: this future is allocated whole for every
+                        // request, and what only they hold would make every one larger.
+                        Box::pin(self.reinitialize()).await?;
+                        Box::pin(self.round_trip_args(method, &params, call, opts, Era::Negotiated))
+                            .await?
+                    }
+                    Err(ClientError::Rpc(e))
+                        if header_retry
+                            && method == "tools/call"
+                            && e.code == toolyard_proto::error::code::HEADER_MISMATCH =>
+                    {
+                        // We may not know the tool's `x-mcp-header` arguments yet: learn them
+                        // and try once more.
+                        header_retry = false;
+                        Box::pin(self.relearn_tools(opts)).await?;
+                        continue;
+                    }
+                    other => other?,
+                };
             // The head matters for a cacheable result (`ttlMs`) or an input round; any other
             // result (a tool call's, above all) is read once, by its typed parse.
             let head: ResultHead = if cache_key.is_some() || raw.get().contains("input_required") {
@@ -288,18 +278,19 @@ impl Client {
         self.round_trip_args(method, params, None, opts, era).await
     }
 
-    /// [`round_trip`](Self::round_trip) with raw `arguments` written after `params`.
+    /// [`round_trip`](Self::round_trip) with a raw call's name and arguments written after
+    /// `params`.
     async fn round_trip_args(
         &self,
         method: &str,
         params: &Map<String, Value>,
-        arguments: Option<&RawValue>,
+        call: Option<RawCall<'_>>,
         opts: &RequestOptions,
         era: Era,
     ) -> Result<Box<RawValue>, ClientError> {
         let Some(observer) = &self.inner.observer else {
             return self
-                .round_trip_retried(method, params, arguments, opts, era, None)
+                .round_trip_retried(method, params, call, opts, era, None)
                 .await;
         };
         let meta = match params.get("_meta") {
@@ -314,12 +305,14 @@ impl Client {
                 .or_else(|| meta.and_then(|m| m.get(key)))
                 .and_then(Value::as_str)
         };
-        let target = match method {
-            "tools/call" | "prompts/get" => params.get("name"),
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri"),
+        let target = match (call, method) {
+            (Some(c), _) => Some(c.name),
+            (None, "tools/call" | "prompts/get") => params.get("name").and_then(Value::as_str),
+            (None, "resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
+                params.get("uri").and_then(Value::as_str)
+            }
             _ => None,
-        }
-        .and_then(Value::as_str);
+        };
         let session = self.inner.session.load();
         let observed = observer.start(&OutgoingRequest {
             method,
@@ -334,12 +327,12 @@ impl Client {
         });
         let Some(observed) = observed else {
             return self
-                .round_trip_retried(method, params, arguments, opts, era, None)
+                .round_trip_retried(method, params, call, opts, era, None)
                 .await;
         };
         let trace = observed.trace_context();
         let answer = self
-            .round_trip_retried(method, params, arguments, opts, era, trace.as_ref())
+            .round_trip_retried(method, params, call, opts, era, trace.as_ref())
             .await;
         observed.finish(match &answer {
             Ok(raw) if method == "tools/call" && tool_failed(raw) => RequestOutcome::ToolError,
@@ -357,7 +350,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
-        arguments: Option<&RawValue>,
+        call: Option<RawCall<'_>>,
         opts: &RequestOptions,
         era: Era,
         trace: Option<&(String, Option<String>)>,
@@ -366,7 +359,7 @@ impl Client {
         // forwarded call) would otherwise hold this one's state two and three times over,
         // past the 1 KiB above which glibc's malloc consolidates its fast bins per request;
         // two small allocations cost less than that one large one.
-        match Box::pin(self.round_trip_once(method, params, arguments, opts, era, trace)).await {
+        match Box::pin(self.round_trip_once(method, params, call, opts, era, trace)).await {
             Err(ClientError::Rpc(e))
                 if e.code == toolyard_proto::error::code::UNSUPPORTED_PROTOCOL_VERSION
                     && era != Era::Handshake
@@ -379,7 +372,7 @@ impl Client {
                                 .any(|v| v.as_str() == Some(ProtocolVersion::V2026_07_28.as_str()))
                         }) =>
             {
-                self.round_trip_once(method, params, arguments, opts, era, trace)
+                self.round_trip_once(method, params, call, opts, era, trace)
                     .await
             }
             other => other,
@@ -392,7 +385,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
-        arguments: Option<&RawValue>,
+        call: Option<RawCall<'_>>,
         opts: &RequestOptions,
         era: Era,
         trace: Option<&(String, Option<String>)>,
@@ -423,7 +416,7 @@ impl Client {
             }),
         };
         let headers = if inner.link.carries_headers() {
-            self.request_headers(method, params, arguments, trace, modern, era)
+            self.request_headers(method, params, call, trace, modern, era)
         } else {
             Vec::new()
         };
@@ -432,7 +425,7 @@ impl Client {
             method,
             &WithMeta {
                 params,
-                arguments,
+                call,
                 meta: &meta,
             },
         )
@@ -518,7 +511,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
-        arguments: Option<&RawValue>,
+        call: Option<RawCall<'_>>,
         trace: Option<&(String, Option<String>)>,
         modern: bool,
         era: Era,
@@ -537,16 +530,17 @@ impl Client {
                 ProtocolVersion::V2026_07_28.as_str().to_owned(),
             ));
             headers.push(("Mcp-Method".to_owned(), method.to_owned()));
-            let name = match method {
-                "tools/call" | "prompts/get" => params.get("name"),
-                "resources/read" => params.get("uri"),
+            let name = match (call, method) {
+                (Some(c), _) => Some(c.name),
+                (None, "tools/call" | "prompts/get") => params.get("name").and_then(Value::as_str),
+                (None, "resources/read") => params.get("uri").and_then(Value::as_str),
                 _ => None,
             };
-            if let Some(Value::String(name)) = name {
+            if let Some(name) = name {
                 headers.push(("Mcp-Name".to_owned(), header_value(name)));
             }
             if method == "tools/call" {
-                self.param_headers(params, arguments, &mut headers);
+                self.param_headers(params, call, &mut headers);
             }
         } else if era == Era::Negotiated {
             headers.extend(inner.response_headers.load().iter().cloned());
@@ -557,17 +551,21 @@ impl Client {
     fn param_headers(
         &self,
         params: &Map<String, Value>,
-        arguments: Option<&RawValue>,
+        call: Option<RawCall<'_>>,
         headers: &mut Vec<(String, String)>,
     ) {
-        let Some(Value::String(name)) = params.get("name") else {
-            return;
+        let name = match call {
+            Some(c) => c.name,
+            None => match params.get("name") {
+                Some(Value::String(name)) => name,
+                _ => return,
+            },
         };
         let Some(list) = lock(&self.inner.tool_headers).get(name).cloned() else {
             return;
         };
         // Raw arguments are parsed only for a tool that mirrors some into headers.
-        let parsed: Option<Value> = arguments.and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let parsed: Option<Value> = call.and_then(|c| serde_json::from_str(c.arguments.get()).ok());
         let args = parsed.as_ref().or_else(|| params.get("arguments"));
         for p in list.iter() {
             let mut value = args;
