@@ -18,14 +18,15 @@ use toolyard_proto::{
 pub(super) struct WithMeta<'a> {
     pub(super) params: &'a Map<String, Value>,
     /// A `tools/call`'s name and arguments held apart (the byte-level forwarding path).
-    pub(super) call: Option<RawCall<'a>>,
+    pub(super) call: Option<&'a RawCall<'a>>,
     pub(super) meta: &'a OurMeta<'a>,
 }
 
 /// A `tools/call`'s name and its arguments as JSON text, held apart from the request's other
 /// params: the byte-level forwarding path writes the arguments as they came and builds no
-/// map for the name (a tree node and two strings of every forwarded call).
-#[derive(Clone, Copy)]
+/// map for the name (a tree node and two strings of every forwarded call). Passed by
+/// reference: each async layer of a request carries it, and the boxed request futures stay
+/// under the size glibc serves from its thread cache.
 pub(crate) struct RawCall<'a> {
     pub(crate) name: &'a str,
     pub(crate) arguments: &'a RawValue,
@@ -280,7 +281,7 @@ mod tests {
             "tools/call",
             &WithMeta {
                 params: &params,
-                call: Some(RawCall {
+                call: Some(&RawCall {
                     name: "e\"cho",
                     arguments: &args,
                 }),

@@ -86,7 +86,7 @@ impl Client {
         opts: &RequestOptions,
     ) -> Result<Box<RawValue>, ClientError> {
         let call = super::meta::RawCall { name, arguments };
-        self.request_raw_with("tools/call", Map::new(), Some(call), opts)
+        self.request_raw_with("tools/call", Map::new(), Some(&call), opts)
             .await
     }
 

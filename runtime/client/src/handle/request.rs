@@ -164,7 +164,7 @@ impl Client {
         &self,
         method: &str,
         mut params: Map<String, Value>,
-        call: Option<RawCall<'_>>,
+        call: Option<&RawCall<'_>>,
         opts: &RequestOptions,
     ) -> Result<Box<RawValue>, ClientError> {
         let cache_key = (self.inner.use_cache && cacheable(method))
@@ -284,7 +284,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
-        call: Option<RawCall<'_>>,
+        call: Option<&RawCall<'_>>,
         opts: &RequestOptions,
         era: Era,
     ) -> Result<Box<RawValue>, ClientError> {
@@ -350,7 +350,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
-        call: Option<RawCall<'_>>,
+        call: Option<&RawCall<'_>>,
         opts: &RequestOptions,
         era: Era,
         trace: Option<&(String, Option<String>)>,
@@ -385,7 +385,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
-        call: Option<RawCall<'_>>,
+        call: Option<&RawCall<'_>>,
         opts: &RequestOptions,
         era: Era,
         trace: Option<&(String, Option<String>)>,
@@ -511,7 +511,7 @@ impl Client {
         &self,
         method: &str,
         params: &Map<String, Value>,
-        call: Option<RawCall<'_>>,
+        call: Option<&RawCall<'_>>,
         trace: Option<&(String, Option<String>)>,
         modern: bool,
         era: Era,
@@ -551,7 +551,7 @@ impl Client {
     fn param_headers(
         &self,
         params: &Map<String, Value>,
-        call: Option<RawCall<'_>>,
+        call: Option<&RawCall<'_>>,
         headers: &mut Vec<(String, String)>,
     ) {
         let name = match call {
