@@ -165,15 +165,7 @@ async fn a_call_cancelled_at_once_still_stops_on_the_worker() {
 async fn a_call_cancelled_while_it_waits_for_a_slot_never_runs() {
     let nats = NatsServer::start();
     let seen = Arc::new(Seen::default());
-    let mut config = WorkerConfig::new("slow");
-    config.concurrency = 1;
-    let _worker = Worker::start(
-        worker_server(seen.clone()).await,
-        connect(&nats.url()).await,
-        config,
-    )
-    .await
-    .unwrap();
+    let _worker = start_worker_with_slots(&nats.url(), "slow", seen.clone(), 1, None).await;
     let gw = gateway(&nats.url(), RemoteConfig::default()).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
     let client = gw.client.clone();
@@ -566,16 +558,7 @@ async fn a_workers_result_passes_through_the_gateway_as_it_came() {
 async fn calls_a_busy_worker_refuses_are_sent_again_until_they_run_or_their_deadline_passes() {
     let nats = NatsServer::start();
     let seen = Arc::new(Seen::default());
-    let mut config = WorkerConfig::new("slow");
-    config.concurrency = 1;
-    config.waiting = Some(0);
-    let _worker = Worker::start(
-        worker_server(seen.clone()).await,
-        connect(&nats.url()).await,
-        config,
-    )
-    .await
-    .unwrap();
+    let _worker = start_worker_with_slots(&nats.url(), "slow", seen.clone(), 1, Some(0)).await;
     let gw = gateway(&nats.url(), RemoteConfig::default()).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
     let calls: Vec<_> = (0..3)

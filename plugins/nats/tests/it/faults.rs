@@ -1231,16 +1231,7 @@ async fn a_replicated_catalog_keeps_serving_when_the_node_holding_it_dies() {
 async fn a_worker_with_no_room_refuses_a_request_as_busy_32015_at_once_and_serves_the_others() {
     let nats = NatsServer::start();
     let seen = Arc::new(Seen::default());
-    let mut config = WorkerConfig::new("slow");
-    config.concurrency = 1;
-    config.waiting = Some(1);
-    let _worker = Worker::start(
-        worker_server(seen.clone()).await,
-        connect(&nats.url()).await,
-        config,
-    )
-    .await
-    .unwrap();
+    let _worker = start_worker_with_slots(&nats.url(), "slow", seen.clone(), 1, Some(1)).await;
     let client = connect(&nats.url()).await;
     let subject = wire::request_subject(wire::DEFAULT_PREFIX, "slow", "tools/call", Some("sleep"));
     let body = |ms: u64| {

@@ -282,6 +282,23 @@ pub(crate) async fn start_worker(url: &str, name: &str, seen: Arc<Seen>) -> Work
         .unwrap()
 }
 
+/// A worker of `slots` slots and `waiting` room to wait (`None`: the default), counting
+/// its calls in `seen`.
+pub(crate) async fn start_worker_with_slots(
+    url: &str,
+    name: &str,
+    seen: Arc<Seen>,
+    slots: usize,
+    waiting: Option<usize>,
+) -> Worker {
+    let mut config = WorkerConfig::new(name);
+    config.concurrency = slots;
+    config.waiting = waiting;
+    Worker::start(worker_server(seen).await, connect(url).await, config)
+        .await
+        .unwrap()
+}
+
 /// A gateway server exposing the bus's tools, and a client of it.
 pub(crate) struct Gateway {
     pub(crate) remote: RemoteTools,
