@@ -1301,12 +1301,14 @@ async fn call_once(
     let mut heard = false;
     let sent = tokio::time::Instant::now();
     let mut last_frame = sent;
+    // Whether a silence is checked now: once a frame came, or from `FIRST_PROBE` on.
+    let probing = |heard: bool| heard || sent.elapsed() >= FIRST_PROBE;
     let outcome = loop {
         let left = inner.config.inactivity.saturating_sub(last_frame.elapsed());
-        let wait = match sent.elapsed() {
-            _ if heard => left.min(PROBE_EVERY),
-            since if since >= FIRST_PROBE => left.min(PROBE_EVERY),
-            since => left.min(FIRST_PROBE - since),
+        let wait = if probing(heard) {
+            left.min(PROBE_EVERY)
+        } else {
+            left.min(FIRST_PROBE.saturating_sub(sent.elapsed()))
         };
         let next = tokio::select! {
             m = tokio::time::timeout(wait, guard.frames.next()) => m,
@@ -1327,29 +1329,24 @@ async fn call_once(
             }
         };
         let message = match next {
-            Err(_)
-                if (heard || sent.elapsed() >= FIRST_PROBE)
-                    && last_frame.elapsed() < inner.config.inactivity =>
-            {
+            Err(_) if probing(heard) && last_frame.elapsed() < inner.config.inactivity => {
                 if !Box::pin(worker_gone(&inner.client, guard.frames.subject())).await {
                     continue;
                 }
                 // Its last frame may be on its way still (it unsubscribes after sending it).
                 match tokio::time::timeout(GONE_GRACE, guard.frames.next()).await {
                     Ok(Some(m)) => m,
-                    _ if heard => {
-                        break Err(bus_error(
-                            wire::STREAM_LOST,
-                            format!("the worker serving the call to `{server}` is gone (nothing listens for the call's cancellation any more): re-issue the call"),
-                        )
-                        .into())
-                    }
                     _ => {
+                        let (whose, gone) = if heard {
+                            ("serving", "is gone")
+                        } else {
+                            ("that took", "is gone before it answered anything")
+                        };
                         break Err(bus_error(
                             wire::STREAM_LOST,
-                            format!("the worker that took the call to `{server}` is gone before it answered anything (nothing listens for the call's cancellation): re-issue the call"),
+                            format!("the worker {whose} the call to `{server}` {gone} (nothing listens for the call's cancellation any more): re-issue the call"),
                         )
-                        .into())
+                        .into());
                     }
                 }
             }

@@ -365,17 +365,27 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
     }
 }
 
-/// Answers a request this worker has no room for with `err` -32015 (busy): it was not
-/// started, so any caller may re-issue it (Toolyard's gateway does, with a backoff, within
-/// the call's deadline). A hostile or missing reply subject is dropped, as in `handle`.
-async fn refuse_busy(inner: &Inner, message: &Message, concurrency: usize, waiting: usize) {
+/// Where a request's frames go: its reply subject, unless it has none or one no frame may
+/// be sent to (a hostile one), in which case the request is dropped and logged.
+fn reply_subject(inner: &Inner, message: &Message) -> Option<String> {
     let Some(reply) = message.reply.as_ref().map(ToString::to_string) else {
-        return;
+        tracing::debug!(subject = %message.subject, "a request without a reply subject: dropped");
+        return None;
     };
     if !wire::usable_reply_subject(&reply, &inner.config.prefix) {
         tracing::warn!(subject = %message.subject, %reply, "a request with an unusable reply subject: dropped");
-        return;
+        return None;
     }
+    Some(reply)
+}
+
+/// Answers a request this worker has no room for with `err` -32015 (busy): it was not
+/// started, so any caller may re-issue it (Toolyard's gateway does, with a backoff, within
+/// the call's deadline).
+async fn refuse_busy(inner: &Inner, message: &Message, concurrency: usize, waiting: usize) {
+    let Some(reply) = reply_subject(inner, message) else {
+        return;
+    };
     let id = match jsonrpc::parse(&message.payload) {
         Ok(Incoming::Request(r)) => Some(r.id),
         _ => None,
@@ -509,14 +519,9 @@ struct Head {
 
 /// Serves one request message to its end.
 async fn handle(inner: &Inner, message: Message) {
-    let Some(reply) = message.reply.as_ref().map(ToString::to_string) else {
-        tracing::debug!(subject = %message.subject, "a request without a reply subject: dropped");
+    let Some(reply) = reply_subject(inner, &message) else {
         return;
     };
-    if !wire::usable_reply_subject(&reply, &inner.config.prefix) {
-        tracing::warn!(subject = %message.subject, %reply, "a request with an unusable reply subject: dropped");
-        return;
-    }
     let mut out = Frames::new(inner, reply.clone());
     out.accept_claim = wire::header(&message, wire::ACCEPT_CLAIM) == Some("1");
     if wire::header(&message, wire::WIRE) != Some("1") {
