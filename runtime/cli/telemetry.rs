@@ -34,7 +34,10 @@ where
     let text = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);
-    let logs = tracing_subscriber::registry().with(filter).with(text);
+    let logs = tracing_subscriber::registry()
+        .with(filter)
+        .with(RequestSpanText)
+        .with(text);
     #[cfg(feature = "otel")]
     let logs = logs.with(
         LOG_EXPORT
@@ -42,6 +45,57 @@ where
             .clone(),
     );
     logs.init();
+}
+
+/// Writes the text of a request's `mcp{traceparent=...}` span (toolyard-actors' `log_span`)
+/// for the text layer, which comes after it and then leaves the span's fields as they are.
+///
+/// Why: the text layer renders every span's fields when the span opens, whether a line is
+/// ever logged in it or not, through a writer that checks each character for escape codes
+/// (~1 200 instructions per traced request, callgrind on `serve --stdio`). The actors crate
+/// only ever puts a checked `traceparent` (hex digits and dashes) in that span, so its text
+/// is written here as one copy; the line reads the same.
+struct RequestSpanText;
+
+impl<S> Layer<S> for RequestSpanText
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let meta = attrs.metadata();
+        if (meta.target(), meta.name()) != ("toolyard", "mcp") {
+            return;
+        }
+        let mut text = TraceparentText(None);
+        attrs.record(&mut text);
+        if let (Some(text), Some(span)) = (text.0, ctx.span(id)) {
+            span.extensions_mut()
+                .insert(tracing_subscriber::fmt::FormattedFields::<
+                    tracing_subscriber::fmt::format::DefaultFields,
+                >::new(text));
+        }
+    }
+}
+
+/// Reads the `traceparent` field as `traceparent=...`.
+struct TraceparentText(Option<String>);
+
+impl tracing::field::Visit for TraceparentText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        if field.name() == "traceparent" && self.0.is_none() {
+            let mut text = String::with_capacity(12 + 55);
+            text.push_str("traceparent=");
+            if write!(text, "{value:?}").is_ok() {
+                self.0 = Some(text);
+            }
+        }
+    }
 }
 
 /// Telemetry flags shared by `serve`, `worker` and `client`.

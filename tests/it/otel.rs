@@ -149,16 +149,23 @@ fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_du
 
 /// `serve --stdio` exporting to `receiver`, with `env`, calls the demo tool `fail` (which
 /// logs a warning) under a caller's trace context, then stops (flushing its telemetry).
-fn call_fail_and_stop(receiver: &OtlpReceiver, env: &[(&str, &str)]) {
+/// Returns what it wrote on stderr (its text log).
+fn call_fail_and_stop(receiver: &OtlpReceiver, env: &[(&str, &str)]) -> String {
     let mut child = Command::new(BIN)
         .args(["serve", "--stdio", "--otel-endpoint", &receiver.url()])
         .env("OTEL_SERVICE_NAME", "otel-logs-test")
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start toolyard serve --stdio");
+    let mut stderr = child.stderr.take().unwrap();
+    let text = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+        text
+    });
     stdio_session(
         &mut child,
         &[
@@ -167,6 +174,9 @@ fn call_fail_and_stop(receiver: &OtlpReceiver, env: &[(&str, &str)]) {
             "_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}),
         ],
     );
+    let text = text.join().unwrap();
+    eprint!("{text}");
+    text
 }
 
 fn is_fails_warning(l: &ReceivedLog) -> bool {
@@ -178,7 +188,7 @@ fn is_fails_warning(l: &ReceivedLog) -> bool {
 #[test]
 fn a_tools_warning_is_a_log_record_joined_to_the_calls_server_span() {
     let receiver = OtlpReceiver::start();
-    call_fail_and_stop(&receiver, &[]);
+    let text_log = call_fail_and_stop(&receiver, &[]);
     let logs = receiver.wait_for_logs(WAIT, |l| l.iter().any(is_fails_warning));
     let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call fail"));
     let call = spans.iter().find(|s| s.name == "tools/call fail").unwrap();
@@ -198,6 +208,19 @@ fn a_tools_warning_is_a_log_record_joined_to_the_calls_server_span() {
         record.attributes.get("tool").map(String::as_str),
         Some("fail"),
         "{record:?}"
+    );
+    // The same line on stderr carries the same context, in the request span's text
+    // (written by the binary's own layer, not the text layer's field formatter).
+    let line = text_log
+        .lines()
+        .find(|l| l.contains("failed, as it always does"))
+        .unwrap_or_else(|| panic!("the warning on stderr: {text_log}"));
+    assert!(
+        line.contains(&format!(
+            "mcp{{traceparent=00-0af7651916cd43dd8448eb211c80319c-{}-01}}",
+            call.span_id
+        )),
+        "{line}"
     );
     // The binary's default filter is `warn`: nothing chattier was exported.
     assert!(
