@@ -892,7 +892,7 @@ impl Forwarded for RawResult {
         RawResult::failed(self)
     }
     fn parse(raw: &RawValue) -> Option<Answer<RawResult>> {
-        let result = RawResult::from_upstream(raw.get(), &[]).ok()?;
+        let result = RawResult::from_upstream_value(raw, &[]).ok()?;
         if result.result_type() == Some("input_required") {
             return serde_json::from_str(raw.get())
                 .ok()

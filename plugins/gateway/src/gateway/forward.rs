@@ -279,7 +279,7 @@ fn annotate(result: &RawValue, source: &str, started: Instant) -> Result<RawResu
         elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
     })
     .map_err(|e| HandlerError::failed(e.to_string()))?;
-    RawResult::from_upstream(result.get(), &[("io.toolyard/source", &origin)])
+    RawResult::from_upstream_value(result, &[("io.toolyard/source", &origin)])
         .map_err(|e| HandlerError::failed(format!("source `{source}`: {e}")))
 }
 
