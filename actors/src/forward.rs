@@ -197,7 +197,7 @@ impl RawResult {
 
     /// [`from_upstream`](Self::from_upstream) for a result already known to be JSON (the
     /// `result` member of a parsed response). Its top-level members are found in one pass
-    /// over the bytes ([`TopLevel`]) instead of tokenising the result again with serde: a
+    /// over the bytes (`TopLevel`) instead of tokenising the result again with serde: a
     /// forwarded call's result was otherwise read twice, once by the response's parse and
     /// once here (~2 850 instructions of ~32 000 per call through the stdio gateway,
     /// callgrind). What that pass cannot settle (a `_meta` of the upstream's to merge, a
