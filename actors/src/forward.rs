@@ -250,11 +250,8 @@ impl RawResult {
             out.push_str(value.get());
         }
         if !meta_written {
-            if out.len() > 1 {
-                out.push(',');
-            }
-            push_key(&mut out, "_meta");
-            write_members(&mut out, std::iter::empty(), meta);
+            let has_members = out.len() > 1;
+            push_meta_member(&mut out, has_members, meta);
         }
         out.push('}');
         RawResult {
@@ -420,14 +417,10 @@ impl<'a> TopLevel<'a> {
             }
         };
         if !meta.is_empty() {
-            if out[1..]
+            let has_members = out[1..]
                 .bytes()
-                .any(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
-            {
-                out.push(',');
-            }
-            push_key(&mut out, "_meta");
-            write_members(&mut out, std::iter::empty(), meta);
+                .any(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'));
+            push_meta_member(&mut out, has_members, meta);
         }
         out.push('}');
         RawResult {
@@ -478,6 +471,16 @@ fn merge_meta(out: &mut String, upstream: &RawValue, ours: &[(&str, &RawValue)])
         // Not an object: ours replace it.
         Err(_) => write_members(out, std::iter::empty(), ours),
     }
+}
+
+/// Writes `"_meta":{ours}` as the last member of an object being written (after a comma
+/// when it has members before it).
+fn push_meta_member(out: &mut String, has_members: bool, meta: &[(&str, &RawValue)]) {
+    if has_members {
+        out.push(',');
+    }
+    push_key(out, "_meta");
+    write_members(out, std::iter::empty(), meta);
 }
 
 fn write_members<'a>(
