@@ -713,6 +713,69 @@ mod tests {
         }
     }
 
+    /// Any JSON object (keys and strings drawn to collide with the members the one pass
+    /// looks for, nested, escaped, compact or pretty) gives what the full read gives.
+    mod one_pass_equals_the_full_read {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::{Map, Value};
+
+        fn text() -> BoxedStrategy<String> {
+            prop_oneof![
+                Just("resultType".to_owned()),
+                Just("isError".to_owned()),
+                Just("_meta".to_owned()),
+                Just("complete".to_owned()),
+                Just("input_required".to_owned()),
+                Just("\"resultType\":\"x\"".to_owned()),
+                "[a-z\"\\\\ \u{1}é,:{}\\[\\]]{0,6}",
+            ]
+            .boxed()
+        }
+
+        fn value() -> BoxedStrategy<Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i32>().prop_map(Value::from),
+                text().prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    proptest::collection::vec((text(), inner), 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+                ]
+            })
+            .boxed()
+        }
+
+        proptest! {
+            #[test]
+            fn for_any_object(
+                members in proptest::collection::vec((text(), value()), 0..6),
+                pretty in any::<bool>(),
+                with_meta in any::<bool>(),
+            ) {
+                let object = Value::Object(members.into_iter().collect::<Map<_, _>>());
+                let result = if pretty {
+                    serde_json::to_string_pretty(&object).unwrap()
+                } else {
+                    object.to_string()
+                };
+                let source = raw(r#"{"name":"a"}"#);
+                let ours = [("io.toolyard/source", &*source)];
+                let meta: &[(&str, &RawValue)] = if with_meta { &ours } else { &[] };
+                let full = RawResult::from_upstream(&result, meta).unwrap();
+                let fast = RawResult::from_upstream_value(&raw(&result), meta).unwrap();
+                let parsed = |r: &RawResult| serde_json::from_str::<Value>(r.get()).unwrap();
+                prop_assert_eq!(parsed(&fast), parsed(&full), "{}", result);
+                prop_assert_eq!(fast.failed(), full.failed(), "{}", result);
+                prop_assert_eq!(fast.result_type(), full.result_type(), "{}", result);
+            }
+        }
+    }
+
     #[test]
     fn a_result_that_is_not_an_object_is_refused() {
         assert!(RawResult::from_upstream("[1]", &[]).is_err());
