@@ -993,20 +993,12 @@ fn write_meta(out: &mut Vec<u8>, ctx: &RequestContext, trace: Option<&Trace>) {
     out.push(b'}');
 }
 
-/// Writes `"key":` (after a comma unless it is the object's first member). Our keys need no
-/// escaping, so they are copied as they are; serde_json's escaping writer, run for each of
-/// the request's nine or so keys, was ~1 000 instructions per forwarded call (callgrind).
+/// Writes `"key":` (after a comma unless it is the object's first member).
 fn member(out: &mut Vec<u8>, key: &str, first: bool) {
     if !first {
         out.push(b',');
     }
-    if key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
-        let _ = serde_json::to_writer(&mut *out, key);
-    } else {
-        out.push(b'"');
-        out.extend_from_slice(key.as_bytes());
-        out.push(b'"');
-    }
+    let _ = serde_json::to_writer(&mut *out, key);
     out.push(b':');
 }
 
@@ -1657,14 +1649,6 @@ mod tests {
     fn a_forwarded_rounds_future_stays_under_the_size_glibc_serves_from_its_thread_cache() {
         let round = future_size(super::call_once);
         assert!(round <= 1016, "a forwarded round's future is {round} bytes");
-    }
-
-    #[test]
-    fn a_members_key_is_copied_as_it_is_unless_it_needs_escaping() {
-        let mut out = Vec::new();
-        super::member(&mut out, "_meta", true);
-        super::member(&mut out, "a\"b\\c\n", false);
-        assert_eq!(out, br#""_meta":,"a\"b\\c\n":"#);
     }
 
     /// The future of a tool call (`forward`'s, boxed for every call) and the request future
