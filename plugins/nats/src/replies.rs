@@ -252,11 +252,17 @@ mod tests {
     use std::time::Duration;
     use toolyard_testkit::NatsServer;
 
+    /// `slow_consumer` ends the calls of every reply subscription in the process, so the
+    /// tests that wait for replies take turns with the one that raises it (they share a
+    /// process under `cargo test`; nextest runs each alone).
+    static PROCESS_WIDE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     /// The isolation the first shared subscription lacked: a call whose frames pile up
     /// unread loses its route (its stream ends after what was queued, so it fails -32010),
     /// and a call answered on the same subscription meanwhile gets its frame.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_flooded_call_loses_its_route_and_another_calls_answer_still_arrives() {
+        let _turn = PROCESS_WIDE.lock().await;
         let nats = NatsServer::start();
         let client = async_nats::connect(nats.url()).await.unwrap();
         let replies = Replies::start(&client).await.unwrap();
@@ -300,6 +306,7 @@ mod tests {
     /// A slow-consumer event ends every waiting call at once (after what it had queued).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_consumer_event_ends_the_calls_waiting_for_replies() {
+        let _turn = PROCESS_WIDE.lock().await;
         let nats = NatsServer::start();
         let client = async_nats::connect(nats.url()).await.unwrap();
         let replies = Replies::start(&client).await.unwrap();
