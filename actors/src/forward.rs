@@ -312,7 +312,7 @@ struct TopLevel<'a> {
 
 impl<'a> TopLevel<'a> {
     fn scan(text: &'a str) -> Option<TopLevel<'a>> {
-        let body = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+        let body = text.trim_ascii();
         let b = body.as_bytes();
         if b.first() != Some(&b'{') || b.last() != Some(&b'}') {
             return None;
@@ -417,9 +417,7 @@ impl<'a> TopLevel<'a> {
             }
         };
         if !meta.is_empty() {
-            let has_members = out[1..]
-                .bytes()
-                .any(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'));
+            let has_members = !out[1..].trim_ascii().is_empty();
             push_meta_member(&mut out, has_members, meta);
         }
         out.push('}');
@@ -451,7 +449,7 @@ fn string_end(b: &[u8]) -> Option<usize> {
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+    while b.get(i).is_some_and(u8::is_ascii_whitespace) {
         i += 1;
     }
     i
