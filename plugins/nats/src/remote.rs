@@ -1392,7 +1392,8 @@ async fn call_once(
         }
         heard = true;
         last_frame = tokio::time::Instant::now();
-        let seq = wire::header(&message, wire::SEQ).and_then(|s| s.parse::<u64>().ok());
+        let [seq, claim, frame] = wire::headers(&message, [&wire::SEQ, &wire::CLAIM, &wire::FRAME]);
+        let seq = seq.and_then(|s| s.parse::<u64>().ok());
         if let Some(seq) = seq {
             if seq != expected_seq {
                 break Err(bus_error(
@@ -1403,8 +1404,7 @@ async fn call_once(
             }
             expected_seq += 1;
         }
-        let claim = wire::header(&message, wire::CLAIM);
-        match wire::header(&message, wire::FRAME).and_then(Frame::parse) {
+        match frame.and_then(Frame::parse) {
             Some(Frame::Ka) => {}
             Some(Frame::Msg) => relay(ctx, &message.payload),
             Some(Frame::End) if claim.is_some() => {

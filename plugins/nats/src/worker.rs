@@ -18,7 +18,7 @@
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
 use crate::wire::{self, Frame};
-use async_nats::{Client, HeaderMap, Message};
+use async_nats::{Client, HeaderMap, Message, Subject};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
@@ -367,8 +367,9 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
 
 /// Where a request's frames go: its reply subject, unless it has none or one no frame may
 /// be sent to (a hostile one), in which case the request is dropped and logged.
-fn reply_subject(inner: &Inner, message: &Message) -> Option<String> {
-    let Some(reply) = message.reply.as_ref().map(ToString::to_string) else {
+fn reply_subject(inner: &Inner, message: &Message) -> Option<Subject> {
+    // A `Subject` (shared bytes), not a `String`: every frame's publish takes it by value.
+    let Some(reply) = message.reply.clone() else {
         tracing::debug!(subject = %message.subject, "a request without a reply subject: dropped");
         return None;
     };
@@ -421,7 +422,7 @@ async fn heartbeat(inner: Arc<Inner>, changed: Arc<Notify>) {
 /// A request's stream of frames: numbered, exactly one terminal frame, nothing after it.
 struct Frames<'a> {
     inner: &'a Inner,
-    reply: String,
+    reply: Subject,
     seq: u64,
     done: bool,
     /// The caller sent `Mcp-Accept-Claim: 1`.
@@ -429,7 +430,7 @@ struct Frames<'a> {
 }
 
 impl<'a> Frames<'a> {
-    fn new(inner: &'a Inner, reply: String) -> Frames<'a> {
+    fn new(inner: &'a Inner, reply: Subject) -> Frames<'a> {
         Frames {
             inner,
             reply,
@@ -517,41 +518,91 @@ struct Head {
     task_id: Option<serde_json::Value>,
 }
 
-/// Serves one request message to its end.
-async fn handle(inner: &Inner, message: Message) {
-    let Some(reply) = reply_subject(inner, &message) else {
-        return;
-    };
-    let mut out = Frames::new(inner, reply.clone());
-    out.accept_claim = wire::header(&message, wire::ACCEPT_CLAIM) == Some("1");
-    if wire::header(&message, wire::WIRE) != Some("1") {
+/// The request headers the worker reads, found in one pass ([`wire::headers`]).
+struct RequestHeaders<'m> {
+    wire: Option<&'m str>,
+    method: Option<&'m str>,
+    name: Option<&'m str>,
+    accept_claim: Option<&'m str>,
+    traceparent: Option<&'m str>,
+    tracestate: Option<&'m str>,
+    timeout_ms: Option<&'m str>,
+}
+
+impl<'m> RequestHeaders<'m> {
+    fn read(message: &'m Message) -> RequestHeaders<'m> {
+        let [wire, method, name, accept_claim, traceparent, tracestate, timeout_ms] = wire::headers(
+            message,
+            [
+                &wire::WIRE,
+                &wire::METHOD,
+                &wire::NAME,
+                &wire::ACCEPT_CLAIM,
+                &wire::TRACEPARENT,
+                &wire::TRACESTATE,
+                &wire::TIMEOUT_MS,
+            ],
+        );
+        RequestHeaders {
+            wire,
+            method,
+            name,
+            accept_claim,
+            traceparent,
+            tracestate,
+            timeout_ms,
+        }
+    }
+}
+
+/// A request the worker will serve: checked, its `_meta` merged with the headers' trace
+/// context, its deadline read.
+struct Admitted {
+    request: Request,
+    meta: RequestMeta,
+    transport_traceparent: Option<Arc<str>>,
+    deadline: Option<tokio::time::Instant>,
+}
+
+/// Why a request is answered with an `err` frame before it runs: the id it echoes, if read.
+type Refusal = (Option<RequestId>, ErrorObject);
+
+/// Reads and checks a request message (no await: what it reads of the message does not
+/// live on in the request's future).
+fn admit(
+    inner: &Inner,
+    message: &Message,
+    headers: &RequestHeaders<'_>,
+) -> Result<Admitted, Refusal> {
+    if headers.wire != Some("1") {
         let error = ErrorObject::invalid_request("Mcp-Wire: 1 is required (wire version 1)");
-        return out.err(None, &error).await;
+        return Err((None, error));
     }
     let request = match jsonrpc::parse(&message.payload) {
         Ok(Incoming::Request(r)) => r,
         Ok(_) => {
-            let error = ErrorObject::invalid_request("a JSON-RPC request is expected");
-            return out.err(None, &error).await;
+            return Err((
+                None,
+                ErrorObject::invalid_request("a JSON-RPC request is expected"),
+            ))
         }
-        Err(rejected) => return out.err(rejected.id.as_ref(), &rejected.error).await,
+        Err(rejected) => return Err((rejected.id, rejected.error)),
     };
     let head: Head = match jsonrpc::params(request.params.as_deref()) {
         Ok(h) => h,
-        Err(e) => return out.err(Some(&request.id), &e).await,
+        Err(e) => return Err((Some(request.id), e)),
     };
-    if let Err(why) = integrity(inner, &message, &request, &head) {
+    if let Err(why) = integrity(inner, message, headers, &request, &head) {
         let error = ErrorObject::new(wire::HEADER_MISMATCH, format!("Header mismatch: {why}"));
-        return out.err(Some(&request.id), &error).await;
+        return Err((Some(request.id), error));
     }
     let mut meta = head.meta.unwrap_or_default();
-    let header_traceparent = wire::header(&message, wire::TRACEPARENT);
-    let transport_traceparent = header_traceparent.map(std::sync::Arc::from);
+    let transport_traceparent = headers.traceparent.map(Arc::from);
     // A caller that put the trace context only in the headers still gets it to the tool.
     if meta.traceparent.is_none() {
-        meta.traceparent = header_traceparent.map(str::to_owned);
+        meta.traceparent = headers.traceparent.map(str::to_owned);
         if meta.tracestate.is_none() {
-            meta.tracestate = wire::header(&message, wire::TRACESTATE).map(str::to_owned);
+            meta.tracestate = headers.tracestate.map(str::to_owned);
         }
     }
     if meta.protocol_version.is_none() {
@@ -559,11 +610,42 @@ async fn handle(inner: &Inner, message: Message) {
             "the bus carries 2026-07-28 requests: `_meta` must carry `{}`",
             toolyard_proto::meta::PROTOCOL_VERSION
         ));
-        return out.err(Some(&request.id), &error).await;
+        return Err((Some(request.id), error));
     }
-    let deadline = wire::header(&message, wire::TIMEOUT_MS)
+    let deadline = headers
+        .timeout_ms
         .and_then(|t| t.trim().parse::<u64>().ok())
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    Ok(Admitted {
+        request,
+        meta,
+        transport_traceparent,
+        deadline,
+    })
+}
+
+/// Serves one request message to its end.
+async fn handle(inner: &Inner, message: Message) {
+    let Some(reply) = reply_subject(inner, &message) else {
+        return;
+    };
+    let mut out = Frames::new(inner, reply.clone());
+    // In a block, and the message dropped after it: neither lives on in this future.
+    let admitted = {
+        let headers = RequestHeaders::read(&message);
+        out.accept_claim = headers.accept_claim == Some("1");
+        admit(inner, &message, &headers)
+    };
+    drop(message);
+    let Admitted {
+        request,
+        meta,
+        transport_traceparent,
+        deadline,
+    } = match admitted {
+        Ok(a) => a,
+        Err((id, error)) => return out.err(id.as_ref(), &error).await,
+    };
     let cancel = CancellationToken::new();
     let cancelled_by_caller = CancellationToken::new();
     let _control = AbortOnDrop(
@@ -756,10 +838,11 @@ pub(crate) fn serve_here(
 fn integrity(
     inner: &Inner,
     message: &Message,
+    headers: &RequestHeaders<'_>,
     request: &Request,
     head: &Head,
 ) -> Result<(), String> {
-    match wire::header(message, wire::METHOD) {
+    match headers.method {
         Some(m) if m == request.method => {}
         Some(m) => {
             return Err(format!(
@@ -778,7 +861,7 @@ fn integrity(
         })
         .and_then(serde_json::Value::as_str);
     if let Some(body) = named {
-        match wire::header(message, wire::NAME) {
+        match headers.name {
             Some(h) if h == body => {}
             Some(h) => return Err(format!("Mcp-Name '{h}' does not match body value '{body}'")),
             None => return Err("missing Mcp-Name header".to_owned()),
@@ -943,6 +1026,71 @@ mod tests {
     /// of the whole future: at 7 912 bytes (the object store's write for an oversize
     /// answer was carried inline) that copy was ~8 000 instructions of every request
     /// (callgrind). The rare paths are boxed; keep it that way.
+    /// The one pass over a request's headers finds what a lookup per header found: the
+    /// first value of each, nothing for a name spelt in another case or absent, with
+    /// unrelated headers around them.
+    #[test]
+    fn request_headers_read_in_one_pass_agree_with_a_lookup_per_header() {
+        use crate::wire;
+        use async_nats::HeaderMap;
+        let headers_again = || {
+            let mut headers = HeaderMap::new();
+            headers.insert(wire::WIRE, "1");
+            headers.insert("X-Before", "x");
+            headers.insert(wire::METHOD, "tools/call");
+            headers.append(wire::NAME, "add");
+            headers.append(wire::NAME, "sub");
+            headers.insert("mcp-timeout-ms", "5");
+            headers.insert(
+                wire::TRACEPARENT,
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            );
+            headers.insert(wire::ACCEPT_CLAIM, "1");
+            headers.insert("X-After", "y");
+            headers
+        };
+        let headers = headers_again();
+        let with = |headers: Option<HeaderMap>| async_nats::Message {
+            subject: "mcp.v1.req._._.calc.tools.call.add".into(),
+            reply: None,
+            payload: bytes::Bytes::new(),
+            headers,
+            status: None,
+            description: None,
+            length: 0,
+        };
+        for message in [
+            with(Some(headers)),
+            with(Some(HeaderMap::new())),
+            with(None),
+        ] {
+            let read = super::RequestHeaders::read(&message);
+            for (found, name) in [
+                (read.wire, wire::WIRE),
+                (read.method, wire::METHOD),
+                (read.name, wire::NAME),
+                (read.accept_claim, wire::ACCEPT_CLAIM),
+                (read.traceparent, wire::TRACEPARENT),
+                (read.tracestate, wire::TRACESTATE),
+                (read.timeout_ms, wire::TIMEOUT_MS),
+            ] {
+                assert_eq!(found, wire::header(&message, name.clone()), "{name:?}");
+            }
+        }
+        let full = with(Some(headers_again()));
+        let read = super::RequestHeaders::read(&full);
+        assert_eq!(
+            (
+                read.wire,
+                read.method,
+                read.name,
+                read.accept_claim,
+                read.timeout_ms
+            ),
+            (Some("1"), Some("tools/call"), Some("add"), Some("1"), None)
+        );
+    }
+
     #[test]
     fn a_requests_future_carries_no_rare_path_inline() {
         let size = future_size(super::handle);
