@@ -173,17 +173,9 @@ pub fn subject_matches(
     method: &str,
     name: Option<&str>,
 ) -> bool {
-    // Compared in place, not against a subject built for every request: the tenant and user
-    // tokens take any value; the tail must be `{server}.{method tokens}.{name}`.
-    let Some(rest) = subject
-        .strip_prefix(prefix)
-        .and_then(|r| r.strip_prefix(".req."))
-    else {
-        return false;
-    };
-    let mut parts = rest.splitn(3, '.');
-    let (Some(_tenant), Some(_user), Some(tail)) = (parts.next(), parts.next(), parts.next())
-    else {
+    // Compared in place, not against a subject built for every request: the tail must be
+    // `{server}.{method tokens}.{name}`.
+    let Some(tail) = request_tail(subject, prefix) else {
         return false;
     };
     let name = match name {
@@ -205,6 +197,18 @@ pub fn subject_matches(
         && same_method(&tail[s + 1..s + 1 + m])
         && tail[s + 1 + m] == b'.'
         && tail.ends_with(name.as_bytes())
+}
+
+/// What follows the tenant and user tokens (which any value may fill) of a request subject
+/// under `prefix`: `{server}.{method tokens}.{name}`.
+fn request_tail<'s>(subject: &'s str, prefix: &str) -> Option<&'s str> {
+    let rest = subject.strip_prefix(prefix)?.strip_prefix(".req.")?;
+    let mut parts = rest.splitn(3, '.');
+    let (Some(_tenant), Some(_user), Some(tail)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some(tail)
 }
 
 /// Whether a caller-chosen reply subject is safe to publish frames to: not empty, no
@@ -342,18 +346,10 @@ mod tests {
         }
         let by_building =
             |subject: &str, prefix: &str, server: &str, method: &str, name: Option<&str>| {
-                let Some(rest) = subject
-                    .strip_prefix(prefix)
-                    .and_then(|r| r.strip_prefix(".req."))
-                else {
-                    return false;
-                };
-                let mut parts = rest.splitn(3, '.');
-                let (Some(_), Some(_), Some(tail)) = (parts.next(), parts.next(), parts.next())
-                else {
-                    return false;
-                };
-                request_subject("", server, method, name).strip_prefix(".req._._.") == Some(tail)
+                request_tail(subject, prefix).is_some_and(|tail| {
+                    request_subject("", server, method, name).strip_prefix(".req._._.")
+                        == Some(tail)
+                })
             };
         let mut matched = 0;
         for subject in &subjects {

@@ -339,8 +339,11 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
             continue;
         };
         let inner2 = inner.clone();
+        // The request's future is boxed inside its task: tokio moves a task's future by
+        // value through spawn (four copies) and writes its output over it, so a task
+        // holding the ~2.5 KB future inline cost ~3 800 instructions of copying a request.
         inner.tracker.spawn(async move {
-            handle(&inner2, message).await;
+            Box::pin(handle(&inner2, message)).await;
             drop(permit);
         });
     }
@@ -359,7 +362,7 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
         };
         let inner2 = inner.clone();
         inner.tracker.spawn(async move {
-            handle(&inner2, message).await;
+            Box::pin(handle(&inner2, message)).await;
             drop(permit);
         });
     }
