@@ -296,7 +296,6 @@ impl RawResult {
     }
 }
 
-/// Writes the upstream's `_meta` object with `ours` merged in (ours win).
 /// What one pass over a result object's bytes finds at its top level: its `resultType`
 /// member (where it is, and its value), its `isError` value, and whether it has a `_meta`
 /// or a key written with escapes (then `None`: the full read decides). Valid JSON only
@@ -455,6 +454,7 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// Writes the upstream's `_meta` object with `ours` merged in (ours win).
 fn merge_meta(out: &mut String, upstream: &RawValue, ours: &[(&str, &RawValue)]) {
     match serde_json::from_str::<Members<'_>>(upstream.get()) {
         Ok(theirs) => write_members(
@@ -642,8 +642,8 @@ mod tests {
         assert!(serde_json::from_str::<Response>(r#"{"result":[1]}"#).is_err());
     }
 
-    /// The shortcut for a result with none of the members we rewrite gives what the full
-    /// read gives, member for member, and any doubt takes the full read.
+    /// The one pass gives what the full read gives, member for member, `isError` and
+    /// `resultType` included, whether it settles a result itself or hands it to the full read.
     #[test]
     fn a_result_passed_on_as_it_came_equals_the_full_read() {
         let source = raw(r#"{"name":"a","elapsedMs":0.5}"#);
