@@ -281,15 +281,17 @@ async fn echo(client: &toolyard::client::Client, message: &str) -> String {
 /// N1: the worker serving a call is SIGKILLed: the caller gets -32010 once the gateway sees
 /// that nothing listens for the call's cancellation any more (two seconds of silence, then
 /// a "no responders"), not at its inactivity deadline, not a hang; the next call is served
-/// by the other worker.
+/// by the other worker. The killed worker runs on one thread (`--workers 1`: a
+/// current-thread runtime), the survivor on the default two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_call_is_32010_long_before_the_inactivity_deadline_and_the_survivor_serves_the_next_call(
 ) {
     let nats = NatsServer::start();
     let url = nats.url();
-    let first = tokio::task::spawn_blocking(move || ready_worker(&url, "pool"))
-        .await
-        .unwrap();
+    let first =
+        tokio::task::spawn_blocking(move || ready_worker_with(&url, "pool", &["--workers", "1"]))
+            .await
+            .unwrap();
     // A minute of silence would be needed to give up on the call; its worker is gone sooner.
     let gw = gateway_with(&nats.url(), Duration::from_secs(60)).await;
     // The call goes to the only worker; then the second one joins the queue group.
@@ -433,12 +435,19 @@ fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
 /// Regression: a worker told to stop (SIGTERM) while its NATS server is gone waited forever
 /// for a reconnection (deleting its catalog entry, flushing), so only SIGKILL ended it. It
 /// now stops after its drain deadline and a short grace for the bus.
+/// On one thread (`--workers 1`, a current-thread runtime) as on the default two.
 #[test]
 fn a_worker_stops_on_sigterm_even_when_its_nats_server_is_gone() {
+    for workers in ["1", "2"] {
+        a_worker_on_threads_stops_on_sigterm_even_when_its_nats_server_is_gone(workers);
+    }
+}
+
+fn a_worker_on_threads_stops_on_sigterm_even_when_its_nats_server_is_gone(workers: &str) {
     let nats = NatsServer::start();
     let mut child = Command::new(BIN)
         .args(["worker", "--nats", &nats.url(), "--name", "orphan"])
-        .args(["--drain-seconds", "1"])
+        .args(["--drain-seconds", "1", "--workers", workers])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -461,11 +470,11 @@ fn a_worker_stops_on_sigterm_even_when_its_nats_server_is_gone() {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("the worker did not stop on SIGTERM with its NATS server gone");
+            panic!("the worker (--workers {workers}) did not stop on SIGTERM with its NATS server gone");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(status.success(), "{status:?}");
+    assert!(status.success(), "--workers {workers}: {status:?}");
 }
 
 /// A gateway whose NATS server goes away is not ready (`/readyz` 503, the bus listed as a

@@ -1320,8 +1320,9 @@ async fn call_once(
     // Once the worker has sent a frame it listens on `{reply}.ctl` until its last one; a
     // silence from then on is checked every `PROBE_EVERY` (`worker_gone`), not only at the
     // inactivity deadline. Before the first frame, from `FIRST_PROBE` on: a live worker
-    // listens there from the moment it takes the request (it waits for a slot or is refused
-    // as busy, never unseen), so by then no listener means the worker that took it is gone.
+    // listens there once it has taken the request and run its tool's first step (or while
+    // it waits for a slot; a refusal as busy is a frame), so by then no listener means the
+    // worker that took it is gone.
     let mut heard = false;
     let sent = tokio::time::Instant::now();
     let mut last_frame = sent;
@@ -1504,7 +1505,8 @@ impl Drop for CancelOnDrop<'_> {
 const PROBE_EVERY: Duration = Duration::from_secs(2);
 /// When a call that has had no frame at all first checks that the worker that took it is
 /// still there. A live worker listens on `{reply}.ctl` within moments of reading the
-/// request; this much leaves room for one whose runtime is busy, so that only a worker that
+/// request (after its tool's first step; a call answered in that step has its frame by
+/// then); this much leaves room for one whose runtime is busy, so that only a worker that
 /// is gone (killed before its first frame) is taken for one.
 const FIRST_PROBE: Duration = Duration::from_secs(5);
 /// How long that check waits: a listener that does not answer is a listener.

@@ -651,15 +651,6 @@ async fn handle(inner: &Inner, message: Message) {
     };
     let cancel = CancellationToken::new();
     let cancelled_by_caller = CancellationToken::new();
-    let _control = AbortOnDrop(
-        watch_control(
-            inner,
-            &reply,
-            request.id.clone(),
-            cancelled_by_caller.clone(),
-        )
-        .await,
-    );
     let expired = async {
         match deadline {
             Some(at) => tokio::time::sleep_until(at).await,
@@ -667,11 +658,22 @@ async fn handle(inner: &Inner, message: Message) {
         }
     };
     tokio::pin!(expired);
-    // A slot to run in; without one at once, the request waits here (boxed: rare, and this
-    // future is copied into every request's task).
+    // A slot to run in; without one at once, the request waits here, listening on
+    // `{reply}.ctl` already (boxed: rare, and this future is copied into every request's
+    // task).
+    let mut control = None;
     let _slot = match inner.running.try_acquire() {
         Ok(slot) => slot,
         Err(_) => {
+            control = Some(AbortOnDrop(
+                watch_control(
+                    inner,
+                    &reply,
+                    request.id.clone(),
+                    cancelled_by_caller.clone(),
+                )
+                .await,
+            ));
             let waited = Box::pin(wait_for_slot(
                 inner,
                 &mut out,
@@ -696,6 +698,28 @@ async fn handle(inner: &Inner, message: Message) {
         cancel.clone(),
         transport_traceparent,
     );
+    // `serve_here` polled the handler once. A request it answered there (an echo, a lookup:
+    // most tools await nothing) sends its answer as its only frame, and nothing ever
+    // listens on `{reply}.ctl` for it: nothing is left to cancel. That saves such a call the
+    // subscription, its listener task, and the bus's SUB and UNSUB (docs/nats.md). Any other
+    // request listens from before its first frame until after its last.
+    let first = match rx.try_recv() {
+        Ok(b) if b.starts_with(&prefix) => return out.send(Frame::End, b.into()).await,
+        Ok(b) => Some(b),
+        Err(mpsc::error::TryRecvError::Empty) => None,
+        Err(mpsc::error::TryRecvError::Disconnected) => {
+            return out.err(Some(&id), &ended_unanswered()).await
+        }
+    };
+    let _control = match control {
+        Some(listening) => listening,
+        None => {
+            AbortOnDrop(watch_control(inner, &reply, id.clone(), cancelled_by_caller.clone()).await)
+        }
+    };
+    if let Some(b) = first {
+        out.send(Frame::Msg, b.into()).await;
+    }
     // The first keepalive after 100 ms (or the period, if shorter), then one every period:
     // a call that runs longer than that has had a frame, so its caller can tell from then on
     // whether the worker is still there (`{reply}.ctl`) instead of waiting out its
@@ -715,8 +739,7 @@ async fn handle(inner: &Inner, message: Message) {
                 }
                 Some(b) => out.send(Frame::Msg, b.into()).await,
                 None => {
-                    let error = ErrorObject::internal("the request ended without an answer");
-                    out.err(Some(&id), &error).await;
+                    out.err(Some(&id), &ended_unanswered()).await;
                     break;
                 }
             },
@@ -774,6 +797,10 @@ async fn wait_for_slot<'a>(
         () = inner.abandon.cancelled() => out.err(Some(id), &abandoned()).await,
     }
     None
+}
+
+fn ended_unanswered() -> ErrorObject {
+    ErrorObject::internal("the request ended without an answer")
 }
 
 fn deadline_passed() -> ErrorObject {

@@ -114,6 +114,41 @@ async fn cancelling_a_call_cancels_it_on_the_worker() {
     assert_eq!(seen.finished.load(Ordering::SeqCst), 0);
 }
 
+/// A call its tool answers without awaiting anything (the echo) costs the bus no
+/// subscription: the worker answers it before it would listen on `{reply}.ctl`, and the
+/// gateway's replies share one subscription. (Each such call used to subscribe to its
+/// `{reply}.ctl` and unsubscribe again.) The broker's own count of subscriptions made
+/// (`/subsz` `num_inserts`) shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_answered_at_once_costs_the_bus_no_subscription() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::new(Seen::default())).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    let inserts = || async {
+        monitor(&nats, "/subsz").await["num_inserts"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = inserts().await;
+    for i in 0..40 {
+        let message = format!("hello {i}");
+        let result = gw
+            .client
+            .call_tool("calc__echo", json!({ "message": message }))
+            .await
+            .unwrap();
+        assert_eq!(text(&result), message);
+    }
+    let made = inserts().await - before;
+    // A catalog heartbeat or a listing may subscribe once or twice meanwhile; a
+    // subscription per call would be 40.
+    assert!(
+        made < 10,
+        "40 calls answered at once made {made} subscriptions"
+    );
+}
+
 /// N13 through the gateway: a call cancelled at once, its cancel reaching the bus before
 /// the worker listens on `{reply}.ctl`, still stops on the worker (the gateway repeats the
 /// cancel until the worker's terminal frame comes).

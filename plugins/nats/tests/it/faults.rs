@@ -1004,25 +1004,6 @@ impl Drop for StallingProxy {
     }
 }
 
-/// `GET path` on a nats-server's monitoring port, as JSON.
-async fn monitor(nats: &NatsServer, path: &str) -> Value {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let base = nats.monitoring_url();
-    let addr = base.trim_start_matches("http://");
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .unwrap_or_default();
-    serde_json::from_str(body).unwrap_or(Value::Null)
-}
-
 /// N9: the broker closes a gateway's connection as a slow consumer (`max_pending` and
 /// `write_deadline` lowered) while the gateway reads nothing (stalled) and a worker floods
 /// its call with large progress frames. The call in flight ends with -32010, not a hang

@@ -379,3 +379,22 @@ pub(crate) async fn listed(client: &Client, want: impl Fn(&[String]) -> bool) ->
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// `GET path` on a nats-server's monitoring port, as JSON.
+pub(crate) async fn monitor(nats: &toolyard_testkit::NatsServer, path: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let base = nats.monitoring_url();
+    let addr = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+}
