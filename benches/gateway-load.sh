@@ -75,12 +75,12 @@ run() { # label concurrency duration warmup server-command...
   echo "${line%\}},\"server_cpu_s\":${cpu:-null},\"own_cpu_s\":${own:-null}}" >> "$out"
 }
 : > "$out"
-# Singleton: direct and through the gateway (one worker, like the direct server, and the
-# default two), interleaved.
+# Singleton: direct and through the gateway (one thread, like the direct server, and two:
+# `gateway-w2`), interleaved.
 for rep in $(seq "${REPEATS:-3}"); do
   run direct "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --workers 1
   run gateway "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --workers 1 --config "$dir/gw.toml"
-  run gateway-w2 "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --config "$dir/gw.toml"
+  run gateway-w2 "$conc" "${DURATION:-3}" 500 "$T" serve --stdio --workers 2 --config "$dir/gw.toml"
   # COMPARE_BIN: another build's gateway in front of the same upstream, in the same rounds
   # (before/after a change, without the machine's drift between two runs).
   if [ -n "${COMPARE_BIN:-}" ]; then

@@ -126,9 +126,11 @@ struct ServeArgs {
     #[cfg(feature = "nats")]
     #[arg(long, env = "TOOLYARD_NATS", value_name = "URL")]
     nats: Option<String>,
-    /// Tokio worker threads (1 = a single-threaded runtime).
-    #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 2)]
-    workers: usize,
+    /// Tokio worker threads (1 = a single-threaded runtime). Default: 1 with --stdio (one
+    /// connection: a second thread only made it slower, 220k against 370k calls/s at c=16
+    /// in benches/README.md, stop 35), 2 over HTTP.
+    #[arg(long, env = "TOOLYARD_WORKERS")]
+    workers: Option<usize>,
     /// Log filter (tracing syntax), written to stderr.
     #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
     log: String,
@@ -205,14 +207,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     #[cfg(feature = "nats")]
     let nats_url = args.nats.clone().or(nats_file.nats.url.clone());
     // One worker: a current-thread runtime (no work-stealing machinery, and the stdio writer
-    // batches naturally: producers run before it). More: a multi-thread runtime.
-    let runtime = if args.workers <= 1 {
+    // batches naturally: producers run before it). More: a multi-thread runtime, where a
+    // task woken by the running task runs right after it (tokio's LIFO slot), so the stdio
+    // writer, woken by each answer, writes each answer alone.
+    let workers = args.workers.unwrap_or(if args.stdio { 1 } else { 2 });
+    let runtime = if workers <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
     } else {
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.workers)
+            .worker_threads(workers)
             .enable_all()
             .build()
     }

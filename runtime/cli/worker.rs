@@ -46,8 +46,11 @@ pub(crate) struct WorkerArgs {
     /// multi-round-trip retry may land on any of them.
     #[arg(long, env = "TOOLYARD_STATE_SECRET", hide_env_values = true)]
     state_secret: Option<String>,
-    /// Tokio worker threads.
-    #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 2)]
+    /// Tokio worker threads (1 = a single-threaded runtime). More threads run more of a
+    /// worker's requests at once, but for tools that await more than they compute, one
+    /// thread serves more calls with half the CPU per call (benches/README.md, stop 35): run
+    /// one worker per core instead.
+    #[arg(long, env = "TOOLYARD_WORKERS", default_value_t = 1)]
     workers: usize,
     /// Log filter (tracing syntax), written to stderr.
     #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]

@@ -224,6 +224,47 @@ fn modern_requests_are_served_statelessly_without_initialize() {
     assert!(p.close_and_wait().success());
 }
 
+/// `serve --stdio` runs on one thread unless `--workers` asks for more; on one, on two and
+/// on four, a pipeline of calls sent without waiting is answered in full, each answer once
+/// and as its call asked, while a slow call runs beside them.
+#[test]
+fn pipelined_calls_are_all_answered_on_one_thread_or_several() {
+    for workers in [None, Some("2"), Some("4")] {
+        let mut args = vec!["serve", "--stdio"];
+        args.extend(workers.iter().flat_map(|w| ["--workers", *w]));
+        let mut p = Proc::spawn(&args);
+        p.initialize();
+        p.send(json!({"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"slow","arguments":{"steps":2,"delay_ms":100}}}));
+        for i in 0..200 {
+            p.send(json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"echo","arguments":{"message":format!("m{i}")}}}));
+        }
+        let mut seen = std::collections::BTreeMap::new();
+        let mut slow = None;
+        while seen.len() < 200 || slow.is_none() {
+            let m = p.recv();
+            if m.get("method").is_some() {
+                continue;
+            }
+            if m["id"] == "slow" {
+                slow = Some(m);
+                continue;
+            }
+            let id = m["id"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("--workers {workers:?}: {m}"));
+            let text = m["result"]["content"][0]["text"].clone();
+            assert_eq!(text, json!(format!("m{id}")), "--workers {workers:?}: {m}");
+            assert!(
+                seen.insert(id, ()).is_none(),
+                "--workers {workers:?}: {id} answered twice"
+            );
+        }
+        let slow = slow.unwrap_or_default();
+        assert!(slow["result"].is_object(), "--workers {workers:?}: {slow}");
+        assert!(p.close_and_wait().success(), "--workers {workers:?}");
+    }
+}
+
 #[test]
 fn closing_stdin_cancels_a_running_call_and_the_process_exits() {
     let mut p = Proc::spawn(&["serve", "--stdio"]);

@@ -125,27 +125,33 @@ async fn a_call_answered_at_once_costs_the_bus_no_subscription() {
     let _worker = start_worker(&nats.url(), "calc", Arc::new(Seen::default())).await;
     let gw = gateway(&nats.url(), RemoteConfig::default()).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    let call = |message: String| {
+        let client = gw.client.clone();
+        async move {
+            let result = client
+                .call_tool("calc__echo", json!({ "message": message }))
+                .await
+                .unwrap();
+            assert_eq!(text(&result), message);
+        }
+    };
+    // What the first call sets up (and the catalog's watchers) is not counted.
+    call("first".into()).await;
     let inserts = || async {
         monitor(&nats, "/subsz").await["num_inserts"]
             .as_u64()
             .unwrap()
     };
     let before = inserts().await;
-    for i in 0..40 {
-        let message = format!("hello {i}");
-        let result = gw
-            .client
-            .call_tool("calc__echo", json!({ "message": message }))
-            .await
-            .unwrap();
-        assert_eq!(text(&result), message);
+    for i in 0..200 {
+        call(format!("hello {i}")).await;
     }
     let made = inserts().await - before;
-    // A catalog heartbeat or a listing may subscribe once or twice meanwhile; a
-    // subscription per call would be 40.
+    // The bus's own background (a consumer of the catalog watch re-created on a loaded
+    // machine) subscribes a few times at most; a subscription per call would be 200.
     assert!(
-        made < 10,
-        "40 calls answered at once made {made} subscriptions"
+        made < 50,
+        "200 calls answered at once made {made} subscriptions"
     );
 }
 
