@@ -12,6 +12,8 @@
 # SCENARIO is what runs under callgrind:
 #   stdio-off | stdio-metrics | stdio-full   `serve --stdio --workers 1`, telemetry off /
 #       metrics only / metrics + traces at 100%, exported over OTLP/HTTP to a local sink
+#   http-off | http-metrics | http-full      the same over Streamable HTTP (`serve --http`,
+#       legacy sessions: mcpload's default revision)
 #   gateway        `serve --stdio` whose one stdio source is `serve --stdio` (gateway-load.sh)
 #   nats-gateway   `serve --stdio --nats` forwarding to one worker (nats-load.sh)
 #   nats-worker    that worker
@@ -39,10 +41,11 @@ CG=(valgrind --tool=callgrind --separate-threads=yes --dump-line=no)
 tool=echo
 env_of=()
 case $scenario in
-  stdio-off | stdio-metrics | stdio-full | gateway | nats-gateway | nats-worker) ;;
+  stdio-off | stdio-metrics | stdio-full | http-off | http-metrics | http-full) ;;
+  gateway | nats-gateway | nats-worker) ;;
   *) echo "unknown scenario: $scenario" >&2; exit 2 ;;
 esac
-if [[ $scenario == stdio-metrics || $scenario == stdio-full ]]; then
+if [[ $scenario == *-metrics || $scenario == *-full ]]; then
   # The OTLP/HTTP receiver: answers 200 to whatever it is sent.
   sink_port=$((20000 + RANDOM % 20000))
   python3 - "$sink_port" <<'PY' &
@@ -57,10 +60,11 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
 PY
   pids+=($!)
   env_of=(OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$sink_port)
-  [ "$scenario" = stdio-metrics ] && env_of+=(OTEL_TRACES_EXPORTER=none)
-  [ "$scenario" = stdio-full ] && env_of+=(OTEL_TRACES_SAMPLER=always_on)
+  [[ $scenario == *-metrics ]] && env_of+=(OTEL_TRACES_EXPORTER=none)
+  [[ $scenario == *-full ]] && env_of+=(OTEL_TRACES_SAMPLER=always_on)
 fi
 served=("$T" serve --stdio --workers 1)
+[[ $scenario == http-* ]] && served=("$T" serve --workers 1)
 if [ "$scenario" = gateway ]; then
   printf '[[sources]]\nname = "up"\ncommand = "%s"\nargs = ["serve", "--stdio", "--workers", "1"]\naliases = { echo = "echo" }\n' "$T" > "$work/gw.toml"
   served=("$T" serve --stdio --workers 1 --config "$work/gw.toml")
@@ -94,8 +98,14 @@ run() { # $1 = calls, $2 = output file prefix
     cmd=(env "${env_of[@]}" "${CG[@]}" --callgrind-out-file="$2.%p" "${cmd[@]}")
     [[ $scenario == nats-* ]] && start_worker ""
   fi
+  local transport=(stdio -- "${cmd[@]}")
+  if [[ $scenario == http-* ]]; then
+    # mcpload starts the server, and stops it with SIGTERM: it drains and exits.
+    local port=$((20000 + RANDOM % 20000))
+    transport=(http "http://127.0.0.1:$port/mcp" --spawn "${cmd[*]} --http 127.0.0.1:$port")
+  fi
   "$M" -c 4 -n "$1" --warmup 500 --timeout 120 --startup-timeout 120 \
-    --protocol-version 2025-06-18 --tool "$tool" stdio -- "${cmd[@]}" > "$work/mcpload.$1" 2>&1 \
+    --protocol-version 2025-06-18 --tool "$tool" "${transport[@]}" > "$work/mcpload.$1" 2>&1 \
     || { cat "$work/mcpload.$1" >&2; exit 1; }
   if [[ $scenario == nats-* ]]; then
     kill -TERM "$worker"
