@@ -48,16 +48,7 @@ esac
 if [[ $scenario == *-metrics || $scenario == *-full ]]; then
   # The OTLP/HTTP receiver: answers 200 to whatever it is sent.
   sink_port=$((20000 + RANDOM % 20000))
-  python3 - "$sink_port" <<'PY' &
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-PY
+  python3 benches/otlp-sink.py "$sink_port" &
   pids+=($!)
   env_of=(OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$sink_port)
   [[ $scenario == *-metrics ]] && env_of+=(OTEL_TRACES_EXPORTER=none)

@@ -17,16 +17,7 @@ export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 M=$CARGO_TARGET_DIR/release/mcpload; T=${TOOLYARD_BIN:-$CARGO_TARGET_DIR/release/toolyard}
 out=${OUT:-/tmp/toolyard-otel-overhead.jsonl}; : > "$out"
 sink_port=$((20000 + RANDOM % 20000))
-taskset -c 0 python3 - "$sink_port" <<'PY' &
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-PY
+taskset -c 0 python3 benches/otlp-sink.py "$sink_port" &
 sink=$!
 trap 'kill $sink 2>/dev/null' EXIT
 sleep 1
