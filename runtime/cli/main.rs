@@ -186,6 +186,27 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
     }
 }
 
+/// The Tokio runtime of `serve` and `worker`: for one thread a current-thread runtime, for
+/// more a multi-thread one. One thread is the default where one connection carries the
+/// requests (stdio, a worker's NATS connection): on a multi-thread runtime a task woken by
+/// the running task runs right after it (tokio's LIFO slot), so the task that writes the
+/// answers (the stdio writer, async-nats' connection task), woken by each answer, wrote each
+/// answer alone; on a current-thread runtime it runs after every request that was ready and
+/// writes their answers in one (benches/README.md, stop 35).
+pub(crate) fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    if workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+    }
+    .context("starting the tokio runtime")
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     telemetry::init_logging(&args.log);
     let file = match &args.config {
@@ -206,22 +227,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } = file;
     #[cfg(feature = "nats")]
     let nats_url = args.nats.clone().or(nats_file.nats.url.clone());
-    // One worker: a current-thread runtime (no work-stealing machinery, and the stdio writer
-    // batches naturally: producers run before it). More: a multi-thread runtime, where a
-    // task woken by the running task runs right after it (tokio's LIFO slot), so the stdio
-    // writer, woken by each answer, writes each answer alone.
-    let workers = args.workers.unwrap_or(if args.stdio { 1 } else { 2 });
-    let runtime = if workers <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .build()
-    }
-    .context("starting the tokio runtime")?;
+    let runtime = runtime(args.workers.unwrap_or(if args.stdio { 1 } else { 2 }))?;
     runtime.block_on(async move {
         let name = args
             .name

@@ -9,7 +9,6 @@
 //! drain deadline, the catalog entry is deleted, then the sources stop.
 
 use crate::config_file::ConfigFile;
-use anyhow::Context;
 use std::path::PathBuf;
 use toolyard::{Limits, ServerBuilder};
 use toolyard_nats::Worker;
@@ -76,22 +75,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .gateway
         .resolve_sources(&base_dir)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    // One worker thread: a current-thread runtime, as `serve` has. On a multi-thread one a
-    // task woken by the running task is run right after it (tokio's LIFO slot), so the
-    // connection task, woken by each request's answer, wrote every answer in a write of its
-    // own; here it runs after the requests that were ready, and writes their answers in one
-    // (benches/README.md, stop 35).
-    let runtime = if args.workers <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.workers)
-            .enable_all()
-            .build()
-    }
-    .context("starting the tokio runtime")?;
+    let runtime = crate::runtime(args.workers)?;
     runtime.block_on(async move {
         let config = file.server;
         let nats_section = file.nats.nats.clone();
