@@ -17,7 +17,8 @@
 #   gateway        `serve --stdio` whose one stdio source is `serve --stdio` (gateway-load.sh)
 #   nats-gateway   `serve --stdio --nats` forwarding to one worker (nats-load.sh)
 #   nats-worker    that worker
-# TOOLYARD_BIN: the build to count (default: cargo's release build). ANNOTATE=1 keeps the
+# TOOLYARD_BIN: the build to count (default: cargo's release build). PROTOCOL: the revision
+# mcpload speaks (default 2025-06-18; 2026-07-28 for the stateless one). ANNOTATE=1 keeps the
 # callgrind files and prints where they are, for callgrind_annotate. Needs valgrind,
 # ../shared/mcpload, and for the NATS scenarios scripts/install-test-deps' nats-server.
 set -euo pipefail
@@ -96,7 +97,7 @@ run() { # $1 = calls, $2 = output file prefix
     transport=(http "http://127.0.0.1:$port/mcp" --spawn "${cmd[*]} --http 127.0.0.1:$port")
   fi
   "$M" -c 4 -n "$1" --warmup 500 --timeout 120 --startup-timeout 120 \
-    --protocol-version 2025-06-18 --tool "$tool" "${transport[@]}" > "$work/mcpload.$1" 2>&1 \
+    --protocol-version "${PROTOCOL:-2025-06-18}" --tool "$tool" "${transport[@]}" > "$work/mcpload.$1" 2>&1 \
     || { cat "$work/mcpload.$1" >&2; exit 1; }
   if [[ $scenario == nats-* ]]; then
     kill -TERM "$worker"
