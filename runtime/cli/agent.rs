@@ -6,7 +6,6 @@
 //! `--yes`; tools' questions (elicitation) are asked there too.
 
 use crate::config_file::ConfigFile;
-use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -49,11 +48,7 @@ pub(crate) struct AgentArgs {
 /// Runs the command on its own runtime.
 pub(crate) fn main(args: AgentArgs) -> anyhow::Result<std::process::ExitCode> {
     crate::telemetry::init_logging(&args.log);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = crate::runtime(2)?;
     let outcome = runtime.block_on(run(args));
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     outcome

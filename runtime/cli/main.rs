@@ -175,10 +175,7 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             telemetry::init_logging(
                 &std::env::var("TOOLYARD_LOG").unwrap_or_else(|_| "warn".into()),
             );
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the tokio runtime")?;
+            let runtime = runtime(1)?;
             let outcome = runtime.block_on(client::run(*args));
             runtime.shutdown_timeout(std::time::Duration::from_secs(5));
             outcome.map(|()| std::process::ExitCode::SUCCESS)
@@ -186,8 +183,8 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
     }
 }
 
-/// The Tokio runtime of `serve` and `worker`: for one thread a current-thread runtime, for
-/// more a multi-thread one. One thread is the default where one connection carries the
+/// The Tokio runtime of every command: for one thread a current-thread runtime, for more a
+/// multi-thread one. One thread is the default where one connection carries the
 /// requests (stdio, a worker's NATS connection): on a multi-thread runtime a task woken by
 /// the running task runs right after it (tokio's LIFO slot), so the task that writes the
 /// answers (the stdio writer, async-nats' connection task), woken by each answer, wrote each

@@ -1052,10 +1052,6 @@ mod tests {
         std::mem::size_of::<F>()
     }
 
-    /// Every request is a task whose future is written into its task cell on spawn, a copy
-    /// of the whole future: at 7 912 bytes (the object store's write for an oversize
-    /// answer was carried inline) that copy was ~8 000 instructions of every request
-    /// (callgrind). The rare paths are boxed; keep it that way.
     /// The one pass over a request's headers finds what a lookup per header found: the
     /// first value of each, nothing for a name spelt in another case or absent, with
     /// unrelated headers around them.
@@ -1121,6 +1117,10 @@ mod tests {
         );
     }
 
+    /// Every request is a task whose future is written into its task cell on spawn, a copy
+    /// of the whole future: at 7 912 bytes (the object store's write for an oversize
+    /// answer was carried inline) that copy was ~8 000 instructions of every request
+    /// (callgrind). The rare paths are boxed; keep it that way.
     #[test]
     fn a_requests_future_carries_no_rare_path_inline() {
         let size = future_size(super::handle);
