@@ -147,6 +147,52 @@ fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_du
     );
 }
 
+/// Our own span exporter (plugins/otel/src/otlp) keeps what opentelemetry-otlp's did: the
+/// standard headers variable reaches the collector, percent-decoded, and an export the
+/// collector sheds with 503 is sent again.
+#[test]
+fn span_exports_carry_the_otlp_headers_and_are_retried_when_the_collector_sheds_load() {
+    let receiver = OtlpReceiver::start();
+    receiver.refuse_traces(1);
+    let mut child = Command::new(BIN)
+        .args(["serve", "--stdio"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url())
+        .env(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "x-api-key=s%3Dcret,x-tenant=t1",
+        )
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start toolyard serve --stdio");
+    stdio_session(
+        &mut child,
+        &[
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"echo","arguments":{"message":"hi"}}}),
+        ],
+    );
+    let spans = receiver.wait_for_spans(WAIT, |s| s.iter().any(|s| s.name == "tools/call echo"));
+    assert_eq!(
+        spans.iter().filter(|s| s.name == "tools/call echo").count(),
+        1,
+        "the span arrives once: {spans:#?}"
+    );
+    let sent = receiver.trace_headers();
+    assert!(sent.len() >= 2, "refused once, then sent again: {sent:#?}");
+    for headers in &sent {
+        assert_eq!(headers.get("x-api-key").map(String::as_str), Some("s=cret"));
+        assert_eq!(headers.get("x-tenant").map(String::as_str), Some("t1"));
+        assert_eq!(
+            headers.get("content-type").map(String::as_str),
+            Some("application/x-protobuf")
+        );
+    }
+    let _ = child.wait();
+}
+
 /// `serve --stdio` exporting to `receiver`, with `env`, calls the demo tool `fail` (which
 /// logs a warning) under a caller's trace context, then stops (flushing its telemetry).
 /// Returns what it wrote on stderr (its text log).

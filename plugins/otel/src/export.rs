@@ -20,6 +20,7 @@
 
 use crate::error::TelemetryError;
 use crate::logs::LogExport;
+use crate::otlp::HttpSpanExporter;
 use crate::spans::{Counted, CountedExporter, SpanCounts};
 use crate::{ClientObserver, ObservabilityLayer};
 #[cfg(feature = "prometheus")]
@@ -183,13 +184,14 @@ impl Telemetry {
         let protocol = OtlpProtocol::chosen(settings.protocol)?;
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| TelemetryError::NoRuntime)?;
-        let client: Arc<dyn HttpClient> = Arc::new(ReqwestOnTokio {
+        let reqwest_client = Arc::new(ReqwestOnTokio {
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?,
             runtime,
         });
+        let client: Arc<dyn HttpClient> = reqwest_client.clone();
         let resource = resource(settings);
         // The standard per-signal switches: `none` leaves a signal out.
         let off =
@@ -206,6 +208,11 @@ impl Telemetry {
         let span_counts = Arc::new(SpanCounts::default());
         let tracer = if no_traces {
             None
+        } else if protocol == OtlpProtocol::HttpProtobuf {
+            // Our own span exporter over HTTP (see `otlp`): the SDK's spans written as
+            // protobuf as they are.
+            let exporter = HttpSpanExporter::new(reqwest_client, settings.endpoint.as_deref())?;
+            Some(traced(exporter, &span_counts, &resource))
         } else {
             let exporter = otlp_exporter!(
                 SpanExporter,
@@ -214,20 +221,7 @@ impl Telemetry {
                 settings.endpoint.as_ref(),
                 "/v1/traces"
             );
-            // Counted on both sides of the batch queue (`spans`): a full queue drops spans.
-            let exporter = CountedExporter {
-                inner: exporter,
-                counts: span_counts.clone(),
-            };
-            Some(
-                SdkTracerProvider::builder()
-                    .with_span_processor(Counted {
-                        inner: BatchSpanProcessor::builder(exporter).build(),
-                        counts: span_counts.clone(),
-                    })
-                    .with_resource(resource.clone())
-                    .build(),
-            )
+            Some(traced(exporter, &span_counts, &resource))
         };
         let logger = match logs {
             None => None,
@@ -413,6 +407,26 @@ impl Telemetry {
     }
 }
 
+/// The tracer provider over `exporter`, its spans counted on both sides of the batch queue
+/// (`spans`): a full queue drops spans.
+fn traced<E: opentelemetry_sdk::trace::SpanExporter + 'static>(
+    exporter: E,
+    counts: &Arc<SpanCounts>,
+    resource: &Resource,
+) -> SdkTracerProvider {
+    let exporter = CountedExporter {
+        inner: exporter,
+        counts: counts.clone(),
+    };
+    SdkTracerProvider::builder()
+        .with_span_processor(Counted {
+            inner: BatchSpanProcessor::builder(exporter).build(),
+            counts: counts.clone(),
+        })
+        .with_resource(resource.clone())
+        .build()
+}
+
 fn resource(settings: &TelemetrySettings) -> Resource {
     let named_by_env = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty())
         || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.name="));
@@ -429,29 +443,33 @@ fn resource(settings: &TelemetrySettings) -> Resource {
     builder.build()
 }
 
-/// The workspace's reqwest as the exporter's HTTP client (see the module docs).
+/// The workspace's reqwest as the exporters' HTTP client (see the module docs).
 #[derive(Debug)]
-struct ReqwestOnTokio {
+pub(crate) struct ReqwestOnTokio {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
 }
 
-#[async_trait::async_trait]
-impl HttpClient for ReqwestOnTokio {
-    async fn send_bytes(
+impl ReqwestOnTokio {
+    /// Sends `request` on the runtime and waits for the answer from any thread; `timeout`
+    /// bounds this request (else the client's 10 s).
+    pub(crate) async fn send(
         &self,
         request: http::Request<Bytes>,
+        timeout: Option<Duration>,
     ) -> Result<http::Response<Bytes>, HttpError> {
         let client = self.client.clone();
         let sent = self.runtime.spawn(
             async move {
                 let (parts, body) = request.into_parts();
-                let response = client
+                let mut builder = client
                     .request(parts.method, parts.uri.to_string())
                     .headers(parts.headers)
-                    .body(body)
-                    .send()
-                    .await?;
+                    .body(body);
+                if let Some(t) = timeout {
+                    builder = builder.timeout(t);
+                }
+                let response = builder.send().await?;
                 let status = response.status();
                 let headers = response.headers().clone();
                 let body = response.bytes().await?;
@@ -463,6 +481,16 @@ impl HttpClient for ReqwestOnTokio {
             .with_current_context(),
         );
         sent.await?
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for ReqwestOnTokio {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, HttpError> {
+        self.send(request, None).await
     }
 }
 

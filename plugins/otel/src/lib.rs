@@ -29,6 +29,7 @@ mod error;
 mod export;
 mod handlers;
 mod logs;
+mod otlp;
 mod points;
 mod propagation;
 mod semconv;

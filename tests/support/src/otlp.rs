@@ -81,6 +81,10 @@ struct Received {
     spans: Vec<ReceivedSpan>,
     points: Vec<ReceivedPoint>,
     logs: Vec<ReceivedLog>,
+    /// Each `/v1/traces` request's headers, refused ones included.
+    trace_headers: Vec<BTreeMap<String, String>>,
+    /// Trace exports still to refuse with 503 (see [`OtlpReceiver::refuse_traces`]).
+    refuse_traces: usize,
 }
 
 /// The receiver; stops when dropped.
@@ -151,6 +155,25 @@ impl OtlpReceiver {
                     .route(
                         "/v1/traces",
                         post(move |headers: HeaderMap, body: Bytes| async move {
+                            {
+                                let mut r = traces.lock().unwrap();
+                                r.trace_headers.push(
+                                    headers
+                                        .iter()
+                                        .map(|(k, v)| {
+                                            let v = String::from_utf8_lossy(v.as_bytes());
+                                            (k.as_str().to_owned(), v.into_owned())
+                                        })
+                                        .collect(),
+                                );
+                                if r.refuse_traces > 0 {
+                                    r.refuse_traces -= 1;
+                                    return Err((
+                                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                        [("retry-after", "0")],
+                                    ));
+                                }
+                            }
                             let body = plain(&headers, body);
                             let decoded = ExportTraceServiceRequest::decode(body);
                             if let Err(e) = &decoded {
@@ -186,7 +209,7 @@ impl OtlpReceiver {
                                     }
                                 }
                             }
-                            ""
+                            Ok("")
                         }),
                     )
                     .route(
@@ -281,6 +304,17 @@ impl OtlpReceiver {
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         self.received.lock().unwrap().spans.clone()
+    }
+
+    /// Answers the next `n` trace exports `503 Service Unavailable` (`Retry-After: 0`), as a
+    /// collector shedding load does: an exporter is expected to try again.
+    pub fn refuse_traces(&self, n: usize) {
+        self.received.lock().unwrap().refuse_traces = n;
+    }
+
+    /// The headers of every `/v1/traces` request so far, refused ones included.
+    pub fn trace_headers(&self) -> Vec<BTreeMap<String, String>> {
+        self.received.lock().unwrap().trace_headers.clone()
     }
 
     /// Every histogram point received so far.
