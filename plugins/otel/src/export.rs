@@ -5,6 +5,10 @@
 //! `OTEL_TRACES_EXPORTER=none`, `OTEL_METRICS_EXPORTER=none`, `OTEL_LOGS_EXPORTER=none`,
 //! `OTEL_SDK_DISABLED`) or by [`TelemetrySettings`].
 //!
+//! Spans over HTTP go through our own exporter ([`crate::otlp`]: the SDK's spans written as
+//! protobuf as they are, ~4 000 instructions per span against opentelemetry-otlp's ~15 000);
+//! metrics and log records through opentelemetry-otlp's.
+//!
 //! Over gRPC the exporter is opentelemetry-otlp's tonic client, built on the runtime that
 //! installs telemetry (its channel's worker task runs there). Over HTTP the exporter sends
 //! with the workspace's reqwest, not the one `opentelemetry-otlp` would
