@@ -3,6 +3,7 @@
 
 use crate::context::{Channel, InputError, RequestContext};
 use crate::error::HandlerError;
+use crate::log_context::with_log_context;
 use crate::middleware::Outcome;
 use crate::mrtr::{RoundState, StateSealer};
 use crate::reply::Reply;
@@ -11,7 +12,6 @@ use serde::Serialize;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use toolyard_proto::{ErrorObject, InputRequiredResult, InputResponses, ResultType};
-use tracing::Instrument;
 
 /// Runs a request's future: polled once right here, and spawned as a task only when it is
 /// not finished by then. Most tools answer without awaiting anything; for them this saves
@@ -151,62 +151,13 @@ pub(crate) async fn run<T, F>(
     F: Future<Output = Result<T, HandlerError>> + Send,
 {
     let cancel = ctx.inner.cancel.clone();
-    let span = log_span(ctx.traceparent());
+    let handler = with_log_context(ctx.traceparent(), AssertUnwindSafe(fut).catch_unwind());
     let outcome = tokio::select! {
         biased;
         _ = cancel.cancelled() => None,
-        r = AssertUnwindSafe(fut).catch_unwind().instrument(span) => Some(r),
+        r = handler => Some(r),
     };
     answer(ctx, reply, sealer, binding, outcome, on_failure)
-}
-
-/// The `tracing` span a handler runs in when its request has a W3C trace context (a
-/// telemetry layer's server span, or what the caller sent in `_meta`): every log line the
-/// handler writes carries `mcp{traceparent=00-{trace id}-{span id}-{flags}}`, so logs join
-/// traces. Without a context, or with no subscriber listening, it is `Span::none()` and
-/// costs nothing. The span is at ERROR level so that it is enabled under any filter that
-/// lets a log line through (an INFO span vanished under the binary's default `warn`, and the
-/// warnings lost their ids).
-///
-/// One field in the standard text form, not `trace_id` and `span_id` apart: a formatting
-/// subscriber renders a span's fields when the span opens, for every request whether it logs
-/// or not, and two fields cost more than twice one (4 700 instructions per traced call
-/// against 2 000 for this span, callgrind on `serve --stdio`). The flags byte says whether
-/// the trace is sampled, so exported log records carry the right flags.
-///
-/// The value is a [`CheckedTraceparent`]: a layer that reads it (the binary's text-log
-/// layer, the OTLP log bridge) gets the text as one write, not through `str`'s padding
-/// logic.
-fn log_span(traceparent: Option<&str>) -> tracing::Span {
-    match traceparent.and_then(well_formed_traceparent) {
-        Some(tp) => {
-            tracing::error_span!(target: "toolyard", "mcp", traceparent = ?CheckedTraceparent(tp))
-        }
-        None => tracing::Span::none(),
-    }
-}
-
-/// A `traceparent` [`well_formed_traceparent`] accepted: hex digits and dashes only, so its
-/// text is written as it is (nothing in it needs escaping or padding).
-struct CheckedTraceparent<'a>(&'a str);
-
-impl std::fmt::Debug for CheckedTraceparent<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-/// The `vv-{32 hex}-{16 hex}-ff` head of a caller's `traceparent` (a later version may
-/// append `-...` fields, which are dropped), or `None` when it has not that shape: the text
-/// goes into log lines, so a caller's line breaks or escape codes never do.
-fn well_formed_traceparent(tp: &str) -> Option<&str> {
-    let head = tp.get(..55)?;
-    let shape = head.bytes().enumerate().all(|(i, b)| match i {
-        2 | 35 | 52 => b == b'-',
-        _ => b.is_ascii_hexdigit(),
-    });
-    let ends = tp.as_bytes().get(55).is_none_or(|&b| b == b'-');
-    (shape && ends).then_some(head)
 }
 
 /// What running a handler's future produced: `None` when it was cancelled, `Some(Err)` when
@@ -305,32 +256,5 @@ pub(crate) fn error_of(e: HandlerError, target: &str) -> ErrorObject {
             )
         }
         e => ErrorObject::internal(e.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::well_formed_traceparent;
-
-    #[test]
-    fn only_a_well_formed_traceparent_head_reaches_the_log_span() {
-        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        assert_eq!(well_formed_traceparent(tp), Some(tp));
-        // A later version's extra fields are dropped; the head is kept.
-        assert_eq!(
-            well_formed_traceparent(&format!("{tp}-what-comes-next")),
-            Some(tp)
-        );
-        for bad in [
-            "",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
-            "00-4bf92f3577b34da6a3ce929d0e0e473\n-00f067aa0ba902b7-01",
-            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-\u{1b}[",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902é-01",
-        ] {
-            assert_eq!(well_formed_traceparent(bad), None, "{bad:?}");
-        }
     }
 }

@@ -20,6 +20,7 @@ mod forward;
 mod gate;
 mod handlers;
 mod lifecycle;
+mod log_context;
 mod middleware;
 mod mrtr;
 mod outbound;
@@ -53,6 +54,7 @@ pub use event_bus::{Event, EventTap, SubscriptionWatcher};
 pub use forward::{ForwardFn, RawArgs, RawResult, RawResultError};
 pub use handlers::custom::MethodFn;
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
+pub use log_context::{request_traceparent, set_log_span, Traceparent};
 pub use middleware::{Completion, Layer, Layers, Observe, Outcome, Peer, RequestInfo, SessionInfo};
 pub use mrtr::StateSealer;
 pub use resource::{

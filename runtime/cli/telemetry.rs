@@ -31,13 +31,14 @@ fn init_with<F>(filter: F)
 where
     F: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
+    // The text layer writes the request's trace context itself (`RequestText`), and the
+    // log export reads it too: handlers need no `mcp{traceparent}` span.
+    toolyard::set_log_span(false);
     let text = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(false);
-    let logs = tracing_subscriber::registry()
-        .with(filter)
-        .with(RequestSpanText)
-        .with(text);
+        .with_ansi(false)
+        .event_format(RequestText(tracing_subscriber::fmt::format()));
+    let logs = tracing_subscriber::registry().with(filter).with(text);
     #[cfg(feature = "otel")]
     let logs = logs.with(
         LOG_EXPORT
@@ -47,54 +48,43 @@ where
     logs.init();
 }
 
-/// Writes the text of a request's `mcp{traceparent=...}` span (toolyard-actors' `log_span`)
-/// for the text layer, which comes after it and then leaves the span's fields as they are.
-///
-/// Why: the text layer renders every span's fields when the span opens, whether a line is
-/// ever logged in it or not, through a writer that checks each character for escape codes
-/// (~1 200 instructions per traced request, callgrind on `serve --stdio`). The actors crate
-/// only ever puts a checked `traceparent` (hex digits and dashes) in that span, so its text
-/// is written here as one copy; the line reads the same.
-struct RequestSpanText;
+/// The text layer's lines: tracing-subscriber's own format, with the running request's
+/// `mcp{traceparent=...}:` where a span's text goes. The context is read from the handler's
+/// task-local ([`toolyard::request_traceparent`]) when a line is written, so the handler
+/// needs no `tracing` span (turned off in [`init_with`]): opening and closing one in the
+/// registry and every layer cost ~3 000 instructions per traced request, logged or not.
+struct RequestText<F>(F);
 
-impl<S> Layer<S> for RequestSpanText
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for RequestText<F>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
 {
-    fn on_new_span(
+    fn format_event(
         &self,
-        attrs: &tracing::span::Attributes<'_>,
-        id: &tracing::span::Id,
-        ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        let meta = attrs.metadata();
-        if (meta.target(), meta.name()) != ("toolyard", "mcp") {
-            return;
-        }
-        let mut text = TraceparentText(None);
-        attrs.record(&mut text);
-        if let (Some(text), Some(span)) = (text.0, ctx.span(id)) {
-            span.extensions_mut()
-                .insert(tracing_subscriber::fmt::FormattedFields::<
-                    tracing_subscriber::fmt::format::DefaultFields,
-                >::new(text));
-        }
-    }
-}
-
-/// Reads the `traceparent` field as `traceparent=...`.
-struct TraceparentText(Option<String>);
-
-impl tracing::field::Visit for TraceparentText {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write as _;
-        if field.name() == "traceparent" && self.0.is_none() {
-            let mut text = String::with_capacity(12 + 55);
-            text.push_str("traceparent=");
-            if write!(text, "{value:?}").is_ok() {
-                self.0 = Some(text);
-            }
-        }
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let Some(tp) = toolyard::request_traceparent() else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut line),
+            event,
+        )?;
+        // Right after the level (`2026-11-27T15:20:00.123456Z  WARN `), where the format
+        // writes the spans a line was logged in.
+        let level = event.metadata().level().as_str();
+        let at = line
+            .find(level)
+            .map_or(0, |i| i + level.len() + 1)
+            .min(line.len());
+        line.insert_str(at, &format!("mcp{{traceparent={tp}}}: "));
+        writer.write_str(&line)
     }
 }
 

@@ -48,6 +48,7 @@ pub use toolyard_actors::{
     StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef,
     ToolError, ToolFn, UnknownToolFn, UriTemplate,
 };
+pub use toolyard_actors::{request_traceparent, set_log_span, Traceparent};
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,
     TaskSettings, TaskStore, TaskStoreError, TaskUpdate,

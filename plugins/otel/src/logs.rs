@@ -7,13 +7,13 @@
 //!   first thing (so start-up errors are logged), long before the Tokio runtime that
 //!   [`Telemetry::install`](crate::Telemetry::install) needs exists. Until then, or when logs
 //!   are not exported, the layer costs one atomic load per event that passed the filter.
-//! - the request's trace context. A handler runs inside the `tracing` span
-//!   `mcp{traceparent}` (the actors crate does not depend on OpenTelemetry, so there is
-//!   no OpenTelemetry context to read); this layer keeps that field's text when the span
-//!   opens, and when a line is logged in the span reads it into a context and makes that
-//!   the current OpenTelemetry context while the bridge emits, which is where
-//!   the SDK takes a record's trace id and span id from. An OpenTelemetry context already
-//!   current (an embedder's own span) wins: it is the nearer one.
+//! - the request's trace context. A handler runs with its request's `traceparent` in a
+//!   task-local ([`toolyard::request_traceparent`]; the actors crate does not depend on
+//!   OpenTelemetry, so there is no OpenTelemetry context to read); when a line is logged,
+//!   this layer reads it into a context and makes that the current OpenTelemetry context
+//!   while the bridge emits, which is where the SDK takes a record's trace id and span id
+//!   from. An OpenTelemetry context already current (an embedder's own span) wins: it is
+//!   the nearer one.
 //! - the export machinery's own events are never exported (`hyper`, `reqwest`, `h2`,
 //!   `opentelemetry*`, and over gRPC `tonic`, `tower`): each exported line would send a request whose log lines would be
 //!   exported in turn. They still reach the other layers (the text log).
@@ -27,8 +27,6 @@ use opentelemetry_appender_tracing::layer::OpenTelemetryTracingBridge;
 use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
@@ -79,34 +77,10 @@ impl LogExport {
     }
 }
 
-/// The `traceparent` of the request a span belongs to, kept in the span's extensions as
-/// text: it is read into a context only when a line is logged in the span, which most
-/// requests never do (parsing it when the span opened was ~450 instructions of every
-/// traced request).
-struct RequestContext(TraceparentText);
-
-/// The target and name of the span a handler runs in (see `toolyard-actors`' `exec`).
-const REQUEST_SPAN: (&str, &str) = ("toolyard", "mcp");
-
 impl<S> Layer<S> for LogExport
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
-        let meta = attrs.metadata();
-        if (meta.target(), meta.name()) != REQUEST_SPAN || !self.is_exporting() {
-            return;
-        }
-        let mut read = TraceparentField::default();
-        attrs.record(&mut read);
-        let Some(text) = read.text else {
-            return;
-        };
-        if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(RequestContext(text));
-        }
-    }
-
     fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
         let Some(bridge) = self.slot.get() else {
             return;
@@ -114,16 +88,11 @@ where
         if is_export_machinery(event.metadata().target()) {
             return;
         }
+        // Read only now that a line is logged, which most requests never do.
         let request = if Context::map_current(|cx| cx.has_active_span()) {
             None
         } else {
-            ctx.event_scope(event).and_then(|scope| {
-                scope.into_iter().find_map(|span| {
-                    span.extensions()
-                        .get::<RequestContext>()
-                        .and_then(|r| span_context(r.0.as_str()?))
-                })
-            })
+            toolyard::request_traceparent().and_then(|tp| span_context(tp.as_str()))
         };
         let _joined = request.map(|sc| Context::current().with_remote_span_context(sc).attach());
         bridge.on_event(event, ctx);
@@ -137,37 +106,8 @@ fn is_export_machinery(target: &str) -> bool {
         .any(|prefix| target.starts_with(prefix))
 }
 
-/// The request span's one field, `traceparent` (`00-{trace id}-{span id}-{flags}`), as
-/// text.
-#[derive(Default)]
-struct TraceparentField {
-    text: Option<TraceparentText>,
-}
-
-impl Visit for TraceparentField {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "traceparent" {
-            let mut text = TraceparentText::default();
-            if fmt::Write::write_str(&mut text, value).is_ok() {
-                self.text = Some(text);
-            }
-        }
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        // `traceparent = %tp` arrives here, as its Display text: written into a buffer on
-        // the stack, not a `String` per request.
-        if field.name() == "traceparent" {
-            let mut text = TraceparentText::default();
-            if fmt::write(&mut text, format_args!("{value:?}")).is_ok() {
-                self.text = Some(text);
-            }
-        }
-    }
-}
-
-/// The context a W3C `traceparent` names, read at its fixed places (the actors crate wrote
-/// only a checked, 55-byte head into the span).
+/// The context a W3C `traceparent` names, read at its fixed places (the actors crate keeps
+/// only a checked, 55-byte head).
 fn span_context(tp: &str) -> Option<SpanContext> {
     let dashes = [2, 35, 52]
         .iter()
@@ -209,51 +149,9 @@ fn hex_value(text: &str) -> Option<u128> {
     })
 }
 
-/// Room for a `traceparent`'s head; anything longer fails to write and is not one.
-struct TraceparentText {
-    bytes: [u8; 55],
-    len: usize,
-}
-
-impl TraceparentText {
-    /// The text written, when it is UTF-8.
-    fn as_str(&self) -> Option<&str> {
-        std::str::from_utf8(&self.bytes[..self.len]).ok()
-    }
-}
-
-impl Default for TraceparentText {
-    fn default() -> Self {
-        TraceparentText {
-            bytes: [0; 55],
-            len: 0,
-        }
-    }
-}
-
-impl fmt::Write for TraceparentText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len + s.len();
-        let room = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
-        room.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_traceparent_is_read_from_its_display_text_and_anything_longer_is_none() {
-        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let mut text = TraceparentText::default();
-        assert!(fmt::write(&mut text, format_args!("{tp}")).is_ok());
-        assert_eq!(&text.bytes[..text.len], tp.as_bytes());
-        let mut text = TraceparentText::default();
-        assert!(fmt::write(&mut text, format_args!("{tp}-")).is_err());
-    }
 
     #[test]
     fn the_request_spans_traceparent_names_its_context_and_sampled_flag() {

@@ -910,6 +910,45 @@ fn a_handlers_log_lines_carry_the_requests_trace_id() {
     );
 }
 
+#[tokio::test]
+async fn with_the_log_span_off_a_handler_still_reads_its_requests_traceparent() {
+    // Process-wide; nextest runs each test in a process of its own.
+    toolyard::set_log_span(false);
+    #[derive(Deserialize, JsonSchema)]
+    struct NoArgs {}
+    let server = ServerBuilder::new("s", "1")
+        .tool(
+            tool_fn(
+                "whose",
+                "names its trace context",
+                |_ctx, _: NoArgs| async {
+                    tokio::task::yield_now().await;
+                    Ok(toolyard::request_traceparent().map_or("none".into(), |t| t.to_string()))
+                },
+            )
+            .unwrap(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = client
+        .request(
+            "tools/call",
+            json!({"name": "whose", "arguments": {}, "_meta": {"traceparent": tp}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(traced["content"][0]["text"], tp);
+    let plain = client
+        .request("tools/call", json!({"name": "whose", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(plain["content"][0]["text"], "none");
+}
+
 /// A `gated://{name}` template whose provider checks subscriptions: names starting with
 /// `no` are refused (after a wait, as a check that asks somewhere would), with the error
 /// a failed read gets; the check sees the template's variables.

@@ -1,0 +1,135 @@
+//! The trace context a handler's log lines carry, so that logs join traces.
+//!
+//! A handler whose request has a W3C trace context (a telemetry layer's server span, or what
+//! the caller sent) runs with that context's `traceparent` in a task-local, which
+//! [`request_traceparent`] reads: a log layer (toolyard-otel's `LogExport`, the binary's
+//! text log) takes the request's ids from there when a line is logged, which most requests
+//! never do. Setting a task-local costs a copy of 55 bytes per poll.
+//!
+//! By default the handler also runs in the `tracing` span `mcp{traceparent=...}` (ERROR
+//! level, so any filter that lets a line through keeps it), which any subscriber renders
+//! without knowing about Toolyard. That span costs ~3 000 instructions per traced request
+//! (opening and closing it in the `tracing` registry and every layer), whether the handler
+//! logs or not. A process whose subscriber reads [`request_traceparent`] itself turns it off
+//! with [`set_log_span`]`(false)`, as the `toolyard` binary does.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+tokio::task_local! {
+    static REQUEST_TRACEPARENT: Option<Traceparent>;
+}
+
+static LOG_SPAN: AtomicBool = AtomicBool::new(true);
+
+/// Whether handlers also run in the `tracing` span `mcp{traceparent}` (the default: `true`).
+/// Process-wide, as the subscriber that would render the span is.
+pub fn set_log_span(on: bool) {
+    LOG_SPAN.store(on, Ordering::Relaxed);
+}
+
+/// The `traceparent` of the request whose handler is running on this task, if it has one.
+pub fn request_traceparent() -> Option<Traceparent> {
+    REQUEST_TRACEPARENT.try_with(|tp| *tp).ok().flatten()
+}
+
+/// A W3C `traceparent` head, `vv-{32 hex}-{16 hex}-ff`: hex digits and dashes only, so its
+/// text goes into a log line as it is (nothing in it needs escaping).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Traceparent([u8; 55]);
+
+impl Traceparent {
+    /// The head of a caller's `traceparent` (a later version may append `-...` fields,
+    /// which are dropped), or `None` when it has not that shape: the text goes into log
+    /// lines, so a caller's line breaks or escape codes never do.
+    pub fn checked(tp: &str) -> Option<Traceparent> {
+        let head = tp.as_bytes().get(..55)?;
+        let shape = head.iter().enumerate().all(|(i, b)| match i {
+            2 | 35 | 52 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        });
+        let ends = tp.as_bytes().get(55).is_none_or(|&b| b == b'-');
+        let mut bytes = [0; 55];
+        bytes.copy_from_slice(head);
+        (shape && ends).then_some(Traceparent(bytes))
+    }
+
+    /// The text, `00-{trace id}-{span id}-{flags}`.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII hex digits and dashes were let in (`checked`).
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Traceparent {
+    // Written as one copy: the span's field and the log layers read it through `Debug`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Traceparent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Runs `fut` with `traceparent` as the request's (see the module docs), in the
+/// `mcp{traceparent}` span unless that is turned off.
+pub(crate) fn with_log_context<F: std::future::Future>(
+    traceparent: Option<&str>,
+    fut: F,
+) -> impl std::future::Future<Output = F::Output> {
+    use tracing::Instrument;
+    let tp = traceparent.and_then(Traceparent::checked);
+    let span = match tp {
+        Some(tp) if LOG_SPAN.load(Ordering::Relaxed) => {
+            tracing::error_span!(target: "toolyard", "mcp", traceparent = ?tp)
+        }
+        _ => tracing::Span::none(),
+    };
+    REQUEST_TRACEPARENT.scope(tp, fut.instrument(span))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_well_formed_traceparent_head_is_a_request_traceparent() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            Traceparent::checked(tp).map(|t| t.to_string()),
+            Some(tp.into())
+        );
+        // A later version's extra fields are dropped; the head is kept.
+        assert_eq!(
+            Traceparent::checked(&format!("{tp}-what-comes-next")).map(|t| t.to_string()),
+            Some(tp.into())
+        );
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
+            "00-4bf92f3577b34da6a3ce929d0e0e473\n-00f067aa0ba902b7-01",
+            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-\u{1b}[",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902é-01",
+        ] {
+            assert_eq!(Traceparent::checked(bad), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_handler_and_only_the_handler_sees_its_requests_traceparent() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let seen = with_log_context(Some(tp), async {
+            tokio::task::yield_now().await;
+            request_traceparent().map(|t| t.to_string())
+        })
+        .await;
+        assert_eq!(seen.as_deref(), Some(tp));
+        assert_eq!(request_traceparent(), None, "outside the handler");
+        let none = with_log_context(Some("not a traceparent"), async { request_traceparent() });
+        assert_eq!(none.await, None);
+    }
+}
