@@ -186,10 +186,8 @@ impl Layer for ObservabilityLayer {
             builder = builder.with_links(vec![opentelemetry::trace::Link::with_context(sc)]);
         }
         let span = builder.start_with_context(&self.tracer, &parent);
-        let trace = trace_headers(span.span_context());
         Ok(Observe::Completion(Box::new(ServerSpan {
             span,
-            trace,
             duration: self.duration.clone(),
             capture: self.capture.clone().filter(|r| r.results),
         })))
@@ -218,15 +216,15 @@ impl Layer for ObservabilityLayer {
 
 struct ServerSpan {
     span: BoxedSpan,
-    trace: Option<(String, Option<String>)>,
     duration: Arc<DurationPoints>,
     /// Set when results are captured.
     capture: Option<Arc<Redactor>>,
 }
 
 impl Completion for ServerSpan {
+    // Written when asked (once, as the handler starts), not kept and copied.
     fn trace_context(&self) -> Option<(String, Option<String>)> {
-        self.trace.clone()
+        trace_headers(self.span.span_context())
     }
 
     fn finish_with_response(
