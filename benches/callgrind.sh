@@ -17,6 +17,9 @@
 #   gateway        `serve --stdio` whose one stdio source is `serve --stdio` (gateway-load.sh)
 #   nats-gateway   `serve --stdio --nats` forwarding to one worker (nats-load.sh)
 #   nats-worker    that worker
+#   span-floor     not a server: the OpenTelemetry SDK alone making N1 then N2 spans like the
+#       server's per-call span, with an exporter that drops them
+#       (plugins/otel/examples/sdk_span_floor.rs): the floor under full tracing's cost
 # TOOLYARD_BIN: the build to count (default: cargo's release build). PROTOCOL: the revision
 # mcpload speaks (default 2025-06-18; 2026-07-28 for the stateless one). ANNOTATE=1 keeps the
 # callgrind files and prints where they are, for callgrind_annotate. Needs valgrind,
@@ -29,6 +32,7 @@ MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
 export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
 (cd "$MCPLOAD_DIR" && cargo build --release -q)
 [ -n "${TOOLYARD_BIN:-}" ] || cargo build --release -q -p toolyard-cli --bins
+[ "$scenario" != span-floor ] || cargo build --release -q -p toolyard-otel --example sdk_span_floor
 M=$CARGO_TARGET_DIR/release/mcpload; T=${TOOLYARD_BIN:-$CARGO_TARGET_DIR/release/toolyard}
 NATS=${NATS_SERVER:-${TOOLYARD_CACHE:-$HOME/.cache/toolyard}/venv/bin/nats-server}
 work=$(mktemp -d)
@@ -44,6 +48,7 @@ env_of=()
 case $scenario in
   stdio-off | stdio-metrics | stdio-full | http-off | http-metrics | http-full) ;;
   gateway | nats-gateway | nats-worker) ;;
+  span-floor) ;;
   *) echo "unknown scenario: $scenario" >&2; exit 2 ;;
 esac
 if [[ $scenario == *-metrics || $scenario == *-full ]]; then
@@ -83,6 +88,11 @@ start_worker() { # $1 = callgrind output file or ""
   echo "the worker did not start:" >&2; cat "$work/worker.log" >&2; exit 1
 }
 run() { # $1 = calls, $2 = output file prefix
+  if [ "$scenario" = span-floor ]; then
+    "${CG[@]}" --callgrind-out-file="$2.%p" "$CARGO_TARGET_DIR/release/examples/sdk_span_floor" "$1" \
+      > "$work/floor.$1" 2>&1 || { cat "$work/floor.$1" >&2; exit 1; }
+    return
+  fi
   local cmd=("${served[@]}")
   if [ "$scenario" = nats-worker ]; then
     start_worker "$2.%p"
