@@ -6,9 +6,8 @@
 //! new `String`), has prost encode them (every nested message's length computed again at
 //! each level above it), then drops them. That was ~14 000 instructions per span on the
 //! exporter's thread (callgrind, `benches/callgrind.sh stdio-full`): more than the whole
-//! request it describes. Here each field is written once, from the span as it is; the one
-//! cost kept is a move of a nested message's bytes when its length needs more than one
-//! byte. The field numbers and the way each value is written follow opentelemetry-proto's
+//! request it describes. Here each field is written once, from the span as it is, each
+//! nested message after room for its length (one byte; two for a span, three for a batch). The field numbers and the way each value is written follow opentelemetry-proto's
 //! conversion (`opentelemetry_proto::transform::trace`), and the test beside this file
 //! checks that decoding our bytes gives exactly the messages that conversion builds.
 
@@ -16,7 +15,7 @@ use opentelemetry::trace::{SpanKind, Status};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
-use prost::encoding::{encoded_len_varint, WireType};
+use prost::encoding::WireType;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`: the flags say whether the parent is remote.
@@ -77,9 +76,7 @@ pub(crate) fn encode_spans(resource: &EncodedResource, spans: &[SpanData]) -> Ve
                 w.message(1, |w| {
                     w.string(1, scope.name());
                     w.string(2, scope.version().unwrap_or_default());
-                    for kv in scope.attributes() {
-                        w.message(3, |w| w.key_value(kv.key.as_str(), &kv.value));
-                    }
+                    w.attributes(3, scope.attributes());
                 });
                 for span in of_scope {
                     w.message_sized(2, 2, |w| w.span(span));
@@ -92,8 +89,9 @@ pub(crate) fn encode_spans(resource: &EncodedResource, spans: &[SpanData]) -> Ve
     w.buf
 }
 
-/// A varint, the one-byte case (most keys, most lengths) without a loop. prost's own writer
-/// goes through `BufMut` a byte at a time, which was ~460 instructions of every span.
+/// A varint, pushed in place: the one-byte case (most keys, most lengths) is one comparison
+/// and one push. prost's own writer goes through `BufMut` a byte at a time, which was ~460
+/// instructions of every span.
 fn push_varint(buf: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         buf.push((value as u8) | 0x80);
@@ -139,22 +137,20 @@ impl Writer {
         let at = self.buf.len();
         self.buf.resize(at + guess, 0);
         body(self);
-        let mut len = (self.buf.len() - at - guess) as u64;
+        let len = (self.buf.len() - at - guess) as u64;
         if guess == 1 && len < 0x80 {
             self.buf[at] = len as u8;
             return;
         }
-        let width = encoded_len_varint(len);
-        let mut prefix = [0u8; 10];
-        for (i, b) in prefix[..width].iter_mut().enumerate() {
-            *b = (len as u8 & 0x7f) | if i + 1 < width { 0x80 } else { 0 };
-            len >>= 7;
-        }
-        if width == guess {
-            self.buf[at..at + guess].copy_from_slice(&prefix[..width]);
+        // The length written after the body, then moved into the room left for it.
+        let end = self.buf.len();
+        push_varint(&mut self.buf, len);
+        if self.buf.len() - end == guess {
+            self.buf.copy_within(end.., at);
+            self.buf.truncate(end);
         } else {
-            self.buf
-                .splice(at..at + guess, prefix[..width].iter().copied());
+            let length = self.buf.split_off(end);
+            self.buf.splice(at..at + guess, length);
         }
     }
 
@@ -202,17 +198,13 @@ impl Writer {
         self.message(2, |w| w.any_value(value));
     }
 
-    /// An `AnyValue`'s body.
+    /// An `AnyValue`'s body: its one-of member, written even when it holds a default.
     fn any_value(&mut self, value: &Value) {
         match value {
-            Value::String(s) => self.bytes_always(1, s.as_str().as_bytes()),
-            Value::Bool(b) => self.one_of_varint(2, u64::from(*b)),
-            // int64 on the wire: two's complement in ten bytes when negative.
-            Value::I64(i) => self.one_of_varint(3, *i as u64),
-            Value::F64(f) => {
-                push_key(&mut self.buf, 4, WireType::SixtyFourBit);
-                self.buf.extend_from_slice(&f.to_le_bytes());
-            }
+            Value::String(s) => self.any_string(s.as_str()),
+            Value::Bool(b) => self.any_bool(*b),
+            Value::I64(i) => self.any_int(*i),
+            Value::F64(f) => self.any_double(*f),
             Value::Array(array) => self.message(5, |w| w.array(array)),
             // A kind of value this encoder does not know: an empty `AnyValue`, as
             // opentelemetry-proto writes one.
@@ -220,34 +212,40 @@ impl Writer {
         }
     }
 
-    fn one_of_varint(&mut self, field: u32, value: u64) {
-        push_key(&mut self.buf, field, WireType::Varint);
-        push_varint(&mut self.buf, value);
+    fn any_string(&mut self, s: &str) {
+        self.bytes_always(1, s.as_bytes());
+    }
+
+    fn any_bool(&mut self, b: bool) {
+        push_key(&mut self.buf, 2, WireType::Varint);
+        push_varint(&mut self.buf, u64::from(b));
+    }
+
+    /// int64 on the wire: two's complement in ten bytes when negative.
+    fn any_int(&mut self, i: i64) {
+        push_key(&mut self.buf, 3, WireType::Varint);
+        push_varint(&mut self.buf, i as u64);
+    }
+
+    fn any_double(&mut self, f: f64) {
+        push_key(&mut self.buf, 4, WireType::SixtyFourBit);
+        self.buf.extend_from_slice(&f.to_le_bytes());
     }
 
     /// An `ArrayValue`'s body: each element an `AnyValue` of its own.
     fn array(&mut self, array: &Array) {
         match array {
-            Array::Bool(v) => v
-                .iter()
-                .for_each(|b| self.message(1, |w| w.one_of_varint(2, u64::from(*b)))),
-            Array::I64(v) => v
-                .iter()
-                .for_each(|i| self.message(1, |w| w.one_of_varint(3, *i as u64))),
-            Array::F64(v) => v.iter().for_each(|f| {
-                self.message(1, |w| {
-                    push_key(&mut w.buf, 4, WireType::SixtyFourBit);
-                    w.buf.extend_from_slice(&f.to_le_bytes());
-                });
-            }),
+            Array::Bool(v) => v.iter().for_each(|b| self.message(1, |w| w.any_bool(*b))),
+            Array::I64(v) => v.iter().for_each(|i| self.message(1, |w| w.any_int(*i))),
+            Array::F64(v) => v.iter().for_each(|f| self.message(1, |w| w.any_double(*f))),
             Array::String(v) => v
                 .iter()
-                .for_each(|s| self.message(1, |w| w.bytes_always(1, s.as_str().as_bytes()))),
+                .for_each(|s| self.message(1, |w| w.any_string(s.as_str()))),
             _ => {}
         }
     }
 
-    fn attributes(&mut self, field: u32, attributes: &[KeyValue]) {
+    fn attributes<'a>(&mut self, field: u32, attributes: impl IntoIterator<Item = &'a KeyValue>) {
         for kv in attributes {
             self.message(field, |w| w.key_value(kv.key.as_str(), &kv.value));
         }
