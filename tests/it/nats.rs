@@ -311,14 +311,16 @@ async fn a_worker_killed_mid_call_is_32010_long_before_the_inactivity_deadline_a
 }
 
 /// N1, for calls that had no frame of their own: a worker with one slot runs a call and
-/// holds a second one that waits for the slot. SIGKILLed, both calls are -32010 within
-/// seconds, not at the minute-long inactivity deadline: a waiting request has told its
-/// caller it is there (a keepalive) and listens for its cancellation, and a running one
-/// sends its first keepalive after 100 ms, so the gateway can ask whether anything still
-/// listens. (Before, a waiting call stayed silent in the worker's subscription and waited
-/// out the deadline.)
+/// holds a second one that waits for the slot. SIGKILLed, the running call is -32010 within
+/// seconds, not at the minute-long inactivity deadline (its first keepalive came after
+/// 100 ms, so the gateway can ask whether anything still listens), and the waiting call,
+/// which its worker said was waiting (`Mcp-State: waiting`) and never said was running, is
+/// sent again and answered by the survivor, although its tool is neither read-only nor
+/// idempotent: it never ran. (Before, a waiting call stayed silent in the worker's
+/// subscription and waited out the deadline; then it was -32010 like the running one.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_waiting_for_a_killed_workers_slot_is_32010_long_before_the_inactivity_deadline() {
+async fn a_call_waiting_for_a_killed_workers_slot_is_sent_again_to_the_survivor_and_the_running_one_is_32010(
+) {
     let nats = NatsServer::start();
     let url = nats.url();
     let worker = tokio::task::spawn_blocking(move || {
@@ -327,32 +329,43 @@ async fn a_call_waiting_for_a_killed_workers_slot_is_32010_long_before_the_inact
     .await
     .unwrap();
     let gw = gateway_with(&nats.url(), Duration::from_secs(60)).await;
-    let start_call = || {
+    let start_call = |delay_ms: u64| {
         let client = gw.client.clone();
         tokio::spawn(async move {
             client
-                .call_tool("pool__slow", json!({"steps": 1, "delay_ms": 30_000}))
+                .call_tool("pool__slow", json!({"steps": 1, "delay_ms": delay_ms}))
                 .await
         })
     };
-    let running = start_call();
+    let running = start_call(30_000);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let waiting = start_call();
+    let waiting = start_call(50);
     // Both have had a frame by now: the running call's first keepalive, the waiting one's.
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The survivor joins the queue group after both calls reached the first worker.
+    let url = nats.url();
+    let _survivor = tokio::task::spawn_blocking(move || ready_worker(&url, "pool"))
+        .await
+        .unwrap();
     drop(worker); // SIGKILL
     let killed = Instant::now();
-    for (which, call) in [("running", running), ("waiting", waiting)] {
-        let outcome = tokio::time::timeout(Duration::from_secs(20), call)
+    let ended = |call: tokio::task::JoinHandle<Outcome>, which: &'static str| async move {
+        tokio::time::timeout(Duration::from_secs(20), call)
             .await
             .unwrap_or_else(|_| panic!("the {which} call is still waiting 20 s after the kill"))
-            .unwrap();
-        let code = match outcome {
-            Err(e) => e.rpc().map(|o| o.code),
-            Ok(r) => panic!("the {which} call was answered: {r:?}"),
-        };
-        assert_eq!(code, Some(-32010), "the {which} call");
+            .unwrap()
+    };
+    match ended(running, "running").await {
+        Err(e) => assert_eq!(e.rpc().map(|o| o.code), Some(-32010), "{e}"),
+        Ok(r) => panic!("the running call was answered: {r:?}"),
     }
+    let answered = ended(waiting, "waiting")
+        .await
+        .expect("the waiting call is answered by the survivor");
+    assert!(
+        format!("{answered:?}").contains("done after 1 steps"),
+        "{answered:?}"
+    );
     let waited = killed.elapsed();
     assert!(waited < Duration::from_secs(10), "{waited:?}");
 }

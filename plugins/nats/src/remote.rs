@@ -1162,6 +1162,7 @@ async fn call_round<T: Forwarded>(
     let server = target.server;
     let mut retried = false;
     let mut reissued = false;
+    let mut unstarted = 0;
     // Set once a worker refused the call as busy: when the retries began, and the next wait.
     let mut busy: Option<(tokio::time::Instant, Duration)> = None;
     loop {
@@ -1210,11 +1211,21 @@ async fn call_round<T: Forwarded>(
                 reissued = true;
                 tracing::info!(target: "toolyard::nats", %server, method = target.method, error = %e.message, "stream lost: re-issuing a retry-safe request once");
             }
-            Err(Outcome::Failed(e)) => return Err(e),
+            // Never run: sent again whatever the tool, a few times at most.
+            Err(Outcome::NotStarted(_))
+                if unstarted < NOT_STARTED_REISSUES && !ctx.cancellation().is_cancelled() =>
+            {
+                unstarted += 1;
+                tracing::info!(target: "toolyard::nats", %server, method = target.method, "the worker holding the call waiting for a slot is gone: re-issuing the unstarted call");
+            }
+            Err(Outcome::Failed(e) | Outcome::NotStarted(e)) => return Err(e),
             Err(Outcome::Cancelled) => return Err(HandlerError::failed("cancelled")),
         }
     }
 }
+
+/// How many times a call whose worker died while it waited for a slot is sent again.
+const NOT_STARTED_REISSUES: u32 = 3;
 
 /// The first wait before a call a worker refused as busy (-32015) is sent again; it doubles
 /// up to [`BUSY_MAX_WAIT`] while workers stay busy, within the call's deadline.
@@ -1243,6 +1254,8 @@ async fn busy_backoff(
 
 enum Outcome {
     NoResponders,
+    /// The worker that held the call waiting for a slot is gone: it never ran it.
+    NotStarted(HandlerError),
     /// Our caller cancelled: the worker is told (`CancelOnDrop`).
     Cancelled,
     Failed(HandlerError),
@@ -1324,6 +1337,8 @@ async fn call_once(
     // it waits for a slot; a refusal as busy is a frame), so by then no listener means the
     // worker that took it is gone.
     let mut heard = false;
+    // The last frame was a keepalive saying the call waits for a slot (not started).
+    let mut waiting = false;
     let sent = tokio::time::Instant::now();
     let mut last_frame = sent;
     // Whether a silence is checked now: once a frame came, or from `FIRST_PROBE` on.
@@ -1361,6 +1376,12 @@ async fn call_once(
                 // Its last frame may be on its way still (it unsubscribes after sending it).
                 match tokio::time::timeout(GONE_GRACE, guard.frames.next()).await {
                     Ok(Some(m)) => m,
+                    _ if waiting => {
+                        break Err(Outcome::NotStarted(bus_error(
+                            wire::STREAM_LOST,
+                            format!("the worker holding the call to `{server}` for a free slot is gone before it ran it: re-issue the call"),
+                        )))
+                    }
                     _ => {
                         let (whose, gone) = if heard {
                             ("serving", "is gone")
@@ -1393,7 +1414,11 @@ async fn call_once(
         }
         heard = true;
         last_frame = tokio::time::Instant::now();
-        let [seq, claim, frame] = wire::headers(&message, [&wire::SEQ, &wire::CLAIM, &wire::FRAME]);
+        let [seq, claim, frame, state] = wire::headers(
+            &message,
+            [&wire::SEQ, &wire::CLAIM, &wire::FRAME, &wire::STATE],
+        );
+        waiting = state == Some(wire::WAITING);
         let seq = seq.and_then(|s| s.parse::<u64>().ok());
         if let Some(seq) = seq {
             if seq != expected_seq {
@@ -1436,7 +1461,7 @@ async fn call_once(
     // stop, so it neither works nor keeps sending for nobody. Answered: nothing to cancel.
     let gave_up = matches!(
         &outcome,
-        Err(Outcome::Cancelled)
+        Err(Outcome::Cancelled | Outcome::NotStarted(_))
             | Err(Outcome::Failed(HandlerError::Protocol(ErrorObject {
                 code: wire::STREAM_LOST,
                 ..

@@ -69,6 +69,15 @@ pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 pub const ACCEPT_CLAIM: HeaderName = HeaderName::from_static("Mcp-Accept-Claim");
 /// `Mcp-Claim` on an empty `end` frame: the object in the claims bucket holding the answer.
 pub const CLAIM: HeaderName = HeaderName::from_static("Mcp-Claim");
+/// `Mcp-State` on a `ka` frame: [`WAITING`] when the request waits for a free slot of the
+/// worker (not started), [`RUNNING`] when it took one (sent, and seen by the broker, before
+/// the request runs). A caller whose call's last state is `waiting` when its worker is found
+/// gone knows the call never ran, and may send it again whatever its tool.
+pub const STATE: HeaderName = HeaderName::from_static("Mcp-State");
+/// [`STATE`]: the request waits for a slot; it has not started.
+pub const WAITING: &str = "waiting";
+/// [`STATE`]: the request took its slot and runs from now on.
+pub const RUNNING: &str = "running";
 
 /// The stream was lost (a worker went away, a frame was dropped, the worker is draining):
 /// the request may be re-issued.
@@ -161,6 +170,13 @@ pub fn queue_group(server: &str) -> String {
 /// Where a caller sends `notifications/cancelled` for the request answered on `reply`.
 pub fn control_subject(reply: &str) -> String {
     format!("{reply}.ctl")
+}
+
+/// The subject under a request's reply subject a worker sends a request to, with an empty
+/// body, to learn that the broker has taken its [`RUNNING`] keepalive: nobody listens there,
+/// so the broker answers no-responders at once, after the frames sent before it.
+pub fn confirm_subject(reply: &str) -> String {
+    format!("{reply}.run")
 }
 
 /// Checks a request's subject against its body: the method tokens and the name token must be

@@ -444,6 +444,16 @@ impl<'a> Frames<'a> {
     }
 
     async fn send(&mut self, frame: Frame, body: Bytes) {
+        self.send_stating(frame, body, None).await;
+    }
+
+    /// A keepalive saying where the request stands ([`wire::STATE`]).
+    async fn keepalive(&mut self, state: &'static str) {
+        self.send_stating(Frame::Ka, Bytes::new(), Some(state))
+            .await;
+    }
+
+    async fn send_stating(&mut self, frame: Frame, body: Bytes, state: Option<&'static str>) {
         if self.done {
             return;
         }
@@ -477,6 +487,9 @@ impl<'a> Frames<'a> {
         }
         if let Some(name) = &claim {
             headers.insert(wire::CLAIM, name.as_str());
+        }
+        if let Some(state) = state {
+            headers.insert(wire::STATE, state);
         }
         self.seq += 1;
         let sent = self
@@ -784,10 +797,24 @@ async fn wait_for_slot<'a>(
     cancelled_by_caller: &CancellationToken,
     expired: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> Option<tokio::sync::SemaphorePermit<'a>> {
-    out.send(Frame::Ka, Bytes::new()).await;
+    out.keepalive(wire::WAITING).await;
     tokio::select! {
         slot = inner.running.acquire() => match slot {
-            Ok(slot) => return Some(slot),
+            Ok(slot) => {
+                // The caller learns the request runs before it does: should this worker die
+                // from now on, the call may have run; before, it surely did not, and the
+                // caller may send it elsewhere whatever its tool.
+                out.keepalive(wire::RUNNING).await;
+                if broker_has_taken_our_frames(inner, &out.reply).await {
+                    return Some(slot);
+                }
+                // Unconfirmed, it does not run: the caller may still take it for waiting.
+                let error = ErrorObject::new(
+                    wire::BUSY,
+                    "the worker could not confirm to the bus that the request started: it was not started; re-issue it",
+                );
+                out.err(Some(id), &error).await;
+            }
             // The semaphore is never closed; should it be, the request is answered.
             Err(_) => out.err(Some(id), &abandoned()).await,
         },
@@ -797,6 +824,32 @@ async fn wait_for_slot<'a>(
         () = inner.abandon.cancelled() => out.err(Some(id), &abandoned()).await,
     }
     None
+}
+
+/// How long a worker waits for the broker to confirm a request's [`wire::RUNNING`]
+/// keepalive before it gives the request back unstarted.
+const CONFIRM_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether the broker has taken what this connection sent so far: a request to a subject
+/// nobody serves is answered no-responders by the broker once it read every message sent
+/// before it. (async-nats' `flush` only writes the socket: a process killed then may lose
+/// what the kernel had not sent yet.)
+async fn broker_has_taken_our_frames(inner: &Inner, reply: &str) -> bool {
+    let asked = inner
+        .client
+        .request(wire::confirm_subject(reply), Bytes::new());
+    match tokio::time::timeout(CONFIRM_WAIT, asked).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => true,
+        Ok(Err(e)) => {
+            tracing::warn!(%reply, error = %e, "the bus did not confirm that a request started: given back unstarted");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(%reply, "the bus did not confirm that a request started within {CONFIRM_WAIT:?}: given back unstarted");
+            false
+        }
+    }
 }
 
 fn ended_unanswered() -> ErrorObject {

@@ -433,6 +433,59 @@ async fn raw_sleep(
     (inbox, sub)
 }
 
+/// A request that waits for a slot says so (`ka`, `Mcp-State: waiting`) and, when it gets
+/// the slot, says it runs (`ka`, `Mcp-State: running`) before its tool starts: a caller can
+/// tell a call that never ran from one that may have, when the worker dies (docs/nats.md).
+/// A request that runs at once sends no state at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_a_slot_says_waiting_then_running_before_its_tool_starts() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = start_worker_with_slots(&nats.url(), "calc", seen.clone(), 1, None).await;
+    let raw = connect(&nats.url()).await;
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("sleep"));
+    let (_, mut first) = raw_sleep(&raw, &subject, 500).await;
+    counted(&seen.started, "the first call never ran").await;
+    let (_, mut second) = raw_sleep(&raw, &subject, 10).await;
+    let mut states = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(WAIT, second.next()).await {
+        let h = m.headers.as_ref().unwrap();
+        let frame = h.get(wire::FRAME).unwrap().as_str().to_owned();
+        let state = h.get(wire::STATE).map(|v| v.as_str().to_owned());
+        if state.as_deref() == Some(wire::WAITING) {
+            // Said while the first call holds the only slot: the second has not started.
+            assert_eq!(
+                seen.started.load(std::sync::atomic::Ordering::SeqCst),
+                1,
+                "{states:?}"
+            );
+        }
+        let end = frame == "end" || frame == "err";
+        states.push((frame, state));
+        if end {
+            break;
+        }
+    }
+    let expected = [
+        ("ka", Some(wire::WAITING)),
+        ("ka", Some(wire::RUNNING)),
+        ("end", None),
+    ];
+    let got: Vec<(&str, Option<&str>)> = states
+        .iter()
+        .map(|(f, s)| (f.as_str(), s.as_deref()))
+        .collect();
+    assert_eq!(got, expected);
+    assert_eq!(seen.started.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // The first call ran at once: its frames carry no state.
+    let (frames, _) = frames_until_end(&mut first, Duration::from_millis(100)).await;
+    assert_eq!(
+        frames.last().map(|f| f.0.as_str()),
+        Some("end"),
+        "{frames:?}"
+    );
+}
+
 /// N13: a cancellation right after the request (before the worker may listen for it, or
 /// just after) either cancels the call or lets it complete: exactly one terminal frame,
 /// numbered without gaps, nothing after it.
