@@ -809,19 +809,20 @@ async fn wait_for_slot<'a>(
                     return Some(slot);
                 }
                 // Unconfirmed, it does not run: the caller may still take it for waiting.
-                let error = ErrorObject::new(
-                    wire::BUSY,
-                    "the worker could not confirm to the bus that the request started: it was not started; re-issue it",
-                );
-                out.err(Some(id), &error).await;
+                out.err(Some(id), &not_started("the worker could not confirm to the bus that the request started")).await;
             }
             // The semaphore is never closed; should it be, the request is answered.
-            Err(_) => out.err(Some(id), &abandoned()).await,
+            Err(_) => out.err(Some(id), &not_started("the worker is stopping")).await,
         },
         // Cancelled before it ran: no response exists; an empty `end` closes the stream.
         () = cancelled_by_caller.cancelled() => out.send(Frame::End, Bytes::new()).await,
         () = expired => out.err(Some(id), &deadline_passed()).await,
-        () = inner.abandon.cancelled() => out.err(Some(id), &abandoned()).await,
+        // Its drain time ran out before it got a slot: it never ran, so it is given back as
+        // busy (not started), which any caller may send again whatever the tool, rather than
+        // as lost (-32010), which a caller re-issues only for a read-only or idempotent tool.
+        () = inner.abandon.cancelled() => {
+            out.err(Some(id), &not_started("the worker is draining")).await;
+        }
     }
     None
 }
@@ -850,6 +851,15 @@ async fn broker_has_taken_our_frames(inner: &Inner, reply: &str) -> bool {
             false
         }
     }
+}
+
+/// -32015 for a request that waited for a slot and is given back: `why`, then that it was
+/// not started.
+fn not_started(why: &str) -> ErrorObject {
+    ErrorObject::new(
+        wire::BUSY,
+        format!("{why}: the request was not started; re-issue it"),
+    )
 }
 
 fn ended_unanswered() -> ErrorObject {

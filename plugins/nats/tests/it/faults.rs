@@ -230,6 +230,52 @@ async fn a_draining_worker_cancels_what_outlives_the_drain_and_says_re_issue() {
     assert_eq!(seen.cancelled.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
+/// A draining worker whose drain time runs out gives a request still waiting for one of its
+/// slots back as busy (-32015: not started), so the gateway sends it to another worker
+/// whatever its tool, and it is answered there; the request it was running is cancelled and
+/// says re-issue (-32010: it may have run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_worker_gives_back_what_still_waits_for_a_slot_unstarted_and_another_worker_runs_it(
+) {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let mut config = WorkerConfig::new("slow");
+    config.concurrency = 1;
+    config.drain_timeout = Duration::from_millis(500);
+    let draining = Worker::start(
+        worker_server(seen.clone()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let gw = gateway(&nats.url(), quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
+    let call = |ms: u64| {
+        let client = gw.client.clone();
+        tokio::spawn(async move { client.call_tool("slow__sleep", json!({ "ms": ms })).await })
+    };
+    let running = call(60_000);
+    counted(&seen.started, "the first call never ran").await;
+    let waiting = call(50);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The other worker joins once both calls are on the first one.
+    let other = Arc::new(Seen::default());
+    let _other = start_worker(&nats.url(), "slow", other.clone()).await;
+    draining.shutdown().await;
+    let answered = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("the waiting call ends")
+        .unwrap()
+        .expect("the call given back unstarted is answered by the other worker");
+    assert_eq!(text(&answered), "slept");
+    assert_eq!(other.finished.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let lost = tokio::time::timeout(WAIT, running).await.unwrap().unwrap();
+    assert_eq!(code_of(&lost), wire::STREAM_LOST);
+    // The draining worker ran only the first call.
+    assert_eq!(seen.started.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 /// The JSON-RPC error code of a failed call, or a panic naming what came instead.
 fn code_of(outcome: &Result<CallToolResult, toolyard::client::ClientError>) -> i32 {
     match outcome {
