@@ -172,13 +172,6 @@ pub fn control_subject(reply: &str) -> String {
     format!("{reply}.ctl")
 }
 
-/// The subject under a request's reply subject a worker sends a request to, with an empty
-/// body, to learn that the broker has taken its [`RUNNING`] keepalive: nobody listens there,
-/// so the broker answers no-responders at once, after the frames sent before it.
-pub fn confirm_subject(reply: &str) -> String {
-    format!("{reply}.run")
-}
-
 /// Checks a request's subject against its body: the method tokens and the name token must be
 /// the ones [`request_subject`] gives for the body, so a subject-based access rule cannot be
 /// dodged by a body naming something else.

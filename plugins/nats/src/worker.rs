@@ -834,11 +834,12 @@ const CONFIRM_WAIT: Duration = Duration::from_secs(5);
 /// Whether the broker has taken what this connection sent so far: a request to a subject
 /// nobody serves is answered no-responders by the broker once it read every message sent
 /// before it. (async-nats' `flush` only writes the socket: a process killed then may lose
-/// what the kernel had not sent yet.)
+/// what the kernel had not sent yet.) The subject is a fresh inbox of this worker's own,
+/// not one under the caller's reply subject, where a caller subscribed with `>` would
+/// receive it and, not answering, make every waited request look unconfirmed.
 async fn broker_has_taken_our_frames(inner: &Inner, reply: &str) -> bool {
-    let asked = inner
-        .client
-        .request(wire::confirm_subject(reply), Bytes::new());
+    let nobody = format!("{}.run", inner.client.new_inbox());
+    let asked = inner.client.request(nobody, Bytes::new());
     match tokio::time::timeout(CONFIRM_WAIT, asked).await {
         Ok(Ok(_)) => true,
         Ok(Err(e)) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => true,

@@ -482,7 +482,8 @@ async fn raw_sleep(
 /// A request that waits for a slot says so (`ka`, `Mcp-State: waiting`) and, when it gets
 /// the slot, says it runs (`ka`, `Mcp-State: running`) before its tool starts: a caller can
 /// tell a call that never ran from one that may have, when the worker dies (docs/nats.md).
-/// A request that runs at once sends no state at all.
+/// A request that runs at once sends no state at all. The second caller listens with `>`
+/// under its reply subject: nothing the worker sends to confirm the start reaches it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_waiting_for_a_slot_says_waiting_then_running_before_its_tool_starts() {
     let nats = NatsServer::start();
@@ -492,9 +493,19 @@ async fn a_request_waiting_for_a_slot_says_waiting_then_running_before_its_tool_
     let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("sleep"));
     let (_, mut first) = raw_sleep(&raw, &subject, 500).await;
     counted(&seen.started, "the first call never ran").await;
-    let (_, mut second) = raw_sleep(&raw, &subject, 10).await;
+    let base = raw.new_inbox();
+    let mut second = raw.subscribe(format!("{base}.>")).await.unwrap();
+    raw.publish_with_reply_and_headers(
+        subject.clone(),
+        format!("{base}.call"),
+        headers("tools/call", Some("sleep")),
+        sleep_body(10).into(),
+    )
+    .await
+    .unwrap();
     let mut states = Vec::new();
     while let Ok(Some(m)) = tokio::time::timeout(WAIT, second.next()).await {
+        assert_eq!(m.subject.as_str(), format!("{base}.call"), "{states:?}");
         let h = m.headers.as_ref().unwrap();
         let frame = h.get(wire::FRAME).unwrap().as_str().to_owned();
         let state = h.get(wire::STATE).map(|v| v.as_str().to_owned());
