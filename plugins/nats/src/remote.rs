@@ -1162,12 +1162,21 @@ async fn call_round<T: Forwarded>(
     let server = target.server;
     let mut retried = false;
     let mut reissued = false;
+    // How often the call was sent again because its worker died holding it unstarted;
+    // those sends' deadline counts from the first attempt.
     let mut unstarted = 0;
+    let began = tokio::time::Instant::now();
     // Set once a worker refused the call as busy: when the retries began, and the next wait.
     let mut busy: Option<(tokio::time::Instant, Duration)> = None;
     loop {
-        let budget =
-            busy.map(|(since, _)| inner.config.call_timeout.saturating_sub(since.elapsed()));
+        let left_since =
+            |since: tokio::time::Instant| inner.config.call_timeout.saturating_sub(since.elapsed());
+        let budget = match (busy, unstarted > 0) {
+            (Some((since, _)), true) => Some(left_since(since).min(left_since(began))),
+            (Some((since, _)), false) => Some(left_since(since)),
+            (None, true) => Some(left_since(began)),
+            (None, false) => None,
+        };
         // Boxed (and the rare wait below): every forwarded call's future is allocated whole,
         // and each async layer would otherwise carry this one's state again.
         match Box::pin(call_once(
@@ -1213,7 +1222,9 @@ async fn call_round<T: Forwarded>(
             }
             // Never run: sent again whatever the tool, a few times at most.
             Err(Outcome::NotStarted(_))
-                if unstarted < NOT_STARTED_REISSUES && !ctx.cancellation().is_cancelled() =>
+                if unstarted < NOT_STARTED_REISSUES
+                    && began.elapsed() < inner.config.call_timeout
+                    && !ctx.cancellation().is_cancelled() =>
             {
                 unstarted += 1;
                 tracing::info!(target: "toolyard::nats", %server, method = target.method, "the worker holding the call waiting for a slot is gone: re-issuing the unstarted call");
