@@ -335,25 +335,68 @@ fn render(spans: &[ReceivedSpan]) -> String {
     out
 }
 
-/// Our client → `toolyard serve --http --nats` → NATS → `toolyard worker`: one trace, the
-/// client's CLIENT span the parent of the gateway's SERVER span, whose forwarding CLIENT
-/// span is the parent of the worker's SERVER span.
+/// A web page on 127.0.0.1 that records the `traceparent` header of each request for `/`
+/// (robots.txt is answered 404): its port and the headers seen.
+fn traced_page() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut request = [0u8; 8192];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..n]).into_owned();
+            let (status, body) = if head.starts_with("GET /robots.txt") {
+                ("404 Not Found", "none")
+            } else {
+                let traceparent = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("traceparent")
+                            .then(|| value.trim().to_owned())
+                    })
+                    .unwrap_or_default();
+                record.lock().unwrap().push(traceparent);
+                ("200 OK", "<html><body><p>traced page</p></body></html>")
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// Our client → `toolyard serve --http --nats` → NATS → `toolyard worker` → the worker's
+/// `fetch` tool → a web page: one trace. The client's CLIENT span is the parent of the
+/// gateway's SERVER span, whose forwarding CLIENT span is the parent of the worker's SERVER
+/// span, whose context the page receives in the `traceparent` header of the tool's GET.
 #[test]
-fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() {
+fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_http_call_is_one_trace(
+) {
     let receiver = OtlpReceiver::start();
     let nats = NatsServer::start();
     let otel = receiver.url();
+    let (site, seen) = traced_page();
+    let dir = std::env::temp_dir().join(format!("toolyard-otel-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("worker.toml");
+    std::fs::write(
+        &config,
+        "[connectors.fetch]\nallow_hosts = [\"localhost\"]\n",
+    )
+    .unwrap();
     let _worker = Proc(
         Command::new(BIN)
-            .args([
-                "worker",
-                "--nats",
-                &nats.url(),
-                "--name",
-                "w",
-                "--otel-endpoint",
-                &otel,
-            ])
+            .args(["worker", "--nats", &nats.url(), "--name", "w"])
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--otel-endpoint", &otel])
             .env("OTEL_SERVICE_NAME", "worker")
             .env("OTEL_BSP_SCHEDULE_DELAY", "100")
             .stdin(Stdio::null())
@@ -385,17 +428,26 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
             .expect("start the gateway"),
     );
     let url = format!("http://127.0.0.1:{port}/mcp");
+    let page = format!("http://localhost:{site}/");
     let deadline = Instant::now() + WAIT;
     loop {
         let out = Command::new(BIN)
             .args(["client", "--url", &url, "--otel-endpoint", &otel])
-            .args(["call", "w__echo", "--args", r#"{"message":"traced"}"#])
+            .args([
+                "call",
+                "w__fetch",
+                "--args",
+                &json!({ "url": page }).to_string(),
+            ])
             .env("OTEL_SERVICE_NAME", "client")
             .env_remove("RUST_BACKTRACE")
             .output()
             .expect("run toolyard client");
         let value: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        if value["content"][0]["text"] == "traced" {
+        if value["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("traced page"))
+        {
             break;
         }
         assert!(
@@ -408,33 +460,36 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
     let spans = receiver.wait_for_spans(WAIT, |spans| {
         let worker = spans
             .iter()
-            .find(|s| s.service == "worker" && s.name == "tools/call echo");
+            .find(|s| s.service == "worker" && s.name == "tools/call fetch");
         // The gateway exports on its own schedule: wait for the worker's parent to arrive.
         worker.is_some_and(|w| spans.iter().any(|s| s.span_id == w.parent_span_id))
             && spans
                 .iter()
-                .any(|s| s.service == "client" && s.name == "tools/call w__echo")
+                .any(|s| s.service == "client" && s.name == "tools/call w__fetch")
     });
     // The successful attempt: the client span whose trace reaches the worker.
     let worker = spans
         .iter()
-        .find(|s| s.service == "worker" && s.name == "tools/call echo")
+        .find(|s| s.service == "worker" && s.name == "tools/call fetch")
         .unwrap();
     let trace: Vec<ReceivedSpan> = spans
         .iter()
         .filter(|s| s.trace_id == worker.trace_id)
         .cloned()
         .collect();
-    let tree = render(&trace);
+    let mut tree = render(&trace);
+    // The page's GET, as the child the worker's span gave it.
+    let outbound = seen.lock().unwrap().last().cloned().unwrap_or_default();
+    tree.push_str(&format!("        GET {page} (traceparent {outbound})\n"));
     eprintln!("one call's trace:\n{tree}");
     let client = trace
         .iter()
-        .find(|s| s.service == "client" && s.name == "tools/call w__echo")
+        .find(|s| s.service == "client" && s.name == "tools/call w__fetch")
         .unwrap_or_else(|| panic!("the client span is in the worker's trace:\n{tree}"));
     assert_eq!(client.kind, CLIENT);
     let gateway = trace
         .iter()
-        .find(|s| s.service == "gateway" && s.name == "tools/call w__echo")
+        .find(|s| s.service == "gateway" && s.name == "tools/call w__fetch")
         .unwrap_or_else(|| panic!("the gateway span is in the trace:\n{tree}"));
     assert_eq!(gateway.kind, SERVER);
     assert_eq!(gateway.parent_span_id, client.span_id, "{tree}");
@@ -461,10 +516,16 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_worker_is_one_trace() 
         .iter()
         .find(|s| s.service == "gateway" && s.kind == CLIENT)
         .unwrap_or_else(|| panic!("the gateway's CLIENT span over NATS:\n{tree}"));
-    assert_eq!(forward.name, "tools/call echo");
+    assert_eq!(forward.name, "tools/call fetch");
     assert_eq!(forward.parent_span_id, gateway.span_id, "{tree}");
     assert_eq!(worker.kind, SERVER);
     assert_eq!(worker.parent_span_id, forward.span_id, "{tree}");
+    // The tool's outbound GET carries the worker span's context: the page is its child.
+    assert_eq!(
+        outbound,
+        format!("00-{}-{}-01", worker.trace_id, worker.span_id),
+        "{tree}"
+    );
 }
 
 /// An exporter pointed at an endpoint that accepts connections and never answers: every

@@ -148,7 +148,9 @@ impl Api {
         let mut waits = 0;
         let mut retried = false;
         loop {
-            let sent = build(&self.client).send().await;
+            let sent = crate::trace::with_trace_context(build(&self.client))
+                .send()
+                .await;
             let response = match sent {
                 Ok(r) => r,
                 Err(e) if e.is_timeout() => {

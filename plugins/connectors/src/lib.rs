@@ -72,6 +72,14 @@ pub mod sql;
     feature = "gdrive"
 ))]
 mod tool;
+#[cfg(any(
+    feature = "fetch",
+    feature = "search",
+    feature = "github",
+    feature = "slack",
+    feature = "gdrive"
+))]
+mod trace;
 #[cfg(any(feature = "filesystem", feature = "sqlite", feature = "postgres"))]
 mod uri;
 

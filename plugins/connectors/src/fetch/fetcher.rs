@@ -102,10 +102,11 @@ impl Fetcher {
                 // Early, for a clear error; the resolver enforces it at connect time anyway.
                 self.resolver.lookup(name).await?;
             }
-            let mut response = self
+            let request = self
                 .client
                 .get(current.clone())
-                .header(USER_AGENT, &self.settings.user_agent)
+                .header(USER_AGENT, &self.settings.user_agent);
+            let mut response = crate::trace::with_trace_context(request)
                 .send()
                 .await
                 .map_err(http_error)?;

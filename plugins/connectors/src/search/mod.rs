@@ -243,9 +243,10 @@ impl Inner {
         let name = self.provider.name();
         let mut waited = false;
         let response = loop {
-            let response = self
-                .provider
-                .request(&self.client, &self.base_url, self.api_key.as_deref(), &q)
+            let request =
+                self.provider
+                    .request(&self.client, &self.base_url, self.api_key.as_deref(), &q);
+            let response = crate::trace::with_trace_context(request)
                 .send()
                 .await
                 .map_err(|e| HandlerError::failed(format!("{name}: {}", e.without_url())))?;
