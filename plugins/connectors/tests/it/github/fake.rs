@@ -75,6 +75,8 @@ pub(crate) struct Fake {
     pub(crate) throttle: Arc<Mutex<(u64, usize)>>,
     /// The bearer tokens seen on API requests.
     pub(crate) bearers: Arc<Mutex<Vec<String>>>,
+    /// The `traceparent` header of every request (empty when it had none).
+    pub(crate) traceparents: Arc<Mutex<Vec<String>>>,
 }
 
 fn reply(status: StatusCode, headers: &[(&str, String)], body: Value) -> Response {
@@ -283,6 +285,13 @@ async fn answer(
         "{method} {}",
         uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
     ));
+    fake.traceparents.lock().unwrap().push(
+        headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
+    );
     let body_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if method != Method::GET {
         fake.bodies

@@ -907,3 +907,24 @@ async fn a_panic_in_the_state_actor_fails_one_call_and_the_rebuilt_state_exchang
         "ghs_installation2"
     );
 }
+
+/// A call whose request carries a trace context (`_meta.traceparent`) makes its API requests
+/// with that `traceparent` header, so GitHub's side joins the caller's trace; a call without
+/// one sends none.
+#[tokio::test]
+async fn api_requests_carry_the_calls_traceparent() {
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let (fake, base) = started().await;
+    let tools = tools(config(&base)).await;
+    let traced = tools
+        .request(
+            "tools/call",
+            json!({"name": "get_me", "arguments": {}, "_meta": {"traceparent": TP}}),
+        )
+        .await
+        .expect("get_me answers");
+    assert_ne!(traced["isError"], true, "{traced}");
+    assert_eq!(*fake.traceparents.lock().unwrap(), [TP]);
+    tools.call("get_me", json!({})).await.ok();
+    assert_eq!(*fake.traceparents.lock().unwrap(), [TP, ""]);
+}
