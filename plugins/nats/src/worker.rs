@@ -798,31 +798,41 @@ async fn wait_for_slot<'a>(
     expired: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> Option<tokio::sync::SemaphorePermit<'a>> {
     out.keepalive(wire::WAITING).await;
+    // Biased: when a drain's end, the caller's cancel or the deadline comes as a slot frees
+    // (a drain's end cancels the running request, which frees its slot at that moment), the
+    // request does not run.
     tokio::select! {
-        slot = inner.running.acquire() => match slot {
-            Ok(slot) => {
-                // The caller learns the request runs before it does: should this worker die
-                // from now on, the call may have run; before, it surely did not, and the
-                // caller may send it elsewhere whatever its tool.
-                out.keepalive(wire::RUNNING).await;
-                if broker_has_taken_our_frames(inner, &out.reply).await {
-                    return Some(slot);
-                }
-                // Unconfirmed, it does not run: the caller may still take it for waiting.
-                out.err(Some(id), &not_started("the worker could not confirm to the bus that the request started")).await;
-            }
-            // The semaphore is never closed; should it be, the request is answered.
-            Err(_) => out.err(Some(id), &not_started("the worker is stopping")).await,
-        },
-        // Cancelled before it ran: no response exists; an empty `end` closes the stream.
-        () = cancelled_by_caller.cancelled() => out.send(Frame::End, Bytes::new()).await,
-        () = expired => out.err(Some(id), &deadline_passed()).await,
+        biased;
         // Its drain time ran out before it got a slot: it never ran, so it is given back as
         // busy (not started), which any caller may send again whatever the tool, rather than
         // as lost (-32010), which a caller re-issues only for a read-only or idempotent tool.
         () = inner.abandon.cancelled() => {
             out.err(Some(id), &not_started("the worker is draining")).await;
         }
+        // Cancelled before it ran: no response exists; an empty `end` closes the stream.
+        () = cancelled_by_caller.cancelled() => out.send(Frame::End, Bytes::new()).await,
+        () = expired => out.err(Some(id), &deadline_passed()).await,
+        slot = inner.running.acquire() => match slot {
+            Ok(slot) => {
+                // The caller learns the request runs before it does: should this worker die
+                // from now on, the call may have run; before, it surely did not, and the
+                // caller may send it elsewhere whatever its tool.
+                out.keepalive(wire::RUNNING).await;
+                let confirmed = broker_has_taken_our_frames(inner, &out.reply).await;
+                if cancelled_by_caller.is_cancelled() {
+                    out.send(Frame::End, Bytes::new()).await;
+                } else if inner.abandon.is_cancelled() {
+                    out.err(Some(id), &not_started("the worker is draining")).await;
+                } else if confirmed {
+                    return Some(slot);
+                } else {
+                    // Unconfirmed, it does not run: the caller may still take it for waiting.
+                    out.err(Some(id), &not_started("the worker could not confirm to the bus that the request started")).await;
+                }
+            }
+            // The semaphore is never closed; should it be, the request is answered.
+            Err(_) => out.err(Some(id), &not_started("the worker is stopping")).await,
+        },
     }
     None
 }
