@@ -204,32 +204,18 @@ fn a_read_only_filesystem_and_a_sqlite_database_serve_side_by_side() {
 
 /// A one-page HTTP server on 127.0.0.1 (no robots.txt); returns its port and a hit counter.
 fn one_page_site() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::Read;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let hits = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            counter.fetch_add(1, Ordering::Relaxed);
-            let mut request = [0u8; 4096];
-            let n = stream.read(&mut request).unwrap_or(0);
-            let head = String::from_utf8_lossy(&request[..n]);
-            let (status, body) = if head.starts_with("GET /robots.txt") {
-                ("404 Not Found", "none".to_owned())
-            } else {
-                (
-                    "200 OK",
-                    "<html><body><h2>Hello</h2><p>from <i>here</i></p></body></html>".to_owned(),
-                )
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+    let (port, _) = http_fake("text/html", move |head| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        if head.starts_with("GET /robots.txt") {
+            ("404 Not Found", "none")
+        } else {
+            (
+                "200 OK",
+                "<html><body><h2>Hello</h2><p>from <i>here</i></p></body></html>",
+            )
         }
     });
     (port, hits)
@@ -592,6 +578,16 @@ fn the_filesystem_connector_answers_like_the_official_server() {
 fn json_fake(
     answer: impl Fn(&str) -> (&'static str, &'static str) + Send + 'static,
 ) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    http_fake("application/json", answer)
+}
+
+/// An HTTP/1.1 stand-in on 127.0.0.1 answering every request with a body of
+/// `content_type`: `answer` gets the request's head (as sent) and gives the status line
+/// and body. The request lines are recorded.
+pub(crate) fn http_fake(
+    content_type: &'static str,
+    answer: impl Fn(&str) -> (&'static str, &'static str) + Send + 'static,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     use std::io::Read;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -609,7 +605,7 @@ fn json_fake(
             let (status, body) = answer(&head);
             let _ = write!(
                 stream,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
         }

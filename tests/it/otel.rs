@@ -338,37 +338,22 @@ fn render(spans: &[ReceivedSpan]) -> String {
 /// A web page on 127.0.0.1 that records the `traceparent` header of each request for `/`
 /// (robots.txt is answered 404): its port and the headers seen.
 fn traced_page() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::Read;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let record = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            let mut request = [0u8; 8192];
-            let n = stream.read(&mut request).unwrap_or(0);
-            let head = String::from_utf8_lossy(&request[..n]).into_owned();
-            let (status, body) = if head.starts_with("GET /robots.txt") {
-                ("404 Not Found", "none")
-            } else {
-                let traceparent = head
-                    .lines()
-                    .find_map(|l| {
-                        let (name, value) = l.split_once(':')?;
-                        name.eq_ignore_ascii_case("traceparent")
-                            .then(|| value.trim().to_owned())
-                    })
-                    .unwrap_or_default();
-                record.lock().unwrap().push(traceparent);
-                ("200 OK", "<html><body><p>traced page</p></body></html>")
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+    let (port, _) = crate::connectors::http_fake("text/html", move |head| {
+        if head.starts_with("GET /robots.txt") {
+            return ("404 Not Found", "none");
         }
+        let traceparent = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("traceparent")
+                    .then(|| value.trim().to_owned())
+            })
+            .unwrap_or_default();
+        record.lock().unwrap().push(traceparent);
+        ("200 OK", "<html><body><p>traced page</p></body></html>")
     });
     (port, seen)
 }

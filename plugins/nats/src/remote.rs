@@ -1169,14 +1169,14 @@ async fn call_round<T: Forwarded>(
     // Set once a worker refused the call as busy: when the retries began, and the next wait.
     let mut busy: Option<(tokio::time::Instant, Duration)> = None;
     loop {
-        let left_since =
-            |since: tokio::time::Instant| inner.config.call_timeout.saturating_sub(since.elapsed());
-        let budget = match (busy, unstarted > 0) {
-            (Some((since, _)), true) => Some(left_since(since).min(left_since(began))),
-            (Some((since, _)), false) => Some(left_since(since)),
-            (None, true) => Some(left_since(began)),
-            (None, false) => None,
-        };
+        // A later attempt carries what is left of the deadline, counted from the earlier of
+        // the first busy refusal and (once an unstarted call is sent again) the first attempt.
+        let since = busy
+            .map(|(since, _)| since)
+            .into_iter()
+            .chain((unstarted > 0).then_some(began))
+            .min();
+        let budget = since.map(|s| inner.config.call_timeout.saturating_sub(s.elapsed()));
         // Boxed (and the rare wait below): every forwarded call's future is allocated whole,
         // and each async layer would otherwise carry this one's state again.
         match Box::pin(call_once(

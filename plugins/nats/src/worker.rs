@@ -395,13 +395,10 @@ async fn refuse_busy(inner: &Inner, message: &Message, concurrency: usize, waiti
         _ => None,
     };
     tracing::debug!(subject = %message.subject, "no slot and no room to wait: refused as busy");
-    let error = ErrorObject::new(
-        wire::BUSY,
-        format!(
-            "worker `{}` is busy ({concurrency} running, {waiting} waiting): the request was not started; re-issue it",
-            inner.config.server
-        ),
-    );
+    let error = not_started(&format!(
+        "worker `{}` is busy ({concurrency} running, {waiting} waiting)",
+        inner.config.server
+    ));
     Frames::new(inner, reply).err(id.as_ref(), &error).await;
 }
 
@@ -864,8 +861,8 @@ async fn broker_has_taken_our_frames(inner: &Inner, reply: &str) -> bool {
     }
 }
 
-/// -32015 for a request that waited for a slot and is given back: `why`, then that it was
-/// not started.
+/// -32015 for a request given back unstarted (refused as busy, or given back from the wait
+/// for a slot): `why`, then that it was not started.
 fn not_started(why: &str) -> ErrorObject {
     ErrorObject::new(
         wire::BUSY,
