@@ -132,17 +132,20 @@ pub(crate) struct Round {
     pub(crate) state_out: Option<serde_json::Value>,
 }
 
-/// The W3C trace context a request arrived with (`_meta.traceparent` / `tracestate`).
+/// The W3C trace context a request's handler runs under (`_meta.traceparent` / `tracestate`,
+/// or a telemetry layer's span), and the `baggage` the request came with.
 #[derive(Debug, Clone)]
 pub(crate) struct TraceContext {
-    pub(crate) traceparent: String,
+    pub(crate) traceparent: Option<String>,
     pub(crate) tracestate: Option<String>,
+    pub(crate) baggage: Option<String>,
 }
 
 pub(crate) struct ContextInner {
     pub(crate) id: RequestId,
-    /// Boxed: most requests carry none.
-    pub(crate) trace: Option<Box<TraceContext>>,
+    /// Behind a pointer: most requests carry none; shared with the handler's task-local
+    /// (`crate::request_trace`).
+    pub(crate) trace: Option<Arc<TraceContext>>,
     pub(crate) version: ProtocolVersion,
     pub(crate) caller: Arc<Caller>,
     pub(crate) cancel: CancellationToken,
@@ -193,7 +196,10 @@ impl RequestContext {
     /// The W3C `traceparent` the request carried in `_meta` (HTTP and NATS transports copy
     /// their headers there), for a tool that calls onward to pass it on.
     pub fn traceparent(&self) -> Option<&str> {
-        self.inner.trace.as_deref().map(|t| t.traceparent.as_str())
+        self.inner
+            .trace
+            .as_deref()
+            .and_then(|t| t.traceparent.as_deref())
     }
 
     /// The W3C `tracestate` that came with [`RequestContext::traceparent`].
@@ -201,7 +207,17 @@ impl RequestContext {
         self.inner
             .trace
             .as_deref()
+            .filter(|t| t.traceparent.is_some())
             .and_then(|t| t.tracestate.as_deref())
+    }
+
+    /// The W3C `baggage` the request carried (`_meta.baggage`, else the transport's
+    /// `baggage` header), for what the handler calls onward to pass on unchanged.
+    pub fn baggage(&self) -> Option<&str> {
+        self.inner
+            .trace
+            .as_deref()
+            .and_then(|t| t.baggage.as_deref())
     }
 
     /// Who called, when the transport authenticated the caller.

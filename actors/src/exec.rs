@@ -3,10 +3,10 @@
 
 use crate::context::{Channel, InputError, RequestContext};
 use crate::error::HandlerError;
-use crate::log_context::with_log_context;
 use crate::middleware::Outcome;
 use crate::mrtr::{RoundState, StateSealer};
 use crate::reply::Reply;
+use crate::request_trace::with_request_trace;
 use futures_util::FutureExt;
 use serde::Serialize;
 use std::future::Future;
@@ -151,7 +151,10 @@ pub(crate) async fn run<T, F>(
     F: Future<Output = Result<T, HandlerError>> + Send,
 {
     let cancel = ctx.inner.cancel.clone();
-    let handler = with_log_context(ctx.traceparent(), AssertUnwindSafe(fut).catch_unwind());
+    let handler = with_request_trace(
+        ctx.inner.trace.clone(),
+        AssertUnwindSafe(fut).catch_unwind(),
+    );
     let outcome = tokio::select! {
         biased;
         _ = cancel.cancelled() => None,

@@ -19,13 +19,14 @@ mod exec;
 mod forward;
 mod gate;
 mod handlers;
+mod http_call;
 mod lifecycle;
-mod log_context;
 mod middleware;
 mod mrtr;
 mod outbound;
 mod registry;
 mod reply;
+mod request_trace;
 mod resource;
 mod route;
 mod server;
@@ -53,10 +54,18 @@ pub use error::{HandlerError, ToolError};
 pub use event_bus::{Event, EventTap, SubscriptionWatcher};
 pub use forward::{ForwardFn, RawArgs, RawResult, RawResultError};
 pub use handlers::custom::MethodFn;
+pub use http_call::{
+    http_call_observer, set_http_call_observer, HttpCallObserver, HttpCallOutcome,
+    ObservedHttpCall, OutgoingHttpCall,
+};
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
-pub use log_context::{request_traceparent, set_log_span, Traceparent};
-pub use middleware::{Completion, Layer, Layers, Observe, Outcome, Peer, RequestInfo, SessionInfo};
+pub use middleware::{
+    Completion, Layer, Layers, Observe, Outcome, Peer, RequestInfo, SessionInfo, TransportTrace,
+};
 pub use mrtr::StateSealer;
+pub use request_trace::{
+    request_baggage, request_traceparent, request_tracestate, set_log_span, Traceparent,
+};
 pub use resource::{
     CompleteFn, CompletionTarget, Completions, PromptDef, PromptFn, ResourceDef, ResourceFn,
     ResourceRequest, SubscribeCheckFn, TemplateDef,

@@ -31,14 +31,46 @@ pub struct RequestInfo {
     pub traceparent: Option<Arc<str>>,
     /// W3C `tracestate` from the request's `_meta`.
     pub tracestate: Option<Arc<str>>,
-    /// W3C `traceparent` of the transport's own request (the HTTP header), when it had one:
-    /// a tracing layer links it (and parents on it when `_meta` carries none).
-    pub transport_traceparent: Option<Arc<str>>,
+    /// The W3C headers of the transport's own request (HTTP, NATS), when it had any: a
+    /// tracing layer links its `traceparent` (and parents on it when `_meta` carries none).
+    pub transport_trace: Option<Arc<TransportTrace>>,
     /// A `tools/call`'s `arguments` as the caller sent them (JSON text), only when a layer
     /// asked for payloads ([`Layer::captures_payloads`]): otherwise nobody pays the copy.
     pub arguments: Option<Arc<str>>,
     /// When the request was accepted.
     pub started: Instant,
+}
+
+/// The W3C trace headers (`traceparent`, `tracestate`, `baggage`) of a transport's own
+/// request (an HTTP request's, a NATS message's), as they came: what `_meta` does not
+/// carry, the request takes from here (`_meta` wins: SEP-414).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransportTrace {
+    /// `traceparent`.
+    pub traceparent: Option<Arc<str>>,
+    /// `tracestate`.
+    pub tracestate: Option<Arc<str>>,
+    /// `baggage`.
+    pub baggage: Option<Arc<str>>,
+}
+
+impl TransportTrace {
+    /// The headers named, or `None` when there are none (the usual case: nothing is
+    /// allocated).
+    pub fn of(
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
+        baggage: Option<&str>,
+    ) -> Option<Arc<TransportTrace>> {
+        if traceparent.is_none() && baggage.is_none() {
+            return None;
+        }
+        Some(Arc::new(TransportTrace {
+            traceparent: traceparent.map(Arc::from),
+            tracestate: traceparent.and(tracestate).map(Arc::from),
+            baggage: baggage.map(Arc::from),
+        }))
+    }
 }
 
 /// Where a connection or request comes from: what telemetry reports as `network.transport`

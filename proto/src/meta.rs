@@ -26,6 +26,8 @@ pub const PROGRESS_TOKEN: &str = "progressToken";
 pub const TRACEPARENT: &str = "traceparent";
 /// `_meta` key: W3C trace state.
 pub const TRACESTATE: &str = "tracestate";
+/// `_meta` key: W3C baggage (application-defined key-value pairs that travel with the trace).
+pub const BAGGAGE: &str = "baggage";
 
 /// The `_meta` object of a request, with the keys the runtime acts on. Other keys are kept
 /// out of this struct; handlers that need them read the raw params.
@@ -72,4 +74,7 @@ pub struct RequestMeta {
     /// W3C trace state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// W3C baggage, passed on unchanged to what the request calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baggage: Option<String>,
 }

@@ -46,9 +46,13 @@ pub use toolyard_actors::{
     PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext,
     RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, SessionInfo,
     StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef,
-    ToolError, ToolFn, UnknownToolFn, UriTemplate,
+    ToolError, ToolFn, TransportTrace, UnknownToolFn, UriTemplate,
 };
-pub use toolyard_actors::{request_traceparent, set_log_span, Traceparent};
+pub use toolyard_actors::{
+    http_call_observer, request_baggage, request_traceparent, request_tracestate,
+    set_http_call_observer, set_log_span, HttpCallObserver, HttpCallOutcome, ObservedHttpCall,
+    OutgoingHttpCall, Traceparent,
+};
 pub use toolyard_actors::{
     InMemoryTaskStore, NewTask, StoreFuture, TaskGeneration, TaskOutcome, TaskPage, TaskRecord,
     TaskSettings, TaskStore, TaskStoreError, TaskUpdate,

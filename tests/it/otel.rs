@@ -311,8 +311,14 @@ fn render(spans: &[ReceivedSpan]) -> String {
                 CLIENT => "CLIENT",
                 _ => "INTERNAL",
             };
+            // An HTTP call's span is named after its method alone: its URL tells them apart.
+            let url = s
+                .attributes
+                .get("url.full")
+                .map(|u| format!(" {u}"))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "{}{} [{kind}] ({})\n",
+                "{}{}{url} [{kind}] ({})\n",
                 "  ".repeat(depth),
                 s.name,
                 s.service
@@ -335,33 +341,53 @@ fn render(spans: &[ReceivedSpan]) -> String {
     out
 }
 
-/// A web page on 127.0.0.1 that records the `traceparent` header of each request for `/`
-/// (robots.txt is answered 404): its port and the headers seen.
-fn traced_page() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+/// A web page on 127.0.0.1 that records the `traceparent` and `baggage` headers of each
+/// request for `/` (robots.txt is answered 404): its port and the headers seen.
+fn traced_page() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<PageHeaders>>>) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let record = seen.clone();
     let (port, _) = crate::connectors::http_fake("text/html", move |head| {
         if head.starts_with("GET /robots.txt") {
             return ("404 Not Found", "none");
         }
-        let traceparent = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("traceparent")
-                    .then(|| value.trim().to_owned())
-            })
-            .unwrap_or_default();
-        record.lock().unwrap().push(traceparent);
+        let header = |wanted: &str| {
+            head.lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case(wanted)
+                        .then(|| value.trim().to_owned())
+                })
+                .unwrap_or_default()
+        };
+        record.lock().unwrap().push(PageHeaders {
+            traceparent: header("traceparent"),
+            baggage: header("baggage"),
+        });
         ("200 OK", "<html><body><p>traced page</p></body></html>")
     });
     (port, seen)
 }
 
+/// The trace headers a page received (empty when absent).
+#[derive(Clone, Debug, Default)]
+struct PageHeaders {
+    traceparent: String,
+    baggage: String,
+}
+
+/// The worker's HTTP CLIENT span of the GET of `page` (the `fetch` tool also asks for the
+/// site's `robots.txt`, a span of its own).
+fn is_page_get(span: &ReceivedSpan, page: &str) -> bool {
+    span.service == "worker"
+        && span.name == "GET"
+        && span.attributes.get("url.full").map(String::as_str) == Some(page)
+}
+
 /// Our client → `toolyard serve --http --nats` → NATS → `toolyard worker` → the worker's
 /// `fetch` tool → a web page: one trace. The client's CLIENT span is the parent of the
 /// gateway's SERVER span, whose forwarding CLIENT span is the parent of the worker's SERVER
-/// span, whose context the page receives in the `traceparent` header of the tool's GET.
+/// span, the parent of the tool's HTTP CLIENT span, whose context the page receives in the
+/// `traceparent` header of the tool's GET.
 #[test]
 fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_http_call_is_one_trace(
 ) {
@@ -451,6 +477,7 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
             && spans
                 .iter()
                 .any(|s| s.service == "client" && s.name == "tools/call w__fetch")
+            && spans.iter().any(|s| is_page_get(s, &page))
     });
     // The successful attempt: the client span whose trace reaches the worker.
     let worker = spans
@@ -463,9 +490,15 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
         .cloned()
         .collect();
     let mut tree = render(&trace);
-    // The page's GET, as the child the worker's span gave it.
-    let outbound = seen.lock().unwrap().last().cloned().unwrap_or_default();
-    tree.push_str(&format!("        GET {page} (traceparent {outbound})\n"));
+    // What the page received, as the child of the worker's HTTP CLIENT span.
+    let outbound = seen
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap_or_default()
+        .traceparent;
+    tree.push_str(&format!("(the page received traceparent {outbound})\n"));
     eprintln!("one call's trace:\n{tree}");
     let client = trace
         .iter()
@@ -505,12 +538,129 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
     assert_eq!(forward.parent_span_id, gateway.span_id, "{tree}");
     assert_eq!(worker.kind, SERVER);
     assert_eq!(worker.parent_span_id, forward.span_id, "{tree}");
-    // The tool's outbound GET carries the worker span's context: the page is its child.
+    // The tool's outbound GET is an HTTP CLIENT span under the worker's, and carries its
+    // own context: the page is its child.
+    let get = trace
+        .iter()
+        .find(|s| is_page_get(s, &page))
+        .unwrap_or_else(|| panic!("the worker's HTTP CLIENT span:\n{tree}"));
+    assert_eq!(get.kind, CLIENT);
+    assert_eq!(get.parent_span_id, worker.span_id, "{tree}");
+    for (key, value) in [
+        ("http.request.method", "GET"),
+        ("server.address", "localhost"),
+        ("server.port", &site.to_string()[..]),
+        ("url.full", &page[..]),
+        ("http.response.status_code", "200"),
+    ] {
+        assert_eq!(
+            get.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{key}: {get:?}"
+        );
+    }
     assert_eq!(
         outbound,
-        format!("00-{}-{}-01", worker.trace_id, worker.span_id),
+        format!("00-{}-{}-01", get.trace_id, get.span_id),
         "{tree}"
     );
+}
+
+/// A call through a gateway to a stdio source: the gateway's upstream call is a CLIENT span
+/// under its SERVER span, the source's SERVER span its child, and the source's tool's GET
+/// that span's child, all in the caller's trace; the caller's `baggage` reaches the page as
+/// it came (regression: the gateway's upstream calls to its sources started traces of their
+/// own and dropped the caller's context).
+#[test]
+fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers_baggage() {
+    let receiver = OtlpReceiver::start();
+    let otel = receiver.url();
+    let (site, seen) = traced_page();
+    let dir = std::env::temp_dir().join(format!("toolyard-otel-gw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source_config = dir.join("source.toml");
+    std::fs::write(
+        &source_config,
+        "[connectors.fetch]\nallow_hosts = [\"localhost\"]\n",
+    )
+    .unwrap();
+    let config = dir.join("gw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[sources]]\nname = \"up\"\ncommand = {BIN:?}\n\
+             args = [\"serve\", \"--stdio\", \"--no-demo\", \"--config\", {:?}, \"--otel-endpoint\", {otel:?}]\n\
+             env = {{ OTEL_SERVICE_NAME = \"upstream\", OTEL_BSP_SCHEDULE_DELAY = \"100\" }}\n",
+            source_config.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut gateway = Command::new(BIN)
+        .args(["serve", "--stdio", "--config", config.to_str().unwrap()])
+        .args(["--otel-endpoint", &otel])
+        .env("OTEL_SERVICE_NAME", "gateway")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the gateway");
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller = "00f067aa0ba902b7";
+    let page = format!("http://localhost:{site}/");
+    let answers = stdio_session(
+        &mut gateway,
+        &[
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"up__fetch","arguments":{"url": page},
+            "_meta":{"traceparent": format!("00-{trace}-{caller}-01"),
+                     "tracestate": "vendor=1",
+                     "baggage": "tenant=acme,region=eu"}}}),
+        ],
+    );
+    assert!(
+        answers[1]["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("traced page")),
+        "{answers:?}"
+    );
+    let spans = receiver.wait_for_spans(WAIT, |spans| {
+        spans
+            .iter()
+            .any(|s| s.service == "upstream" && s.name == "GET")
+            && spans
+                .iter()
+                .any(|s| s.service == "gateway" && s.kind == CLIENT)
+    });
+    let tree = render(&spans);
+    eprintln!("{tree}");
+    let find = |service: &str, name: &str, kind: i32| {
+        spans
+            .iter()
+            .find(|s| {
+                s.service == service
+                    && s.name == name
+                    && s.kind == kind
+                    && (name != "GET" || s.attributes.get("url.full") == Some(&page))
+            })
+            .unwrap_or_else(|| panic!("{service} {name}:\n{tree}"))
+    };
+    let served = find("gateway", "tools/call up__fetch", SERVER);
+    assert_eq!(served.trace_id, trace, "{tree}");
+    assert_eq!(served.parent_span_id, caller, "{tree}");
+    let upstream_call = find("gateway", "tools/call fetch", CLIENT);
+    assert_eq!(upstream_call.parent_span_id, served.span_id, "{tree}");
+    let upstream = find("upstream", "tools/call fetch", SERVER);
+    assert_eq!(upstream.trace_id, trace, "{tree}");
+    assert_eq!(upstream.parent_span_id, upstream_call.span_id, "{tree}");
+    let get = find("upstream", "GET", CLIENT);
+    assert_eq!(get.parent_span_id, upstream.span_id, "{tree}");
+    let received = seen.lock().unwrap().last().cloned().unwrap_or_default();
+    assert_eq!(
+        received.traceparent,
+        format!("00-{trace}-{}-01", get.span_id),
+        "{tree}"
+    );
+    assert_eq!(received.baggage, "tenant=acme,region=eu");
 }
 
 /// An exporter pointed at an endpoint that accepts connections and never answers: every

@@ -78,7 +78,7 @@ impl SessionView {
                 cancel: d.cancel,
                 session_id: self.session_id.clone(),
                 release: Some(self.inflight.clone()),
-                transport_traceparent: d.transport_traceparent,
+                transport_trace: d.transport_trace,
             },
         );
         Ok(())
@@ -162,7 +162,7 @@ pub(crate) fn launch_direct(
             cancel: d.cancel,
             session_id: None,
             release: Some(direct.inflight.clone()),
-            transport_traceparent: d.transport_traceparent,
+            transport_trace: d.transport_trace,
         },
     );
     Ok(())

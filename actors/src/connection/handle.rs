@@ -63,7 +63,7 @@ impl ConnectionHandle {
                     track: true,
                     principal: None,
                     peer: None,
-                    transport_traceparent: None,
+                    transport_trace: None,
                 };
                 let view = self.view.load();
                 match launch_direct(&self.direct, view.as_deref(), req, delivery) {

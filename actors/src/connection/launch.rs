@@ -6,7 +6,7 @@
 use crate::context::{Caller, Channel, ContextInner, RequestContext, Round};
 use crate::gate;
 use crate::handlers::tools::CallParams;
-use crate::middleware::{RequestInfo, Watch};
+use crate::middleware::{RequestInfo, TransportTrace, Watch};
 use crate::reply::{InflightRelease, Reply};
 use crate::route::route;
 use crate::server::ServerCore;
@@ -38,8 +38,8 @@ pub struct Delivery {
     /// Where this request came from, when the transport knows it per request (HTTP);
     /// otherwise the connection's peer applies.
     pub peer: Option<Arc<crate::middleware::Peer>>,
-    /// The transport's own W3C `traceparent` for this request (an HTTP header), if any.
-    pub transport_traceparent: Option<Arc<str>>,
+    /// The transport's own W3C trace headers for this request (HTTP's, NATS'), if any.
+    pub transport_trace: Option<Arc<TransportTrace>>,
 }
 
 /// The parts of a request's `_meta` a running request still needs.
@@ -47,6 +47,7 @@ pub(crate) struct LaunchMeta {
     pub(crate) progress_token: Option<ProgressToken>,
     pub(crate) traceparent: Option<String>,
     pub(crate) tracestate: Option<String>,
+    pub(crate) baggage: Option<String>,
 }
 
 impl LaunchMeta {
@@ -57,13 +58,14 @@ impl LaunchMeta {
 
     /// `None` when the request has neither (the usual case: no allocation).
     pub(super) fn from_meta(meta: RequestMeta) -> Option<Box<LaunchMeta>> {
-        if meta.progress_token.is_none() && meta.traceparent.is_none() {
+        if meta.progress_token.is_none() && meta.traceparent.is_none() && meta.baggage.is_none() {
             return None;
         }
         Some(Box::new(LaunchMeta {
             progress_token: meta.progress_token,
             traceparent: meta.traceparent,
             tracestate: meta.tracestate,
+            baggage: meta.baggage,
         }))
     }
 }
@@ -84,8 +86,8 @@ pub(crate) struct Launch {
     pub(crate) cancel: CancellationToken,
     pub(crate) session_id: Option<Arc<str>>,
     pub(crate) release: Option<Arc<Inflight>>,
-    /// The delivery's [`Delivery::transport_traceparent`].
-    pub(crate) transport_traceparent: Option<Arc<str>>,
+    /// The delivery's [`Delivery::transport_trace`].
+    pub(crate) transport_trace: Option<Arc<TransportTrace>>,
 }
 
 /// Runs the layers' start hooks, builds the request's context and answer channel, and casts
@@ -103,7 +105,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
         cancel,
         session_id,
         release,
-        transport_traceparent,
+        transport_trace,
     } = l;
     let watch = if core.layers.is_empty() || !core.layers.observe(&req.method) {
         None
@@ -127,7 +129,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
                 .as_ref()
                 .and_then(|m| m.tracestate.as_deref())
                 .map(Into::into),
-            transport_traceparent: transport_traceparent.clone(),
+            transport_trace: transport_trace.clone(),
             arguments: if core.layers.captures() {
                 arguments_of(&req, call.as_ref())
             } else {
@@ -150,18 +152,45 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             }
         }
     };
-    // A tracing layer's span is the parent of what the handler calls out to.
-    let layer_trace = watch.as_ref().and_then(|w| {
-        w.completions
-            .iter()
-            .rev()
-            .find_map(|c| c.trace_context())
-            .map(|(traceparent, tracestate)| {
-                Box::new(crate::context::TraceContext {
-                    traceparent,
+    // A tracing layer's span is the parent of what the handler calls out to; else the
+    // caller's own context goes on as it came: `_meta`'s, else the transport's (an HTTP or
+    // NATS `traceparent` header). Baggage goes on as it came, with or without a context.
+    let layer_trace = watch
+        .as_ref()
+        .and_then(|w| w.completions.iter().rev().find_map(|c| c.trace_context()));
+    let (traceparent, tracestate) = match layer_trace {
+        Some((parent, state)) => (Some(parent), state),
+        None => match meta.as_deref() {
+            Some(LaunchMeta {
+                traceparent: Some(parent),
+                tracestate,
+                ..
+            }) => (Some(parent.clone()), tracestate.clone()),
+            _ => match transport_trace.as_deref() {
+                Some(TransportTrace {
+                    traceparent: Some(parent),
                     tracestate,
-                })
-            })
+                    ..
+                }) => (
+                    Some(parent.to_string()),
+                    tracestate.as_deref().map(Into::into),
+                ),
+                _ => (None, None),
+            },
+        },
+    };
+    let baggage = meta.as_ref().and_then(|m| m.baggage.clone()).or_else(|| {
+        transport_trace
+            .as_deref()
+            .and_then(|t| t.baggage.as_deref())
+            .map(Into::into)
+    });
+    let trace = (traceparent.is_some() || baggage.is_some()).then(|| {
+        Arc::new(crate::context::TraceContext {
+            traceparent,
+            tracestate,
+            baggage,
+        })
     });
     let mut reply = Reply::new(req.id.clone(), out.clone(), modern).with_watch(watch);
     if let Some(r) = release {
@@ -173,27 +202,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             version,
             caller,
             cancel,
-            // Else the caller's own context goes on as it came: `_meta`'s, else the
-            // transport's (an HTTP or NATS `traceparent` header).
-            trace: layer_trace
-                .or_else(|| {
-                    meta.as_ref().and_then(|m| {
-                        m.traceparent.as_ref().map(|parent| {
-                            Box::new(crate::context::TraceContext {
-                                traceparent: parent.clone(),
-                                tracestate: m.tracestate.clone(),
-                            })
-                        })
-                    })
-                })
-                .or_else(|| {
-                    transport_traceparent.map(|tp| {
-                        Box::new(crate::context::TraceContext {
-                            traceparent: tp.to_string(),
-                            tracestate: None,
-                        })
-                    })
-                }),
+            trace,
             progress_token: meta.and_then(|m| m.progress_token),
             sink: out,
             channel,
@@ -331,7 +340,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
             cancel: d.cancel,
             session_id: None,
             release: None,
-            transport_traceparent: d.transport_traceparent,
+            transport_trace: d.transport_trace,
         },
     );
 }

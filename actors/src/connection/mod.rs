@@ -936,10 +936,10 @@ impl ConnState {
                 cancel,
                 session_id: self.session_id.clone(),
                 release,
-                transport_traceparent: self
+                transport_trace: self
                     .current
                     .as_ref()
-                    .and_then(|d| d.transport_traceparent.clone()),
+                    .and_then(|d| d.transport_trace.clone()),
             },
         );
     }

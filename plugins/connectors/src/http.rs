@@ -148,9 +148,7 @@ impl Api {
         let mut waits = 0;
         let mut retried = false;
         loop {
-            let sent = crate::trace::with_trace_context(build(&self.client))
-                .send()
-                .await;
+            let sent = crate::trace::send(build(&self.client)).await;
             let response = match sent {
                 Ok(r) => r,
                 Err(e) if e.is_timeout() => {

@@ -31,7 +31,7 @@ use crate::wire;
 use crate::worker::{serve_here, Served};
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, stream, AckKind};
-use async_nats::Client;
+use async_nats::{Client, HeaderValue};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::Arc;
@@ -162,11 +162,17 @@ impl Submitter {
             if let Some(at) = stored.expires_at_ms() {
                 m = m.header(DEADLINE, at.to_string().as_str());
             }
-            if let Some(tp) = ctx.traceparent() {
+            // The caller's text, which a header cannot always carry (async-nats panics on
+            // a line break): what does not parse stays out.
+            let value = |text: Option<&str>| text?.parse::<HeaderValue>().ok();
+            if let Some(tp) = value(ctx.traceparent()) {
                 m = m.header(wire::TRACEPARENT, tp);
-                if let Some(ts) = ctx.tracestate() {
+                if let Some(ts) = value(ctx.tracestate()) {
                     m = m.header(wire::TRACESTATE, ts);
                 }
+            }
+            if let Some(baggage) = value(ctx.baggage()) {
+                m = m.header(wire::BAGGAGE, baggage);
             }
             m
         };
@@ -553,6 +559,7 @@ async fn execute(
         client_capabilities: Some(toolyard_proto::ClientCapabilities::default()),
         traceparent: wire::header(message, wire::TRACEPARENT).map(str::to_owned),
         tracestate: wire::header(message, wire::TRACESTATE).map(str::to_owned),
+        baggage: wire::header(message, wire::BAGGAGE).map(str::to_owned),
         ..Default::default()
     };
     let stop = CancellationToken::new();

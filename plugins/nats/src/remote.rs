@@ -984,6 +984,10 @@ fn write_meta(out: &mut Vec<u8>, ctx: &RequestContext, trace: Option<&Trace>) {
             let _ = serde_json::to_writer(&mut *out, state);
         }
     }
+    if let Some(baggage) = ctx.baggage() {
+        member(out, meta::BAGGAGE, false);
+        let _ = serde_json::to_writer(&mut *out, baggage);
+    }
     if let Some(level) = ctx.log_level() {
         member(out, meta::LOG_LEVEL, false);
         if serde_json::to_writer(&mut *out, &level).is_err() {
@@ -1312,6 +1316,9 @@ async fn call_once(
         if let Some(Ok(state)) = state.as_deref().map(str::parse::<HeaderValue>) {
             headers.insert(wire::TRACESTATE, state);
         }
+    }
+    if let Some(Ok(baggage)) = ctx.baggage().map(str::parse::<HeaderValue>) {
+        headers.insert(wire::BAGGAGE, baggage);
     }
     // Watched before the publish: the server's refusal may come back at once.
     let mut denied = crate::denied::watch(subject);

@@ -64,6 +64,8 @@ pub const WORKER: HeaderName = HeaderName::from_static("Mcp-Worker");
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// W3C trace state.
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+/// W3C baggage, passed on unchanged.
+pub const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
 /// `Mcp-Accept-Claim: 1` on a request: the caller can fetch an answer put in a claim
 /// (`crate::claims`) when it does not fit the bus's `max_payload`.
 pub const ACCEPT_CLAIM: HeaderName = HeaderName::from_static("Mcp-Accept-Claim");

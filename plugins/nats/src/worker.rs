@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::transport::{Delivery, Sink};
-use toolyard::Server;
+use toolyard::{Server, TransportTrace};
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
 use toolyard_proto::method::{self, NameField};
 use toolyard_proto::{ErrorObject, RequestId, RequestMeta};
@@ -539,23 +539,26 @@ struct RequestHeaders<'m> {
     accept_claim: Option<&'m str>,
     traceparent: Option<&'m str>,
     tracestate: Option<&'m str>,
+    baggage: Option<&'m str>,
     timeout_ms: Option<&'m str>,
 }
 
 impl<'m> RequestHeaders<'m> {
     fn read(message: &'m Message) -> RequestHeaders<'m> {
-        let [wire, method, name, accept_claim, traceparent, tracestate, timeout_ms] = wire::headers(
-            message,
-            [
-                &wire::WIRE,
-                &wire::METHOD,
-                &wire::NAME,
-                &wire::ACCEPT_CLAIM,
-                &wire::TRACEPARENT,
-                &wire::TRACESTATE,
-                &wire::TIMEOUT_MS,
-            ],
-        );
+        let [wire, method, name, accept_claim, traceparent, tracestate, baggage, timeout_ms] =
+            wire::headers(
+                message,
+                [
+                    &wire::WIRE,
+                    &wire::METHOD,
+                    &wire::NAME,
+                    &wire::ACCEPT_CLAIM,
+                    &wire::TRACEPARENT,
+                    &wire::TRACESTATE,
+                    &wire::BAGGAGE,
+                    &wire::TIMEOUT_MS,
+                ],
+            );
         RequestHeaders {
             wire,
             method,
@@ -563,6 +566,7 @@ impl<'m> RequestHeaders<'m> {
             accept_claim,
             traceparent,
             tracestate,
+            baggage,
             timeout_ms,
         }
     }
@@ -573,7 +577,7 @@ impl<'m> RequestHeaders<'m> {
 struct Admitted {
     request: Request,
     meta: RequestMeta,
-    transport_traceparent: Option<Arc<str>>,
+    transport_trace: Option<Arc<TransportTrace>>,
     deadline: Option<tokio::time::Instant>,
 }
 
@@ -610,13 +614,18 @@ fn admit(
         return Err((Some(request.id), error));
     }
     let mut meta = head.meta.unwrap_or_default();
-    let transport_traceparent = headers.traceparent.map(Arc::from);
-    // A caller that put the trace context only in the headers still gets it to the tool.
+    // The rest of the headers' context was merged into `_meta` below.
+    let transport_trace = TransportTrace::of(headers.traceparent, None, None);
+    // A caller that put the trace context (or baggage) only in the headers still gets it
+    // to the tool.
     if meta.traceparent.is_none() {
         meta.traceparent = headers.traceparent.map(str::to_owned);
         if meta.tracestate.is_none() {
             meta.tracestate = headers.tracestate.map(str::to_owned);
         }
+    }
+    if meta.baggage.is_none() {
+        meta.baggage = headers.baggage.map(str::to_owned);
     }
     if meta.protocol_version.is_none() {
         let error = ErrorObject::invalid_request(format!(
@@ -632,7 +641,7 @@ fn admit(
     Ok(Admitted {
         request,
         meta,
-        transport_traceparent,
+        transport_trace,
         deadline,
     })
 }
@@ -653,7 +662,7 @@ async fn handle(inner: &Inner, message: Message) {
     let Admitted {
         request,
         meta,
-        transport_traceparent,
+        transport_trace,
         deadline,
     } = match admitted {
         Ok(a) => a,
@@ -706,7 +715,7 @@ async fn handle(inner: &Inner, message: Message) {
         request,
         meta,
         cancel.clone(),
-        transport_traceparent,
+        transport_trace,
     );
     // `serve_here` polled the handler once. A request it answered there (an echo, a lookup:
     // most tools await nothing) sends its answer as its only frame, and nothing ever
@@ -913,7 +922,7 @@ pub(crate) fn serve_here(
     request: Request,
     meta: RequestMeta,
     cancel: CancellationToken,
-    transport_traceparent: Option<Arc<str>>,
+    transport_trace: Option<Arc<TransportTrace>>,
 ) -> Served {
     let (tx, messages) = mpsc::unbounded_channel::<Vec<u8>>();
     let answer_prefix = wire::answer_prefix(&request.id);
@@ -926,7 +935,7 @@ pub(crate) fn serve_here(
             track: false,
             principal: None,
             peer: None,
-            transport_traceparent,
+            transport_trace,
         },
     );
     Served {
@@ -1169,6 +1178,7 @@ mod tests {
                 (read.accept_claim, wire::ACCEPT_CLAIM),
                 (read.traceparent, wire::TRACEPARENT),
                 (read.tracestate, wire::TRACESTATE),
+                (read.baggage, wire::BAGGAGE),
                 (read.timeout_ms, wire::TIMEOUT_MS),
             ] {
                 assert_eq!(found, wire::header(&message, name.clone()), "{name:?}");

@@ -26,7 +26,7 @@ use crate::error::TelemetryError;
 use crate::logs::LogExport;
 use crate::otlp::HttpSpanExporter;
 use crate::spans::{Counted, CountedExporter, SpanCounts};
-use crate::{ClientObserver, ObservabilityLayer};
+use crate::{ClientObserver, HttpClientObserver, ObservabilityLayer};
 #[cfg(feature = "prometheus")]
 use axum::response::IntoResponse;
 use bytes::Bytes;
@@ -310,6 +310,12 @@ impl Telemetry {
             ClientObserver::global()
         };
         toolyard_client::set_default_observer(Arc::new(observer));
+        let http_calls = if tracer.is_none() {
+            HttpClientObserver::global().without_spans()
+        } else {
+            HttpClientObserver::global()
+        };
+        toolyard::set_http_call_observer(Arc::new(http_calls));
         Ok(Some(Telemetry {
             span_counts,
             capture: settings.capture.clone(),

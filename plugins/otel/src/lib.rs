@@ -8,6 +8,9 @@
 //! - [`ClientObserver`]: a [`RequestObserver`](toolyard_client::RequestObserver) for every
 //!   outgoing request, with a CLIENT span and `mcp.client.operation.duration`; it writes its
 //!   own span context into the request's `_meta` (and HTTP headers), replacing the caller's.
+//! - [`HttpClientObserver`]: the core's [`HttpCallObserver`](toolyard::HttpCallObserver) for
+//!   the HTTP calls a handler makes (the built-in connectors'): an HTTP CLIENT span under the
+//!   request's server span, whose context the call carries, and `http.client.request.duration`.
 //! - [`ObservableToolHandler`], [`ObservableResourceHandler`], [`ObservablePromptHandler`]:
 //!   for embedders who wrap their own handlers (an `execute_tool {name}` INTERNAL span, per
 //!   the GenAI conventions).
@@ -28,6 +31,7 @@ mod config;
 mod error;
 mod export;
 mod handlers;
+mod http_client;
 mod logs;
 mod otlp;
 mod points;
@@ -42,6 +46,7 @@ pub use config::{CaptureSection, TelemetryConfig, TelemetrySection};
 pub use error::TelemetryError;
 pub use export::{OtlpProtocol, Telemetry, TelemetrySettings, SHUTDOWN_GRACE};
 pub use handlers::{ObservablePromptHandler, ObservableResourceHandler, ObservableToolHandler};
+pub use http_client::HttpClientObserver;
 pub use logs::LogExport;
 pub use propagation::{parent_context, traceparent_of};
 pub use server::ObservabilityLayer;

@@ -420,7 +420,7 @@ mod tests {
             peer: None,
             traceparent: None,
             tracestate: None,
-            transport_traceparent: None,
+            transport_trace: None,
             arguments: None,
             started: Instant::now(),
         }

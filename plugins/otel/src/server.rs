@@ -122,9 +122,10 @@ impl Layer for ObservabilityLayer {
         // HTTP `traceparent` header, a NATS one); with no `_meta` context it parents on the
         // transport's.
         let transport = info
-            .transport_traceparent
+            .transport_trace
             .as_deref()
-            .map(|tp| parent_context(Some(tp), None))
+            .filter(|t| t.traceparent.is_some())
+            .map(|t| parent_context(t.traceparent.as_deref(), t.tracestate.as_deref()))
             .filter(|cx| cx.span().span_context().is_valid());
         let (parent, link) = match (&info.traceparent, transport) {
             (Some(tp), transport) => (

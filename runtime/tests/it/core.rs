@@ -778,7 +778,7 @@ async fn positional_params_handed_in_unparsed_through_the_transport_api_are_inva
         track,
         principal: None,
         peer: None,
-        transport_traceparent: None,
+        transport_trace: None,
     };
     async fn next(rx: &mut mpsc::UnboundedReceiver<Vec<u8>>, id: i64) -> Value {
         loop {
@@ -1077,13 +1077,20 @@ async fn a_checked_subscription_counts_only_once_it_passes_and_keeps_the_connect
 /// With no tracing layer, a request without `_meta` context runs in its transport's: an
 /// HTTP `traceparent` header reaches the handler (and so its outgoing calls) as it came.
 #[tokio::test]
-async fn without_a_tracing_layer_the_handler_runs_in_the_http_headers_trace_context() {
+async fn without_a_tracing_layer_the_handler_runs_in_the_http_headers_trace_context_and_baggage() {
     let server = ServerBuilder::new("s", "1")
         .tool(
             tool_fn(
                 "whoami",
-                "the handler's traceparent",
-                |ctx, _: NoArgs| async move { Ok(ctx.traceparent().unwrap_or("none").to_owned()) },
+                "the handler's trace context and baggage",
+                |ctx, _: NoArgs| async move {
+                    Ok(format!(
+                        "{} {} {}",
+                        ctx.traceparent().unwrap_or("none"),
+                        ctx.tracestate().unwrap_or("none"),
+                        ctx.baggage().unwrap_or("none")
+                    ))
+                },
             )
             .unwrap(),
         )
@@ -1099,13 +1106,28 @@ async fn without_a_tracing_layer_the_handler_runs_in_the_http_headers_trace_cont
     let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let meta = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let client = reqwest::Client::new();
-    for (id, trace, expected) in [(1, None, header), (2, Some(meta), meta)] {
+    for (id, in_meta, expected) in [
+        // Nothing in `_meta`: the headers' context and baggage.
+        (1, json!({}), format!("{header} h=1 from=header")),
+        // `_meta`'s context wins whole (its state with it), and so does its baggage.
+        (
+            2,
+            json!({"traceparent": meta, "baggage": "from=meta"}),
+            format!("{meta} none from=meta"),
+        ),
+        // Baggage stands alone: `_meta`'s context, the header's baggage.
+        (
+            3,
+            json!({"traceparent": meta, "tracestate": "m=1"}),
+            format!("{meta} m=1 from=header"),
+        ),
+    ] {
         let mut meta = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {},
         });
-        if let Some(t) = trace {
-            meta["traceparent"] = json!(t);
+        for (k, v) in in_meta.as_object().unwrap() {
+            meta[k] = v.clone();
         }
         let text = client
             .post(&url)
@@ -1115,6 +1137,8 @@ async fn without_a_tracing_layer_the_handler_runs_in_the_http_headers_trace_cont
             .header("mcp-method", "tools/call")
             .header("mcp-name", "whoami")
             .header("traceparent", header)
+            .header("tracestate", "h=1")
+            .header("baggage", "from=header")
             .body(
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                        "params": {"name": "whoami", "arguments": {}, "_meta": meta}})
@@ -1129,7 +1153,7 @@ async fn without_a_tracing_layer_the_handler_runs_in_the_http_headers_trace_cont
         let body: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             body["result"]["content"][0]["text"], expected,
-            "`_meta` first, else the header: {body}"
+            "`_meta` first, else the headers: {body}"
         );
     }
 }

@@ -106,10 +106,7 @@ impl Fetcher {
                 .client
                 .get(current.clone())
                 .header(USER_AGENT, &self.settings.user_agent);
-            let mut response = crate::trace::with_trace_context(request)
-                .send()
-                .await
-                .map_err(http_error)?;
+            let mut response = crate::trace::send(request).await.map_err(http_error)?;
             let status = response.status();
             if status.is_redirection() {
                 if let Some(next) = response

@@ -246,8 +246,7 @@ impl Inner {
             let request =
                 self.provider
                     .request(&self.client, &self.base_url, self.api_key.as_deref(), &q);
-            let response = crate::trace::with_trace_context(request)
-                .send()
+            let response = crate::trace::send(request)
                 .await
                 .map_err(|e| HandlerError::failed(format!("{name}: {}", e.without_url())))?;
             if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use toolyard::{ForwardFn, HandlerError, RawArgs, RawResult, RequestContext};
 use toolyard_client::{ClientError, RequestOptions};
 use toolyard_proto::{
-    CompleteArgument, CompleteContext, CompleteReference, CompleteRequestParams, ErrorObject,
+    meta, CompleteArgument, CompleteContext, CompleteReference, CompleteRequestParams, ErrorObject,
     GetPromptResult, ReadResourceResult,
 };
 
@@ -89,7 +89,19 @@ fn upstream_options(
     ctx: &RequestContext,
     questions: mpsc::UnboundedSender<Box<Question>>,
 ) -> RequestOptions {
-    let opts = RequestOptions::default().questions(relay_to(ctx, questions));
+    let mut opts = RequestOptions::default().questions(relay_to(ctx, questions));
+    // The upstream call continues the request's trace (the telemetry layer's server span,
+    // when there is one; the client's observer then makes its CLIENT span a child of it)
+    // and carries its baggage on.
+    if let Some(parent) = ctx.traceparent() {
+        opts = opts.meta(meta::TRACEPARENT, parent);
+        if let Some(state) = ctx.tracestate() {
+            opts = opts.meta(meta::TRACESTATE, state);
+        }
+    }
+    if let Some(baggage) = ctx.baggage() {
+        opts = opts.meta(meta::BAGGAGE, baggage);
+    }
     if !ctx.wants_progress() {
         return opts;
     }

@@ -257,7 +257,7 @@ async fn the_callers_deadline_stops_the_work_on_the_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_trace_context_crosses_the_bus_from_meta_or_from_the_headers() {
+async fn the_trace_context_and_baggage_cross_the_bus_from_meta_or_from_the_headers() {
     const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let nats = NatsServer::start();
     let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
@@ -285,7 +285,7 @@ async fn the_trace_context_crosses_the_bus_from_meta_or_from_the_headers() {
                 json!({"name": "calc__trace", "arguments": {}, "_meta": {
                     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                     "io.modelcontextprotocol/clientCapabilities": {},
-                    "traceparent": PARENT}}),
+                    "traceparent": PARENT, "baggage": "tenant=acme"}}),
             )
             .await;
         match r {
@@ -297,8 +297,12 @@ async fn the_trace_context_crosses_the_bus_from_meta_or_from_the_headers() {
             Err(e) => panic!("{e}"),
         }
     };
-    assert_eq!(answer["content"][0]["text"], PARENT, "{answer}");
-    // A plain NATS caller that sends only the `traceparent` header.
+    assert_eq!(
+        answer["content"][0]["text"],
+        format!("{PARENT} tenant=acme"),
+        "{answer}"
+    );
+    // A plain NATS caller that sends the trace context and baggage in headers only.
     let client = connect(&nats.url()).await;
     let inbox = client.new_inbox();
     let mut frames = client.subscribe(inbox.clone()).await.unwrap();
@@ -307,6 +311,7 @@ async fn the_trace_context_crosses_the_bus_from_meta_or_from_the_headers() {
     headers.insert("Mcp-Method", "tools/call");
     headers.insert("Mcp-Name", "trace");
     headers.insert("traceparent", PARENT);
+    headers.insert("baggage", "k=v");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "trace", "arguments": {}, "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -326,7 +331,11 @@ async fn the_trace_context_crosses_the_bus_from_meta_or_from_the_headers() {
         .unwrap()
         .unwrap();
     let end: serde_json::Value = serde_json::from_slice(&end.payload).unwrap();
-    assert_eq!(end["result"]["content"][0]["text"], PARENT, "{end}");
+    assert_eq!(
+        end["result"]["content"][0]["text"],
+        format!("{PARENT} k=v"),
+        "{end}"
+    );
 }
 
 /// The notifications a raw client gets within `ms`.

@@ -143,9 +143,13 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
         .tool(
             tool_fn(
                 "trace",
-                "Returns the traceparent it runs under",
+                "Returns the traceparent it runs under, and the baggage after it if any",
                 |ctx, _a: serde_json::Value| async move {
-                    Ok(ctx.traceparent().unwrap_or("none").to_owned())
+                    let traceparent = ctx.traceparent().unwrap_or("none");
+                    Ok(match ctx.baggage() {
+                        Some(baggage) => format!("{traceparent} {baggage}"),
+                        None => traceparent.to_owned(),
+                    })
                 },
             )
             .unwrap(),

@@ -12,7 +12,10 @@ use std::sync::Arc;
 use toolyard::client::{ClientBuilder, ProtocolChoice};
 use toolyard::proto::Implementation;
 use toolyard::{tool_fn, MemoryTransport, ServerBuilder};
-use toolyard_otel::{CaptureSettings, ClientObserver, ObservabilityLayer, ObservableToolHandler};
+use toolyard::{HttpCallObserver, HttpCallOutcome, OutgoingHttpCall};
+use toolyard_otel::{
+    CaptureSettings, ClientObserver, HttpClientObserver, ObservabilityLayer, ObservableToolHandler,
+};
 use toolyard_testkit::RawClient;
 
 struct Pipeline {
@@ -550,6 +553,122 @@ async fn an_observer_without_spans_records_client_durations_and_sends_no_context
             && a.contains(&("gen_ai.tool.name".into(), "nope".into()))
             && a.contains(&("error.type".into(), "-32602".into()))
             && a.contains(&("rpc.response.status_code".into(), "-32602".into()))),
+        "{points:?}"
+    );
+}
+
+fn http_call<'a>(url: &'a str, traceparent: Option<&'a str>) -> OutgoingHttpCall<'a> {
+    OutgoingHttpCall {
+        method: "GET",
+        url,
+        traceparent,
+        tracestate: traceparent.map(|_| "vendor=1"),
+    }
+}
+
+#[tokio::test]
+async fn an_http_call_is_a_client_span_under_the_requests_span_whose_context_it_carries() {
+    let p = Pipeline::new();
+    let observer = HttpClientObserver::new(p.tracer(), &p.meters.meter("test"));
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let request_span = "b7ad6b7169203331";
+    let tp = format!("00-{trace}-{request_span}-01");
+    let url = "https://u:pw@api.example.com/v1/items?key=s3cret&q=x";
+    let call = observer
+        .start(&http_call(url, Some(&tp)))
+        .expect("observed");
+    let (sent, state) = call.trace_context().expect("the call's own context");
+    call.finish(HttpCallOutcome::Status(503));
+    let spans = p.finished();
+    let [span] = &spans[..] else {
+        panic!("one span: {spans:?}")
+    };
+    assert_eq!(span.name, "GET");
+    assert_eq!(span.span_kind, opentelemetry::trace::SpanKind::Client);
+    assert_eq!(span.span_context.trace_id().to_string(), trace);
+    assert_eq!(span.parent_span_id.to_string(), request_span);
+    // The call carries the span's context, and the request's trace state with it.
+    assert_eq!(
+        sent,
+        format!("00-{trace}-{}-01", span.span_context.span_id())
+    );
+    assert_eq!(state.as_deref(), Some("vendor=1"));
+    for (key, value) in [
+        ("http.request.method", "GET"),
+        ("server.address", "api.example.com"),
+        ("server.port", "443"),
+        (
+            "url.full",
+            "https://REDACTED:REDACTED@api.example.com/v1/items?key=REDACTED&q=REDACTED",
+        ),
+        ("http.response.status_code", "503"),
+        ("error.type", "503"),
+    ] {
+        assert_eq!(attr(span, key).as_deref(), Some(value), "{key}");
+    }
+    assert!(
+        matches!(span.status, opentelemetry::trace::Status::Error { .. }),
+        "{:?}",
+        span.status
+    );
+
+    // An answer under 400 is no error; no answer at all is one, named by its kind.
+    let ok = observer.start(&http_call("http://localhost:8080/", None));
+    ok.expect("observed").finish(HttpCallOutcome::Status(200));
+    let failed = observer.start(&http_call("http://localhost:8080/", None));
+    failed
+        .expect("observed")
+        .finish(HttpCallOutcome::Failed("connect"));
+    let spans = p.finished();
+    let ok = &spans[1];
+    assert_eq!(ok.status, opentelemetry::trace::Status::Unset);
+    assert_eq!(attr(ok, "error.type"), None);
+    assert_eq!(attr(ok, "server.port").as_deref(), Some("8080"));
+    assert_eq!(ok.parent_span_id, opentelemetry::trace::SpanId::INVALID);
+    let failed = &spans[2];
+    assert_eq!(attr(failed, "error.type").as_deref(), Some("connect"));
+    assert_eq!(attr(failed, "http.response.status_code"), None);
+
+    let points = p.points("http.client.request.duration");
+    let point = |status: Option<&str>, error: Option<&str>, host: &str| {
+        points.iter().any(|(a, n)| {
+            *n == 1
+                && a.contains(&("http.request.method".into(), "GET".into()))
+                && a.contains(&("server.address".into(), host.into()))
+                && status
+                    .is_none_or(|s| a.contains(&("http.response.status_code".into(), s.into())))
+                && error.is_none_or(|e| a.contains(&("error.type".into(), e.into())))
+                && !a.iter().any(|(k, _)| k == "url.full")
+        })
+    };
+    assert!(
+        point(Some("503"), Some("503"), "api.example.com"),
+        "{points:?}"
+    );
+    assert!(point(Some("200"), None, "localhost"), "{points:?}");
+    assert!(point(None, Some("connect"), "localhost"), "{points:?}");
+}
+
+#[tokio::test]
+async fn an_http_call_observer_without_spans_records_durations_and_gives_no_context() {
+    let p = Pipeline::new();
+    let observer = HttpClientObserver::new(p.tracer(), &p.meters.meter("test")).without_spans();
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let call = observer
+        .start(&http_call("http://localhost:9/", Some(tp)))
+        .expect("observed");
+    assert_eq!(
+        call.trace_context(),
+        None,
+        "the request's own context goes on"
+    );
+    call.finish(HttpCallOutcome::Status(404));
+    assert!(p.finished().is_empty());
+    let points = p.points("http.client.request.duration");
+    assert!(
+        points.iter().any(|(a, n)| *n == 1
+            && a.contains(&("http.response.status_code".into(), "404".into()))
+            && a.contains(&("error.type".into(), "404".into()))),
         "{points:?}"
     );
 }

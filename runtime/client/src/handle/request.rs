@@ -62,6 +62,16 @@ impl RequestOptions {
         self
     }
 
+    /// Adds a member to the request's `_meta` (e.g. the caller's `traceparent`, `tracestate`
+    /// and `baggage`, which a gateway passes on; an observer's span context replaces the
+    /// first two).
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.meta
+            .get_or_insert_with(Map::new)
+            .insert(key.into(), value.into());
+        self
+    }
+
     /// Sets the progress callback.
     pub fn on_progress(
         mut self,
@@ -70,6 +80,13 @@ impl RequestOptions {
         self.on_progress = Some(Arc::new(f));
         self
     }
+}
+
+/// The W3C trace context and baggage a request's HTTP headers carry.
+struct TraceHeaders<'a> {
+    traceparent: Option<&'a str>,
+    tracestate: Option<&'a str>,
+    baggage: Option<&'a str>,
 }
 
 /// Tells the actor a request was given up on, unless disarmed (the answer arrived).
@@ -416,7 +433,26 @@ impl Client {
             }),
         };
         let headers = if inner.link.carries_headers() {
-            self.request_headers(method, params, call, trace, modern, era)
+            // The trace context the request carries in `_meta` goes into the headers too:
+            // the observer's span's, else what the caller (or the options) put there.
+            let text = |key: &str| {
+                opts.meta
+                    .as_ref()
+                    .and_then(|m| m.get(key))
+                    .or_else(|| meta.caller.and_then(|m| m.get(key)))
+                    .and_then(Value::as_str)
+            };
+            let context = TraceHeaders {
+                traceparent: trace
+                    .map(|(parent, _)| parent.as_str())
+                    .or_else(|| text("traceparent")),
+                tracestate: match trace {
+                    Some((_, state)) => state.as_deref(),
+                    None => text("traceparent").and(text("tracestate")),
+                },
+                baggage: text("baggage"),
+            };
+            self.request_headers(method, params, call, &context, modern, era)
         } else {
             Vec::new()
         };
@@ -512,17 +548,24 @@ impl Client {
         method: &str,
         params: &Map<String, Value>,
         call: Option<&RawCall<'_>>,
-        trace: Option<&(String, Option<String>)>,
+        trace: &TraceHeaders<'_>,
         modern: bool,
         era: Era,
     ) -> Vec<(String, String)> {
         let inner = &self.inner;
         let mut headers = Vec::new();
-        if let Some((parent, state)) = trace {
-            headers.push(("traceparent".to_owned(), parent.clone()));
-            if let Some(state) = state.as_ref().filter(|s| !s.is_empty()) {
-                headers.push(("tracestate".to_owned(), state.clone()));
+        // A caller's text that is no plain header value stays in `_meta` only: as a header
+        // it would fail the whole request.
+        let plain =
+            |v: &&str| !v.is_empty() && v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+        if let Some(parent) = trace.traceparent.filter(plain) {
+            headers.push(("traceparent".to_owned(), parent.to_owned()));
+            if let Some(state) = trace.tracestate.filter(plain) {
+                headers.push(("tracestate".to_owned(), state.to_owned()));
             }
+        }
+        if let Some(baggage) = trace.baggage.filter(plain) {
+            headers.push(("baggage".to_owned(), baggage.to_owned()));
         }
         if modern {
             headers.push((

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolyard_actors::transport::Sink;
+use toolyard_actors::TransportTrace;
 use toolyard_proto::jsonrpc::{self, Incoming};
 use toolyard_proto::method;
 use toolyard_proto::{ErrorObject, ProtocolVersion, RequestId};
@@ -130,9 +131,13 @@ pub(crate) async fn post(
     let principal = principal_of(caller);
     let peer = peer_of(remote);
     // The HTTP request's own trace context (an ingress or a client instrumenting its HTTP
-    // calls): the request's span links it.
-    let transport_traceparent: Option<Arc<str>> =
-        header_str(&headers, "traceparent").map(Arc::from);
+    // calls): the request's span links it; with its baggage, it stands in for what `_meta`
+    // does not carry.
+    let transport_trace = TransportTrace::of(
+        header_str(&headers, "traceparent"),
+        header_str(&headers, "tracestate"),
+        header_str(&headers, "baggage"),
+    );
     let content_type = header_str(&headers, "content-type").unwrap_or("");
     if !content_type.starts_with("application/json") {
         return json_error(
@@ -169,7 +174,7 @@ pub(crate) async fn post(
                 accept_json,
                 principal,
                 peer,
-                transport_traceparent,
+                transport_trace,
             )
             .await;
         }
@@ -203,7 +208,7 @@ pub(crate) async fn post(
                     req,
                     accept_json,
                     peer,
-                    transport_traceparent,
+                    transport_trace,
                     Route::Session {
                         session,
                         announce: None,
@@ -231,7 +236,7 @@ pub(crate) async fn post(
                 req,
                 accept_json,
                 peer,
-                transport_traceparent,
+                transport_trace,
                 Route::Stateless { principal, direct },
             )
             .await
@@ -248,7 +253,7 @@ async fn initialize(
     accept_json: bool,
     principal: Option<Arc<str>>,
     peer: Option<Arc<toolyard_actors::Peer>>,
-    transport_traceparent: Option<Arc<str>>,
+    transport_trace: Option<Arc<TransportTrace>>,
 ) -> Response {
     if state.sessions.len() >= state.config.max_sessions {
         return json_error(
@@ -288,7 +293,7 @@ async fn initialize(
         req,
         accept_json,
         peer,
-        transport_traceparent,
+        transport_trace,
         Route::Session {
             session,
             announce: Some(id),

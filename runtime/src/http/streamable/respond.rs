@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolyard_actors::transport::{Delivery, Sink};
+use toolyard_actors::TransportTrace;
 use toolyard_proto::error::code;
 use toolyard_proto::jsonrpc::Request;
 use toolyard_proto::method::{self};
@@ -102,7 +103,7 @@ pub(super) async fn respond(
     req: Request,
     accept_json: bool,
     peer: Option<Arc<toolyard_actors::Peer>>,
-    transport_traceparent: Option<Arc<str>>,
+    transport_trace: Option<Arc<TransportTrace>>,
     route: Route,
 ) -> Response {
     let (mut session, mut session_id, mut principal, mut direct) = (None, None, None, None);
@@ -139,7 +140,7 @@ pub(super) async fn respond(
         track,
         principal,
         peer,
-        transport_traceparent,
+        transport_trace,
     };
     let id = req.id.clone();
     // In-flight calls may finish during a graceful shutdown; a listen stream never

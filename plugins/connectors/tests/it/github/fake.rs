@@ -75,8 +75,9 @@ pub(crate) struct Fake {
     pub(crate) throttle: Arc<Mutex<(u64, usize)>>,
     /// The bearer tokens seen on API requests.
     pub(crate) bearers: Arc<Mutex<Vec<String>>>,
-    /// The `traceparent` header of every request (empty when it had none).
-    pub(crate) traceparents: Arc<Mutex<Vec<String>>>,
+    /// The `traceparent`, `tracestate` and `baggage` headers of every request (empty when
+    /// it had none).
+    pub(crate) trace_headers: Arc<Mutex<Vec<(String, String, String)>>>,
 }
 
 fn reply(status: StatusCode, headers: &[(&str, String)], body: Value) -> Response {
@@ -285,13 +286,18 @@ async fn answer(
         "{method} {}",
         uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
     ));
-    fake.traceparents.lock().unwrap().push(
+    let header = |name: &str| {
         headers
-            .get("traceparent")
+            .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
-            .to_owned(),
-    );
+            .to_owned()
+    };
+    fake.trace_headers.lock().unwrap().push((
+        header("traceparent"),
+        header("tracestate"),
+        header("baggage"),
+    ));
     let body_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if method != Method::GET {
         fake.bodies

@@ -912,19 +912,39 @@ async fn a_panic_in_the_state_actor_fails_one_call_and_the_rebuilt_state_exchang
 /// with that `traceparent` header, so GitHub's side joins the caller's trace; a call without
 /// one sends none.
 #[tokio::test]
-async fn api_requests_carry_the_calls_traceparent() {
+async fn api_requests_carry_the_calls_trace_context_and_baggage() {
     const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let (fake, base) = started().await;
     let tools = tools(config(&base)).await;
-    let traced = tools
-        .request(
-            "tools/call",
-            json!({"name": "get_me", "arguments": {}, "_meta": {"traceparent": TP}}),
-        )
-        .await
-        .expect("get_me answers");
-    assert_ne!(traced["isError"], true, "{traced}");
-    assert_eq!(*fake.traceparents.lock().unwrap(), [TP]);
-    tools.call("get_me", json!({})).await.ok();
-    assert_eq!(*fake.traceparents.lock().unwrap(), [TP, ""]);
+    let call = |meta: Value| {
+        let tools = &tools;
+        async move {
+            let answer = tools
+                .request(
+                    "tools/call",
+                    json!({"name": "get_me", "arguments": {}, "_meta": meta}),
+                )
+                .await
+                .expect("get_me answers");
+            assert_ne!(answer["isError"], true, "{answer}");
+        }
+    };
+    call(json!({"traceparent": TP, "tracestate": "vendor=1,other=2", "baggage": "tenant=acme"}))
+        .await;
+    // A `tracestate` that is no valid header value is left off; the call goes on.
+    call(json!({"traceparent": TP, "tracestate": "vendor=1\nInjected: yes"})).await;
+    // No `tracestate` without a well-formed `traceparent`; baggage goes on without one.
+    call(json!({"traceparent": "00-nonsense", "tracestate": "vendor=1", "baggage": "k=v"})).await;
+    call(json!({})).await;
+    let seen =
+        |tp: &str, ts: &str, baggage: &str| (tp.to_owned(), ts.to_owned(), baggage.to_owned());
+    assert_eq!(
+        *fake.trace_headers.lock().unwrap(),
+        [
+            seen(TP, "vendor=1,other=2", "tenant=acme"),
+            seen(TP, "", ""),
+            seen("", "", "k=v"),
+            seen("", "", "")
+        ]
+    );
 }

@@ -1,10 +1,13 @@
-//! The trace context a handler's log lines carry, so that logs join traces.
+//! The trace context of the request whose handler is running, for the code the handler runs:
+//! its log lines and its outbound calls join the request's trace.
 //!
 //! A handler whose request has a W3C trace context (a telemetry layer's server span, or what
-//! the caller sent) runs with that context's `traceparent` in a task-local, which
-//! [`request_traceparent`] reads: a log layer (toolyard-otel's `LogExport`, the binary's
+//! the caller sent) runs with that context in a task-local: [`request_traceparent`] and
+//! [`request_tracestate`] read it. A log layer (toolyard-otel's `LogExport`, the binary's
 //! text log) takes the request's ids from there when a line is logged, which most requests
-//! never do. Setting a task-local costs a copy of 55 bytes per poll.
+//! never do; a connector's HTTP client puts them on the requests it sends (through the
+//! [`HttpCallObserver`](crate::HttpCallObserver) when one is set, which makes a CLIENT span of
+//! the call). Setting the task-local costs one reference count and a pointer copy per poll.
 //!
 //! By default the handler also runs in the `tracing` span `mcp{traceparent=...}` (ERROR
 //! level, so any filter that lets a line through keeps it), which any subscriber renders
@@ -13,13 +16,15 @@
 //! logs or not. A process whose subscriber reads [`request_traceparent`] itself turns it off
 //! with [`set_log_span`]`(false)`, as the `toolyard` binary does.
 
+use crate::context::TraceContext;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 tokio::task_local! {
-    /// The request's `traceparent` as it came, not yet checked: most requests never log,
-    /// so the check is left to [`request_traceparent`] (it was ~450 instructions of every
+    /// The request's trace context as it came, not yet checked: most requests never log
+    /// nor call out, so the check is left to the readers (it was ~450 instructions of every
     /// traced request).
-    static REQUEST_TRACEPARENT: Option<[u8; 55]>;
+    static REQUEST_TRACE: Option<Arc<TraceContext>>;
 }
 
 static LOG_SPAN: AtomicBool = AtomicBool::new(true);
@@ -32,8 +37,38 @@ pub fn set_log_span(on: bool) {
 
 /// The `traceparent` of the request whose handler is running on this task, if it has one.
 pub fn request_traceparent() -> Option<Traceparent> {
-    let head = REQUEST_TRACEPARENT.try_with(|tp| *tp).ok().flatten()?;
-    Traceparent::checked_head(head)
+    REQUEST_TRACE
+        .try_with(|trace| {
+            trace
+                .as_deref()
+                .and_then(|t| Traceparent::checked(t.traceparent.as_deref()?))
+        })
+        .ok()
+        .flatten()
+}
+
+/// The W3C `tracestate` that goes with [`request_traceparent`], if the request has one
+/// and its `traceparent` is well formed. As the caller sent it (or the telemetry layer's
+/// span has it): a writer that puts it in a header checks it is a valid header value.
+pub fn request_tracestate() -> Option<String> {
+    REQUEST_TRACE
+        .try_with(|trace| {
+            let t = trace.as_deref()?;
+            Traceparent::checked(t.traceparent.as_deref()?)?;
+            t.tracestate.clone()
+        })
+        .ok()
+        .flatten()
+}
+
+/// The W3C `baggage` of the request whose handler is running on this task, if it has one:
+/// as the caller sent it, to be passed on unchanged (a writer that puts it in a header
+/// checks it is a valid header value).
+pub fn request_baggage() -> Option<String> {
+    REQUEST_TRACE
+        .try_with(|trace| trace.as_deref()?.baggage.clone())
+        .ok()
+        .flatten()
 }
 
 /// A W3C `traceparent` head, `vv-{32 hex}-{16 hex}-ff`: hex digits and dashes only, so its
@@ -88,21 +123,26 @@ fn head_of(tp: &str) -> Option<[u8; 55]> {
     ends.then_some(head)
 }
 
-/// Runs `fut` with `traceparent` as the request's (see the module docs), in the
+/// Runs `fut` with `trace` as the request's (see the module docs), in the
 /// `mcp{traceparent}` span unless that is turned off.
-pub(crate) fn with_log_context<F: std::future::Future>(
-    traceparent: Option<&str>,
+pub(crate) fn with_request_trace<F: std::future::Future>(
+    trace: Option<Arc<TraceContext>>,
     fut: F,
 ) -> impl std::future::Future<Output = F::Output> {
     use tracing::Instrument;
-    let head = traceparent.and_then(head_of);
-    // The span's field goes into log lines as it is: checked now.
-    let checked = || head.and_then(Traceparent::checked_head);
-    let span = match LOG_SPAN.load(Ordering::Relaxed).then(checked).flatten() {
-        Some(tp) => tracing::error_span!(target: "toolyard", "mcp", traceparent = ?tp),
-        None => tracing::Span::none(),
+    let span = if LOG_SPAN.load(Ordering::Relaxed) {
+        // The span's field goes into log lines as it is: checked now.
+        match trace
+            .as_deref()
+            .and_then(|t| Traceparent::checked(t.traceparent.as_deref()?))
+        {
+            Some(tp) => tracing::error_span!(target: "toolyard", "mcp", traceparent = ?tp),
+            None => tracing::Span::none(),
+        }
+    } else {
+        tracing::Span::none()
     };
-    REQUEST_TRACEPARENT.scope(head, fut.instrument(span))
+    REQUEST_TRACE.scope(trace, fut.instrument(span))
 }
 
 #[cfg(test)]
@@ -134,21 +174,52 @@ mod tests {
         }
     }
 
+    fn trace(traceparent: &str, tracestate: Option<&str>) -> Arc<TraceContext> {
+        Arc::new(TraceContext {
+            traceparent: Some(traceparent.into()),
+            tracestate: tracestate.map(Into::into),
+            baggage: Some("tenant=acme".into()),
+        })
+    }
+
     #[tokio::test]
-    async fn the_handler_and_only_the_handler_sees_its_requests_traceparent() {
+    async fn the_handler_and_only_the_handler_sees_its_requests_trace_context() {
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let seen = with_log_context(Some(tp), async {
+        let seen = with_request_trace(Some(trace(tp, Some("k=v"))), async {
             tokio::task::yield_now().await;
-            request_traceparent().map(|t| t.to_string())
+            (
+                request_traceparent().map(|t| t.to_string()),
+                request_tracestate(),
+                request_baggage(),
+            )
         })
         .await;
-        assert_eq!(seen.as_deref(), Some(tp));
+        assert_eq!(
+            seen,
+            (
+                Some(tp.into()),
+                Some("k=v".into()),
+                Some("tenant=acme".into())
+            )
+        );
         assert_eq!(request_traceparent(), None, "outside the handler");
-        let none = with_log_context(Some("not a traceparent"), async { request_traceparent() });
-        assert_eq!(none.await, None);
+        assert_eq!(request_tracestate(), None, "outside the handler");
+        assert_eq!(request_baggage(), None, "outside the handler");
+        let none = with_request_trace(Some(trace("not a traceparent", Some("k=v"))), async {
+            (request_traceparent(), request_tracestate())
+        });
+        assert_eq!(none.await, (None, None), "no state without its traceparent");
+        // Baggage stands alone: it is passed on with or without a trace context.
+        let alone = Arc::new(TraceContext {
+            traceparent: None,
+            tracestate: None,
+            baggage: Some("k=v".into()),
+        });
+        let baggage = with_request_trace(Some(alone), async { request_baggage() });
+        assert_eq!(baggage.await.as_deref(), Some("k=v"));
         // Of the right length but not of the right shape: refused when read.
         let bad = "00-4bf92f3577b34da6a3ce929d0e0e473\n-00f067aa0ba902b7-01";
-        let refused = with_log_context(Some(bad), async { request_traceparent() });
+        let refused = with_request_trace(Some(trace(bad, None)), async { request_traceparent() });
         assert_eq!(refused.await, None);
     }
 }
