@@ -672,3 +672,30 @@ async fn without_jetstream_quorum_a_task_submit_fails_fast_and_plain_calls_go_on
     };
     assert_eq!(terminal(&client, &id).await["status"], "completed");
 }
+
+/// Regression: a caller's `traceparent` with a line break in it made the gateway's job
+/// publish panic (async-nats asserts header values); it now stays out of the job's headers
+/// and the task runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_callers_trace_context_no_header_can_carry_still_runs() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let mut meta = ext_meta();
+    meta["traceparent"] = json!("00-4bf92f3577b34da6a3ce929d0e0e4736\r\nInjected: yes");
+    meta["baggage"] = json!("tenant=acme\nInjected: yes");
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__sleep_task", "arguments": {"ms": 10}, "_meta": meta}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().unwrap();
+    let done = terminal(&client, id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "slept", "{done}");
+}
