@@ -60,7 +60,8 @@ pub use http_call::{
 };
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
 pub use middleware::{
-    Completion, Layer, Layers, Observe, Outcome, Peer, RequestInfo, SessionInfo, TransportTrace,
+    Completion, Layer, Layers, Messaging, Observe, Outcome, Peer, RequestInfo, SessionInfo,
+    TransportTrace,
 };
 pub use mrtr::StateSealer;
 pub use request_trace::{

@@ -73,14 +73,34 @@ impl TransportTrace {
     }
 }
 
-/// Where a connection or request comes from: what telemetry reports as `network.transport`
-/// and `client.address`.
+/// Where a connection or request comes from: what telemetry reports as `network.transport`,
+/// `network.protocol.name`, `client.address` and, for a message bus, the `messaging.*`
+/// attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
-    /// `tcp` (HTTP), `pipe` (stdio), as the OpenTelemetry `network.transport` values.
+    /// `tcp` (HTTP, NATS), `pipe` (stdio), `inproc` (in memory): the OpenTelemetry
+    /// `network.transport` values.
     pub transport: &'static str,
+    /// `http`, `nats`: `network.protocol.name`, when the transport has an application
+    /// protocol under MCP.
+    pub protocol: Option<&'static str>,
     /// The remote address, for a socket.
     pub address: Option<SocketAddr>,
+    /// Where the request was taken from, for a message bus.
+    pub messaging: Option<Messaging>,
+}
+
+/// A request taken from a message bus: `messaging.system`, `messaging.destination.name`
+/// (the subscription's subject template: one value per worker, not per tool) and
+/// `messaging.consumer.group.name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Messaging {
+    /// `nats`.
+    pub system: &'static str,
+    /// The subject (template) subscribed to.
+    pub destination: Arc<str>,
+    /// The queue group or durable consumer, when there is one.
+    pub consumer_group: Option<Arc<str>>,
 }
 
 impl Peer {
@@ -88,15 +108,43 @@ impl Peer {
     pub fn pipe() -> Peer {
         Peer {
             transport: "pipe",
+            protocol: None,
             address: None,
+            messaging: None,
         }
     }
 
-    /// A client connected over TCP from `address`.
-    pub fn tcp(address: SocketAddr) -> Peer {
+    /// A client connected over HTTP from `address`.
+    pub fn http(address: SocketAddr) -> Peer {
         Peer {
             transport: "tcp",
+            protocol: Some("http"),
             address: Some(address),
+            messaging: None,
+        }
+    }
+
+    /// A client in the same process (the in-memory transport).
+    pub fn inproc() -> Peer {
+        Peer {
+            transport: "inproc",
+            protocol: None,
+            address: None,
+            messaging: None,
+        }
+    }
+
+    /// A request taken from a NATS subscription to `destination` (in `consumer_group`).
+    pub fn nats(destination: impl Into<Arc<str>>, consumer_group: Option<Arc<str>>) -> Peer {
+        Peer {
+            transport: "tcp",
+            protocol: Some("nats"),
+            address: None,
+            messaging: Some(Messaging {
+                system: "nats",
+                destination: destination.into(),
+                consumer_group,
+            }),
         }
     }
 }

@@ -42,8 +42,8 @@ pub use toolyard_actors::transport;
 pub use toolyard_actors::{
     empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget, Completions,
     DefinitionError, Event, ForwardFn, HandlerError, InputError, IntoCallToolResult, Json, Layer,
-    Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, MethodFn, Observe, Outcome, Peer,
-    PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext,
+    Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, Messaging, MethodFn, Observe, Outcome,
+    Peer, PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext,
     RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, SessionInfo,
     StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef,
     ToolError, ToolFn, TransportTrace, UnknownToolFn, UriTemplate,

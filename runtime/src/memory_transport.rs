@@ -40,7 +40,12 @@ impl Transport for MemoryTransport {
             let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
             let connection = self
                 .server
-                .connect(Sink::channel(tx))
+                .connect_from(
+                    Sink::channel(tx),
+                    None,
+                    None,
+                    Some(toolyard_actors::Peer::inproc()),
+                )
                 .await
                 .map_err(|e| TransportError::Io(format!("could not connect in memory: {e}")))?;
             tokio::spawn(async move {

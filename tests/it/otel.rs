@@ -521,6 +521,14 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
         "{gateway:?}"
     );
     assert_eq!(
+        gateway
+            .attributes
+            .get("network.protocol.name")
+            .map(String::as_str),
+        Some("http"),
+        "{gateway:?}"
+    );
+    assert_eq!(
         gateway.attributes.get("client.address").map(String::as_str),
         Some("127.0.0.1"),
         "{gateway:?}"
@@ -538,6 +546,20 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
     assert_eq!(forward.parent_span_id, gateway.span_id, "{tree}");
     assert_eq!(worker.kind, SERVER);
     assert_eq!(worker.parent_span_id, forward.span_id, "{tree}");
+    // Taken from the bus: where from, as the messaging conventions say.
+    for (key, value) in [
+        ("network.transport", "tcp"),
+        ("network.protocol.name", "nats"),
+        ("messaging.system", "nats"),
+        ("messaging.destination.name", "mcp.v1.req.*.*.w.>"),
+        ("messaging.consumer.group.name", "tyw.w"),
+    ] {
+        assert_eq!(
+            worker.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{key}: {worker:?}"
+        );
+    }
     // The tool's outbound GET is an HTTP CLIENT span under the worker's, and carries its
     // own context: the page is its child.
     let get = trace

@@ -72,6 +72,19 @@ fn consumer_name(server: &str) -> String {
     format!("tyw-{server}")
 }
 
+/// The subjects of `server`'s jobs (`subject` for each tool).
+fn task_subjects(prefix: &str, server: &str) -> String {
+    format!("{prefix}.task.{server}.>")
+}
+
+/// Where the jobs of `server` come from: its task subjects, through the shared consumer.
+pub(crate) fn peer(prefix: &str, server: &str) -> toolyard::Peer {
+    toolyard::Peer::nats(
+        task_subjects(prefix, server),
+        Some(consumer_name(server).into()),
+    )
+}
+
 /// Opens (or creates) the job stream for `prefix`.
 pub(crate) async fn stream(
     js: &jetstream::Context,
@@ -257,6 +270,8 @@ pub(crate) struct Runner {
     pub(crate) store: NatsTaskStore,
     pub(crate) instance: String,
     pub(crate) prefix: String,
+    /// Where the jobs come from, as telemetry reports it (`messaging.*`).
+    pub(crate) peer: Arc<toolyard::Peer>,
     pub(crate) ack_wait: Duration,
     pub(crate) draining: CancellationToken,
     pub(crate) abandon: CancellationToken,
@@ -314,7 +329,7 @@ pub(crate) async fn consumer(
             pull::Config {
                 durable_name: Some(name.clone()),
                 description: Some(format!("Toolyard workers of {server}")),
-                filter_subject: format!("{prefix}.task.{server}.>"),
+                filter_subject: task_subjects(prefix, server),
                 ack_policy: AckPolicy::Explicit,
                 ack_wait,
                 ..Default::default()
@@ -610,7 +625,14 @@ async fn execute(
     let Served {
         messages: mut rx,
         answer_prefix: prefix,
-    } = serve_here(&runner.server, request, meta, cancel.clone(), None);
+    } = serve_here(
+        &runner.server,
+        request,
+        meta,
+        cancel.clone(),
+        None,
+        Some(runner.peer.clone()),
+    );
     let period = (runner.ack_wait / 3).max(Duration::from_millis(100));
     let mut working = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let ran = loop {

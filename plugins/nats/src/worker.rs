@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::transport::{Delivery, Sink};
-use toolyard::{Server, TransportTrace};
+use toolyard::{Peer, Server, TransportTrace};
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
 use toolyard_proto::method::{self, NameField};
 use toolyard_proto::{ErrorObject, RequestId, RequestMeta};
@@ -109,6 +109,8 @@ struct Inner {
     running: Semaphore,
     /// The entry last put (a failing listing keeps its part of it).
     last_entry: std::sync::Mutex<Option<CatalogEntry>>,
+    /// Where the bus's requests come from, as telemetry reports it (`messaging.*`).
+    peer: Arc<Peer>,
 }
 
 impl Worker {
@@ -127,6 +129,10 @@ impl Worker {
         let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, config.heartbeat, config.catalog_replicas).await?;
         let concurrency = config.concurrency.max(1);
+        let peer = Arc::new(Peer::nats(
+            wire::worker_subject(&config.prefix, &config.server),
+            Some(wire::queue_group(&config.server).into()),
+        ));
         let inner = Arc::new(Inner {
             server,
             client: client.clone(),
@@ -138,6 +144,7 @@ impl Worker {
             tracker: TaskTracker::new(),
             running: Semaphore::new(concurrency),
             last_entry: std::sync::Mutex::new(None),
+            peer,
         });
         // A JetStream cluster that has just elected its meta leader may not know the bucket's
         // stream for a moment ("no stream found"): the first put is retried for a few seconds,
@@ -296,6 +303,7 @@ async fn run_jobs(inner: Arc<Inner>, client: Client) {
         store,
         instance: inner.instance.clone(),
         prefix: config.prefix.clone(),
+        peer: Arc::new(crate::jobs::peer(&config.prefix, &config.server)),
         ack_wait: config.task_ack_wait,
         draining: inner.draining.clone(),
         abandon: inner.abandon.clone(),
@@ -716,6 +724,7 @@ async fn handle(inner: &Inner, message: Message) {
         meta,
         cancel.clone(),
         transport_trace,
+        Some(inner.peer.clone()),
     );
     // `serve_here` polled the handler once. A request it answered there (an echo, a lookup:
     // most tools await nothing) sends its answer as its only frame, and nothing ever
@@ -923,6 +932,7 @@ pub(crate) fn serve_here(
     meta: RequestMeta,
     cancel: CancellationToken,
     transport_trace: Option<Arc<TransportTrace>>,
+    peer: Option<Arc<Peer>>,
 ) -> Served {
     let (tx, messages) = mpsc::unbounded_channel::<Vec<u8>>();
     let answer_prefix = wire::answer_prefix(&request.id);
@@ -934,7 +944,7 @@ pub(crate) fn serve_here(
             cancel,
             track: false,
             principal: None,
-            peer: None,
+            peer,
             transport_trace,
         },
     );
@@ -1088,7 +1098,7 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
         let Served {
             messages: mut rx,
             answer_prefix: prefix,
-        } = serve_here(server, request, meta, CancellationToken::new(), None);
+        } = serve_here(server, request, meta, CancellationToken::new(), None, None);
         let answer = loop {
             match rx.recv().await {
                 Some(b) if b.starts_with(&prefix) => break Some(b),

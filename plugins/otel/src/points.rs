@@ -26,12 +26,19 @@ use toolyard_client::RequestOutcome;
 /// How many attribute sets are bound at most (the SDK's default cardinality limit).
 pub(crate) const MAX_BOUND: usize = 2000;
 
+/// `network.transport` and `network.protocol.name` of a request's peer.
+type Network = (&'static str, Option<&'static str>);
+
+fn network_of(info: &RequestInfo) -> Option<Network> {
+    info.peer.as_ref().map(|p| (p.transport, p.protocol))
+}
+
 /// What a point's attributes are made of, borrowed from the request.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Key<'a> {
     method: &'a str,
     version: Option<&'static str>,
-    transport: Option<&'static str>,
+    transport: Option<Network>,
     /// The tool or prompt name; `None` for methods without one and for resource URIs
     /// (unbounded, kept off the series); [`semconv::OTHER`] for a refused call.
     target: Option<&'a str>,
@@ -51,7 +58,7 @@ enum Error<'a> {
 struct OwnedKey {
     method: Box<str>,
     version: Option<&'static str>,
-    transport: Option<&'static str>,
+    transport: Option<Network>,
     target: Option<Box<str>>,
     error: Option<OwnedError>,
 }
@@ -94,7 +101,7 @@ impl<'a> Key<'a> {
         Key {
             method,
             version: info.protocol_version.as_ref().map(|v| v.as_str()),
-            transport: info.peer.as_ref().map(|p| p.transport),
+            transport: network_of(info),
             target,
             error: match outcome {
                 Outcome::Ok | Outcome::InputRequired => None,
@@ -156,8 +163,11 @@ impl<'a> Key<'a> {
         if let Some(v) = self.version {
             point.push(KeyValue::new(semconv::MCP_PROTOCOL_VERSION, v));
         }
-        if let Some(t) = self.transport {
-            point.push(KeyValue::new(semconv::NETWORK_TRANSPORT, t));
+        if let Some((transport, protocol)) = self.transport {
+            point.push(KeyValue::new(semconv::NETWORK_TRANSPORT, transport));
+            if let Some(p) = protocol {
+                point.push(KeyValue::new(semconv::NETWORK_PROTOCOL_NAME, p));
+            }
         }
         if let (Some(key), Some(t)) = (target_attribute(self.method), self.target) {
             point.push(KeyValue::new(key, t.to_owned()));
@@ -220,7 +230,7 @@ struct RecentSet {
     method: Arc<str>,
     target: RecentTarget,
     version: Option<ProtocolVersion>,
-    transport: Option<&'static str>,
+    transport: Option<Network>,
     outcome: Outcome,
     histogram: BoundHistogram<f64>,
 }
@@ -246,7 +256,7 @@ impl RecentSet {
                 _ => false,
             }
             && self.version == info.protocol_version
-            && self.transport == info.peer.as_ref().map(|p| p.transport)
+            && self.transport == network_of(info)
             && self.outcome == *outcome
     }
 }
@@ -333,7 +343,7 @@ impl DurationPoints {
                     (None, Some(_)) => RecentTarget::Any,
                 },
                 version: info.protocol_version,
-                transport: info.peer.as_ref().map(|p| p.transport),
+                transport: network_of(info),
                 outcome: outcome.clone(),
                 histogram: histogram.clone(),
             };

@@ -18,6 +18,10 @@ pub(crate) const SERVER_ADDRESS: &str = "server.address";
 pub(crate) const NETWORK_TRANSPORT: &str = "network.transport";
 pub(crate) const CLIENT_ADDRESS: &str = "client.address";
 pub(crate) const CLIENT_PORT: &str = "client.port";
+pub(crate) const NETWORK_PROTOCOL_NAME: &str = "network.protocol.name";
+pub(crate) const MESSAGING_SYSTEM: &str = "messaging.system";
+pub(crate) const MESSAGING_DESTINATION_NAME: &str = "messaging.destination.name";
+pub(crate) const MESSAGING_CONSUMER_GROUP_NAME: &str = "messaging.consumer.group.name";
 
 pub(crate) const SERVER_DURATION: &str = "mcp.server.operation.duration";
 pub(crate) const CLIENT_DURATION: &str = "mcp.client.operation.duration";

@@ -159,9 +159,25 @@ impl Layer for ObservabilityLayer {
         }
         if let Some(peer) = &info.peer {
             attributes.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
+            if let Some(protocol) = peer.protocol {
+                attributes.push(KeyValue::new(semconv::NETWORK_PROTOCOL_NAME, protocol));
+            }
             if let Some(a) = peer.address {
                 attributes.push(KeyValue::new(semconv::CLIENT_ADDRESS, address_text(a.ip())));
                 attributes.push(KeyValue::new(semconv::CLIENT_PORT, i64::from(a.port())));
+            }
+            if let Some(m) = &peer.messaging {
+                attributes.push(KeyValue::new(semconv::MESSAGING_SYSTEM, m.system));
+                attributes.push(KeyValue::new(
+                    semconv::MESSAGING_DESTINATION_NAME,
+                    opentelemetry::StringValue::from(m.destination.clone()),
+                ));
+                if let Some(group) = &m.consumer_group {
+                    attributes.push(KeyValue::new(
+                        semconv::MESSAGING_CONSUMER_GROUP_NAME,
+                        opentelemetry::StringValue::from(group.clone()),
+                    ));
+                }
             }
         }
         if method == "tools/call" {

@@ -672,3 +672,36 @@ async fn an_http_call_observer_without_spans_records_durations_and_gives_no_cont
         "{points:?}"
     );
 }
+
+#[tokio::test]
+async fn a_request_over_the_in_memory_transport_is_an_inproc_server_span_and_point() {
+    let p = Pipeline::new();
+    let server = ServerBuilder::new("s", "1")
+        .layer(Arc::new(p.layer()))
+        .tool(whoami())
+        .start()
+        .await
+        .unwrap();
+    let client = ClientBuilder::new(Implementation::new("c", "1"))
+        .connect(MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    client.call_tool("whoami", json!({})).await.unwrap();
+    client.close().await;
+    let spans = p.finished();
+    let span = spans
+        .iter()
+        .find(|s| s.name == "tools/call whoami")
+        .expect("the server span");
+    assert_eq!(attr(span, "network.transport").as_deref(), Some("inproc"));
+    assert_eq!(attr(span, "network.protocol.name"), None);
+    assert_eq!(attr(span, "client.address"), None);
+    let points = p.points("mcp.server.operation.duration");
+    assert!(
+        points.iter().any(
+            |(a, _)| a.contains(&("gen_ai.tool.name".into(), "whoami".into()))
+                && a.contains(&("network.transport".into(), "inproc".into()))
+        ),
+        "{points:?}"
+    );
+}

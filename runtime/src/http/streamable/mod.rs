@@ -117,7 +117,7 @@ pub(crate) type Remote = Option<axum::Extension<axum::extract::ConnectInfo<std::
 
 pub(crate) fn peer_of(remote: Remote) -> Option<Arc<toolyard_actors::Peer>> {
     remote.map(|axum::Extension(axum::extract::ConnectInfo(a))| {
-        Arc::new(toolyard_actors::Peer::tcp(a))
+        Arc::new(toolyard_actors::Peer::http(a))
     })
 }
 
