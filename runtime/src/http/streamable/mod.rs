@@ -133,9 +133,10 @@ pub(crate) async fn post(
     // The HTTP request's own trace context (an ingress or a client instrumenting its HTTP
     // calls): the request's span links it; with its baggage, it stands in for what `_meta`
     // does not carry.
+    let traceparent = header_str(&headers, "traceparent");
     let transport_trace = TransportTrace::of(
-        header_str(&headers, "traceparent"),
-        header_str(&headers, "tracestate"),
+        traceparent,
+        traceparent.and_then(|_| header_str(&headers, "tracestate")),
         header_str(&headers, "baggage"),
     );
     let content_type = header_str(&headers, "content-type").unwrap_or("");
