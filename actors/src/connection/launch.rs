@@ -56,7 +56,7 @@ impl LaunchMeta {
         meta.and_then(|m| Self::from_meta(*m))
     }
 
-    /// `None` when the request has neither (the usual case: no allocation).
+    /// `None` when the request has none of them (the usual case: no allocation).
     pub(super) fn from_meta(meta: RequestMeta) -> Option<Box<LaunchMeta>> {
         if meta.progress_token.is_none() && meta.traceparent.is_none() && meta.baggage.is_none() {
             return None;
