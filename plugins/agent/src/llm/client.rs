@@ -15,7 +15,7 @@ use super::endpoint::Endpoint;
 use super::error::{ApiError, LlmError};
 use super::retry::{backoff, retry_after, retryable};
 use super::sse::{Decoder, MAX_EVENT_BYTES};
-use crate::observe::{Observed, Operation, Outcome, SharedObserver};
+use crate::observe::{Observed, Operation, Outcome, SharedObserver, TraceContext};
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use std::future::Future;
@@ -162,8 +162,9 @@ impl LlmClient {
     ) -> Result<ChatResponse, LlmError> {
         let span = self.span(request, false);
         let observed = self.observe(request, false);
+        let trace = observed.context().or_else(|| request.parent.clone());
         let outcome = self
-            .complete_inner(request, cancel)
+            .complete_inner(request, cancel, trace.as_ref())
             .instrument(span.clone())
             .await;
         record(&span, &outcome);
@@ -175,11 +176,12 @@ impl LlmClient {
         &self,
         request: &ChatRequest,
         cancel: &CancellationToken,
+        trace: Option<&TraceContext>,
     ) -> Result<ChatResponse, LlmError> {
         let body = self.body(request, false);
         let timeout = self.options.request_timeout;
         let attempt = async {
-            let response = self.send(&body, cancel).await?;
+            let response = self.send(&body, cancel, trace).await?;
             let text = response
                 .text()
                 .await
@@ -204,8 +206,9 @@ impl LlmClient {
     ) -> Result<ChatResponse, LlmError> {
         let span = self.span(request, true);
         let observed = self.observe(request, true);
+        let trace = observed.context().or_else(|| request.parent.clone());
         let outcome = self
-            .stream_inner(request, cancel, on_text)
+            .stream_inner(request, cancel, on_text, trace.as_ref())
             .instrument(span.clone())
             .await;
         record(&span, &outcome);
@@ -218,9 +221,10 @@ impl LlmClient {
         request: &ChatRequest,
         cancel: &CancellationToken,
         on_text: &mut (dyn FnMut(&str) + Send),
+        trace: Option<&TraceContext>,
     ) -> Result<ChatResponse, LlmError> {
         let body = self.body(request, true);
-        let response = self.send(&body, cancel).await?;
+        let response = self.send(&body, cancel, trace).await?;
         let is_sse = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -312,11 +316,15 @@ impl LlmClient {
         )
     }
 
-    /// POSTs `body`, repeating on transient failures; returns the first 2xx response.
+    /// POSTs `body`, repeating on transient failures; returns the first 2xx response. The
+    /// request carries `trace` (the `chat` span's context, else the caller's) as its W3C
+    /// `traceparent`/`tracestate` headers, so an instrumented model server or LLM gateway
+    /// joins the trace.
     async fn send(
         &self,
         body: &Value,
         cancel: &CancellationToken,
+        trace: Option<&TraceContext>,
     ) -> Result<reqwest::Response, LlmError> {
         let url = self.endpoint.chat_url();
         let bytes = serde_json::to_vec(body).map_err(|e| LlmError::Decode(e.to_string()))?;
@@ -332,6 +340,20 @@ impl LlmClient {
             }
             for (name, value) in &self.options.headers {
                 request = request.header(name, value);
+            }
+            if let Some(t) = trace {
+                // A caller's text that is no header value is left off, not sent to fail.
+                let headers = [
+                    ("traceparent", Some(&t.traceparent)),
+                    ("tracestate", t.tracestate.as_ref()),
+                ];
+                for (name, value) in headers {
+                    if let Some(v) =
+                        value.and_then(|v| reqwest::header::HeaderValue::from_str(v).ok())
+                    {
+                        request = request.header(name, v);
+                    }
+                }
             }
             let idle = self.options.idle_timeout;
             let outcome = cancellable(cancel, async {

@@ -1048,8 +1048,9 @@ impl toolyard_agent::GenAiSpan for RecordedSpan {
 }
 
 /// With an observer, a run is an `invoke_agent` span that parents each model request's
-/// `chat` span and each tool call's `execute_tool` span; a tool's `isError` result is
-/// `tool_error`, and the chats carry their finish reasons and usage.
+/// `chat` span (whose context the HTTP request carries) and each tool call's `execute_tool`
+/// span; a tool's `isError` result is `tool_error`, and the chats carry their finish
+/// reasons and usage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_sees_the_run_its_chats_and_its_tool_calls_as_one_tree() {
     let client = memory_demo("demo").await;
@@ -1098,6 +1099,20 @@ async fn an_observer_sees_the_run_its_chats_and_its_tool_calls_as_one_tree() {
     assert_eq!(seen[1].error_type, None);
     assert_eq!(seen[2].error_type.as_deref(), Some("tool_error"));
     assert_eq!(seen[3].finish_reasons, ["stop"]);
+    // Each model request carries its `chat` span's context, for an instrumented model
+    // server or LLM gateway to join the trace.
+    let sent: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| {
+            r.headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(sent, [seen[0].context.clone(), seen[3].context.clone()]);
 }
 
 /// A modern server written out on the wire that announces `tools.listChanged` but refuses
