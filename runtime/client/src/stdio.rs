@@ -583,7 +583,7 @@ async fn read_stdout(
             }
             return ReaderEnd::Eof;
         }
-        match buf.iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', buf) {
             Some(i) => {
                 if partial.len() + i > max {
                     partial.extend_from_slice(&buf[..i.min(QUOTE_CHARS)]);
@@ -679,7 +679,7 @@ async fn drain_stderr(stderr: ChildStderr, ident: Ident) {
             Ok(buf) if !buf.is_empty() => buf,
             _ => break,
         };
-        let (chunk, consumed, end_of_line) = match buf.iter().position(|&b| b == b'\n') {
+        let (chunk, consumed, end_of_line) = match memchr::memchr(b'\n', buf) {
             Some(i) => (&buf[..i], i + 1, true),
             None => (buf, buf.len(), false),
         };
