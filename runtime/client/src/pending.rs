@@ -15,7 +15,6 @@ use crate::error::ClientError;
 use crate::handlers::Questions;
 use crate::transport::TransportError;
 use serde_json::value::RawValue;
-use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::sync::oneshot;
 use toolyard_proto::jsonrpc::Rejected;
@@ -48,7 +47,9 @@ pub(crate) struct Pending {
 
 #[derive(Default)]
 struct Table {
-    pending: HashMap<RequestId, Pending>,
+    /// Keyed by the ids this client gave its requests (not a peer's choice, so the fast
+    /// hash has no flooding to fear).
+    pending: rustc_hash::FxHashMap<RequestId, Pending>,
     closed: Option<ClientError>,
     /// Counts requests sent with `Questions`.
     sent_with_questions: u64,
