@@ -1035,6 +1035,117 @@ fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() 
     assert!(without_meta.links.is_empty(), "{without_meta:?}");
 }
 
+/// The HTTP+SSE transport (2024-11-05): a POSTed request's own `traceparent` header parents
+/// its span when `_meta` carries none, and is linked when `_meta` does, as on Streamable
+/// HTTP; the span says where the request came from.
+#[test]
+fn an_http_sse_posts_trace_headers_parent_or_link_its_span_as_on_streamable_http() {
+    use std::io::{Read, Write};
+    let receiver = OtlpReceiver::start();
+    std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let server =
+        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--otel-endpoint", &receiver.url()]);
+    let host = server
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /sse HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    let mut read_until = |stream: &mut std::net::TcpStream, needle: &str, seen: &mut String| {
+        while !seen.contains(needle) {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "the stream closed: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    };
+    read_until(&mut stream, "sessionId=", &mut seen);
+    read_until(&mut stream, "\n\n", &mut seen);
+    let path = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let meta_trace = "0af7651916cd43dd8448eb211c80319c";
+    let meta_span = "b7ad6b7169203331";
+    let http_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let http_span = "00f067aa0ba902b7";
+    // Each message in a request of its own on a fresh connection, answered 202.
+    let post = |body: Value| {
+        let body = body.to_string();
+        let mut c = std::net::TcpStream::connect(&host).unwrap();
+        write!(
+            c,
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             traceparent: 00-{http_trace}-{http_span}-01\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    };
+    post(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+    );
+    read_until(&mut stream, "protocolVersion", &mut seen);
+    post(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    post(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"echo","arguments":{"message":"over sse"}}}),
+    );
+    post(
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{
+        "name":"echo","arguments":{"message":"with meta"},
+        "_meta":{"traceparent": format!("00-{meta_trace}-{meta_span}-01")}}}),
+    );
+    read_until(&mut stream, "with meta", &mut seen);
+    read_until(&mut stream, "over sse", &mut seen);
+    let spans = receiver.wait_for_spans(WAIT, |s| {
+        s.iter().filter(|s| s.name == "tools/call echo").count() == 2
+    });
+    drop(stream);
+    drop(server);
+    let without_meta = spans
+        .iter()
+        .find(|s| s.name == "tools/call echo" && s.trace_id == http_trace)
+        .unwrap_or_else(|| panic!("the call without _meta parents on the header: {spans:#?}"));
+    assert_eq!(without_meta.parent_span_id, http_span);
+    for (key, value) in [
+        ("network.transport", "tcp"),
+        ("network.protocol.name", "http"),
+        ("client.address", "127.0.0.1"),
+    ] {
+        assert_eq!(
+            without_meta.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{key}: {without_meta:?}"
+        );
+    }
+    let with_meta = spans
+        .iter()
+        .find(|s| s.name == "tools/call echo" && s.trace_id == meta_trace)
+        .unwrap_or_else(|| panic!("the call with _meta joins its trace: {spans:#?}"));
+    assert_eq!(with_meta.parent_span_id, meta_span);
+    assert_eq!(
+        with_meta.links,
+        vec![(http_trace.to_owned(), http_span.to_owned())],
+        "the transport's context is linked"
+    );
+}
+
 /// The collector the test installs from PyPI (`rotel`, pinned in tests/interop/requirements.txt):
 /// its agent binary in the venv's site-packages.
 #[cfg(feature = "otel-grpc")]

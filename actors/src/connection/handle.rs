@@ -2,6 +2,7 @@
 //! once and launches ordinary requests directly (see `direct`) when nothing from the client
 //! still waits in the actor's mailbox, so a request never overtakes an earlier message.
 
+use crate::middleware::TransportTrace;
 use crate::sink::Sink;
 use arc_swap::ArcSwapOption;
 use ractor::ActorRef;
@@ -86,6 +87,28 @@ impl ConnectionHandle {
             self.queued.fetch_sub(1, Ordering::AcqRel);
         }
         sent
+    }
+
+    /// [`deliver`](Self::deliver) for a transport whose requests carry trace headers of
+    /// their own but answer on the connection's sink (HTTP+SSE's POSTs): a request with
+    /// `transport_trace` is delivered with it.
+    pub fn deliver_with_trace(
+        &self,
+        message: Incoming,
+        transport_trace: Option<Arc<TransportTrace>>,
+    ) -> bool {
+        let delivery = match (&message, transport_trace) {
+            (Incoming::Request(_), Some(trace)) => Some(Delivery {
+                sink: self.sink.clone(),
+                cancel: tokio_util::sync::CancellationToken::new(),
+                track: true,
+                principal: None,
+                peer: None,
+                transport_trace: Some(trace),
+            }),
+            _ => None,
+        };
+        self.deliver(message, delivery)
     }
 
     /// Hands an already parsed message to the connection; a request's answer and

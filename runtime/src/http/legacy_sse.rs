@@ -2,7 +2,9 @@
 //! endpoint in an `endpoint` event; the client POSTs messages to `/messages?sessionId=...`
 //! and every answer comes on the SSE stream.
 
-use super::streamable::{new_session_id, principal_of, Caller, Session, SessionSink};
+use super::streamable::{
+    new_session_id, principal_of, transport_trace_of, Caller, Session, SessionSink,
+};
 use super::HttpState;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -97,6 +99,7 @@ pub(crate) async fn message(
     State(state): State<Arc<HttpState>>,
     caller: Caller,
     Query(q): Query<SessionQuery>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
     let Some(session) = state.sessions.get(&q.session_id, &principal_of(caller)) else {
@@ -104,7 +107,8 @@ pub(crate) async fn message(
     };
     match jsonrpc::parse(&body) {
         Ok(m) => {
-            session.handle.deliver(m, None);
+            // The POST's own trace headers stand in for what `_meta` does not carry.
+            session.handle.deliver_with_trace(m, transport_trace_of(&headers));
             (StatusCode::ACCEPTED, "Accepted").into_response()
         }
         Err(r) => {

@@ -48,6 +48,17 @@ fn json_error(status: StatusCode, id: Option<&RequestId>, error: ErrorObject) ->
         .into_response()
 }
 
+/// The request's own W3C trace headers (`traceparent`, with its `tracestate`, and
+/// `baggage`), if it has any: what `_meta` does not carry, the request takes from here.
+pub(crate) fn transport_trace_of(headers: &HeaderMap) -> Option<Arc<TransportTrace>> {
+    let traceparent = header_str(headers, "traceparent");
+    TransportTrace::of(
+        traceparent,
+        traceparent.and_then(|_| header_str(headers, "tracestate")),
+        header_str(headers, "baggage"),
+    )
+}
+
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get(name)
@@ -133,12 +144,7 @@ pub(crate) async fn post(
     // The HTTP request's own trace context (an ingress or a client instrumenting its HTTP
     // calls): the request's span links it; with its baggage, it stands in for what `_meta`
     // does not carry.
-    let traceparent = header_str(&headers, "traceparent");
-    let transport_trace = TransportTrace::of(
-        traceparent,
-        traceparent.and_then(|_| header_str(&headers, "tracestate")),
-        header_str(&headers, "baggage"),
-    );
+    let transport_trace = transport_trace_of(&headers);
     let content_type = header_str(&headers, "content-type").unwrap_or("");
     if !content_type.starts_with("application/json") {
         return json_error(
