@@ -66,6 +66,17 @@ fn stdio_session(child: &mut std::process::Child, requests: &[Value]) -> Vec<Val
     answers
 }
 
+/// Asserts that `span` has each of these attributes with this value.
+fn assert_attributes(span: &ReceivedSpan, expected: &[(&str, &str)]) {
+    for (key, value) in expected {
+        assert_eq!(
+            span.attributes.get(*key).map(String::as_str),
+            Some(*value),
+            "{key}: {span:?}"
+        );
+    }
+}
+
 #[test]
 fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_duration_point() {
     let receiver = OtlpReceiver::start();
@@ -101,20 +112,17 @@ fn a_served_request_is_a_server_span_parented_on_its_meta_trace_context_and_a_du
         call.parent_span_id, parent_span,
         "its parent is the caller's span"
     );
-    for (key, value) in [
-        ("mcp.method.name", "tools/call"),
-        ("gen_ai.tool.name", "echo"),
-        ("gen_ai.operation.name", "execute_tool"),
-        ("jsonrpc.request.id", "2"),
-        ("mcp.protocol.version", "2025-11-25"),
-        ("network.transport", "pipe"),
-    ] {
-        assert_eq!(
-            call.attributes.get(key).map(String::as_str),
-            Some(value),
-            "{key}: {call:?}"
-        );
-    }
+    assert_attributes(
+        call,
+        &[
+            ("mcp.method.name", "tools/call"),
+            ("gen_ai.tool.name", "echo"),
+            ("gen_ai.operation.name", "execute_tool"),
+            ("jsonrpc.request.id", "2"),
+            ("mcp.protocol.version", "2025-11-25"),
+            ("network.transport", "pipe"),
+        ],
+    );
     assert_eq!(call.status, 0, "a successful call's status is unset");
     let refused = spans
         .iter()
@@ -547,19 +555,16 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
     assert_eq!(worker.kind, SERVER);
     assert_eq!(worker.parent_span_id, forward.span_id, "{tree}");
     // Taken from the bus: where from, as the messaging conventions say.
-    for (key, value) in [
-        ("network.transport", "tcp"),
-        ("network.protocol.name", "nats"),
-        ("messaging.system", "nats"),
-        ("messaging.destination.name", "mcp.v1.req.*.*.w.>"),
-        ("messaging.consumer.group.name", "tyw.w"),
-    ] {
-        assert_eq!(
-            worker.attributes.get(key).map(String::as_str),
-            Some(value),
-            "{key}: {worker:?}"
-        );
-    }
+    assert_attributes(
+        worker,
+        &[
+            ("network.transport", "tcp"),
+            ("network.protocol.name", "nats"),
+            ("messaging.system", "nats"),
+            ("messaging.destination.name", "mcp.v1.req.*.*.w.>"),
+            ("messaging.consumer.group.name", "tyw.w"),
+        ],
+    );
     // The tool's outbound GET is an HTTP CLIENT span under the worker's, and carries its
     // own context: the page is its child.
     let get = trace
@@ -568,19 +573,16 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
         .unwrap_or_else(|| panic!("the worker's HTTP CLIENT span:\n{tree}"));
     assert_eq!(get.kind, CLIENT);
     assert_eq!(get.parent_span_id, worker.span_id, "{tree}");
-    for (key, value) in [
-        ("http.request.method", "GET"),
-        ("server.address", "localhost"),
-        ("server.port", &site.to_string()[..]),
-        ("url.full", &page[..]),
-        ("http.response.status_code", "200"),
-    ] {
-        assert_eq!(
-            get.attributes.get(key).map(String::as_str),
-            Some(value),
-            "{key}: {get:?}"
-        );
-    }
+    assert_attributes(
+        get,
+        &[
+            ("http.request.method", "GET"),
+            ("server.address", "localhost"),
+            ("server.port", &site.to_string()[..]),
+            ("url.full", &page[..]),
+            ("http.response.status_code", "200"),
+        ],
+    );
     assert_eq!(
         outbound,
         format!("00-{}-{}-01", get.trace_id, get.span_id),
@@ -1123,17 +1125,14 @@ fn an_http_sse_posts_trace_headers_parent_or_link_its_span_as_on_streamable_http
         .find(|s| s.name == "tools/call echo" && s.trace_id == http_trace)
         .unwrap_or_else(|| panic!("the call without _meta parents on the header: {spans:#?}"));
     assert_eq!(without_meta.parent_span_id, http_span);
-    for (key, value) in [
-        ("network.transport", "tcp"),
-        ("network.protocol.name", "http"),
-        ("client.address", "127.0.0.1"),
-    ] {
-        assert_eq!(
-            without_meta.attributes.get(key).map(String::as_str),
-            Some(value),
-            "{key}: {without_meta:?}"
-        );
-    }
+    assert_attributes(
+        without_meta,
+        &[
+            ("network.transport", "tcp"),
+            ("network.protocol.name", "http"),
+            ("client.address", "127.0.0.1"),
+        ],
+    );
     let with_meta = spans
         .iter()
         .find(|s| s.name == "tools/call echo" && s.trace_id == meta_trace)

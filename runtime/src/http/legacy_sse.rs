@@ -108,7 +108,9 @@ pub(crate) async fn message(
     match jsonrpc::parse(&body) {
         Ok(m) => {
             // The POST's own trace headers stand in for what `_meta` does not carry.
-            session.handle.deliver_with_trace(m, transport_trace_of(&headers));
+            session
+                .handle
+                .deliver_with_trace(m, transport_trace_of(&headers));
             (StatusCode::ACCEPTED, "Accepted").into_response()
         }
         Err(r) => {
