@@ -1237,3 +1237,82 @@ async fn a_listen_stream_the_server_ends_ends_the_subscription_after_its_notific
         other => panic!("expected the broken stream's error, got {other:?}"),
     }
 }
+
+/// A request whose `_meta` carries a trace context and baggage (its caller's, or what a
+/// gateway passes on; no observer of the client's own) sends them as HTTP headers too, in
+/// both generations; a caller's text that is no header value stays in `_meta` only.
+#[tokio::test]
+async fn a_requests_meta_trace_context_and_baggage_go_out_as_http_headers_too() {
+    let server = toolyard_testkit::demo(ServerBuilder::new("trace-headers", "0"))
+        .start()
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let record = seen.clone();
+    let config = HttpConfig {
+        security: Security::loopback(),
+        ..HttpConfig::default()
+    };
+    let app =
+        toolyard::http::router(server, config)
+            .await
+            .unwrap()
+            .layer(axum::middleware::map_request(
+                move |r: axum::extract::Request| {
+                    let record = record.clone();
+                    async move {
+                        let header = |n: &str| {
+                            r.headers()
+                                .get(n)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned()
+                        };
+                        if r.method() == axum::http::Method::POST {
+                            let trace = (
+                                header("traceparent"),
+                                header("tracestate"),
+                                header("baggage"),
+                            );
+                            record.lock().unwrap().push(trace);
+                        }
+                        r
+                    }
+                },
+            ));
+    let port = serve(app).await;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for protocol in [
+        ProtocolChoice::Modern,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        seen.lock().unwrap().clear();
+        let c = client(protocol)
+            .connect(StreamableHttpTransport::new(format!(
+                "http://127.0.0.1:{port}/mcp"
+            )))
+            .await
+            .unwrap();
+        let traced = RequestOptions::default()
+            .meta("traceparent", tp)
+            .meta("tracestate", "k=v")
+            .meta("baggage", "tenant=acme");
+        c.call_tool_with("echo", json!({"message": "a"}), &traced)
+            .await
+            .unwrap();
+        let bad = RequestOptions::default()
+            .meta("traceparent", tp)
+            .meta("baggage", "tenant=acme\r\nInjected: yes");
+        c.call_tool_with("echo", json!({"message": "b"}), &bad)
+            .await
+            .unwrap();
+        c.close().await;
+        let seen = seen.lock().unwrap().clone();
+        let pair = |tp: &str, ts: &str, b: &str| (tp.to_owned(), ts.to_owned(), b.to_owned());
+        assert!(
+            seen.contains(&pair(tp, "k=v", "tenant=acme")),
+            "{protocol:?}: {seen:?}"
+        );
+        assert!(seen.contains(&pair(tp, "", "")), "{protocol:?}: {seen:?}");
+    }
+}
