@@ -383,12 +383,26 @@ struct PageHeaders {
     baggage: String,
 }
 
-/// The worker's HTTP CLIENT span of the GET of `page` (the `fetch` tool also asks for the
-/// site's `robots.txt`, a span of its own).
-fn is_page_get(span: &ReceivedSpan, page: &str) -> bool {
-    span.service == "worker"
+/// The HTTP CLIENT span `service` made for its GET of `page` (the `fetch` tool also asks for
+/// the site's `robots.txt`, a span of its own).
+fn is_page_get(span: &ReceivedSpan, service: &str, page: &str) -> bool {
+    span.service == service
         && span.name == "GET"
         && span.attributes.get("url.full").map(String::as_str) == Some(page)
+}
+
+/// A config file, in a directory of this test process's own named `name`, that turns on the
+/// `fetch` connector for pages on `localhost` (the traced page).
+fn fetch_config(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolyard-otel-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("fetch.toml");
+    std::fs::write(
+        &config,
+        "[connectors.fetch]\nallow_hosts = [\"localhost\"]\n",
+    )
+    .unwrap();
+    config
 }
 
 /// Our client → `toolyard serve --http --nats` → NATS → `toolyard worker` → the worker's
@@ -403,14 +417,7 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
     let nats = NatsServer::start();
     let otel = receiver.url();
     let (site, seen) = traced_page();
-    let dir = std::env::temp_dir().join(format!("toolyard-otel-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("worker.toml");
-    std::fs::write(
-        &config,
-        "[connectors.fetch]\nallow_hosts = [\"localhost\"]\n",
-    )
-    .unwrap();
+    let config = fetch_config("e2e");
     let _worker = Proc(
         Command::new(BIN)
             .args(["worker", "--nats", &nats.url(), "--name", "w"])
@@ -485,7 +492,7 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
             && spans
                 .iter()
                 .any(|s| s.service == "client" && s.name == "tools/call w__fetch")
-            && spans.iter().any(|s| is_page_get(s, &page))
+            && spans.iter().any(|s| is_page_get(s, "worker", &page))
     });
     // The successful attempt: the client span whose trace reaches the worker.
     let worker = spans
@@ -569,7 +576,7 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
     // own context: the page is its child.
     let get = trace
         .iter()
-        .find(|s| is_page_get(s, &page))
+        .find(|s| is_page_get(s, "worker", &page))
         .unwrap_or_else(|| panic!("the worker's HTTP CLIENT span:\n{tree}"));
     assert_eq!(get.kind, CLIENT);
     assert_eq!(get.parent_span_id, worker.span_id, "{tree}");
@@ -600,15 +607,8 @@ fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers
     let receiver = OtlpReceiver::start();
     let otel = receiver.url();
     let (site, seen) = traced_page();
-    let dir = std::env::temp_dir().join(format!("toolyard-otel-gw-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let source_config = dir.join("source.toml");
-    std::fs::write(
-        &source_config,
-        "[connectors.fetch]\nallow_hosts = [\"localhost\"]\n",
-    )
-    .unwrap();
-    let config = dir.join("gw.toml");
+    let source_config = fetch_config("gw");
+    let config = source_config.with_file_name("gw.toml");
     std::fs::write(
         &config,
         format!(
@@ -648,9 +648,7 @@ fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers
         "{answers:?}"
     );
     let spans = receiver.wait_for_spans(WAIT, |spans| {
-        spans
-            .iter()
-            .any(|s| s.service == "upstream" && s.name == "GET")
+        spans.iter().any(|s| is_page_get(s, "upstream", &page))
             && spans
                 .iter()
                 .any(|s| s.service == "gateway" && s.kind == CLIENT)
@@ -660,12 +658,7 @@ fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers
     let find = |service: &str, name: &str, kind: i32| {
         spans
             .iter()
-            .find(|s| {
-                s.service == service
-                    && s.name == name
-                    && s.kind == kind
-                    && (name != "GET" || s.attributes.get("url.full") == Some(&page))
-            })
+            .find(|s| s.service == service && s.name == name && s.kind == kind)
             .unwrap_or_else(|| panic!("{service} {name}:\n{tree}"))
     };
     let served = find("gateway", "tools/call up__fetch", SERVER);
@@ -676,7 +669,11 @@ fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers
     let upstream = find("upstream", "tools/call fetch", SERVER);
     assert_eq!(upstream.trace_id, trace, "{tree}");
     assert_eq!(upstream.parent_span_id, upstream_call.span_id, "{tree}");
-    let get = find("upstream", "GET", CLIENT);
+    let get = spans
+        .iter()
+        .find(|s| is_page_get(s, "upstream", &page))
+        .unwrap_or_else(|| panic!("the upstream's GET of the page:\n{tree}"));
+    assert_eq!(get.kind, CLIENT);
     assert_eq!(get.parent_span_id, upstream.span_id, "{tree}");
     let received = seen.lock().unwrap().last().cloned().unwrap_or_default();
     assert_eq!(
@@ -963,6 +960,35 @@ fn opt_in_capture_puts_redacted_tool_arguments_and_results_on_the_span() {
     );
 }
 
+/// The trace and span a test's `_meta` context names, and those its HTTP `traceparent`
+/// header names.
+const META_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const META_SPAN: &str = "b7ad6b7169203331";
+const HTTP_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const HTTP_SPAN: &str = "00f067aa0ba902b7";
+
+/// Of a test's two `tools/call echo` spans, both sent with the HTTP `traceparent` header:
+/// asserts that the one whose `_meta` had a context parents on it and links the header's,
+/// and that the one without parents on the header; returns the latter.
+fn header_and_meta_parents(spans: &[ReceivedSpan]) -> &ReceivedSpan {
+    let with_meta = spans
+        .iter()
+        .find(|s| s.name == "tools/call echo" && s.trace_id == META_TRACE)
+        .unwrap_or_else(|| panic!("the call with _meta joins its trace: {spans:#?}"));
+    assert_eq!(with_meta.parent_span_id, META_SPAN);
+    assert_eq!(
+        with_meta.links,
+        vec![(HTTP_TRACE.to_owned(), HTTP_SPAN.to_owned())],
+        "the transport's context is linked"
+    );
+    let without_meta = spans
+        .iter()
+        .find(|s| s.name == "tools/call echo" && s.trace_id == HTTP_TRACE)
+        .unwrap_or_else(|| panic!("the call without _meta parents on the header: {spans:#?}"));
+    assert_eq!(without_meta.parent_span_id, HTTP_SPAN);
+    without_meta
+}
+
 #[test]
 fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() {
     let receiver = OtlpReceiver::start();
@@ -971,10 +997,6 @@ fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() 
     std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
     let server =
         toolyard_testkit::ServerProcess::start(BIN, &["serve", "--otel-endpoint", &receiver.url()]);
-    let meta_trace = "0af7651916cd43dd8448eb211c80319c";
-    let meta_span = "b7ad6b7169203331";
-    let http_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let http_span = "00f067aa0ba902b7";
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -984,7 +1006,7 @@ fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() 
         for (id, meta) in [
             (
                 1,
-                json!({"traceparent": format!("00-{meta_trace}-{meta_span}-01")}),
+                json!({"traceparent": format!("00-{META_TRACE}-{META_SPAN}-01")}),
             ),
             (2, json!({})),
         ] {
@@ -998,7 +1020,7 @@ fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() 
                 .header("mcp-protocol-version", "2026-07-28")
                 .header("mcp-method", "tools/call")
                 .header("mcp-name", "echo")
-                .header("traceparent", format!("00-{http_trace}-{http_span}-01"))
+                .header("traceparent", format!("00-{HTTP_TRACE}-{HTTP_SPAN}-01"))
                 .body(
                     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
                         "name": "echo", "arguments": {"message": "linked"}, "_meta": meta}})
@@ -1019,21 +1041,7 @@ fn an_http_requests_span_parents_on_meta_and_links_the_transports_traceparent() 
         s.iter().filter(|s| s.name == "tools/call echo").count() == 2
     });
     drop(server);
-    let with_meta = spans
-        .iter()
-        .find(|s| s.name == "tools/call echo" && s.trace_id == meta_trace)
-        .unwrap_or_else(|| panic!("the call with _meta joins its trace: {spans:#?}"));
-    assert_eq!(with_meta.parent_span_id, meta_span);
-    assert_eq!(
-        with_meta.links,
-        vec![(http_trace.to_owned(), http_span.to_owned())],
-        "the transport's context is linked"
-    );
-    let without_meta = spans
-        .iter()
-        .find(|s| s.name == "tools/call echo" && s.trace_id == http_trace)
-        .unwrap_or_else(|| panic!("the call without _meta parents on the header: {spans:#?}"));
-    assert_eq!(without_meta.parent_span_id, http_span);
+    let without_meta = header_and_meta_parents(&spans);
     assert!(without_meta.links.is_empty(), "{without_meta:?}");
 }
 
@@ -1078,10 +1086,6 @@ fn an_http_sse_posts_trace_headers_parent_or_link_its_span_as_on_streamable_http
         .unwrap()
         .trim()
         .to_owned();
-    let meta_trace = "0af7651916cd43dd8448eb211c80319c";
-    let meta_span = "b7ad6b7169203331";
-    let http_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let http_span = "00f067aa0ba902b7";
     // Each message in a request of its own on a fresh connection, answered 202.
     let post = |body: Value| {
         let body = body.to_string();
@@ -1089,7 +1093,7 @@ fn an_http_sse_posts_trace_headers_parent_or_link_its_span_as_on_streamable_http
         write!(
             c,
             "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-             traceparent: 00-{http_trace}-{http_span}-01\r\nContent-Length: {}\r\n\
+             traceparent: 00-{HTTP_TRACE}-{HTTP_SPAN}-01\r\nContent-Length: {}\r\n\
              Connection: close\r\n\r\n{body}",
             body.len()
         )
@@ -1111,7 +1115,7 @@ fn an_http_sse_posts_trace_headers_parent_or_link_its_span_as_on_streamable_http
     post(
         json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{
         "name":"echo","arguments":{"message":"with meta"},
-        "_meta":{"traceparent": format!("00-{meta_trace}-{meta_span}-01")}}}),
+        "_meta":{"traceparent": format!("00-{META_TRACE}-{META_SPAN}-01")}}}),
     );
     read_until(&mut stream, "with meta", &mut seen);
     read_until(&mut stream, "over sse", &mut seen);
@@ -1120,11 +1124,7 @@ fn an_http_sse_posts_trace_headers_parent_or_link_its_span_as_on_streamable_http
     });
     drop(stream);
     drop(server);
-    let without_meta = spans
-        .iter()
-        .find(|s| s.name == "tools/call echo" && s.trace_id == http_trace)
-        .unwrap_or_else(|| panic!("the call without _meta parents on the header: {spans:#?}"));
-    assert_eq!(without_meta.parent_span_id, http_span);
+    let without_meta = header_and_meta_parents(&spans);
     assert_attributes(
         without_meta,
         &[
@@ -1132,16 +1132,6 @@ fn an_http_sse_posts_trace_headers_parent_or_link_its_span_as_on_streamable_http
             ("network.protocol.name", "http"),
             ("client.address", "127.0.0.1"),
         ],
-    );
-    let with_meta = spans
-        .iter()
-        .find(|s| s.name == "tools/call echo" && s.trace_id == meta_trace)
-        .unwrap_or_else(|| panic!("the call with _meta joins its trace: {spans:#?}"));
-    assert_eq!(with_meta.parent_span_id, meta_span);
-    assert_eq!(
-        with_meta.links,
-        vec![(http_trace.to_owned(), http_span.to_owned())],
-        "the transport's context is linked"
     );
 }
 

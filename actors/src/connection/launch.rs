@@ -43,6 +43,7 @@ pub struct Delivery {
 }
 
 /// The parts of a request's `_meta` a running request still needs.
+#[derive(Default)]
 pub(crate) struct LaunchMeta {
     pub(crate) progress_token: Option<ProgressToken>,
     pub(crate) traceparent: Option<String>,
@@ -158,33 +159,31 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
     let layer_trace = watch
         .as_ref()
         .and_then(|w| w.completions.iter().rev().find_map(|c| c.trace_context()));
-    let (traceparent, tracestate) = match layer_trace {
-        Some((parent, state)) => (Some(parent), state),
-        None => match meta.as_deref() {
-            Some(LaunchMeta {
+    // `_meta`'s parts are moved into the context, not copied.
+    let LaunchMeta {
+        progress_token,
+        traceparent: meta_parent,
+        tracestate: meta_state,
+        baggage: meta_baggage,
+    } = meta.map(|m| *m).unwrap_or_default();
+    let transport = transport_trace.as_deref();
+    let (traceparent, tracestate) = match (layer_trace, meta_parent) {
+        (Some((parent, state)), _) => (Some(parent), state),
+        (None, Some(parent)) => (Some(parent), meta_state),
+        (None, None) => match transport {
+            Some(TransportTrace {
                 traceparent: Some(parent),
                 tracestate,
                 ..
-            }) => (Some(parent.clone()), tracestate.clone()),
-            _ => match transport_trace.as_deref() {
-                Some(TransportTrace {
-                    traceparent: Some(parent),
-                    tracestate,
-                    ..
-                }) => (
-                    Some(parent.to_string()),
-                    tracestate.as_deref().map(Into::into),
-                ),
-                _ => (None, None),
-            },
+            }) => (
+                Some(parent.to_string()),
+                tracestate.as_deref().map(Into::into),
+            ),
+            _ => (None, None),
         },
     };
-    let baggage = meta.as_ref().and_then(|m| m.baggage.clone()).or_else(|| {
-        transport_trace
-            .as_deref()
-            .and_then(|t| t.baggage.as_deref())
-            .map(Into::into)
-    });
+    let baggage =
+        meta_baggage.or_else(|| transport.and_then(|t| t.baggage.as_deref()).map(Into::into));
     let trace = (traceparent.is_some() || baggage.is_some()).then(|| {
         Arc::new(crate::context::TraceContext {
             traceparent,
@@ -203,7 +202,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             caller,
             cancel,
             trace,
-            progress_token: meta.and_then(|m| m.progress_token),
+            progress_token,
             sink: out,
             channel,
             session_id,

@@ -1,6 +1,7 @@
-//! The request's trace context (and baggage) on a connector's outbound HTTP calls, so that the API or page
-//! a tool calls joins the caller's trace (issue 15: one trace from the client through a
-//! gateway and NATS to a worker's tool and the HTTP call it makes), and each call observed
+//! The request's trace context (and baggage) on a connector's outbound HTTP calls, so that
+//! the API or page a tool calls joins the caller's trace (issue 15: one trace from the
+//! client through a gateway and NATS to a worker's tool and the HTTP call it makes), and
+//! each call observed
 //! by the process's [`toolyard::HttpCallObserver`] (the telemetry plugin's: an HTTP CLIENT
 //! span and `http.client.request.duration`).
 //!

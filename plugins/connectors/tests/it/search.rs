@@ -53,13 +53,7 @@ async fn answer(
                 .into_response();
         }
     }
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    };
+    let header = |name: &str| crate::support::header_text(&headers, name);
     match (method.as_str(), uri.path()) {
         ("GET", "/search") => {
             if params.get("format").map(String::as_str) != Some("json") {

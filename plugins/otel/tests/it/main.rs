@@ -49,6 +49,16 @@ impl Pipeline {
         ObservabilityLayer::new(self.tracer(), &self.meters.meter("test"))
     }
 
+    /// A server with [`whoami`] and this pipeline's layer.
+    async fn whoami_server(&self) -> toolyard::Server {
+        ServerBuilder::new("s", "1")
+            .layer(Arc::new(self.layer()))
+            .tool(whoami())
+            .start()
+            .await
+            .unwrap()
+    }
+
     fn observer(&self) -> ClientObserver {
         ClientObserver::new(self.tracer(), &self.meters.meter("test"))
     }
@@ -80,6 +90,20 @@ impl Pipeline {
     }
 }
 
+/// Whether `points` has one of `count` points that carries each of `attributes`.
+fn has_point(
+    points: &[(Vec<(String, String)>, u64)],
+    count: u64,
+    attributes: &[(&str, &str)],
+) -> bool {
+    points.iter().any(|(a, n)| {
+        *n == count
+            && attributes
+                .iter()
+                .all(|(k, v)| a.contains(&((*k).to_owned(), (*v).to_owned())))
+    })
+}
+
 fn attr(span: &SpanData, key: &str) -> Option<String> {
     span.attributes
         .iter()
@@ -109,12 +133,7 @@ fn text(v: &Value) -> String {
 #[tokio::test]
 async fn a_server_span_follows_the_conventions_and_parents_what_the_handler_calls_out_to() {
     let p = Pipeline::new();
-    let server = ServerBuilder::new("s", "1")
-        .layer(Arc::new(p.layer()))
-        .tool(whoami())
-        .start()
-        .await
-        .unwrap();
+    let server = p.whoami_server().await;
     let client = RawClient::connect(&server).await.unwrap();
     client.initialize(json!({})).await.unwrap();
     let trace = "0af7651916cd43dd8448eb211c80319c";
@@ -153,9 +172,14 @@ async fn a_server_span_follows_the_conventions_and_parents_what_the_handler_call
     );
     let points = p.points("mcp.server.operation.duration");
     assert!(
-        points.iter().any(|(a, n)| *n == 1
-            && a.contains(&("gen_ai.tool.name".into(), "whoami".into()))
-            && a.contains(&("mcp.method.name".into(), "tools/call".into()))),
+        has_point(
+            &points,
+            1,
+            &[
+                ("gen_ai.tool.name", "whoami"),
+                ("mcp.method.name", "tools/call")
+            ]
+        ),
         "{points:?}"
     );
 }
@@ -342,12 +366,7 @@ async fn captured_arguments_and_results_are_redacted_and_capped() {
 #[tokio::test]
 async fn a_legacy_session_that_ends_is_a_session_duration_point() {
     let p = Pipeline::new();
-    let server = ServerBuilder::new("s", "1")
-        .layer(Arc::new(p.layer()))
-        .tool(whoami())
-        .start()
-        .await
-        .unwrap();
+    let server = p.whoami_server().await;
     let client = RawClient::connect(&server).await.unwrap();
     client.initialize(json!({})).await.unwrap();
     client.close();
@@ -507,9 +526,14 @@ async fn a_layer_without_spans_records_durations_and_hands_the_callers_context_o
     assert_eq!(text(&result), caller);
     let points = p.points("mcp.server.operation.duration");
     assert!(
-        points.iter().any(|(a, n)| *n == 1
-            && a.contains(&("gen_ai.tool.name".into(), "whoami".into()))
-            && a.contains(&("mcp.method.name".into(), "tools/call".into()))),
+        has_point(
+            &points,
+            1,
+            &[
+                ("gen_ai.tool.name", "whoami"),
+                ("mcp.method.name", "tools/call")
+            ]
+        ),
         "{points:?}"
     );
 }
@@ -549,10 +573,15 @@ async fn an_observer_without_spans_records_client_durations_and_sends_no_context
         "{points:?}"
     );
     assert!(
-        points.iter().any(|(a, n)| *n == 1
-            && a.contains(&("gen_ai.tool.name".into(), "nope".into()))
-            && a.contains(&("error.type".into(), "-32602".into()))
-            && a.contains(&("rpc.response.status_code".into(), "-32602".into()))),
+        has_point(
+            &points,
+            1,
+            &[
+                ("gen_ai.tool.name", "nope"),
+                ("error.type", "-32602"),
+                ("rpc.response.status_code", "-32602")
+            ]
+        ),
         "{points:?}"
     );
 }
@@ -666,9 +695,11 @@ async fn an_http_call_observer_without_spans_records_durations_and_gives_no_cont
     assert!(p.finished().is_empty());
     let points = p.points("http.client.request.duration");
     assert!(
-        points.iter().any(|(a, n)| *n == 1
-            && a.contains(&("http.response.status_code".into(), "404".into()))
-            && a.contains(&("error.type".into(), "404".into()))),
+        has_point(
+            &points,
+            1,
+            &[("http.response.status_code", "404"), ("error.type", "404")]
+        ),
         "{points:?}"
     );
 }
@@ -676,12 +707,7 @@ async fn an_http_call_observer_without_spans_records_durations_and_gives_no_cont
 #[tokio::test]
 async fn a_request_over_the_in_memory_transport_is_an_inproc_server_span_and_point() {
     let p = Pipeline::new();
-    let server = ServerBuilder::new("s", "1")
-        .layer(Arc::new(p.layer()))
-        .tool(whoami())
-        .start()
-        .await
-        .unwrap();
+    let server = p.whoami_server().await;
     let client = ClientBuilder::new(Implementation::new("c", "1"))
         .connect(MemoryTransport::new(&server))
         .await

@@ -82,6 +82,28 @@ impl RequestOptions {
     }
 }
 
+/// The caller's own `_meta` in a request's params, if it is an object.
+fn caller_meta(params: &Map<String, Value>) -> Option<&Map<String, Value>> {
+    match params.get("_meta") {
+        Some(Value::Object(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// A `_meta` member's text as the request carries it: the request options' member wins
+/// over the caller's, as on the wire.
+fn meta_text<'a>(
+    opts: &'a RequestOptions,
+    caller: Option<&'a Map<String, Value>>,
+    key: &str,
+) -> Option<&'a str> {
+    opts.meta
+        .as_ref()
+        .and_then(|m| m.get(key))
+        .or_else(|| caller.and_then(|m| m.get(key)))
+        .and_then(Value::as_str)
+}
+
 /// The W3C trace context and baggage a request's HTTP headers carry.
 struct TraceHeaders<'a> {
     traceparent: Option<&'a str>,
@@ -310,18 +332,8 @@ impl Client {
                 .round_trip_retried(method, params, call, opts, era, None)
                 .await;
         };
-        let meta = match params.get("_meta") {
-            Some(Value::Object(m)) => Some(m),
-            _ => None,
-        };
-        // The request options' members win over the caller's, as on the wire.
-        let text = |key: &str| {
-            opts.meta
-                .as_ref()
-                .and_then(|m| m.get(key))
-                .or_else(|| meta.and_then(|m| m.get(key)))
-                .and_then(Value::as_str)
-        };
+        let caller = caller_meta(params);
+        let text = |key: &str| meta_text(opts, caller, key);
         let target = match (call, method) {
             (Some(c), _) => Some(c.name),
             (None, "tools/call" | "prompts/get") => params.get("name").and_then(Value::as_str),
@@ -420,10 +432,7 @@ impl Client {
             None
         };
         let meta = OurMeta {
-            caller: match params.get("_meta") {
-                Some(Value::Object(m)) => Some(m),
-                _ => None,
-            },
+            caller: caller_meta(params),
             extra: opts.meta.as_ref(),
             progress_token: &id,
             trace: trace.map(|(parent, state)| (parent.as_str(), state.as_deref())),
@@ -435,13 +444,7 @@ impl Client {
         let headers = if inner.link.carries_headers() {
             // The trace context the request carries in `_meta` goes into the headers too:
             // the observer's span's, else what the caller (or the options) put there.
-            let text = |key: &str| {
-                opts.meta
-                    .as_ref()
-                    .and_then(|m| m.get(key))
-                    .or_else(|| meta.caller.and_then(|m| m.get(key)))
-                    .and_then(Value::as_str)
-            };
+            let text = |key: &str| meta_text(opts, meta.caller, key);
             let context = TraceHeaders {
                 traceparent: trace
                     .map(|(parent, _)| parent.as_str())

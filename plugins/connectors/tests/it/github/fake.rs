@@ -286,13 +286,7 @@ async fn answer(
         "{method} {}",
         uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
     ));
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    };
+    let header = |name: &str| crate::support::header_text(&headers, name);
     fake.trace_headers.lock().unwrap().push((
         header("traceparent"),
         header("tracestate"),
