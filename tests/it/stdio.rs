@@ -449,3 +449,259 @@ fn positional_params_in_a_modern_request_are_invalid_params_and_the_connection_s
     assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
     assert!(p.close_and_wait().success());
 }
+
+/// A small deterministic generator (xorshift64*): the mutation test below replays the same
+/// messages on every run, so a failure names a seed that reproduces it.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// Values no request of the demo set expects where a mutation puts them.
+fn odd_value(rng: &mut Xorshift) -> Value {
+    let odd = [
+        json!(null),
+        json!(true),
+        json!(0),
+        json!(-1),
+        json!(u64::MAX),
+        json!(1.5),
+        json!(-1e308),
+        json!(""),
+        json!("x".repeat(300)),
+        json!("\u{0}"),
+        json!("é€😀"),
+        json!([]),
+        json!({}),
+        json!([[[{}]]]),
+        json!({"a":{"b":[1,{"c":null}]}}),
+        json!("../../etc/passwd"),
+        json!("demo://%00"),
+    ];
+    odd[rng.below(odd.len())].clone()
+}
+
+/// `v` with members dropped, replaced by odd values, or added (`_meta`, `id`, `cursor`, ...),
+/// at any depth.
+fn mutate(v: &Value, rng: &mut Xorshift) -> Value {
+    match v {
+        Value::Object(map) => {
+            let mut map = map.clone();
+            if !map.is_empty() && rng.chance(30) {
+                let key = map.keys().nth(rng.below(map.len())).cloned().unwrap();
+                if rng.chance(50) {
+                    map.remove(&key);
+                } else {
+                    map.insert(key, odd_value(rng));
+                }
+            }
+            if rng.chance(20) {
+                let keys = [
+                    "_meta",
+                    "id",
+                    "method",
+                    "params",
+                    "progressToken",
+                    "task",
+                    "cursor",
+                ];
+                map.insert(keys[rng.below(keys.len())].to_owned(), odd_value(rng));
+            }
+            let mut out = serde_json::Map::new();
+            for (k, v) in map {
+                let v = if rng.chance(30) { mutate(&v, rng) } else { v };
+                out.insert(k, v);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => {
+            let mut items: Vec<Value> = items.iter().map(|x| mutate(x, rng)).collect();
+            if rng.chance(20) {
+                items.push(odd_value(rng));
+            }
+            Value::Array(items)
+        }
+        _ if rng.chance(15) => odd_value(rng),
+        scalar => scalar.clone(),
+    }
+}
+
+/// Thousands of requests of every kind the demo serves, mutated at random (members dropped
+/// or given values of the wrong type at any depth, ids and methods replaced, `_meta` made
+/// odd), with cut-off lines, binary junk and batches among them, in a legacy session and
+/// as modern stateless requests: every request that has an id and a method is answered
+/// exactly once, nothing else is answered with one of those ids, and the server still
+/// serves a call at the end. No panic, no hang, no lost request.
+#[test]
+fn mutated_requests_of_every_kind_are_each_answered_once_and_the_server_stays_up() {
+    for (seed, modern) in [(1u64, false), (2, false), (3, true), (4, true)] {
+        let p = Proc::spawn(&["serve", "--stdio"]);
+        answers_every_mutated_request_once(p, seed, modern, "");
+    }
+}
+
+/// The same through the gateway, whose forwarding path passes a call's arguments on as the
+/// raw text they came in: mutated calls, reads and prompts of a stdio source are each
+/// answered once (by the source or by the gateway) and both processes keep serving.
+#[test]
+fn mutated_requests_through_a_gateway_are_each_answered_once_and_it_stays_up() {
+    let dir = std::env::temp_dir().join(format!("toolyard-mutate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[sources]]\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--stdio\"]\n",
+            env!("CARGO_BIN_EXE_toolyard")
+        ),
+    )
+    .unwrap();
+    for (seed, modern) in [(5u64, false), (6, true)] {
+        let p = Proc::spawn(&["serve", "--stdio", "--config", config.to_str().unwrap()]);
+        answers_every_mutated_request_once(p, seed, modern, "up__");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends 15 rounds of 100 mutated requests (`prefix` before the demo's tool and prompt
+/// names), checks each round's answers, then one clean call.
+fn answers_every_mutated_request_once(mut p: Proc, seed: u64, modern: bool, prefix: &str) {
+    let modern_meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"it","version":"0"}});
+    if !modern {
+        p.initialize();
+    }
+    let with_meta = |params: Value| -> Value {
+        let mut params = params;
+        if modern {
+            params["_meta"] = modern_meta.clone();
+        }
+        params
+    };
+    let (echo, add, greet) = (
+        format!("{prefix}echo"),
+        format!("{prefix}add"),
+        format!("{prefix}greet"),
+    );
+    let requests = [
+        (
+            "tools/call",
+            with_meta(json!({"name":echo,"arguments":{"message":"hi"}})),
+        ),
+        (
+            "tools/call",
+            with_meta(json!({"name":add,"arguments":{"a":1,"b":2}})),
+        ),
+        ("tools/list", with_meta(json!({}))),
+        ("resources/list", with_meta(json!({}))),
+        ("resources/templates/list", with_meta(json!({}))),
+        ("resources/read", with_meta(json!({"uri":"demo://readme"}))),
+        ("prompts/list", with_meta(json!({}))),
+        (
+            "prompts/get",
+            with_meta(json!({"name":greet,"arguments":{"name":"x"}})),
+        ),
+        (
+            "completion/complete",
+            with_meta(
+                json!({"ref":{"type":"ref/prompt","name":greet},"argument":{"name":"name","value":"a"}}),
+            ),
+        ),
+        ("logging/setLevel", with_meta(json!({"level":"warning"}))),
+        ("ping", with_meta(json!({}))),
+        ("tasks/get", with_meta(json!({"taskId":"none"}))),
+        ("server/discover", with_meta(json!({}))),
+    ];
+    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15 ^ seed);
+    let mut next_id = 1_000_000i64;
+    // How many answers each id sent may still get: one for a request, two for a batch
+    // that repeats it, one for a message cut short that may have stayed whole.
+    let mut allowed = std::collections::HashMap::new();
+    let mut answered_tracked = 0;
+    for _round in 0..15 {
+        // The requests of this round that must be answered before the next one.
+        let mut expected = std::collections::HashSet::new();
+        for _ in 0..100 {
+            let (method, params) = &requests[rng.below(requests.len())];
+            let id = next_id;
+            next_id += 1;
+            let message = mutate(
+                &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}),
+                &mut rng,
+            );
+            let mut text = message.to_string().into_bytes();
+            let tracked = message.get("id") == Some(&json!(id))
+                && message.get("method").is_some_and(Value::is_string);
+            allowed.insert(id, 1);
+            match rng.below(100) {
+                // Cut off mid-message.
+                0..=2 => text.truncate(rng.below(text.len() + 1)),
+                // Junk bytes, no line break among them.
+                3..=4 => {
+                    text = (0..1 + rng.below(40))
+                        .map(|_| (rng.next() as u8).max(1))
+                        .map(|b| if b == b'\n' { b' ' } else { b })
+                        .collect();
+                }
+                // A batch of two.
+                5 => {
+                    let one = String::from_utf8(text.clone()).unwrap();
+                    text = format!("[{one},{one}]").into_bytes();
+                    allowed.insert(id, 2);
+                }
+                _ if tracked => {
+                    expected.insert(id);
+                }
+                _ => {}
+            }
+            p.send_raw(&text);
+        }
+        while !expected.is_empty() {
+            let m = p.recv();
+            let Some(id) = m.get("id").and_then(Value::as_i64) else {
+                continue;
+            };
+            if m.get("method").is_some() || id < 1_000_000 {
+                continue;
+            }
+            let left = allowed.get_mut(&id).filter(|n| **n > 0);
+            let left = left.unwrap_or_else(|| {
+                panic!("seed {seed}: request {id} answered more than once, or never sent: {m}")
+            });
+            *left -= 1;
+            if expected.remove(&id) {
+                answered_tracked += 1;
+            }
+        }
+    }
+    // Most mutations leave a request with its id and method: the test checked their
+    // answers, not only that the process lived.
+    assert!(
+        answered_tracked > 900,
+        "seed {seed}: {answered_tracked} requests tracked"
+    );
+    eprintln!("seed {seed}: {answered_tracked} of 1500 requests tracked and answered once");
+    // Still serving.
+    let mut params = json!({"name":echo,"arguments":{"message":"still here"}});
+    if modern {
+        params["_meta"] = modern_meta.clone();
+    }
+    p.send(json!({"jsonrpc":"2.0","id":"last","method":"tools/call","params":params}));
+    let r = p.answer(json!("last"));
+    assert_eq!(
+        r["result"]["content"][0]["text"], "still here",
+        "seed {seed}: {r}"
+    );
+    assert!(p.close_and_wait().success(), "seed {seed}");
+}
