@@ -946,3 +946,105 @@ fn positional_params_over_http_sse_are_invalid_params_and_the_stream_survives() 
         "still here"
     );
 }
+
+/// Mutated requests of every kind the demo serves (see the stdio test of the same name),
+/// each POSTed on its own connection, in a legacy session and as modern stateless requests
+/// whose `Mcp-Method` header names the method before the mutation (so mismatches are among
+/// them), with cut-off and junk bodies: every POST is answered (no hang), never with a 5xx,
+/// a 200 carries the JSON-RPC answer to the request it was for, and afterwards the server
+/// is back to its baseline (no stream, session or call left in flight) and still serves.
+#[test]
+fn mutated_requests_over_streamable_http_are_each_answered_and_nothing_is_left_in_flight() {
+    use crate::stdio::{demo_requests, mutate, Xorshift};
+    let s = HttpServer::start(&[]);
+    let init = s.post(
+        &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+        &[],
+    );
+    let sid = init
+        .header("mcp-session-id")
+        .expect("session id")
+        .to_owned();
+    let legacy = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    s.post(
+        &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        &legacy,
+    );
+    let baseline = s.ready();
+    let mut answered = 0;
+    for (seed, modern) in [(11u64, false), (12, true)] {
+        let with_meta = |params: Value| -> Value {
+            let mut params = params;
+            if modern {
+                params["_meta"] = meta();
+            }
+            params
+        };
+        let requests = demo_requests(&with_meta, "");
+        let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15 ^ seed);
+        for n in 0..400i64 {
+            let (method, params) = &requests[rng.below(requests.len())];
+            let id = 1_000_000 + n;
+            let message = mutate(
+                &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}),
+                &mut rng,
+            );
+            let mut body = message.to_string().into_bytes();
+            match rng.below(100) {
+                0..=2 => body.truncate(rng.below(body.len() + 1)),
+                3..=4 => {
+                    body = (0..1 + rng.below(40)).map(|_| rng.next() as u8).collect();
+                }
+                _ => {}
+            }
+            let mut headers = vec![
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+            ];
+            if modern {
+                headers.extend([
+                    ("MCP-Protocol-Version", "2026-07-28"),
+                    ("Mcp-Method", *method),
+                ]);
+            } else {
+                headers.extend(legacy);
+            }
+            let r = s
+                .request("POST", "/mcp", &headers, Some(&body))
+                .unwrap_or_else(|e| panic!("seed {seed}: no answer to {message}: {e}"));
+            assert!(
+                r.status < 500,
+                "seed {seed}: {} for {message}: {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
+            if r.status == 200 && message.get("id") == Some(&json!(id)) {
+                let answer = r.message();
+                assert_eq!(
+                    answer["id"],
+                    json!(id),
+                    "seed {seed}: {message} -> {answer}"
+                );
+                answered += 1;
+            }
+        }
+    }
+    eprintln!("{answered} requests answered with 200");
+    // The run exercised answers, not only refusals.
+    assert!(answered > 300, "{answered} requests answered with 200");
+    let mut after = s.ready();
+    // The demo's `logging/setLevel` and subscriptions are session state, not in-flight work.
+    for _ in 0..50 {
+        if after == baseline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        after = s.ready();
+    }
+    assert_eq!(after, baseline, "the server is back to its baseline");
+    let r = s.post(&json!({"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"echo","arguments":{"message":"still here"}}}), &legacy);
+    assert_eq!(r.message()["result"]["content"][0]["text"], "still here");
+}

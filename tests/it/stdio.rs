@@ -452,19 +452,19 @@ fn positional_params_in_a_modern_request_are_invalid_params_and_the_connection_s
 
 /// A small deterministic generator (xorshift64*): the mutation test below replays the same
 /// messages on every run, so a failure names a seed that reproduces it.
-struct Xorshift(u64);
+pub(crate) struct Xorshift(pub(crate) u64);
 
 impl Xorshift {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
 }
@@ -495,7 +495,7 @@ fn odd_value(rng: &mut Xorshift) -> Value {
 
 /// `v` with members dropped, replaced by odd values, or added (`_meta`, `id`, `cursor`, ...),
 /// at any depth.
-fn mutate(v: &Value, rng: &mut Xorshift) -> Value {
+pub(crate) fn mutate(v: &Value, rng: &mut Xorshift) -> Value {
     match v {
         Value::Object(map) => {
             let mut map = map.clone();
@@ -575,26 +575,18 @@ fn mutated_requests_through_a_gateway_are_each_answered_once_and_it_stays_up() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Sends 15 rounds of 100 mutated requests (`prefix` before the demo's tool and prompt
-/// names), checks each round's answers, then one clean call.
-fn answers_every_mutated_request_once(mut p: Proc, seed: u64, modern: bool, prefix: &str) {
-    let modern_meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"it","version":"0"}});
-    if !modern {
-        p.initialize();
-    }
-    let with_meta = |params: Value| -> Value {
-        let mut params = params;
-        if modern {
-            params["_meta"] = modern_meta.clone();
-        }
-        params
-    };
+/// A request of each kind the demo set serves (`prefix` before its tool and prompt names),
+/// each with its method, `with_meta` applied to its params.
+pub(crate) fn demo_requests(
+    with_meta: &dyn Fn(Value) -> Value,
+    prefix: &str,
+) -> Vec<(&'static str, Value)> {
     let (echo, add, greet) = (
         format!("{prefix}echo"),
         format!("{prefix}add"),
         format!("{prefix}greet"),
     );
-    let requests = [
+    vec![
         (
             "tools/call",
             with_meta(json!({"name":echo,"arguments":{"message":"hi"}})),
@@ -622,7 +614,25 @@ fn answers_every_mutated_request_once(mut p: Proc, seed: u64, modern: bool, pref
         ("ping", with_meta(json!({}))),
         ("tasks/get", with_meta(json!({"taskId":"none"}))),
         ("server/discover", with_meta(json!({}))),
-    ];
+    ]
+}
+
+/// Sends 15 rounds of 100 mutated requests (`prefix` before the demo's tool and prompt
+/// names), checks each round's answers, then one clean call.
+fn answers_every_mutated_request_once(mut p: Proc, seed: u64, modern: bool, prefix: &str) {
+    let modern_meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"it","version":"0"}});
+    if !modern {
+        p.initialize();
+    }
+    let with_meta = |params: Value| -> Value {
+        let mut params = params;
+        if modern {
+            params["_meta"] = modern_meta.clone();
+        }
+        params
+    };
+    let echo = format!("{prefix}echo");
+    let requests = demo_requests(&with_meta, prefix);
     let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15 ^ seed);
     let mut next_id = 1_000_000i64;
     // How many answers each id sent may still get: one for a request, two for a batch
