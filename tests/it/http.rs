@@ -955,7 +955,8 @@ fn positional_params_over_http_sse_are_invalid_params_and_the_stream_survives() 
 /// is back to its baseline (no stream, session or call left in flight) and still serves.
 #[test]
 fn mutated_requests_over_streamable_http_are_each_answered_and_nothing_is_left_in_flight() {
-    use crate::stdio::{demo_requests, mutate, Xorshift};
+    use crate::stdio::demo_requests;
+    use toolyard_testkit::{mutate, Xorshift};
     let s = HttpServer::start(&[]);
     let init = s.post(
         &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
@@ -996,7 +997,7 @@ fn mutated_requests_over_streamable_http_are_each_answered_and_nothing_is_left_i
             match rng.below(100) {
                 0..=2 => body.truncate(rng.below(body.len() + 1)),
                 3..=4 => {
-                    body = (0..1 + rng.below(40)).map(|_| rng.next() as u8).collect();
+                    body = (0..1 + rng.below(40)).map(|_| rng.bits() as u8).collect();
                 }
                 _ => {}
             }

@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+use toolyard_testkit::{mutate, Xorshift};
 
 pub(crate) struct Proc {
     child: Child,
@@ -450,94 +451,6 @@ fn positional_params_in_a_modern_request_are_invalid_params_and_the_connection_s
     assert!(p.close_and_wait().success());
 }
 
-/// A small deterministic generator (xorshift64*): the mutation test below replays the same
-/// messages on every run, so a failure names a seed that reproduces it.
-pub(crate) struct Xorshift(pub(crate) u64);
-
-impl Xorshift {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub(crate) fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    pub(crate) fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
-
-/// Values no request of the demo set expects where a mutation puts them.
-fn odd_value(rng: &mut Xorshift) -> Value {
-    let odd = [
-        json!(null),
-        json!(true),
-        json!(0),
-        json!(-1),
-        json!(u64::MAX),
-        json!(1.5),
-        json!(-1e308),
-        json!(""),
-        json!("x".repeat(300)),
-        json!("\u{0}"),
-        json!("é€😀"),
-        json!([]),
-        json!({}),
-        json!([[[{}]]]),
-        json!({"a":{"b":[1,{"c":null}]}}),
-        json!("../../etc/passwd"),
-        json!("demo://%00"),
-    ];
-    odd[rng.below(odd.len())].clone()
-}
-
-/// `v` with members dropped, replaced by odd values, or added (`_meta`, `id`, `cursor`, ...),
-/// at any depth.
-pub(crate) fn mutate(v: &Value, rng: &mut Xorshift) -> Value {
-    match v {
-        Value::Object(map) => {
-            let mut map = map.clone();
-            if !map.is_empty() && rng.chance(30) {
-                let key = map.keys().nth(rng.below(map.len())).cloned().unwrap();
-                if rng.chance(50) {
-                    map.remove(&key);
-                } else {
-                    map.insert(key, odd_value(rng));
-                }
-            }
-            if rng.chance(20) {
-                let keys = [
-                    "_meta",
-                    "id",
-                    "method",
-                    "params",
-                    "progressToken",
-                    "task",
-                    "cursor",
-                ];
-                map.insert(keys[rng.below(keys.len())].to_owned(), odd_value(rng));
-            }
-            let mut out = serde_json::Map::new();
-            for (k, v) in map {
-                let v = if rng.chance(30) { mutate(&v, rng) } else { v };
-                out.insert(k, v);
-            }
-            Value::Object(out)
-        }
-        Value::Array(items) => {
-            let mut items: Vec<Value> = items.iter().map(|x| mutate(x, rng)).collect();
-            if rng.chance(20) {
-                items.push(odd_value(rng));
-            }
-            Value::Array(items)
-        }
-        _ if rng.chance(15) => odd_value(rng),
-        scalar => scalar.clone(),
-    }
-}
-
 /// Thousands of requests of every kind the demo serves, mutated at random (members dropped
 /// or given values of the wrong type at any depth, ids and methods replaced, `_meta` made
 /// odd), with cut-off lines, binary junk and batches among them, in a legacy session and
@@ -660,7 +573,7 @@ fn answers_every_mutated_request_once(mut p: Proc, seed: u64, modern: bool, pref
                 // Junk bytes, no line break among them.
                 3..=4 => {
                     text = (0..1 + rng.below(40))
-                        .map(|_| (rng.next() as u8).max(1))
+                        .map(|_| (rng.bits() as u8).max(1))
                         .map(|b| if b == b'\n' { b' ' } else { b })
                         .collect();
                 }

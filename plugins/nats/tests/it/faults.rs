@@ -1437,3 +1437,92 @@ async fn a_worker_killed_before_its_first_frame_is_32010_long_before_the_inactiv
         started.elapsed()
     );
 }
+
+/// Requests of every kind a worker serves (tools, resources, templates, prompts), their
+/// bodies mutated at random (members dropped or mistyped at any depth, ids and methods
+/// replaced, odd `_meta`), cut short or replaced by junk, published by a plain NATS client
+/// on the subject and headers of the request before the mutation: each gets a terminal
+/// frame (`end` or `err`) on its inbox, an answer to an intact request carries its id, and
+/// the worker still serves a clean call at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_stays_up() {
+    use toolyard_testkit::{mutate, Xorshift};
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let raw = connect(&nats.url()).await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}});
+    let requests = [
+        (
+            "tools/call",
+            Some("echo"),
+            json!({"name": "echo", "arguments": {"message": "m"}}),
+        ),
+        (
+            "tools/call",
+            Some("missing"),
+            json!({"name": "missing", "arguments": {}}),
+        ),
+        ("resources/read", None, json!({"uri": "worker://readme"})),
+        ("resources/read", None, json!({"uri": "worker://items/7"})),
+        (
+            "prompts/get",
+            Some("greet"),
+            json!({"name": "greet", "arguments": {"name": "x"}}),
+        ),
+    ];
+    let mut rng = Xorshift(0x51_7cc1_b727_220a ^ 21);
+    let mut answered = 0;
+    for n in 0..300i64 {
+        let (method, name, params) = &requests[rng.below(requests.len())];
+        let mut params = params.clone();
+        params["_meta"] = meta.clone();
+        let id = 1_000_000 + n;
+        let message = mutate(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+            &mut rng,
+        );
+        let mut body = message.to_string();
+        match rng.below(100) {
+            0..=2 => {
+                let mut cut = rng.below(body.len() + 1);
+                while !body.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                body.truncate(cut);
+            }
+            3..=4 => {
+                body = (0..1 + rng.below(40))
+                    .map(|_| char::from(b'!' + (rng.bits() % 90) as u8))
+                    .collect();
+            }
+            _ => {}
+        }
+        let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", method, *name);
+        let frames = raw_call(&raw, &subject, headers(method, *name), &body).await;
+        let (frame, answer) = frames
+            .last()
+            .unwrap_or_else(|| panic!("no frame at all for {body}"));
+        assert!(
+            frame == "end" || frame == "err",
+            "no terminal frame for {body}: {frames:?}"
+        );
+        if message.get("id") == Some(&json!(id)) && serde_json::from_str::<Value>(&body).is_ok() {
+            assert_eq!(answer["id"], json!(id), "{body} -> {answer}");
+            answered += 1;
+        }
+    }
+    eprintln!("{answered} intact requests answered with their id");
+    assert!(answered > 150, "{answered} intact requests answered");
+    let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
+    let frames = raw_call(
+        &raw,
+        &echo,
+        headers("tools/call", Some("echo")),
+        &call_body("echo"),
+    )
+    .await;
+    let (frame, answer) = frames.last().unwrap();
+    assert_eq!(frame, "end");
+    assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
+}
