@@ -214,6 +214,57 @@ async fn an_upstream_elicitation_reaches_the_caller_in_every_generation_pairing(
     }
 }
 
+/// A caller that declared none of elicitation, sampling and roots cannot be asked anything:
+/// an upstream's question during its call is refused at once, naming the capability the
+/// caller lacks, in every generation pairing (the gateway answers it in place instead of
+/// relaying it through the call's loop), and the call ends with that refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_question_to_a_caller_without_the_capability_is_refused_at_once_in_every_pairing(
+) {
+    for upstream in [
+        ProtocolChoice::Auto,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let (server, gateway) = gateway_server().await;
+        let mut spec = toolyard_source("demo");
+        spec.protocol = upstream;
+        gateway.add_source(spec).await.unwrap();
+        for downstream in [
+            ProtocolChoice::Auto,
+            ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+        ] {
+            let client = ClientBuilder::new(Implementation::new("t", "1"))
+                .protocol(downstream)
+                .connect(MemoryTransport::new(&server))
+                .await
+                .unwrap();
+            for (tool, args, capability) in [
+                ("demo__ask_name", json!({}), "elicitation"),
+                ("demo__summarize", json!({"text": "long"}), "sampling"),
+                ("demo__list_roots", json!({}), "roots"),
+            ] {
+                let outcome =
+                    tokio::time::timeout(Duration::from_secs(10), client.call_tool(tool, args))
+                        .await
+                        .expect("the call ends");
+                let message = match outcome {
+                    Ok(result) => {
+                        assert!(result.failed(), "{tool}: {result:?}");
+                        text(&result.content)
+                    }
+                    Err(e) => e.to_string(),
+                };
+                assert!(
+                    message.contains(capability),
+                    "upstream {upstream:?}, downstream {downstream:?}, {tool}: {message}"
+                );
+            }
+            client.close().await;
+        }
+        gateway.shutdown().await;
+    }
+}
+
 async fn next_tools_changed(sub: &mut toolyard::client::Subscription) {
     tokio::time::timeout(Duration::from_secs(10), async {
         while sub.next().await.unwrap().method != "notifications/tools/list_changed" {}

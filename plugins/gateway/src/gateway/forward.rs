@@ -2,7 +2,7 @@
 //! progress and cancellation carried through, one retry for read-only or idempotent tools,
 //! and an upstream call parked while a modern caller answers its question.
 
-use super::questions::{put_to_caller, relay_error, relay_to, Question};
+use super::questions::{can_be_asked, put_to_caller, refused_for, relay_error, relay_to, Question};
 use super::uri::{rename_contents, upstream_uri};
 use super::Source;
 use crate::error::HostError;
@@ -85,11 +85,8 @@ fn client_failure(source: &str, e: ClientError) -> HandlerError {
 /// The options of an upstream request made for `ctx`: its questions go to `questions`;
 /// its progress goes to the downstream caller when it asked for it (otherwise no callback
 /// is set up).
-fn upstream_options(
-    ctx: &RequestContext,
-    questions: mpsc::UnboundedSender<Box<Question>>,
-) -> RequestOptions {
-    let mut opts = RequestOptions::default().questions(relay_to(ctx, questions));
+fn upstream_options(ctx: &RequestContext, questions: toolyard_client::Questions) -> RequestOptions {
+    let mut opts = RequestOptions::default().questions(questions);
     // The upstream call continues the request's trace (the telemetry layer's server span,
     // when there is one; the client's observer then makes its CLIENT span a child of it)
     // and carries its baggage on.
@@ -143,13 +140,24 @@ pub(super) fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) 
                 )
                 .await;
             }
+            if !can_be_asked(&ctx) {
+                // Nothing to relay, so nothing to park: the call alone, awaited in place.
+                let call = Box::pin(call_upstream(
+                    source.clone(),
+                    upstream,
+                    args,
+                    retry,
+                    upstream_options(&ctx, refused_for(&ctx)),
+                ));
+                return finish(&source, call.await, started);
+            }
             let (questions_tx, questions) = mpsc::unbounded();
             let call: UpstreamCall = Box::pin(call_upstream(
                 source.clone(),
                 upstream,
                 args,
                 retry,
-                upstream_options(&ctx, questions_tx),
+                upstream_options(&ctx, relay_to(&ctx, questions_tx)),
             ));
             drive(&source, &ctx, call, questions, None, 0, started).await
         })
@@ -264,16 +272,26 @@ async fn drive(
             }
         }
         tokio::select! {
-            done = &mut call => {
-                return match done {
-                    Ok(result) => annotate(&result, name, started),
-                    Err(CallFailure::Host(e)) => Err(host_failure(e)),
-                    Err(CallFailure::Client(e)) => Err(client_failure(name, e)),
-                    Err(CallFailure::Aborted) => Err(HandlerError::failed(format!("source `{name}`: the call was aborted"))),
-                };
-            }
+            done = &mut call => return finish(source, done, started),
             Some(question) = questions.next() => pending = Some(*question),
         }
+    }
+}
+
+/// What an ended upstream call gives our caller.
+fn finish(
+    source: &Source,
+    done: Result<Box<RawValue>, CallFailure>,
+    started: Instant,
+) -> Result<RawResult, HandlerError> {
+    let name = &source.spec.name;
+    match done {
+        Ok(result) => annotate(&result, name, started),
+        Err(CallFailure::Host(e)) => Err(host_failure(e)),
+        Err(CallFailure::Client(e)) => Err(client_failure(name, e)),
+        Err(CallFailure::Aborted) => Err(HandlerError::failed(format!(
+            "source `{name}`: the call was aborted"
+        ))),
     }
 }
 
@@ -340,8 +358,11 @@ async fn answering<T, F>(
 where
     F: std::future::Future<Output = Result<T, ClientError>>,
 {
+    if !can_be_asked(ctx) {
+        return request(upstream_options(ctx, refused_for(ctx))).await;
+    }
     let (tx, mut questions) = mpsc::unbounded();
-    let request = request(upstream_options(ctx, tx));
+    let request = request(upstream_options(ctx, relay_to(ctx, tx)));
     tokio::pin!(request);
     let mut asked = 0u32;
     loop {
