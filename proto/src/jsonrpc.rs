@@ -183,13 +183,20 @@ fn plain_str(raw: &str) -> Option<&str> {
 pub const MAX_DEPTH: usize = 128;
 
 fn too_deep(bytes: &[u8]) -> bool {
-    // Nesting deeper than MAX_DEPTH needs more than MAX_DEPTH opening brackets. Counting them
-    // is a branch-free loop the compiler vectorizes; only messages with that many brackets
-    // (in strings or not) pay for the exact scan below.
-    let openers = bytes
-        .iter()
-        .map(|&b| usize::from(b == b'{' || b == b'['))
-        .sum::<usize>();
+    // Nesting deeper than MAX_DEPTH needs more than MAX_DEPTH opening brackets; only messages
+    // with that many brackets (in strings or not) pay for the exact scan below. They are
+    // counted into a byte per chunk of 255: a `u8` sum is one SIMD lane per byte, ~1
+    // instruction a byte, where summing into `usize` (each byte widened to 64 bits) was not
+    // vectorized and took ~5.5 (a 150-byte call: ~830 instructions, 5% of a stdio call).
+    let openers: usize = bytes
+        .chunks(usize::from(u8::MAX))
+        .map(|chunk| {
+            let n = chunk.iter().fold(0u8, |n, &b| {
+                n.wrapping_add(u8::from(b == b'{' || b == b'['))
+            });
+            usize::from(n)
+        })
+        .sum();
     if openers <= MAX_DEPTH {
         return false;
     }
@@ -625,6 +632,28 @@ mod tests {
         };
         assert!(parse(nest(MAX_DEPTH).as_bytes()).is_ok());
         assert_eq!(code_of(&nest(MAX_DEPTH + 1)), code::PARSE_ERROR);
+    }
+
+    #[test]
+    fn the_bracket_count_adds_up_over_long_messages() {
+        // The openers are counted a 255-byte chunk at a time: nesting spread over several
+        // chunks (a long member first, whitespace between the brackets) is still seen.
+        let nest = |n: usize| {
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{{\"pad\":\"{}\",\"a\":{}{}}}}}",
+                "p".repeat(600),
+                "[ \n ".repeat(n - 2),
+                "]".repeat(n - 2)
+            )
+        };
+        assert!(parse(nest(MAX_DEPTH).as_bytes()).is_ok());
+        assert_eq!(code_of(&nest(MAX_DEPTH + 1)), code::PARSE_ERROR);
+        // A chunk of nothing but openers (255 of them) does not wrap the count.
+        let wide = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{{\"s\":\"{}\"}}}}",
+            "[".repeat(1000)
+        );
+        assert!(parse(wide.as_bytes()).is_ok());
     }
 
     #[test]
