@@ -162,24 +162,30 @@ async fn a_sources_tools_resources_and_prompts_are_namespaced_and_forwarded() {
     gateway.shutdown().await;
 }
 
+/// Both generations, as a client's choice: the modern one (negotiated), and 2025-11-25.
+const GENERATIONS: [ProtocolChoice; 2] = [
+    ProtocolChoice::Auto,
+    ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+];
+
+/// A gateway whose one source `demo` is our demo server over stdio, spoken to in `upstream`.
+async fn gateway_over_demo(upstream: ProtocolChoice) -> (Server, Gateway) {
+    let (server, gateway) = gateway_server().await;
+    let mut spec = toolyard_source("demo");
+    spec.protocol = upstream;
+    gateway.add_source(spec).await.unwrap();
+    (server, gateway)
+}
+
 /// An upstream's elicitation (a server-to-client request from a legacy upstream, an
 /// input round from a modern one) reaches the gateway's caller: as a server-to-client
 /// request for a legacy caller, as an `InputRequiredResult` for a modern one (the upstream
 /// call parked until the retry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_elicitation_reaches_the_caller_in_every_generation_pairing() {
-    for upstream in [
-        ProtocolChoice::Auto,
-        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
-    ] {
-        let (server, gateway) = gateway_server().await;
-        let mut spec = toolyard_source("demo");
-        spec.protocol = upstream;
-        gateway.add_source(spec).await.unwrap();
-        for downstream in [
-            ProtocolChoice::Auto,
-            ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
-        ] {
+    for upstream in GENERATIONS {
+        let (server, gateway) = gateway_over_demo(upstream).await;
+        for downstream in GENERATIONS {
             let client = ClientBuilder::new(Implementation::new("t", "1"))
                 .protocol(downstream)
                 .on_elicit(elicit_handler(|_p| async {
@@ -221,18 +227,9 @@ async fn an_upstream_elicitation_reaches_the_caller_in_every_generation_pairing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_question_to_a_caller_without_the_capability_is_refused_at_once_in_every_pairing(
 ) {
-    for upstream in [
-        ProtocolChoice::Auto,
-        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
-    ] {
-        let (server, gateway) = gateway_server().await;
-        let mut spec = toolyard_source("demo");
-        spec.protocol = upstream;
-        gateway.add_source(spec).await.unwrap();
-        for downstream in [
-            ProtocolChoice::Auto,
-            ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
-        ] {
+    for upstream in GENERATIONS {
+        let (server, gateway) = gateway_over_demo(upstream).await;
+        for downstream in GENERATIONS {
             let client = ClientBuilder::new(Implementation::new("t", "1"))
                 .protocol(downstream)
                 .connect(MemoryTransport::new(&server))

@@ -70,6 +70,20 @@ async fn raw_call(
     frames
 }
 
+/// A plain NATS client's `echo` call on `subject` ends with an `end` frame carrying the echo.
+async fn assert_echo_answers(raw: &async_nats::Client, subject: &str) {
+    let frames = raw_call(
+        raw,
+        subject,
+        headers("tools/call", Some("echo")),
+        &call_body("echo"),
+    )
+    .await;
+    let (frame, answer) = frames.last().unwrap();
+    assert_eq!(frame, "end");
+    assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
+}
+
 fn headers(method: &str, name: Option<&str>) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert(wire::WIRE, "1");
@@ -95,16 +109,7 @@ async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_u
     let raw = connect(&nats.url()).await;
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
     // A good raw call first: any NATS client can call a tool.
-    let frames = raw_call(
-        &raw,
-        &echo,
-        headers("tools/call", Some("echo")),
-        &call_body("echo"),
-    )
-    .await;
-    let (frame, answer) = frames.last().unwrap();
-    assert_eq!(frame, "end");
-    assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
+    assert_echo_answers(&raw, &echo).await;
     // Not JSON: -32700.
     let frames = raw_call(
         &raw,
@@ -1234,16 +1239,7 @@ async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_
     );
     let raw = connect(&nats.url()).await;
     let subject = wire::request_subject(wire::DEFAULT_PREFIX, "gush", "tools/call", Some("echo"));
-    let frames = raw_call(
-        &raw,
-        &subject,
-        headers("tools/call", Some("echo")),
-        &call_body("echo"),
-    )
-    .await;
-    let (frame, answer) = frames.last().unwrap();
-    assert_eq!(frame, "end");
-    assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
+    assert_echo_answers(&raw, &subject).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1515,14 +1511,5 @@ async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_st
     eprintln!("{answered} intact requests answered with their id");
     assert!(answered > 150, "{answered} intact requests answered");
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
-    let frames = raw_call(
-        &raw,
-        &echo,
-        headers("tools/call", Some("echo")),
-        &call_body("echo"),
-    )
-    .await;
-    let (frame, answer) = frames.last().unwrap();
-    assert_eq!(frame, "end");
-    assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
+    assert_echo_answers(&raw, &echo).await;
 }
