@@ -72,6 +72,28 @@ impl HttpServer {
         HttpClient { port: self.port }.post(body, extra)
     }
 
+    /// A legacy session of `version`: initialized (200, that version), `initialized` sent
+    /// (202). Returns its id.
+    pub(crate) fn legacy_session(&self, version: &str) -> String {
+        let init = self.post(
+            &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":version,"capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+            &[],
+        );
+        assert_eq!(init.status, 200);
+        assert_eq!(init.message()["result"]["protocolVersion"], version);
+        let sid = init
+            .header("mcp-session-id")
+            .expect("session id")
+            .to_owned();
+        let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+        let h = [
+            ("Mcp-Session-Id", sid.as_str()),
+            ("MCP-Protocol-Version", version),
+        ];
+        assert_eq!(self.post(&initialized, &h).status, 202);
+        sid
+    }
+
     pub(crate) fn ready(&self) -> Value {
         self.request("GET", "/readyz", &[], None).unwrap().json()
     }
@@ -790,18 +812,11 @@ fn assert_params_must_be_an_object(r: &Resp, id: Value) {
 #[test]
 fn positional_params_in_a_legacy_session_are_invalid_params_and_the_session_survives() {
     let s = HttpServer::start(&[]);
-    let init = s.post(
-        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
-        &[],
-    );
-    assert_eq!(init.message()["result"]["protocolVersion"], "2025-06-18");
-    let sid = init.header("mcp-session-id").unwrap().to_owned();
+    let sid = s.legacy_session("2025-06-18");
     let h = [
         ("Mcp-Session-Id", sid.as_str()),
         ("MCP-Protocol-Version", "2025-06-18"),
     ];
-    let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
-    assert_eq!(s.post(&initialized, &h).status, 202);
     let echo = |id: i64| {
         let r = s.post(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"message":"still here"}}}), &h);
         assert_eq!(r.status, 200);
@@ -958,22 +973,11 @@ fn mutated_requests_over_streamable_http_are_each_answered_and_nothing_is_left_i
     use crate::stdio::demo_requests;
     use toolyard_testkit::{mutate, Xorshift};
     let s = HttpServer::start(&[]);
-    let init = s.post(
-        &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
-        &[],
-    );
-    let sid = init
-        .header("mcp-session-id")
-        .expect("session id")
-        .to_owned();
+    let sid = s.legacy_session("2025-11-25");
     let legacy = [
         ("Mcp-Session-Id", sid.as_str()),
         ("MCP-Protocol-Version", "2025-11-25"),
     ];
-    s.post(
-        &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-        &legacy,
-    );
     let baseline = s.ready();
     let mut answered = 0;
     for (seed, modern) in [(11u64, false), (12, true)] {

@@ -58,11 +58,12 @@ pub fn mutate(v: &Value, rng: &mut Xorshift) -> Value {
         Value::Object(map) => {
             let mut map = map.clone();
             if !map.is_empty() && rng.chance(30) {
-                let key = map.keys().nth(rng.below(map.len())).cloned().unwrap();
-                if rng.chance(50) {
-                    map.remove(&key);
-                } else {
-                    map.insert(key, odd_value(rng));
+                if let Some(key) = map.keys().nth(rng.below(map.len())).cloned() {
+                    if rng.chance(50) {
+                        map.remove(&key);
+                    } else {
+                        map.insert(key, odd_value(rng));
+                    }
                 }
             }
             if rng.chance(20) {

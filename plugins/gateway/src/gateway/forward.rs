@@ -141,7 +141,8 @@ pub(super) fn forward_tool(source: &Arc<Source>, upstream: String, retry: bool) 
                 .await;
             }
             if !can_be_asked(&ctx) {
-                // Nothing to relay, so nothing to park: the call alone, awaited in place.
+                // Nothing to relay, so nothing to park: the call alone, with no loop
+                // around it (boxed as the relayed one is, to keep this future small).
                 let call = Box::pin(call_upstream(
                     source.clone(),
                     upstream,
