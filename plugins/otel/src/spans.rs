@@ -1,9 +1,10 @@
 //! Counting what happens to spans, so an operator sees the ones that never reached the
-//! collector: the SDK's batch processor drops spans when its bounded queue is full (a slow or
-//! dead collector must never slow requests down) and only logs that it did. [`Counted`]
-//! wraps the batch processor (by value: no span is copied) and counts the spans ended;
-//! [`CountedExporter`] wraps the exporter and counts those exported and those whose export
-//! failed. They are published as the counter `toolyard.telemetry.spans` (attribute
+//! collector: a batch processor drops spans when its bounded queue is full (a slow or dead
+//! collector must never slow requests down). Over OTLP/HTTP our own processor
+//! (`otlp::EncodingSpanProcessor`) counts them itself; over gRPC the SDK's batch processor
+//! only logs that it dropped some, so [`Counted`] wraps it (by value: no span is copied) and
+//! counts the spans ended, and [`CountedExporter`] wraps the exporter and counts those
+//! exported and those whose export failed. They are published as the counter `toolyard.telemetry.spans` (attribute
 //! `outcome`: `ended`, `exported`, `failed`); `ended − exported − failed` is what is queued
 //! or was dropped, and at shutdown, once the queue is flushed, what was dropped (logged).
 

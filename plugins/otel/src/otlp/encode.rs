@@ -48,45 +48,89 @@ impl EncodedResource {
     }
 }
 
-/// The request body: one `ResourceSpans` holding one `ScopeSpans` per instrumentation scope,
-/// in the order the scopes first appear in `spans`.
-pub(crate) fn encode_spans(resource: &EncodedResource, spans: &[SpanData]) -> Vec<u8> {
-    // A batch holds a handful of scopes at most: a list beats a hash map here.
-    let mut scopes: Vec<(&InstrumentationScope, Vec<&SpanData>)> = Vec::new();
-    for span in spans {
-        match scopes
-            .iter_mut()
-            .find(|(scope, _)| **scope == span.instrumentation_scope)
-        {
-            Some((_, of_scope)) => of_scope.push(span),
-            None => scopes.push((&span.instrumentation_scope, vec![span])),
-        }
+/// Spans written as OTLP `Span` messages, grouped by instrumentation scope (in the order the
+/// scopes first appeared in the batch's life: it is emptied and reused), ready to be framed
+/// as a request: what a batch holds between the
+/// spans' end and their export. Written span by span as they end
+/// ([`push`](Self::push)), so a span is read once and never kept.
+#[derive(Debug, Default)]
+pub(crate) struct EncodedBatch {
+    /// Each scope and its spans: `ScopeSpans.spans` fields, key and length included.
+    scopes: Vec<(InstrumentationScope, Vec<u8>)>,
+    spans: usize,
+}
+
+impl EncodedBatch {
+    /// Writes `span` into the batch.
+    pub(crate) fn push(&mut self, span: &SpanData) {
+        let scope = &span.instrumentation_scope;
+        // A batch holds a handful of scopes at most: a list beats a hash map here.
+        let at = match self.scopes.iter().position(|(s, _)| s == scope) {
+            Some(at) => at,
+            None => {
+                self.scopes.push((scope.clone(), Vec::new()));
+                self.scopes.len() - 1
+            }
+        };
+        let mut w = Writer {
+            buf: std::mem::take(&mut self.scopes[at].1),
+        };
+        // A span like the server's takes 300-400 bytes: two bytes of length.
+        w.message_sized(2, 2, |w| w.span(span));
+        self.scopes[at].1 = w.buf;
+        self.spans += 1;
     }
-    // A span like the server's takes 300-400 bytes.
-    let mut w = Writer {
-        buf: Vec::with_capacity(resource.body.len() + 64 + spans.len() * 512),
-    };
-    // ExportTraceServiceRequest.resource_spans
-    w.message_sized(1, 3, |w| {
-        // ResourceSpans.resource
-        w.message(1, |w| w.buf.extend_from_slice(&resource.body));
-        for (scope, of_scope) in &scopes {
-            // ResourceSpans.scope_spans
-            w.message_sized(2, 3, |w| {
-                w.message(1, |w| {
-                    w.string(1, scope.name());
-                    w.string(2, scope.version().unwrap_or_default());
-                    w.attributes(3, scope.attributes());
-                });
-                for span in of_scope {
-                    w.message_sized(2, 2, |w| w.span(span));
-                }
-                w.string(3, scope.schema_url().unwrap_or_default());
-            });
+
+    /// How many spans it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.spans
+    }
+
+    /// Empty again, its buffers kept for the next spans.
+    pub(crate) fn clear(&mut self) {
+        for (_, buf) in &mut self.scopes {
+            buf.clear();
         }
-        w.string(3, &resource.schema_url);
-    });
-    w.buf
+        self.spans = 0;
+    }
+
+    /// The request body: one `ResourceSpans` holding one `ScopeSpans` per instrumentation
+    /// scope that has spans.
+    pub(crate) fn request(&self, resource: &EncodedResource) -> Vec<u8> {
+        let spans: usize = self.scopes.iter().map(|(_, b)| b.len()).sum();
+        let mut w = Writer {
+            buf: Vec::with_capacity(resource.body.len() + 64 * (self.scopes.len() + 1) + spans),
+        };
+        // ExportTraceServiceRequest.resource_spans
+        w.message_sized(1, 3, |w| {
+            // ResourceSpans.resource
+            w.message(1, |w| w.buf.extend_from_slice(&resource.body));
+            for (scope, spans) in self.scopes.iter().filter(|(_, b)| !b.is_empty()) {
+                // ResourceSpans.scope_spans
+                w.message_sized(2, 3, |w| {
+                    w.message(1, |w| {
+                        w.string(1, scope.name());
+                        w.string(2, scope.version().unwrap_or_default());
+                        w.attributes(3, scope.attributes());
+                    });
+                    w.buf.extend_from_slice(spans);
+                    w.string(3, scope.schema_url().unwrap_or_default());
+                });
+            }
+            w.string(3, &resource.schema_url);
+        });
+        w.buf
+    }
+}
+
+/// The request body for `spans` (what [`EncodedBatch`] makes of them).
+#[cfg(test)]
+pub(crate) fn encode_spans(resource: &EncodedResource, spans: &[SpanData]) -> Vec<u8> {
+    let mut batch = EncodedBatch::default();
+    for span in spans {
+        batch.push(span);
+    }
+    batch.request(resource)
 }
 
 /// A varint, pushed in place: the one-byte case (most keys, most lengths) is one comparison
@@ -472,6 +516,28 @@ mod tests {
         assert_eq!(decoded, theirs);
         // And byte for byte what prost writes from those messages: same fields, same order.
         assert_eq!(ours, theirs.encode_to_vec());
+    }
+
+    #[test]
+    fn a_batch_emptied_and_filled_again_writes_what_a_new_batch_writes() {
+        let resource = EncodedResource::new(&resource());
+        let spans = spans();
+        let mut batch = EncodedBatch::default();
+        for span in &spans {
+            batch.push(span);
+        }
+        batch.clear();
+        assert_eq!(batch.len(), 0);
+        // Only the last span's scope has spans now: the others are left out of the request.
+        batch.push(&spans[0]);
+        assert_eq!(
+            batch.request(&resource),
+            encode_spans(&resource, &spans[..1])
+        );
+        for span in &spans[1..] {
+            batch.push(span);
+        }
+        assert_eq!(batch.request(&resource), encode_spans(&resource, &spans));
     }
 
     #[test]

@@ -1,19 +1,15 @@
-//! The OTLP/HTTP span exporter: spans written by [`encode`](super::encode), sent with the
-//! workspace's reqwest, configured and retried as opentelemetry-otlp's HTTP exporter is
-//! (the standard variables, the OTLP/HTTP retry rules), which it replaces for traces only:
+//! Sending span batches over OTLP/HTTP: the bodies [`encode`](super::encode) writes, sent
+//! with the workspace's reqwest, configured and retried as opentelemetry-otlp's HTTP exporter
+//! is (the standard variables, the OTLP/HTTP retry rules), which it replaces for traces only:
 //! metrics and log records are few per request and stay with opentelemetry-otlp, and so does
-//! gRPC. Why: see [`encode`](super::encode).
+//! gRPC. Why: see [`encode`](super::encode) and [`processor`](super::processor).
 
-use super::encode::{encode_spans, EncodedResource};
 use crate::error::TelemetryError;
 use crate::export::ReqwestOnTokio;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter};
-use opentelemetry_sdk::Resource;
 use prost::Message;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,15 +26,13 @@ const MAX_JITTER_MS: u64 = 100;
 /// A `Retry-After` longer than this is capped (the export timeout bounds it anyway).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 
-/// Sends spans to an OTLP/HTTP collector's `/v1/traces`.
+/// Sends span batches to an OTLP/HTTP collector's `/v1/traces`.
 #[derive(Debug)]
-pub(crate) struct HttpSpanExporter {
+pub(crate) struct HttpSpanSender {
     client: Arc<ReqwestOnTokio>,
     endpoint: Uri,
     headers: HeaderMap,
     timeout: Duration,
-    resource: EncodedResource,
-    stopped: AtomicBool,
 }
 
 /// Reads a variable, empty counting as unset.
@@ -46,7 +40,7 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-impl HttpSpanExporter {
+impl HttpSpanSender {
     /// `base` is the configured endpoint (the flag's or the file's), to which `/v1/traces`
     /// is appended; without it `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is used as it is, else
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` plus `/v1/traces`, else `http://localhost:4318/v1/traces`.
@@ -58,7 +52,7 @@ impl HttpSpanExporter {
     pub(crate) fn new(
         client: Arc<ReqwestOnTokio>,
         base: Option<&str>,
-    ) -> Result<HttpSpanExporter, TelemetryError> {
+    ) -> Result<HttpSpanSender, TelemetryError> {
         let (endpoint, from) = match base.filter(|b| !b.trim().is_empty()) {
             Some(b) => (with_path(b), "the configured endpoint"),
             None => match var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
@@ -96,14 +90,55 @@ impl HttpSpanExporter {
                 )));
             }
         }
-        Ok(HttpSpanExporter {
+        Ok(HttpSpanSender {
             client,
             endpoint,
             headers,
             timeout,
-            resource: EncodedResource::default(),
-            stopped: AtomicBool::new(false),
         })
+    }
+
+    /// Sends one encoded batch, retrying as the OTLP/HTTP rules say, all within the export
+    /// timeout.
+    pub(crate) async fn send(&self, body: Bytes) -> OTelSdkResult {
+        let start = Instant::now();
+        let mut delay = FIRST_DELAY;
+        let mut attempt = 0;
+        loop {
+            let budget = self.timeout.saturating_sub(start.elapsed());
+            let failure = match self.send_once(body.clone(), budget).await {
+                Ok(answer) => {
+                    note_partial_success(&answer);
+                    return Ok(());
+                }
+                Err(f) => f,
+            };
+            let wait = match failure.retry_after {
+                Some(server) => server.max(delay),
+                None => (delay + jitter()).min(MAX_DELAY),
+            };
+            if !failure.retryable()
+                || attempt >= RETRIES
+                || wait >= self.timeout.saturating_sub(start.elapsed())
+            {
+                return Err(OTelSdkError::InternalFailure(format!(
+                    "OTLP span export to {} failed after {} attempt(s): {}",
+                    self.endpoint,
+                    attempt + 1,
+                    failure.message
+                )));
+            }
+            attempt += 1;
+            pause(wait).await;
+            delay = (delay * 2).min(MAX_DELAY);
+        }
+    }
+
+    /// The same sender with another export timeout (retries included).
+    #[cfg(test)]
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> HttpSpanSender {
+        self.timeout = timeout;
+        self
     }
 
     /// One POST of the encoded batch.
@@ -191,7 +226,7 @@ fn jitter() -> Duration {
     Duration::from_millis(nanos % (MAX_JITTER_MS + 1))
 }
 
-/// The batch processor exports on a thread of its own, with no runtime: it sleeps the
+/// The span processor sends from a thread of its own, with no runtime: it sleeps the
 /// thread. On a runtime's thread the task sleeps instead.
 async fn pause(d: Duration) {
     if tokio::runtime::Handle::try_current().is_ok() {
@@ -215,58 +250,6 @@ fn note_partial_success(body: &[u8]) {
                 "telemetry: the collector rejected spans"
             );
         }
-    }
-}
-
-impl SpanExporter for HttpSpanExporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        if self.stopped.load(Ordering::Relaxed) {
-            return Err(OTelSdkError::AlreadyShutdown);
-        }
-        let body = Bytes::from(encode_spans(&self.resource, &batch));
-        drop(batch);
-        let start = Instant::now();
-        let mut delay = FIRST_DELAY;
-        let mut attempt = 0;
-        loop {
-            let budget = self.timeout.saturating_sub(start.elapsed());
-            let failure = match self.send_once(body.clone(), budget).await {
-                Ok(answer) => {
-                    note_partial_success(&answer);
-                    return Ok(());
-                }
-                Err(f) => f,
-            };
-            let wait = match failure.retry_after {
-                Some(server) => server.max(delay),
-                None => (delay + jitter()).min(MAX_DELAY),
-            };
-            if !failure.retryable()
-                || attempt >= RETRIES
-                || wait >= self.timeout.saturating_sub(start.elapsed())
-            {
-                return Err(OTelSdkError::InternalFailure(format!(
-                    "OTLP span export to {} failed after {} attempt(s): {}",
-                    self.endpoint,
-                    attempt + 1,
-                    failure.message
-                )));
-            }
-            attempt += 1;
-            pause(wait).await;
-            delay = (delay * 2).min(MAX_DELAY);
-        }
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        if self.stopped.swap(true, Ordering::Relaxed) {
-            return Err(OTelSdkError::AlreadyShutdown);
-        }
-        Ok(())
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.resource = EncodedResource::new(resource);
     }
 }
 
