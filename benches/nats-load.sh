@@ -32,27 +32,11 @@ taskset -c 1 "$BARE" respond "$url" bare.echo &
 bare_pid=$!
 sleep 1
 cpu() { awk '{print $14 + $15}' "/proc/$worker_pid/stat"; }
-# Runs the server mcpload serves through and writes its CPU seconds to $1, read from /proc
-# once it has exited but before it is reaped (or when mcpload stops it: the calls are over by
-# then). Nothing runs beside the calls while they run: sampling the server's ticks every
-# 20 ms with pgrep and awk (as this script did up to stop 39) started ~150 processes a
-# second on the cores under test, which put a ~3 ms tail on 1% of the calls at c=1 (p99
-# 3.2 ms against 0.28 ms without it) and took CPU from the servers.
-cpu_wrapper='
-import os, signal, subprocess, sys
-child = subprocess.Popen(sys.argv[2:])
-def put():
-    f = open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()
-    open(sys.argv[1] + ".tmp", "w").write(f"{int(f[11]) + int(f[12])}\n")
-    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-def term(*_):
-    put()
-    child.send_signal(signal.SIGTERM)
-signal.signal(signal.SIGTERM, term)
-os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-put()
-child.wait()
-'
+# The server's CPU is read as it exits (benches/served-cpu.py). Nothing runs beside the calls
+# while they run: sampling the server's ticks every 20 ms with pgrep and awk (as this script
+# did up to stop 39) started ~150 processes a second on the cores under test, which put a
+# ~3 ms tail on 1% of the calls at c=1 (p99 3.2 ms against 0.23-0.30 ms without it) and took
+# CPU from the servers.
 for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
   # COMPARE_BIN: another build's gateway against the same worker, in the same rounds.
   configs=("direct|$T serve --stdio --workers 1|echo" "nats|$T serve --stdio --workers 1 --nats $url|calc__echo")
@@ -62,11 +46,11 @@ for rep in $(seq "${REPEATS:-3}"); do for c in 1 16 64; do
     before=$(cpu)
     rm -f "$work/served"
     timeout 60 taskset -c 0 "$M/mcpload" --json --label "$label" -c "$c" -d "${DURATION:-2}" --warmup 500 \
-      --protocol-version 2025-06-18 --tool "$tool" stdio -- taskset -c 1 python3 -c "$cpu_wrapper" "$work/served" $cmd > "$work/line"
+      --protocol-version 2025-06-18 --tool "$tool" stdio -- taskset -c 1 python3 benches/served-cpu.py "$work/served" $cmd > "$work/line"
     for _ in $(seq 50); do [ -s "$work/served" ] && break; sleep 0.1; done
     line=$(cat "$work/line")
     after=$(cpu)
-    python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['worker_ticks']=$after-$before; r['served_ticks']=int(sys.argv[2]); print(json.dumps(r))" "$line" "$(cat "$work/served")" >> "$out"
+    python3 -c "import json,os,sys; r=json.loads(sys.argv[1]); r['worker_ticks']=$after-$before; r['served_ticks']=round(float(sys.argv[2]) * os.sysconf('SC_CLK_TCK')); print(json.dumps(r))" "$line" "$(cat "$work/served")" >> "$out"
   done
   # The same concurrency through async-nats alone, requester where the gateway runs.
   timeout 60 taskset -c 1 "$BARE" request "$url" bare.echo "$c" "${DURATION:-2}" >> "$out"

@@ -22,24 +22,6 @@ sink=$!
 trap 'kill $sink 2>/dev/null' EXIT
 sleep 1
 endpoint=http://127.0.0.1:$sink_port
-# Runs the stdio server and writes its CPU seconds to $1, read from /proc once it has exited
-# but before it is reaped (or when mcpload stops it: the calls are over by then).
-cpu_wrapper='
-import os, signal, subprocess, sys
-child = subprocess.Popen(sys.argv[2:])
-def put():
-    f = open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()
-    seconds = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    open(sys.argv[1] + ".tmp", "w").write(f"{seconds}\n")
-    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-def term(*_):
-    put()
-    child.send_signal(signal.SIGTERM)
-signal.signal(signal.SIGTERM, term)
-os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-put()
-child.wait()
-'
 modes=("off|env|$T" "metrics|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_EXPORTER=none|$T" "full|env OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_on|$T")
 # GRPC=1: full tracing exported over OTLP/gRPC too (a build with the `otel-grpc` feature), to
 # rotel from the test venv (scripts/install-test-deps) dropping what it receives.
@@ -59,7 +41,7 @@ for rep in $(seq "${REPEATS:-3}"); do
     IFS='|' read -r label envs bin <<< "$m"
     cpu_file=$(mktemp -u)
     line=$(timeout 60 taskset -c 0 "$M" --json --label "stdio-$label" -c 16 -d "${DURATION:-3}" --warmup 500 \
-      stdio -- taskset -c 1 python3 -c "$cpu_wrapper" "$cpu_file" $envs "$bin" serve --stdio --workers 1)
+      stdio -- taskset -c 1 python3 benches/served-cpu.py "$cpu_file" $envs "$bin" serve --stdio --workers 1)
     for _ in $(seq 50); do [ -s "$cpu_file" ] && break; sleep 0.1; done
     python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_seconds']=float(open(sys.argv[2]).read()); print(json.dumps(r))" "$line" "$cpu_file" >> "$out"
     rm -f "$cpu_file"
