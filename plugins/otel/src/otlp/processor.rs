@@ -382,6 +382,38 @@ mod tests {
     }
 
     #[test]
+    fn spans_ended_on_many_threads_at_once_all_arrive_once() {
+        let rt = runtime();
+        let receiver = OtlpReceiver::start();
+        let limits = Limits {
+            max_queue: 100_000,
+            max_batch: 64,
+            delay: Duration::from_millis(20),
+        };
+        let (processor, counts) = processor(&rt, &receiver.url(), Duration::from_secs(10), limits);
+        let provider = provider(processor);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let tracer = provider.tracer("processor-test");
+                scope.spawn(move || {
+                    for i in 0..500 {
+                        tracer.start(format!("{t}/{i}")).end();
+                    }
+                });
+            }
+        });
+        provider.force_flush().unwrap();
+        let mut names: Vec<_> = receiver.spans().into_iter().map(|s| s.name).collect();
+        assert_eq!(names.len(), 2000);
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 2000, "each span once");
+        assert_eq!(counts.exported.load(Ordering::Relaxed), 2000);
+        assert_eq!(counts.unaccounted(), 0);
+        provider.shutdown().unwrap();
+    }
+
+    #[test]
     fn while_the_collector_hangs_the_queue_holds_its_limit_and_drops_the_rest() {
         let rt = runtime();
         // A collector that takes connections and never answers.
