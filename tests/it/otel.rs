@@ -776,6 +776,107 @@ fn dead_endpoint_holds_up_nothing(protocol: &str) {
     );
 }
 
+/// A collector that is down when the first spans are sent and comes up later: the failure is
+/// said once (one warning, however many exports fail), the spans that end once it is up
+/// reach it, and its return is said once.
+#[test]
+fn spans_reach_a_collector_that_comes_up_late_and_the_outage_is_logged_once() {
+    let port = crate::http::free_port();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--stdio", "--log", "info", "--otel-endpoint"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "none")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolyard serve --stdio");
+    let (log_tx, log_rx) = std::sync::mpsc::channel::<String>();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for l in stderr.lines().map_while(Result::ok) {
+            let _ = log_tx.send(l);
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let child = Proc(child);
+    line(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    );
+    let mut buf = String::new();
+    assert!(
+        stdout.read_line(&mut buf).unwrap() > 0,
+        "the server hung up"
+    );
+    let mut call = |id: i64| {
+        line(
+            &mut stdin,
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+                "name":"echo","arguments":{"message":"hi"}}}),
+        );
+        let mut buf = String::new();
+        assert!(
+            stdout.read_line(&mut buf).unwrap() > 0,
+            "the server hung up"
+        );
+        let answer: Value = serde_json::from_str(&buf).unwrap();
+        assert_eq!(answer["id"], id, "{answer}");
+    };
+    let mut logs = Vec::new();
+    call(1);
+    // The first export fails (nothing listens) and says so.
+    let deadline = Instant::now() + WAIT;
+    while !logs
+        .iter()
+        .any(|l: &String| l.contains("span export failed"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match log_rx.recv_timeout(left) {
+            Ok(l) => logs.push(l),
+            Err(_) => panic!("no export failure was logged: {logs:#?}"),
+        }
+    }
+    call(2);
+    let receiver = OtlpReceiver::start_on(port);
+    call(3);
+    let spans = receiver.wait_for_spans(WAIT, |s| {
+        s.iter()
+            .any(|s| s.attributes.get("jsonrpc.request.id").map(String::as_str) == Some("3"))
+    });
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.name == "tools/call echo" || s.name == "initialize"),
+        "{spans:#?}"
+    );
+    // Stopped by its stdin closing: what it logs while it stops is read to the end.
+    drop(call);
+    drop(stdin);
+    let mut child = child;
+    let deadline = Instant::now() + WAIT;
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    logs.extend(log_rx.iter());
+    let failures = logs
+        .iter()
+        .filter(|l| l.contains("span export failed"))
+        .count();
+    assert_eq!(failures, 1, "the outage is said once: {logs:#?}");
+    assert!(
+        logs.iter().any(|l| l.contains("spans are exported again")),
+        "and the collector's return: {logs:#?}"
+    );
+}
+
 /// `serve --prometheus`: `GET /metrics` answers the MCP duration histogram in the Prometheus
 /// text format, with the tool's name as a label, and no OTLP endpoint is needed.
 #[test]

@@ -138,6 +138,12 @@ fn hex(bytes: &[u8]) -> String {
 impl OtlpReceiver {
     /// Starts a receiver on a free loopback port.
     pub fn start() -> OtlpReceiver {
+        OtlpReceiver::start_on(0)
+    }
+
+    /// Starts a receiver on this loopback port (`0`: a free one), for a collector that comes
+    /// up where an exporter already sends.
+    pub fn start_on(port: u16) -> OtlpReceiver {
         let received = Arc::new(Mutex::new(Received::default()));
         let (port_tx, port_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -277,7 +283,7 @@ impl OtlpReceiver {
                             ""
                         }),
                     );
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
                     .await
                     .expect("bind the OTLP receiver");
                 let _ = port_tx.send(listener.local_addr().expect("local addr").port());
