@@ -857,7 +857,6 @@ fn spans_reach_a_collector_that_comes_up_late_and_the_outage_is_logged_once() {
         "{spans:#?}"
     );
     // Stopped by its stdin closing: what it logs while it stops is read to the end.
-    drop(call);
     drop(stdin);
     let mut child = child;
     let deadline = Instant::now() + WAIT;
