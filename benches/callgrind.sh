@@ -18,7 +18,7 @@
 #   nats-gateway   `serve --stdio --nats` forwarding to one worker (nats-load.sh)
 #   nats-worker    that worker
 #   span-floor     not a server: the OpenTelemetry SDK alone making N1 then N2 spans like the
-#       server's per-call span, with an exporter that drops them
+#       server's per-call span, handed to a processor that drops each as it ends
 #       (plugins/otel/examples/sdk_span_floor.rs): the floor under full tracing's cost
 # TOOLYARD_BIN: the build to count (default: cargo's release build). PROTOCOL: the revision
 # mcpload speaks (default 2025-06-18; 2026-07-28 for the stateless one). ANNOTATE=1 keeps the
