@@ -648,12 +648,19 @@ mod tests {
         };
         assert!(parse(nest(MAX_DEPTH).as_bytes()).is_ok());
         assert_eq!(code_of(&nest(MAX_DEPTH + 1)), code::PARSE_ERROR);
-        // A chunk of nothing but openers (255 of them) does not wrap the count.
-        let wide = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{{\"s\":\"{}\"}}}}",
-            "[".repeat(1000)
-        );
-        assert!(parse(wide.as_bytes()).is_ok());
+        // The count never wraps: 256 openers in all (a byte's worth), the nesting's and the
+        // rest in a string before it, would read as none if it did, and the nesting past
+        // MAX_DEPTH would go unseen.
+        let dense = |depth: usize| {
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{{\"s\":\"{}\",\"a\":{}{}}}}}",
+                "[".repeat(256 - depth),
+                "[".repeat(depth - 2),
+                "]".repeat(depth - 2)
+            )
+        };
+        assert!(parse(dense(MAX_DEPTH).as_bytes()).is_ok());
+        assert_eq!(code_of(&dense(MAX_DEPTH + 1)), code::PARSE_ERROR);
     }
 
     #[test]

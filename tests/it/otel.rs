@@ -23,6 +23,26 @@ fn line(stdin: &mut impl Write, v: Value) {
     stdin.flush().unwrap();
 }
 
+/// Opens a legacy session (`initialize` at 2025-11-25, with this id).
+fn initialize(stdin: &mut impl Write, id: i64) {
+    line(
+        stdin,
+        json!({"jsonrpc":"2.0","id":id,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"otel-test","version":"1"}}}),
+    );
+}
+
+/// Waits for `child` to exit (its stdin closed: it flushes its telemetry as it stops), or
+/// fails the test after [`WAIT`].
+fn wait_until_stopped(child: &mut std::process::Child) {
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A legacy stdio session with `child` (spawned with piped stdin and stdout): `initialize`,
 /// then `requests` (each with an id), read until every one is answered; then end of input,
 /// and wait for the server to stop (it flushes its telemetry as it does). The answers, in
@@ -30,12 +50,7 @@ fn line(stdin: &mut impl Write, v: Value) {
 fn stdio_session(child: &mut std::process::Child, requests: &[Value]) -> Vec<Value> {
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},
-            "clientInfo":{"name":"otel-test","version":"1"}}}),
-    );
+    initialize(&mut stdin, 1);
     line(
         &mut stdin,
         json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
@@ -58,11 +73,7 @@ fn stdio_session(child: &mut std::process::Child, requests: &[Value]) -> Vec<Val
         }
     }
     drop(stdin);
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_stopped(child);
     answers
 }
 
@@ -729,12 +740,7 @@ fn dead_endpoint_holds_up_nothing(protocol: &str) {
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let child = Proc(child);
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},
-            "clientInfo":{"name":"otel-test","version":"1"}}}),
-    );
+    initialize(&mut stdin, 0);
     let calls = 300;
     // `fail` logs a warning per call: 300 log records for the dead collector too.
     for id in 1..=calls {
@@ -758,11 +764,7 @@ fn dead_endpoint_holds_up_nothing(protocol: &str) {
     }
     drop(stdin);
     let mut child = child;
-    let deadline = Instant::now() + WAIT;
-    while child.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_stopped(&mut child.0);
     // The spans that never reached the (dead) collector are counted and said at exit.
     let logs = logs.join().unwrap();
     assert!(
@@ -804,12 +806,7 @@ fn spans_reach_a_collector_that_comes_up_late_and_the_outage_is_logged_once() {
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let child = Proc(child);
-    line(
-        &mut stdin,
-        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},
-            "clientInfo":{"name":"otel-test","version":"1"}}}),
-    );
+    initialize(&mut stdin, 0);
     let mut buf = String::new();
     assert!(
         stdout.read_line(&mut buf).unwrap() > 0,
@@ -859,11 +856,7 @@ fn spans_reach_a_collector_that_comes_up_late_and_the_outage_is_logged_once() {
     // Stopped by its stdin closing: what it logs while it stops is read to the end.
     drop(stdin);
     let mut child = child;
-    let deadline = Instant::now() + WAIT;
-    while child.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_stopped(&mut child.0);
     logs.extend(log_rx.iter());
     let failures = logs
         .iter()
