@@ -56,8 +56,11 @@ pub(crate) fn trace_headers(sc: &SpanContext) -> Option<(String, Option<String>)
     if !sc.is_valid() {
         return None;
     }
-    let state = sc.trace_state().header();
-    Some((traceparent_text(sc), (!state.is_empty()).then_some(state)))
+    // Most spans carry no state: not even an empty header is written for them.
+    let state = (*sc.trace_state() != opentelemetry::trace::TraceState::NONE)
+        .then(|| sc.trace_state().header())
+        .filter(|s| !s.is_empty());
+    Some((traceparent_text(sc), state))
 }
 
 /// `00-{trace id}-{span id}-{flags}`, written into one 55-byte string: this runs once per

@@ -102,10 +102,11 @@ fn address_text(ip: IpAddr) -> StringValue {
     })
 }
 
-fn id_text(id: &RequestId) -> String {
+/// `jsonrpc.request.id`: a string id shared as it is, a number written without `core::fmt`.
+fn id_text(id: &RequestId) -> StringValue {
     match id {
-        RequestId::Number(n) => n.to_string(),
-        RequestId::String(s) => s.to_string(),
+        RequestId::Number(n) => StringValue::from(itoa::Buffer::new().format(*n).to_owned()),
+        RequestId::String(s) => StringValue::from(s.clone()),
     }
 }
 

@@ -216,6 +216,32 @@ async fn a_tool_error_is_an_error_span_with_error_type_tool_error() {
 }
 
 #[tokio::test]
+async fn the_request_id_attribute_is_the_ids_text_whether_a_number_or_a_string() {
+    let p = Pipeline::new();
+    let server = p.whoami_server().await;
+    let client = RawClient::connect(&server).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    let call = json!({"name": "whoami", "arguments": {}});
+    for id in [
+        toolyard::proto::RequestId::Number(-9_007_199_254_740_993),
+        toolyard::proto::RequestId::String("call-7".into()),
+        toolyard::proto::RequestId::Number(i64::MAX),
+    ] {
+        client
+            .request_with_id(id, "tools/call", call.clone())
+            .await
+            .unwrap();
+    }
+    let mut ids: Vec<String> = p
+        .finished()
+        .iter()
+        .filter_map(|s| attr(s, "jsonrpc.request.id"))
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["-9007199254740993", "9223372036854775807", "call-7"]);
+}
+
+#[tokio::test]
 async fn a_client_request_is_a_client_span_whose_context_the_server_receives_in_meta() {
     let p = Pipeline::new();
     let server = ServerBuilder::new("s", "1")
