@@ -482,6 +482,24 @@ pub fn notification_bytes<P: Serialize + ?Sized>(
     })
 }
 
+/// Writes `s` as a JSON string, byte for byte as serde_json writes it: for the requests a
+/// forwarder writes by hand around serde. Text with nothing to escape (names, methods, W3C
+/// headers: nearly all of it) is copied as it is after one look at its bytes; serde_json,
+/// which tests and escapes byte by byte, writes the rest.
+pub fn write_str(buf: &mut Vec<u8>, s: &str) {
+    // What JSON requires escaped, and all that serde_json escapes: a control character, a
+    // quote, a backslash.
+    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        // Writing into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut *buf, s);
+    } else {
+        buf.reserve(s.len() + 2);
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    }
+}
+
 /// Serializes a request.
 pub fn request_bytes<P: Serialize + ?Sized>(
     id: &RequestId,
@@ -540,6 +558,30 @@ pub fn params<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Result<T, Er
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_string_is_written_as_serde_json_writes_it() {
+        for s in [
+            "",
+            "tools/call",
+            "io.modelcontextprotocol/clientCapabilities",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "a \"quoted\" word",
+            "back\\slash",
+            "line\nbreak",
+            "tab\tand\u{1f}unit separator",
+            "\u{7f} delete and \u{80} and é and 漢字 and 🦀",
+            "/slash/",
+        ] {
+            let mut ours = Vec::new();
+            super::write_str(&mut ours, s);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                serde_json::to_string(s).unwrap(),
+                "{s:?}"
+            );
+        }
+    }
+
     use super::*;
 
     /// The member written before the result is what splicing it in after the result gave:

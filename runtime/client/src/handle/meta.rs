@@ -9,6 +9,7 @@
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use toolyard_proto::jsonrpc::write_str;
 use toolyard_proto::{
     meta, ClientCapabilities, Implementation, LoggingLevel, ProtocolVersion, RequestId,
 };
@@ -64,7 +65,7 @@ pub(super) fn request_body(
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     serde_json::to_writer(&mut out, id)?;
     out.extend_from_slice(b",\"method\":");
-    serde_json::to_writer(&mut out, method)?;
+    write_str(&mut out, method);
     out.extend_from_slice(b",\"params\":");
     params.write(&mut out)?;
     out.push(b'}');
@@ -80,7 +81,9 @@ impl WithMeta<'_> {
             }
         }
         if let Some(call) = self.call {
-            member(out, "name", call.name)?;
+            out.extend_from_slice(b"\"name\":");
+            write_str(out, call.name);
+            out.push(b',');
             out.extend_from_slice(b"\"arguments\":");
             out.extend_from_slice(call.arguments.get().as_bytes());
             out.push(b',');
@@ -172,17 +175,17 @@ impl OurMeta<'_> {
         serde_json::to_writer(&mut *out, self.progress_token)?;
         if let Some((parent, state)) = self.trace {
             out.extend_from_slice(b",\"traceparent\":");
-            serde_json::to_writer(&mut *out, parent)?;
+            write_str(out, parent);
             if let Some(state) = state.filter(|s| !s.is_empty()) {
                 out.extend_from_slice(b",\"tracestate\":");
-                serde_json::to_writer(&mut *out, state)?;
+                write_str(out, state);
             }
         }
         if let Some(m) = &self.modern {
             out.extend_from_slice(&m.identity.tail);
             if let Some(level) = &m.log_level {
                 out.push(b',');
-                serde_json::to_writer(&mut *out, meta::LOG_LEVEL)?;
+                write_str(out, meta::LOG_LEVEL);
                 out.push(b':');
                 serde_json::to_writer(&mut *out, level)?;
             }
