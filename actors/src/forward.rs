@@ -169,7 +169,7 @@ impl Kind {
 /// Writes `"key":`. Keys rarely need escaping (this runs for every member of every forwarded
 /// result): only those that do go through serde_json.
 fn push_key(out: &mut String, key: &str) {
-    if key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+    if toolyard_proto::jsonrpc::needs_escape(key) {
         // A `&str` always serialises.
         if let Ok(quoted) = serde_json::to_string(key) {
             out.push_str(&quoted);

@@ -487,9 +487,7 @@ pub fn notification_bytes<P: Serialize + ?Sized>(
 /// headers: nearly all of it) is copied as it is after one look at its bytes; serde_json,
 /// which tests and escapes byte by byte, writes the rest.
 pub fn write_str(buf: &mut Vec<u8>, s: &str) {
-    // What JSON requires escaped, and all that serde_json escapes: a control character, a
-    // quote, a backslash.
-    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+    if needs_escape(s) {
         // Writing into a `Vec` cannot fail.
         let _ = serde_json::to_writer(&mut *buf, s);
     } else {
@@ -498,6 +496,12 @@ pub fn write_str(buf: &mut Vec<u8>, s: &str) {
         buf.extend_from_slice(s.as_bytes());
         buf.push(b'"');
     }
+}
+
+/// Whether JSON writes `s` with escapes: it has what JSON requires escaped, and all that
+/// serde_json escapes (a control character, a quote, a backslash).
+pub fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 /// Serializes a request.

@@ -27,7 +27,7 @@ use toolyard::{
     RequestContext, ResourceDef, ResourceRequest, Server, TemplateDef, ToolDef, UriTemplate,
 };
 use toolyard_client::{OutgoingRequest, RequestOutcome};
-use toolyard_proto::jsonrpc::write_str;
+use toolyard_proto::jsonrpc::{needs_escape, write_str};
 use toolyard_proto::{
     CompleteResult, ErrorObject, GetPromptResult, InputRequest, InputRequiredResult,
     InputResponses, LoggingLevel, Prompt, ReadResourceResult, Resource, ResourceTemplate, Tool,
@@ -1015,11 +1015,6 @@ fn member(out: &mut Vec<u8>, key: &'static str, first: bool) {
     out.push(b'"');
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(b"\":");
-}
-
-/// Whether JSON writes `s` with escapes (checks that the constant keys need none).
-fn needs_escape(s: &str) -> bool {
-    serde_json::to_string(s).map_or(true, |quoted| quoted.len() != s.len() + 2)
 }
 
 /// The JSON-RPC request of one round: `params` are the method's own members as JSON text,
