@@ -10,13 +10,21 @@
 //! else (the server's requests and other notifications, the connection closing) still goes
 //! to the actor, which owns the connection's lifecycle. The lock is held only to insert or
 //! remove an entry, never across an await or a send to the wire.
+//!
+//! The table also keeps every request's deadline. One sweeper task per client wakes at the
+//! earliest of them and fails what is overdue with [`ClientError::Timeout`]; a caller does
+//! not arm a timer of its own. A tokio timer per request (made, registered in the wheel,
+//! polled, deregistered) was ~700 instructions of every request, a tenth of what a gateway
+//! spends forwarding a call; the sweeper wakes about once per timeout under any load.
 
 use crate::error::ClientError;
 use crate::handlers::Questions;
 use crate::transport::TransportError;
 use serde_json::value::RawValue;
-use std::sync::Mutex;
-use tokio::sync::oneshot;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
 use toolyard_proto::jsonrpc::Rejected;
 use toolyard_proto::{jsonrpc, Incoming, ProgressNotificationParams, ProgressToken, RequestId};
 
@@ -28,18 +36,47 @@ pub(crate) type ProgressSender =
 /// The reply to one request: the raw result, or why there is none.
 pub(crate) type ReplyTx = oneshot::Sender<Result<Box<RawValue>, ClientError>>;
 
+/// When a request times out: `timeout` after it was sent or after its latest progress,
+/// never later than `hard`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    pub(crate) sent: Instant,
+    pub(crate) timeout: Duration,
+    pub(crate) hard: Instant,
+}
+
+impl Deadline {
+    /// A request sent now with `timeout`, which progress may extend up to `max` in all.
+    pub(crate) fn from_now(timeout: Duration, max: Duration) -> Self {
+        let sent = Instant::now();
+        Self {
+            sent,
+            timeout,
+            hard: sent + max.max(timeout),
+        }
+    }
+
+    fn first(&self) -> Instant {
+        (self.sent + self.timeout).min(self.hard)
+    }
+}
+
 /// A request waiting for its answer.
 pub(crate) struct Pending {
     pub(crate) method: std::borrow::Cow<'static, str>,
-    pub(crate) reply: ReplyTx,
+    /// Taken by the sweeper when the request times out: the entry stays until its caller
+    /// cancels it (so the server hears of it), and a late answer finds nobody to give to.
+    pub(crate) reply: Option<ReplyTx>,
     /// Boxed: a channel allocates its first block of 32 slots when it is made, and every
     /// request gets one while few see progress (3.3 KiB of `ProgressNotificationParams`
     /// per request, a pointer's worth boxed).
     pub(crate) progress: Option<ProgressSender>,
-    /// When progress last came for this request: a caller with no progress callback gets
-    /// no channel (two allocations per request), and reads this when its timeout fires
-    /// to see whether progress has moved the deadline.
-    pub(crate) progressed: Option<std::time::Instant>,
+    /// When progress last came for this request: the sweeper reads it when the request's
+    /// deadline passes, to see whether progress has moved it.
+    pub(crate) progressed: Option<Instant>,
+    pub(crate) deadline: Deadline,
+    /// When the sweeper next looks at this request.
+    due: Instant,
     /// Who answers the server's questions for this request, and when it was sent (the
     /// newest of one group takes an unattributed question).
     pub(crate) questions: Option<(Questions, u64)>,
@@ -53,11 +90,23 @@ struct Table {
     closed: Option<ClientError>,
     /// Counts requests sent with `Questions`.
     sent_with_questions: u64,
+    /// When the sweeper wakes next (none: it waits for a request).
+    next_sweep: Option<Instant>,
 }
 
 /// See the module documentation.
 #[derive(Default)]
-pub(crate) struct PendingTable(Mutex<Table>);
+pub(crate) struct PendingTable {
+    table: Mutex<Table>,
+    /// Wakes the sweeper: a request due before its next sweep, or the table closed or gone.
+    sweeper: Arc<Notify>,
+}
+
+impl Drop for PendingTable {
+    fn drop(&mut self) {
+        self.sweeper.notify_one();
+    }
+}
 
 /// What [`PendingTable::deliver`] did with a message.
 pub(crate) enum Delivered {
@@ -73,7 +122,15 @@ pub(crate) enum Delivered {
 
 impl PendingTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A table with its sweeper running on the current tokio runtime; the sweeper stops
+    /// when the table is closed or dropped.
+    pub(crate) fn start() -> Arc<Self> {
+        let table = Arc::new(Self::default());
+        tokio::spawn(sweep(Arc::downgrade(&table), table.sweeper.clone()));
+        table
     }
 
     /// Registers a request before it is written; fails once the connection is closed.
@@ -84,26 +141,80 @@ impl PendingTable {
         reply: ReplyTx,
         progress: Option<ProgressSender>,
         questions: Option<Questions>,
+        deadline: Deadline,
     ) -> Result<(), ClientError> {
-        let mut table = self.lock();
-        if let Some(error) = &table.closed {
-            return Err(error.clone());
+        let due = deadline.first();
+        let wake = {
+            let mut table = self.lock();
+            if let Some(error) = &table.closed {
+                return Err(error.clone());
+            }
+            let questions = questions.map(|q| {
+                table.sent_with_questions += 1;
+                (q, table.sent_with_questions)
+            });
+            table.pending.insert(
+                id,
+                Pending {
+                    method,
+                    reply: Some(reply),
+                    progress,
+                    progressed: None,
+                    deadline,
+                    due,
+                    questions,
+                },
+            );
+            // Requests with one timeout come due in the order they were sent: only the
+            // first after an idle spell, or one with a shorter timeout, wakes the sweeper.
+            let earlier = table.next_sweep.is_none_or(|next| due < next);
+            if earlier {
+                table.next_sweep = Some(due);
+            }
+            earlier
+        };
+        if wake {
+            self.sweeper.notify_one();
         }
-        let questions = questions.map(|q| {
-            table.sent_with_questions += 1;
-            (q, table.sent_with_questions)
-        });
-        table.pending.insert(
-            id,
-            Pending {
-                method,
-                reply,
-                progress,
-                progressed: None,
-                questions,
-            },
-        );
         Ok(())
+    }
+
+    /// Fails every request whose deadline has passed by `now` (progress since moves it),
+    /// and says when to look again: `None` when nothing is waiting, `Err` once closed.
+    fn sweep_at(&self, now: Instant) -> Result<Option<Instant>, ()> {
+        let mut expired = Vec::new();
+        let next = {
+            let mut table = self.lock();
+            if table.closed.is_some() {
+                return Err(());
+            }
+            let mut next: Option<Instant> = None;
+            for p in table.pending.values_mut() {
+                if p.reply.is_none() {
+                    continue;
+                }
+                if p.due <= now {
+                    let d = p.deadline;
+                    if let Some(at) = p.progressed {
+                        p.due = (at + d.timeout).min(d.hard);
+                    }
+                }
+                if p.due <= now {
+                    if let Some(reply) = p.reply.take() {
+                        let method = p.method.clone().into_owned();
+                        expired.push((reply, method, now - p.deadline.sent));
+                    }
+                    continue;
+                }
+                next = Some(next.map_or(p.due, |n| n.min(p.due)));
+            }
+            table.next_sweep = next;
+            next
+        };
+        for (reply, method, after) in expired {
+            let _ = reply.send(Err(ClientError::Timeout { method, after }));
+        }
+        Ok(next)
     }
 
     /// Forgets a request (its caller gave up), returning it if it was still waiting.
@@ -118,19 +229,20 @@ impl PendingTable {
             let drained = table.pending.drain().map(|(_, p)| p).collect();
             (drained, table.closed.get_or_insert(error).clone())
         };
-        for p in drained {
-            let _ = p.reply.send(Err(error.clone()));
+        for reply in drained.into_iter().filter_map(|p| p.reply) {
+            let _ = reply.send(Err(error.clone()));
         }
+        self.sweeper.notify_one();
     }
 
     /// A request that failed on the wire: its caller gets the error.
     pub(crate) fn fail(&self, id: &RequestId, error: TransportError) {
-        if let Some(p) = self.remove(id) {
+        if let Some(reply) = self.remove(id).and_then(|p| p.reply) {
             let error = match error {
                 TransportError::Auth(why) => ClientError::Auth(why),
                 other => ClientError::Transport(other),
             };
-            let _ = p.reply.send(Err(error));
+            let _ = reply.send(Err(error));
         }
     }
 
@@ -171,18 +283,12 @@ impl PendingTable {
             let Some(pending) = table.pending.get_mut(&id) else {
                 return;
             };
-            pending.progressed = Some(std::time::Instant::now());
+            pending.progressed = Some(Instant::now());
             pending.progress.clone()
         };
         if let Some(tx) = tx {
             let _ = tx.unbounded_send(Box::new(p.clone()));
         }
-    }
-
-    /// When progress last came for a request still waiting (none: no progress, or no
-    /// longer waiting).
-    pub(crate) fn progressed(&self, id: &RequestId) -> Option<std::time::Instant> {
-        self.lock().pending.get(id).and_then(|p| p.progressed)
     }
 
     /// Hands a message from the server to the caller it answers, if it is a response, or a
@@ -192,19 +298,25 @@ impl PendingTable {
     pub(crate) fn deliver(&self, bytes: &[u8]) -> Delivered {
         match jsonrpc::parse(bytes) {
             Ok(Incoming::Response(r)) => {
-                match self.remove(&r.id) {
-                    Some(p) => {
-                        let _ = p.reply.send(Ok(r.result));
+                match self.remove(&r.id).map(|p| p.reply) {
+                    Some(Some(reply)) => {
+                        let _ = reply.send(Ok(r.result));
                     }
+                    Some(None) => tracing::debug!(id = %r.id, "response after its timeout"),
                     None => tracing::debug!(id = %r.id, "response to no pending request"),
                 }
                 Delivered::Answered
             }
             Ok(Incoming::Error(e)) if e.id.is_some() => {
                 match e.id.as_ref().and_then(|id| self.remove(id)) {
-                    Some(p) => {
-                        let _ = p.reply.send(Err(ClientError::from_rpc(&p.method, e.error)));
+                    Some(Pending {
+                        reply: Some(reply),
+                        method,
+                        ..
+                    }) => {
+                        let _ = reply.send(Err(ClientError::from_rpc(&method, e.error)));
                     }
+                    Some(_) => tracing::debug!("error response after its timeout"),
                     None => {
                         tracing::warn!(error = %e.error.message, "error response to no pending request");
                     }
@@ -228,6 +340,26 @@ impl PendingTable {
                 message,
                 progress_done: false,
             },
+        }
+    }
+}
+
+/// The sweeper: sleeps until the earliest deadline (or until a request comes due sooner),
+/// fails what is overdue, and stops when its table is closed or dropped.
+async fn sweep(table: Weak<PendingTable>, wake: Arc<Notify>) {
+    loop {
+        let next = match table.upgrade().map(|t| t.sweep_at(Instant::now())) {
+            Some(Ok(next)) => next,
+            None | Some(Err(())) => return,
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
         }
     }
 }

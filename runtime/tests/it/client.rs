@@ -306,6 +306,67 @@ async fn a_call_that_times_out_is_cancelled_on_the_server() {
     }
 }
 
+/// One sweeper keeps every request's deadline: a request with a short timeout sent while
+/// one with a long timeout waits still times out on its own deadline, and the connection
+/// serves the next call (the late answer finds no caller).
+#[tokio::test]
+async fn a_short_timeout_sent_after_a_long_one_fires_on_its_own_deadline() {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let server = ServerBuilder::new("t", "0")
+        .tool(cancellable_server_tool(cancelled.clone()))
+        .start()
+        .await
+        .unwrap();
+    let client = builder(BOTH[1])
+        .request_timeout(Duration::from_secs(120))
+        .connect(MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    let c = client.clone();
+    let long = tokio::spawn(async move { c.call_tool("hang", json!({})).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let opts = RequestOptions::default().timeout(Duration::from_millis(200));
+    let short = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.call_tool_with("hang", json!({}), &opts),
+    )
+    .await
+    .expect("the short timeout fired, not the long one");
+    assert!(
+        matches!(short, Err(ClientError::Timeout { .. })),
+        "{short:?}"
+    );
+    wait_for(|| cancelled.load(Ordering::SeqCst)).await;
+    assert!(!long.is_finished(), "the long call still waits");
+    client.ping().await.unwrap();
+    long.abort();
+}
+
+/// Progress moves a request's deadline, but never past the client's hard maximum.
+#[tokio::test]
+async fn progress_cannot_extend_a_request_past_the_hard_maximum() {
+    let server = demo_server(100).await;
+    let client = builder(BOTH[1])
+        .max_request_timeout(Duration::from_millis(600))
+        .connect(MemoryTransport::new(&server))
+        .await
+        .unwrap();
+    // 20 steps of 150 ms (3 s) with a 400 ms timeout each step restarts: only the 600 ms
+    // maximum stops it.
+    let opts = RequestOptions::default().timeout(Duration::from_millis(400));
+    let r = client
+        .call_tool_with("slow", json!({"steps": 20, "delay_ms": 150}), &opts)
+        .await;
+    match r {
+        Err(ClientError::Timeout { after, .. }) => {
+            assert!(after >= Duration::from_millis(600), "{after:?}");
+            assert!(after < Duration::from_secs(3), "{after:?}");
+        }
+        other => panic!("expected a timeout: {other:?}"),
+    }
+    client.ping().await.unwrap();
+}
+
 #[tokio::test]
 async fn dropping_a_call_cancels_it_on_the_server() {
     let cancelled = Arc::new(AtomicBool::new(false));

@@ -193,7 +193,7 @@ impl ClientBuilder {
         // The actor first: the transport reports straight into its mailbox (responses
         // straight to their callers, through the pending table).
         let link = Arc::new(LateLink::default());
-        let table = Arc::new(PendingTable::default());
+        let table = PendingTable::start();
         let (actor_ref, _) = Actor::spawn(
             None,
             actor,

@@ -10,6 +10,7 @@ use crate::actor::ClientMsg;
 use crate::cache::cacheable;
 use crate::error::ClientError;
 use crate::observe::{OutgoingRequest, RequestOutcome};
+use crate::pending::Deadline;
 use crate::transport::{OutboundKind, OutboundMessage, TransportError, TransportLink};
 use futures_util::StreamExt;
 use ractor::ActorRef;
@@ -21,7 +22,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 use toolyard_proto::headers::{header_value, tool_header_params};
 use toolyard_proto::{
     InputRequest, InputRequiredResult, ListToolsResult, ProgressNotificationParams,
@@ -493,6 +493,10 @@ impl Client {
             reply_tx,
             progress_tx,
             opts.questions.clone(),
+            Deadline::from_now(
+                opts.timeout.unwrap_or(inner.request_timeout),
+                inner.max_request_timeout,
+            ),
         )?;
         inner.link.send(OutboundMessage {
             body,
@@ -507,38 +511,37 @@ impl Client {
             id: Some(id),
             reason: "the caller stopped waiting",
         };
-        let timeout = opts.timeout.unwrap_or(inner.request_timeout);
-        let started = Instant::now();
-        let hard = started + inner.max_request_timeout.max(timeout);
-        let mut deadline = (started + timeout).min(hard);
-        loop {
-            tokio::select! {
-                answer = &mut reply_rx => {
-                    guard.id = None;
-                    // The actor queues progress before it passes on the answer, but `select!`
-                    // may see both ready and pick the answer: deliver what is queued first.
-                    if let (Some(f), Some(rx)) = (&opts.on_progress, &mut progress_rx) {
-                        while let Ok(progress) = rx.try_recv() {
-                            f(&progress);
-                        }
+        // The table's sweeper answers a request that times out (`pending.rs`).
+        let answer = match (&opts.on_progress, &mut progress_rx) {
+            (Some(f), Some(rx)) => {
+                let answer = loop {
+                    tokio::select! {
+                        answer = &mut reply_rx => break answer,
+                        Some(progress) = rx.next() => f(&progress),
                     }
-                    return answer.map_err(|_| ClientError::Closed)?;
+                };
+                // The reader queues progress before it passes on the answer, but `select!`
+                // may see both ready and pick the answer: deliver what is queued first.
+                while let Ok(progress) = rx.try_recv() {
+                    f(&progress);
                 }
-                Some(progress) = next_progress(&mut progress_rx) => {
-                    if let Some(f) = &opts.on_progress {
-                        f(&progress);
-                    }
-                    deadline = (Instant::now() + timeout).min(hard);
-                }
-                () = tokio::time::sleep_until(deadline) => {
-                    let progressed = guard.id.as_ref().and_then(|id| inner.pending.progressed(id));
-                    if let Some(moved) = progressed.map(|at| (Instant::from_std(at) + timeout).min(hard)).filter(|d| *d > deadline) {
-                        deadline = moved;
-                        continue;
-                    }
-                    guard.reason = "timed out";
-                    return Err(ClientError::Timeout { method: method.to_owned(), after: started.elapsed() });
-                }
+                answer
+            }
+            _ => (&mut reply_rx).await,
+        };
+        match answer {
+            // Timed out: the guard tells the server, which may still be working on it.
+            Ok(Err(timeout @ ClientError::Timeout { .. })) => {
+                guard.reason = "timed out";
+                Err(timeout)
+            }
+            Ok(answer) => {
+                guard.id = None;
+                answer
+            }
+            Err(_) => {
+                guard.id = None;
+                Err(ClientError::Closed)
             }
         }
     }
@@ -691,16 +694,6 @@ pub(super) enum Era {
 
 pub(super) fn to_value<T: serde::Serialize + ?Sized>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-/// The next progress notification from a caller's channel; never, when it has none.
-async fn next_progress(
-    rx: &mut Option<futures_channel::mpsc::UnboundedReceiver<Box<ProgressNotificationParams>>>,
-) -> Option<Box<ProgressNotificationParams>> {
-    match rx {
-        Some(rx) => rx.next().await,
-        None => std::future::pending().await,
-    }
 }
 
 pub(super) fn parse_result<T: DeserializeOwned>(
