@@ -23,6 +23,7 @@
 //! SDK's "telemetry suppressed" mark follows it: what the HTTP stack logs while sending
 //! logs is not exported again.
 
+use crate::direct::DirectSpans;
 use crate::error::TelemetryError;
 use crate::logs::LogExport;
 use crate::otlp::{EncodingSpanProcessor, HttpSpanSender, Limits};
@@ -157,6 +158,8 @@ pub struct Telemetry {
     span_counts: Arc<SpanCounts>,
     capture: crate::CaptureSettings,
     tracer: Option<SdkTracerProvider>,
+    /// The server's spans written into our OTLP/HTTP processor's queue (`crate::direct`).
+    direct: Option<Arc<DirectSpans>>,
     meter: Option<SdkMeterProvider>,
     logger: Option<SdkLoggerProvider>,
     #[cfg(feature = "prometheus")]
@@ -205,6 +208,7 @@ impl Telemetry {
             return Ok(None);
         }
         let span_counts = Arc::new(SpanCounts::default());
+        let mut direct = None;
         let tracer = if no_traces {
             None
         } else if protocol == OtlpProtocol::HttpProtobuf {
@@ -216,6 +220,8 @@ impl Telemetry {
                     .map_err(|e| {
                         TelemetryError::Exporter(format!("starting the span export thread: {e}"))
                     })?;
+            // The provider takes the SDK's default configuration, as `DirectSpans` does.
+            direct = Some(Arc::new(DirectSpans::new(processor.sink())));
             Some(
                 SdkTracerProvider::builder()
                     .with_span_processor(processor)
@@ -325,6 +331,7 @@ impl Telemetry {
             span_counts,
             capture: settings.capture.clone(),
             tracer,
+            direct,
             meter,
             logger,
             #[cfg(feature = "prometheus")]
@@ -336,10 +343,10 @@ impl Telemetry {
     pub fn layer(&self) -> ObservabilityLayer {
         let layer = ObservabilityLayer::global().with_capture(&self.capture);
         // Metrics only: no span is built per request.
-        if self.tracer.is_none() {
-            layer.without_spans()
-        } else {
-            layer
+        match (&self.tracer, &self.direct) {
+            (None, _) => layer.without_spans(),
+            (Some(_), Some(direct)) => layer.with_direct_spans(direct.clone()),
+            (Some(_), None) => layer,
         }
     }
 

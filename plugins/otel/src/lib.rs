@@ -28,6 +28,7 @@
 mod capture;
 mod client;
 mod config;
+mod direct;
 mod error;
 mod export;
 mod handlers;

@@ -2,6 +2,7 @@
 //! `mcp.server.operation.duration` point, whatever the transport.
 
 use crate::capture::{CaptureSettings, Redactor};
+use crate::direct::DirectSpans;
 use crate::points::{DurationPoints, Side};
 use crate::propagation::{parent_context, trace_headers};
 use crate::semconv::{self, caller_fault, span_name, target_attribute};
@@ -24,6 +25,9 @@ pub struct ObservabilityLayer {
     duration: Arc<DurationPoints>,
     sessions: Histogram<f64>,
     capture: Option<Arc<Redactor>>,
+    /// Our own OTLP pipeline's queue, when the spans go there without the SDK's span
+    /// (`crate::direct`).
+    direct: Option<Arc<DirectSpans>>,
 }
 
 impl std::fmt::Debug for ObservabilityLayer {
@@ -61,7 +65,16 @@ impl ObservabilityLayer {
                 "Duration of MCP sessions as observed by the server",
             ),
             capture: None,
+            direct: None,
         }
+    }
+
+    /// Writes the spans into our OTLP processor's queue without the SDK's span object
+    /// (see `crate::direct`); only for the pipeline [`Telemetry`](crate::Telemetry) installs.
+    #[must_use]
+    pub(crate) fn with_direct_spans(mut self, direct: Arc<DirectSpans>) -> Self {
+        self.direct = Some(direct);
+        self
     }
 
     /// Records durations only, building no span (when no traces are exported): a span over a
@@ -110,6 +123,118 @@ fn id_text(id: &RequestId) -> StringValue {
     }
 }
 
+/// An attribute's value as [`request_attributes`] gives it: borrowed from the request where
+/// it can be, so each way of writing a span takes it as it needs it (the SDK's span as an
+/// `opentelemetry::Value` sharing the request's strings, the direct path as text).
+pub(crate) enum Attr<'a> {
+    Static(&'static str),
+    Shared(&'a Arc<str>),
+    Value(StringValue),
+    /// A JSON-RPC id that is a number: its text.
+    IdNumber(i64),
+    Int(i64),
+}
+
+impl Attr<'_> {
+    fn into_value(self) -> opentelemetry::Value {
+        match self {
+            Attr::Static(s) => s.into(),
+            Attr::Shared(s) => StringValue::from(s.clone()).into(),
+            Attr::Value(v) => v.into(),
+            Attr::IdNumber(n) => id_text(&RequestId::Number(n)).into(),
+            Attr::Int(i) => i.into(),
+        }
+    }
+}
+
+/// The attributes of a request's SERVER span, in the order the span carries them: one list
+/// for both ways a span is written (the SDK's span, [`crate::direct`]).
+pub(crate) fn request_attributes<'a>(
+    info: &'a RequestInfo,
+    capture: Option<&Redactor>,
+    mut put: impl FnMut(&'static str, Attr<'a>),
+) {
+    let method: &str = &info.method;
+    put(semconv::MCP_METHOD_NAME, Attr::Shared(&info.method));
+    put(
+        semconv::JSONRPC_REQUEST_ID,
+        match &info.id {
+            RequestId::Number(n) => Attr::IdNumber(*n),
+            RequestId::String(s) => Attr::Shared(s),
+        },
+    );
+    if let Some(v) = &info.protocol_version {
+        put(semconv::MCP_PROTOCOL_VERSION, Attr::Static(v.as_str()));
+    }
+    // Legacy sessions only: modern requests have none.
+    if let Some(session) = &info.session_id {
+        put(semconv::MCP_SESSION_ID, Attr::Shared(session));
+    }
+    if let (Some(key), Some(t)) = (target_attribute(method), &info.target) {
+        put(key, Attr::Shared(t));
+    }
+    if let Some(peer) = &info.peer {
+        put(semconv::NETWORK_TRANSPORT, Attr::Static(peer.transport));
+        if let Some(protocol) = peer.protocol {
+            put(semconv::NETWORK_PROTOCOL_NAME, Attr::Static(protocol));
+        }
+        if let Some(a) = peer.address {
+            put(semconv::CLIENT_ADDRESS, Attr::Value(address_text(a.ip())));
+            put(semconv::CLIENT_PORT, Attr::Int(i64::from(a.port())));
+        }
+        if let Some(m) = &peer.messaging {
+            put(semconv::MESSAGING_SYSTEM, Attr::Static(m.system));
+            put(
+                semconv::MESSAGING_DESTINATION_NAME,
+                Attr::Shared(&m.destination),
+            );
+            if let Some(group) = &m.consumer_group {
+                put(semconv::MESSAGING_CONSUMER_GROUP_NAME, Attr::Shared(group));
+            }
+        }
+    }
+    if method == "tools/call" {
+        put(semconv::GEN_AI_OPERATION_NAME, Attr::Static("execute_tool"));
+        if let (Some(r), Some(args)) = (capture, &info.arguments) {
+            if r.arguments {
+                put(
+                    semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
+                    Attr::Value(r.render(args).into()),
+                );
+            }
+        }
+    }
+}
+
+/// What an outcome adds to a SERVER span: `error.type`, `rpc.response.status_code`, and
+/// its status (a caller's fault is no error of the server's).
+pub(crate) fn outcome_attributes(
+    outcome: &Outcome,
+    mut put: impl FnMut(&'static str, StringValue),
+) -> Status {
+    match outcome {
+        Outcome::Ok | Outcome::InputRequired => Status::Unset,
+        Outcome::ToolError => {
+            put(semconv::ERROR_TYPE, semconv::TOOL_ERROR.into());
+            Status::error("the tool reported an error")
+        }
+        Outcome::Error(code) => {
+            let text = StringValue::from(code.to_string());
+            put(semconv::ERROR_TYPE, text.clone());
+            put(semconv::RPC_RESPONSE_STATUS_CODE, text);
+            if caller_fault(*code) {
+                Status::Unset
+            } else {
+                Status::error(format!("JSON-RPC error {code}"))
+            }
+        }
+        Outcome::Cancelled => {
+            put(semconv::ERROR_TYPE, "cancelled".into());
+            Status::Unset
+        }
+    }
+}
+
 impl Layer for ObservabilityLayer {
     fn start(&self, info: &RequestInfo) -> Result<Observe, ErrorObject> {
         if !self.spans {
@@ -139,62 +264,21 @@ impl Layer for ObservabilityLayer {
         let link = link
             .map(|cx| cx.span().span_context().clone())
             .filter(|sc| sc != parent.span().span_context());
+        if let Some(direct) = &self.direct {
+            return Ok(Observe::Completion(Box::new(direct.start(
+                &parent,
+                link,
+                self.duration.clone(),
+                self.capture.clone(),
+            ))));
+        }
         // The request's own strings are shared (`Arc<str>`), not copied, and the revision
         // is a `&'static str`: the span path allocates as little as it can (one list, sized
         // for every attribute a request can have).
         let mut attributes = Vec::with_capacity(10);
-        attributes.push(KeyValue::new(semconv::MCP_METHOD_NAME, info.method.clone()));
-        attributes.push(KeyValue::new(
-            semconv::JSONRPC_REQUEST_ID,
-            id_text(&info.id),
-        ));
-        if let Some(v) = &info.protocol_version {
-            attributes.push(KeyValue::new(semconv::MCP_PROTOCOL_VERSION, v.as_str()));
-        }
-        // Legacy sessions only: modern requests have none.
-        if let Some(session) = &info.session_id {
-            attributes.push(KeyValue::new(semconv::MCP_SESSION_ID, session.clone()));
-        }
-        if let (Some(key), Some(t)) = (target_attribute(method), &info.target) {
-            attributes.push(KeyValue::new(key, t.clone()));
-        }
-        if let Some(peer) = &info.peer {
-            attributes.push(KeyValue::new(semconv::NETWORK_TRANSPORT, peer.transport));
-            if let Some(protocol) = peer.protocol {
-                attributes.push(KeyValue::new(semconv::NETWORK_PROTOCOL_NAME, protocol));
-            }
-            if let Some(a) = peer.address {
-                attributes.push(KeyValue::new(semconv::CLIENT_ADDRESS, address_text(a.ip())));
-                attributes.push(KeyValue::new(semconv::CLIENT_PORT, i64::from(a.port())));
-            }
-            if let Some(m) = &peer.messaging {
-                attributes.push(KeyValue::new(semconv::MESSAGING_SYSTEM, m.system));
-                attributes.push(KeyValue::new(
-                    semconv::MESSAGING_DESTINATION_NAME,
-                    opentelemetry::StringValue::from(m.destination.clone()),
-                ));
-                if let Some(group) = &m.consumer_group {
-                    attributes.push(KeyValue::new(
-                        semconv::MESSAGING_CONSUMER_GROUP_NAME,
-                        opentelemetry::StringValue::from(group.clone()),
-                    ));
-                }
-            }
-        }
-        if method == "tools/call" {
-            attributes.push(KeyValue::new(
-                semconv::GEN_AI_OPERATION_NAME,
-                "execute_tool",
-            ));
-            if let (Some(r), Some(args)) = (&self.capture, &info.arguments) {
-                if r.arguments {
-                    attributes.push(KeyValue::new(
-                        semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
-                        r.render(args),
-                    ));
-                }
-            }
-        }
+        request_attributes(info, self.capture.as_deref(), |key, value| {
+            attributes.push(KeyValue::new(key, value.into_value()));
+        });
         let mut builder = self
             .tracer
             .span_builder(span_name(method, target))
@@ -267,27 +351,11 @@ impl Completion for ServerSpan {
             mut span, duration, ..
         } = *self;
         duration.record(info, outcome);
-        let refused = matches!(outcome, Outcome::Error(code) if caller_fault(*code));
-        match outcome {
-            Outcome::Ok | Outcome::InputRequired => {}
-            Outcome::ToolError => {
-                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, semconv::TOOL_ERROR));
-                span.set_status(Status::error("the tool reported an error"));
-            }
-            Outcome::Error(code) => {
-                let code = code.to_string();
-                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, code.clone()));
-                span.set_attribute(KeyValue::new(
-                    semconv::RPC_RESPONSE_STATUS_CODE,
-                    code.clone(),
-                ));
-                if !refused {
-                    span.set_status(Status::error(format!("JSON-RPC error {code}")));
-                }
-            }
-            Outcome::Cancelled => {
-                span.set_attribute(KeyValue::new(semconv::ERROR_TYPE, "cancelled"));
-            }
+        let status = outcome_attributes(outcome, |key, value| {
+            span.set_attribute(KeyValue::new(key, value));
+        });
+        if status != Status::Unset {
+            span.set_status(status);
         }
         span.end();
     }

@@ -348,9 +348,9 @@ impl PendingTable {
 /// fails what is overdue, and stops when its table is closed or dropped.
 async fn sweep(table: Weak<PendingTable>, wake: Arc<Notify>) {
     loop {
-        let next = match table.upgrade().map(|t| t.sweep_at(Instant::now())) {
-            Some(Ok(next)) => next,
-            None | Some(Err(())) => return,
+        // Gone or closed: nothing left to time out.
+        let Some(Ok(next)) = table.upgrade().map(|t| t.sweep_at(Instant::now())) else {
+            return;
         };
         match next {
             Some(at) => {

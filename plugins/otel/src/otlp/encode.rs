@@ -11,7 +11,7 @@
 //! conversion (`opentelemetry_proto::transform::trace`), and the test beside this file
 //! checks that decoding our bytes gives exactly the messages that conversion builds.
 
-use opentelemetry::trace::{SpanKind, Status};
+use opentelemetry::trace::{SpanContext, SpanKind, Status};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
@@ -60,10 +60,43 @@ pub(crate) struct EncodedBatch {
     spans: usize,
 }
 
+/// An attribute's value as [`SpanParts`] carries it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AttrValue<'a> {
+    Str(&'a str),
+    Int(i64),
+}
+
+/// A span given by its parts rather than as the SDK's [`SpanData`]: what the server's direct
+/// span path (`crate::direct`) writes without building a span object. Written exactly as a
+/// `SpanData` with the same parts is (the test beside this file checks it): no events, no
+/// dropped counts, links without attributes.
+pub(crate) struct SpanParts<'a> {
+    pub(crate) context: &'a SpanContext,
+    /// The parent's context, when it has a valid one.
+    pub(crate) parent: Option<&'a SpanContext>,
+    /// The name, in pieces written one after the other.
+    pub(crate) name: &'a [&'a str],
+    pub(crate) kind: SpanKind,
+    pub(crate) start: SystemTime,
+    pub(crate) end: SystemTime,
+    pub(crate) attributes: &'a [(&'a str, AttrValue<'a>)],
+    pub(crate) links: &'a [SpanContext],
+    pub(crate) status: &'a Status,
+}
+
 impl EncodedBatch {
     /// Writes `span` into the batch.
     pub(crate) fn push(&mut self, span: &SpanData) {
-        let scope = &span.instrumentation_scope;
+        self.push_with(&span.instrumentation_scope, |w| w.span(span));
+    }
+
+    /// Writes a span given by its parts (see [`SpanParts`]) into the batch, under `scope`.
+    pub(crate) fn push_parts(&mut self, scope: &InstrumentationScope, span: &SpanParts<'_>) {
+        self.push_with(scope, |w| w.span_parts(span));
+    }
+
+    fn push_with(&mut self, scope: &InstrumentationScope, body: impl FnOnce(&mut Writer)) {
         // A batch holds a handful of scopes at most: a list beats a hash map here.
         let at = match self.scopes.iter().position(|(s, _)| s == scope) {
             Some(at) => at,
@@ -76,7 +109,7 @@ impl EncodedBatch {
             buf: std::mem::take(&mut self.scopes[at].1),
         };
         // A span like the server's takes 300-400 bytes: two bytes of length.
-        w.message_sized(2, 2, |w| w.span(span));
+        w.message_sized(2, 2, body);
         self.scopes[at].1 = w.buf;
         self.spans += 1;
     }
@@ -307,13 +340,22 @@ impl Writer {
     /// twice as much). `false`, with nothing written, for anything longer, an empty key
     /// (left out, proto3 style) or another kind of value.
     fn short_key_value(&mut self, field: u32, kv: &KeyValue) -> bool {
-        let key = kv.key.as_str().as_bytes();
+        let value = match &kv.value {
+            Value::String(v) => Short::Str(v.as_str().as_bytes()),
+            Value::I64(i) => Short::Int(*i),
+            Value::Bool(b) => Short::Bool(*b),
+            _ => return false,
+        };
+        self.short_attribute(field, kv.key.as_str().as_bytes(), value)
+    }
+
+    /// [`short_key_value`](Self::short_key_value) of a key and a value as they are.
+    fn short_attribute(&mut self, field: u32, key: &[u8], value: Short<'_>) -> bool {
         // The `AnyValue`'s body: its one-of member's key and, for a string, its length,
         // then the string's bytes; for a scalar, its value as a varint.
         let mut head = [0u8; 11];
-        let (head, text): (&[u8], &[u8]) = match &kv.value {
-            Value::String(v) => {
-                let text = v.as_str().as_bytes();
+        let (head, text): (&[u8], &[u8]) = match value {
+            Short::Str(text) => {
                 if text.len() >= 0x80 {
                     return false;
                 }
@@ -322,9 +364,9 @@ impl Writer {
                 (&head[..2], text)
             }
             // int64: two's complement, ten bytes when negative.
-            Value::I64(i) => {
+            Short::Int(i) => {
                 head[0] = 0x18;
-                let mut v = *i as u64;
+                let mut v = i as u64;
                 let mut n = 1;
                 while v >= 0x80 {
                     head[n] = (v as u8) | 0x80;
@@ -334,12 +376,11 @@ impl Writer {
                 head[n] = v as u8;
                 (&head[..=n], &[])
             }
-            Value::Bool(b) => {
+            Short::Bool(b) => {
                 head[0] = 0x10;
-                head[1] = u8::from(*b);
+                head[1] = u8::from(b);
                 (&head[..2], &[])
             }
-            _ => return false,
         };
         let any = head.len() + text.len();
         // `KeyValue.key` (key byte, length, bytes) and `KeyValue.value` (key byte, length,
@@ -360,6 +401,55 @@ impl Writer {
         self.buf.extend_from_slice(head);
         self.buf.extend_from_slice(text);
         true
+    }
+
+    /// A `Span`'s body from its parts, field for field as [`Writer::span`] writes a
+    /// `SpanData` holding the same.
+    fn span_parts(&mut self, span: &SpanParts<'_>) {
+        let cx = span.context;
+        self.bytes(1, &cx.trace_id().to_bytes());
+        self.bytes(2, &cx.span_id().to_bytes());
+        self.string(3, &cx.trace_state().header());
+        if let Some(parent) = span.parent {
+            self.bytes(4, &parent.span_id().to_bytes());
+        }
+        let name_len: usize = span.name.iter().map(|p| p.len()).sum();
+        if name_len > 0 {
+            push_key(&mut self.buf, 5, WireType::LengthDelimited);
+            push_varint(&mut self.buf, name_len as u64);
+            for piece in span.name {
+                self.buf.extend_from_slice(piece.as_bytes());
+            }
+        }
+        self.varint(6, span_kind(&span.kind));
+        self.fixed64(7, nanos(span.start));
+        self.fixed64(8, nanos(span.end));
+        for (key, value) in span.attributes {
+            let short = match value {
+                AttrValue::Str(s) => Short::Str(s.as_bytes()),
+                AttrValue::Int(i) => Short::Int(*i),
+            };
+            if !self.short_attribute(9, key.as_bytes(), short) {
+                self.message(9, |w| {
+                    w.string(1, key);
+                    w.message(2, |w| match value {
+                        AttrValue::Str(s) => w.any_string(s),
+                        AttrValue::Int(i) => w.any_int(*i),
+                    });
+                });
+            }
+        }
+        for lcx in span.links {
+            self.message(13, |w| {
+                w.bytes(1, &lcx.trace_id().to_bytes());
+                w.bytes(2, &lcx.span_id().to_bytes());
+                w.string(3, &lcx.trace_state().header());
+                w.fixed32(6, flags(lcx.is_remote(), lcx.trace_flags().to_u8()));
+            });
+        }
+        self.message(15, |w| write_status(w, span.status));
+        let remote = span.parent.is_some_and(SpanContext::is_remote);
+        self.fixed32(16, flags(remote, cx.trace_flags().to_u8()));
     }
 
     /// A `Span`'s body.
@@ -398,25 +488,35 @@ impl Writer {
             });
         }
         self.varint(14, u64::from(span.links.dropped_count));
-        // Always there, as opentelemetry-proto sets it.
-        self.message(15, |w| {
-            if let Status::Error { description } = &span.status {
-                w.string(2, description);
-            }
-            w.varint(
-                3,
-                match span.status {
-                    Status::Unset => 0,
-                    Status::Ok => 1,
-                    Status::Error { .. } => 2,
-                },
-            );
-        });
+        self.message(15, |w| write_status(w, &span.status));
         self.fixed32(
             16,
             flags(span.parent_span_is_remote, cx.trace_flags().to_u8()),
         );
     }
+}
+
+/// A `Status`'s body (always there, as opentelemetry-proto sets it).
+fn write_status(w: &mut Writer, status: &Status) {
+    if let Status::Error { description } = status {
+        w.string(2, description);
+    }
+    w.varint(
+        3,
+        match status {
+            Status::Unset => 0,
+            Status::Ok => 1,
+            Status::Error { .. } => 2,
+        },
+    );
+}
+
+/// A value [`Writer::short_attribute`] writes.
+#[derive(Clone, Copy)]
+enum Short<'a> {
+    Str(&'a [u8]),
+    Int(i64),
+    Bool(bool),
 }
 
 fn span_kind(kind: &SpanKind) -> u64 {

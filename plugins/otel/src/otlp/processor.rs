@@ -17,11 +17,11 @@
 //! `OTEL_BSP_SCHEDULE_DELAY` is the longest a span waits for its batch to be sent; a flush
 //! or a shutdown sends everything queued before it, within its timeout.
 
-use super::encode::{EncodedBatch, EncodedResource};
+use super::encode::{EncodedBatch, EncodedResource, SpanParts};
 use super::traces::HttpSpanSender;
 use crate::spans::SpanCounts;
 use bytes::Bytes;
-use opentelemetry::Context;
+use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
@@ -187,6 +187,58 @@ impl EncodingSpanProcessor {
     }
 }
 
+/// Where the server's direct span path (`crate::direct`) writes its spans: the processor's
+/// own queue, under its limits and counts, sent by its thread, flushed and shut down with it.
+#[derive(Debug, Clone)]
+pub(crate) struct SpanSink(Arc<Shared>);
+
+impl SpanSink {
+    /// Writes a sampled span into the batch being filled (dropped, and counted, when the
+    /// queue is full or the pipeline is shut down).
+    pub(crate) fn push(&self, scope: &InstrumentationScope, span: &SpanParts<'_>) {
+        self.0.enqueue(|batch| batch.push_parts(scope, span));
+    }
+}
+
+#[cfg(test)]
+impl SpanSink {
+    /// The batch being filled as the request that would send it, emptied (for tests that
+    /// read what was written without sending it).
+    pub(crate) fn take_request(&self) -> Vec<u8> {
+        let resource = lock(&self.0.resource).clone();
+        let mut q = lock(&self.0.queue);
+        let body = q.filling.request(&resource);
+        q.queued -= q.filling.len();
+        q.filling.clear();
+        body
+    }
+}
+
+impl Shared {
+    /// One ended span into the batch being filled, under the queue's limit.
+    fn enqueue(&self, write: impl FnOnce(&mut EncodedBatch)) {
+        self.counts.ended.fetch_add(1, Ordering::Relaxed);
+        let mut q = lock(&self.queue);
+        // Full, or stopped: dropped, and counted as such (ended, never exported or failed).
+        if q.stopping || q.queued >= self.limits.max_queue {
+            return;
+        }
+        write(&mut q.filling);
+        q.queued += 1;
+        if q.filling.len() >= self.limits.max_batch {
+            q.seal();
+            self.work.notify_one();
+        }
+    }
+}
+
+impl EncodingSpanProcessor {
+    /// A handle that writes spans given by their parts into this processor's queue.
+    pub(crate) fn sink(&self) -> SpanSink {
+        SpanSink(self.shared.clone())
+    }
+}
+
 impl Drop for EncodingSpanProcessor {
     /// Dropped without a shutdown: the thread sends what is queued and stops, unwaited for.
     fn drop(&mut self) {
@@ -204,21 +256,8 @@ impl SpanProcessor for EncodingSpanProcessor {
         if !span.span_context.is_sampled() {
             return;
         }
-        let shared = &*self.shared;
-        shared.counts.ended.fetch_add(1, Ordering::Relaxed);
-        let mut q = lock(&shared.queue);
-        // Full, or stopped: dropped, and counted as such (ended, never exported or failed).
-        if q.stopping || q.queued >= shared.limits.max_queue {
-            return;
-        }
-        q.filling.push(&span);
-        q.queued += 1;
-        if q.filling.len() >= shared.limits.max_batch {
-            q.seal();
-            shared.work.notify_one();
-        }
-        drop(q);
-        // The span is freed here, on the thread that made it.
+        self.shared.enqueue(|batch| batch.push(&span));
+        // The span is freed here, on the thread that made it (not under the queue's lock).
         drop(span);
     }
 

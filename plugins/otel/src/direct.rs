@@ -1,0 +1,425 @@
+//! The server's SERVER spans written straight into the OTLP batch, with no span object of
+//! the SDK's in between.
+//!
+//! Why: through the SDK, a request's span is a boxed `Span` built by a `dyn` tracer, a list
+//! of `KeyValue`s, a `SpanData` moved out at its end and dropped after it is written: 5 260
+//! of the 5 550 instructions full tracing added to a traced `tools/call` over stdio
+//! (`benches/callgrind.sh stdio-full`, stop 42), three times the 15% the issue allows. Here
+//! a request's span keeps its ids, its start and its links until it ends, and is then
+//! written as protobuf from the request's own fields (the attributes of
+//! `server::request_attributes`, the one list both paths write), into the queue of our
+//! OTLP/HTTP processor (`otlp::processor::SpanSink`): same batches, limits, counts,
+//! flushes and shutdown as the SDK's spans.
+//!
+//! When: only where [`Telemetry`](crate::Telemetry) installed that processor, whose
+//! provider is built with the SDK's default configuration. [`DirectSpans::new`] takes the
+//! sampler and id generator from that same configuration (`Config::default()` reads the
+//! same `OTEL_TRACES_SAMPLER`/`_ARG`), so a request is sampled as the SDK would sample it. An
+//! embedder's own tracer ([`ObservabilityLayer::new`](crate::ObservabilityLayer::new)) keeps
+//! the SDK's span, with every processor it has. The sampler is asked without the span's
+//! name and attributes: the samplers those variables choose read neither.
+//!
+//! The test beside this file decodes what both paths write for the same requests and
+//! compares every field but the ids and times.
+
+use crate::capture::Redactor;
+use crate::otlp::{AttrValue, SpanParts, SpanSink};
+use crate::points::DurationPoints;
+use crate::propagation::trace_headers;
+use crate::semconv::{target_attribute, GEN_AI_TOOL_CALL_RESULT};
+use crate::server::{outcome_attributes, request_attributes, Attr};
+use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceFlags};
+use opentelemetry::{Context, InstrumentationScope};
+use opentelemetry_sdk::trace::{IdGenerator, SamplingDecision, ShouldSample};
+use std::sync::Arc;
+use std::time::SystemTime;
+use toolyard::{Completion, Outcome, RequestInfo};
+
+/// The most attributes a server span has (`request_attributes`, a captured result, and an
+/// outcome's two): room on the stack for them all.
+const MAX_ATTRIBUTES: usize = 20;
+
+/// See the module documentation.
+pub(crate) struct DirectSpans {
+    sink: SpanSink,
+    sampler: Box<dyn ShouldSample>,
+    ids: Box<dyn IdGenerator>,
+    scope: InstrumentationScope,
+}
+
+impl std::fmt::Debug for DirectSpans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirectSpans")
+    }
+}
+
+impl DirectSpans {
+    /// Spans written into `sink`, sampled and numbered as a provider built with the SDK's
+    /// default configuration would (see the module documentation).
+    pub(crate) fn new(sink: SpanSink) -> DirectSpans {
+        let config = opentelemetry_sdk::trace::Config::default();
+        DirectSpans {
+            sink,
+            sampler: config.sampler,
+            ids: config.id_generator,
+            scope: InstrumentationScope::builder(crate::SCOPE).build(),
+        }
+    }
+
+    /// A request's span, begun now under `parent` and linking `link`: what the SDK's tracer
+    /// does for a SERVER span (`SdkTracer::build_with_context`), without the span.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        parent: &Context,
+        link: Option<SpanContext>,
+        duration: Arc<DurationPoints>,
+        capture: Option<Arc<Redactor>>,
+    ) -> DirectServerSpan {
+        let span_id = self.ids.new_span_id();
+        let parent_span = parent.span();
+        let psc = parent_span.span_context();
+        let parent_valid = psc.is_valid();
+        let trace_id = if parent_valid {
+            psc.trace_id()
+        } else {
+            self.ids.new_trace_id()
+        };
+        let links: &[Link] = &link
+            .iter()
+            .cloned()
+            .map(Link::with_context)
+            .collect::<Vec<_>>();
+        let sampling =
+            self.sampler
+                .should_sample(Some(parent), trace_id, "", &SpanKind::Server, &[], links);
+        let parent_flags = if parent_valid {
+            psc.trace_flags()
+        } else {
+            TraceFlags::default()
+        };
+        let (flags, sampled) = match sampling.decision {
+            SamplingDecision::RecordAndSample => (parent_flags.with_sampled(true), true),
+            // Recorded but not sampled: our processor drops such a span at its end.
+            SamplingDecision::RecordOnly => (parent_flags.with_sampled(false), false),
+            SamplingDecision::Drop => (TraceFlags::default(), false),
+        };
+        DirectServerSpan {
+            spans: self.clone(),
+            context: SpanContext::new(trace_id, span_id, flags, false, sampling.trace_state),
+            parent: parent_valid.then(|| psc.clone()),
+            link,
+            start: opentelemetry::time::now(),
+            sampled,
+            duration,
+            capture,
+        }
+    }
+}
+
+/// A request's span until it ends (see the module documentation).
+pub(crate) struct DirectServerSpan {
+    spans: Arc<DirectSpans>,
+    context: SpanContext,
+    parent: Option<SpanContext>,
+    link: Option<SpanContext>,
+    start: SystemTime,
+    sampled: bool,
+    duration: Arc<DurationPoints>,
+    /// Set when arguments or results are captured.
+    capture: Option<Arc<Redactor>>,
+}
+
+impl Completion for DirectServerSpan {
+    fn trace_context(&self) -> Option<(String, Option<String>)> {
+        trace_headers(&self.context)
+    }
+
+    fn finish_with_response(
+        self: Box<Self>,
+        info: &RequestInfo,
+        outcome: &Outcome,
+        response: &[u8],
+    ) {
+        let result = match &self.capture {
+            Some(r) if r.results && &*info.method == "tools/call" => r.render_result(response),
+            _ => None,
+        };
+        self.end(info, outcome, result);
+    }
+
+    fn finish(self: Box<Self>, info: &RequestInfo, outcome: &Outcome) {
+        self.end(info, outcome, None);
+    }
+}
+
+impl DirectServerSpan {
+    fn end<'a>(self: Box<Self>, info: &'a RequestInfo, outcome: &Outcome, result: Option<String>) {
+        self.duration.record(info, outcome);
+        if !self.sampled {
+            return;
+        }
+        let end = opentelemetry::time::now();
+        // The attributes, held as `request_attributes` gives them, then read as text.
+        let mut held: [Option<(&'static str, Attr<'a>)>; MAX_ATTRIBUTES] =
+            [const { None }; MAX_ATTRIBUTES];
+        let mut n = 0;
+        let mut put = |key: &'static str, value: Attr<'a>| {
+            if let Some(slot) = held.get_mut(n) {
+                *slot = Some((key, value));
+                n += 1;
+            }
+        };
+        request_attributes(info, self.capture.as_deref(), &mut put);
+        if let Some(result) = result {
+            put(GEN_AI_TOOL_CALL_RESULT, Attr::Value(result.into()));
+        }
+        let status = outcome_attributes(outcome, |key, value| put(key, Attr::Value(value)));
+        let mut id = itoa::Buffer::new();
+        let id_text = held.iter().flatten().find_map(|(_, v)| match v {
+            Attr::IdNumber(n) => Some(*n),
+            _ => None,
+        });
+        let id_text = id_text.map(|n| id.format(n));
+        let mut attributes = [("", AttrValue::Int(0)); MAX_ATTRIBUTES];
+        let mut count = 0;
+        for ((key, value), slot) in held.iter().flatten().zip(attributes.iter_mut()) {
+            *slot = (
+                *key,
+                match value {
+                    Attr::Static(s) => AttrValue::Str(s),
+                    Attr::Shared(s) => AttrValue::Str(s),
+                    Attr::Value(v) => AttrValue::Str(v.as_str()),
+                    Attr::IdNumber(_) => AttrValue::Str(id_text.unwrap_or_default()),
+                    Attr::Int(i) => AttrValue::Int(*i),
+                },
+            );
+            count += 1;
+        }
+        let method: &str = &info.method;
+        let name: &[&str] = match (&info.target, target_attribute(method)) {
+            (Some(target), Some(_)) => &[method, " ", target],
+            _ => &[method],
+        };
+        let links = self.link.as_slice();
+        self.spans.sink.push(
+            &self.spans.scope,
+            &SpanParts {
+                context: &self.context,
+                parent: self.parent.as_ref(),
+                name,
+                kind: SpanKind::Server,
+                start: self.start,
+                end,
+                attributes: &attributes[..count],
+                links,
+                status: &status,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::ReqwestOnTokio;
+    use crate::otlp::{EncodingSpanProcessor, HttpSpanSender, Limits};
+    use crate::spans::SpanCounts;
+    use crate::{CaptureSettings, ObservabilityLayer};
+    use opentelemetry::global::BoxedTracer;
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value;
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    use opentelemetry_sdk::metrics::SdkMeterProvider;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use prost::Message as _;
+    use serde_json::json;
+    use std::time::Duration;
+    use toolyard::{tool_fn, HandlerError, ServerBuilder};
+    use toolyard_testkit::RawClient;
+
+    /// A processor that holds what it is given (nothing is sent in the test's time) and the
+    /// handle to read it back.
+    fn processor() -> (EncodingSpanProcessor, SpanSink) {
+        let client = Arc::new(ReqwestOnTokio::new(tokio::runtime::Handle::current()).unwrap());
+        let sender = HttpSpanSender::new(client, Some("http://127.0.0.1:9")).unwrap();
+        let limits = Limits {
+            max_queue: 10_000,
+            max_batch: 10_000,
+            delay: Duration::from_secs(3600),
+        };
+        let processor =
+            EncodingSpanProcessor::new(sender, limits, Arc::new(SpanCounts::default())).unwrap();
+        let sink = processor.sink();
+        (processor, sink)
+    }
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Args {
+        #[allow(dead_code)]
+        text: Option<String>,
+    }
+
+    /// The same requests through a server with `layer`; the spans written, in order.
+    async fn spans_of(layer: ObservabilityLayer, sink: &SpanSink) -> Vec<Span> {
+        let server = ServerBuilder::new("s", "1")
+            .layer(Arc::new(layer))
+            .tool(tool_fn("ok", "answers", |_c, _a: Args| async { Ok("fine") }).unwrap())
+            .tool(
+                tool_fn("fails", "fails", |_c, _a: Args| async {
+                    Err::<String, _>(HandlerError::failed("it broke"))
+                })
+                .unwrap(),
+            )
+            .start()
+            .await
+            .unwrap();
+        let client = RawClient::connect(&server).await.unwrap();
+        client.initialize(json!({})).await.unwrap();
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let meta = json!({"traceparent": parent, "tracestate": "vendor=1"});
+        let calls = [
+            (
+                "tools/call",
+                json!({"name": "ok", "arguments": {"text": "hi", "token": "secret"}, "_meta": meta}),
+            ),
+            ("tools/call", json!({"name": "ok", "arguments": {}})),
+            (
+                "tools/call",
+                json!({"name": "fails", "arguments": {}, "_meta": meta}),
+            ),
+            // Unknown tool, bad arguments: the caller's fault (no error status).
+            ("tools/call", json!({"name": "nope", "arguments": {}})),
+            (
+                "tools/call",
+                json!({"name": "ok", "arguments": {"text": 5}}),
+            ),
+            ("tools/list", json!({})),
+            ("resources/read", json!({"uri": "file:///nowhere"})),
+            ("ping", json!({})),
+            // Not sampled by its parent: no span on either path.
+            (
+                "tools/call",
+                json!({"name": "ok", "arguments": {},
+                "_meta": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}),
+            ),
+        ];
+        for (method, params) in calls {
+            let _ = client.request(method, params).await;
+        }
+        // A string id, and a result longer than a short attribute.
+        let long = "x".repeat(300);
+        let _ = client
+            .request_with_id(
+                toolyard::proto::RequestId::String("call-7".into()),
+                "tools/call",
+                json!({"name": "ok", "arguments": {"text": long}}),
+            )
+            .await;
+        // A span ends as its answer is written: wait a moment for the last.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let body = sink.take_request();
+        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+        let scopes: Vec<_> = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .collect();
+        assert_eq!(scopes.len(), 1);
+        assert_eq!(scopes[0].scope.as_ref().unwrap().name, crate::SCOPE);
+        scopes[0].spans.clone()
+    }
+
+    fn attributes(span: &Span) -> Vec<(String, String)> {
+        span.attributes
+            .iter()
+            .map(|kv| {
+                let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(any_value::Value::StringValue(s)) => format!("string {s}"),
+                    Some(any_value::Value::IntValue(i)) => format!("int {i}"),
+                    other => format!("{other:?}"),
+                };
+                // Each server has a session of its own.
+                let value = if kv.key == "mcp.session.id" {
+                    "a session".to_owned()
+                } else {
+                    value
+                };
+                (kv.key.clone(), value)
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_direct_path_writes_the_spans_the_sdks_span_writes() {
+        let capture = CaptureSettings {
+            arguments: true,
+            results: true,
+            ..CaptureSettings::default()
+        };
+        let meter = SdkMeterProvider::default().meter("test");
+        let (sdk_processor, sdk_sink) = processor();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(sdk_processor)
+            .build();
+        let tracer = || BoxedTracer::new(Box::new(provider.tracer(crate::SCOPE)));
+        let through_sdk = ObservabilityLayer::new(tracer(), &meter).with_capture(&capture);
+        let (direct_processor, direct_sink) = processor();
+        let direct = ObservabilityLayer::new(tracer(), &meter)
+            .with_capture(&capture)
+            .with_direct_spans(Arc::new(DirectSpans::new(direct_sink.clone())));
+        let expected = spans_of(through_sdk, &sdk_sink).await;
+        let written = spans_of(direct, &direct_sink).await;
+        let names = |spans: &[Span]| spans.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&written), names(&expected));
+        // Every request but the unsampled one (and `ping`, which no layer sees).
+        assert_eq!(
+            names(&written),
+            [
+                "tools/call ok",
+                "tools/call ok",
+                "tools/call fails",
+                "tools/call nope",
+                "tools/call ok",
+                "tools/list",
+                "resources/read file:///nowhere",
+                "tools/call ok"
+            ]
+        );
+        for (got, want) in written.iter().zip(&expected) {
+            assert_eq!(got.name, want.name);
+            assert_eq!(got.kind, want.kind, "{}", want.name);
+            assert_eq!(attributes(got), attributes(want), "{}", want.name);
+            assert_eq!(got.status, want.status, "{}", want.name);
+            assert_eq!(got.links, want.links, "{}", want.name);
+            assert_eq!(got.flags, want.flags, "{}", want.name);
+            assert_eq!(got.trace_state, want.trace_state, "{}", want.name);
+            assert_eq!(got.parent_span_id, want.parent_span_id, "{}", want.name);
+            assert_eq!(got.events, want.events, "{}", want.name);
+            assert_eq!(got.dropped_attributes_count, want.dropped_attributes_count);
+            assert_eq!(got.span_id.len(), 8);
+            assert!(got.end_time_unix_nano >= got.start_time_unix_nano);
+            // Under the caller's trace, or in one of its own.
+            if want.parent_span_id.is_empty() {
+                assert_ne!(got.trace_id, want.trace_id);
+            } else {
+                assert_eq!(got.trace_id, want.trace_id);
+            }
+        }
+        // What the checks compare is there to compare.
+        let ok = &written[0];
+        assert_eq!(ok.name, "tools/call ok");
+        assert!(attributes(ok)
+            .iter()
+            .any(|(k, _)| k == "gen_ai.tool.call.arguments"));
+        assert!(attributes(ok)
+            .iter()
+            .any(|(k, _)| k == "gen_ai.tool.call.result"));
+        assert!(written
+            .iter()
+            .any(|s| s.status.as_ref().is_some_and(|st| st.code == 2)));
+        drop(direct_processor);
+        provider.shutdown().unwrap();
+    }
+}
