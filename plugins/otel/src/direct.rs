@@ -23,7 +23,7 @@
 //! compares every field but the ids and times.
 
 use crate::capture::Redactor;
-use crate::otlp::{AttrValue, SpanParts, SpanSink};
+use crate::otlp::{AttrValue, SpanEncoder, SpanHead, SpanSink};
 use crate::points::DurationPoints;
 use crate::propagation::trace_headers;
 use crate::semconv::{target_attribute, GEN_AI_TOOL_CALL_RESULT};
@@ -34,10 +34,6 @@ use opentelemetry_sdk::trace::{IdGenerator, SamplingDecision, ShouldSample};
 use std::sync::Arc;
 use std::time::SystemTime;
 use toolyard::{Completion, Outcome, RequestInfo};
-
-/// The most attributes a server span has (`request_attributes`, a captured result, and an
-/// outcome's two): room on the stack for them all.
-const MAX_ATTRIBUTES: usize = 20;
 
 /// See the module documentation.
 pub(crate) struct DirectSpans {
@@ -153,69 +149,51 @@ impl Completion for DirectServerSpan {
 }
 
 impl DirectServerSpan {
-    fn end<'a>(self: Box<Self>, info: &'a RequestInfo, outcome: &Outcome, result: Option<String>) {
+    fn end(self: Box<Self>, info: &RequestInfo, outcome: &Outcome, result: Option<String>) {
         self.duration.record(info, outcome);
         if !self.sampled {
             return;
-        }
-        let end = opentelemetry::time::now();
-        // The attributes, held as `request_attributes` gives them, then read as text.
-        let mut held: [Option<(&'static str, Attr<'a>)>; MAX_ATTRIBUTES] =
-            [const { None }; MAX_ATTRIBUTES];
-        let mut n = 0;
-        let mut put = |key: &'static str, value: Attr<'a>| {
-            if let Some(slot) = held.get_mut(n) {
-                *slot = Some((key, value));
-                n += 1;
-            }
-        };
-        request_attributes(info, self.capture.as_deref(), &mut put);
-        if let Some(result) = result {
-            put(GEN_AI_TOOL_CALL_RESULT, Attr::Value(result.into()));
-        }
-        let status = outcome_attributes(outcome, |key, value| put(key, Attr::Value(value)));
-        let mut id = itoa::Buffer::new();
-        let id_text = held.iter().flatten().find_map(|(_, v)| match v {
-            Attr::IdNumber(n) => Some(*n),
-            _ => None,
-        });
-        let id_text = id_text.map(|n| id.format(n));
-        let mut attributes = [("", AttrValue::Int(0)); MAX_ATTRIBUTES];
-        let mut count = 0;
-        for ((key, value), slot) in held.iter().flatten().zip(attributes.iter_mut()) {
-            *slot = (
-                *key,
-                match value {
-                    Attr::Static(s) => AttrValue::Str(s),
-                    Attr::Shared(s) => AttrValue::Str(s),
-                    Attr::Value(v) => AttrValue::Str(v.as_str()),
-                    Attr::IdNumber(_) => AttrValue::Str(id_text.unwrap_or_default()),
-                    Attr::Int(i) => AttrValue::Int(*i),
-                },
-            );
-            count += 1;
         }
         let method: &str = &info.method;
         let name: &[&str] = match (&info.target, target_attribute(method)) {
             (Some(target), Some(_)) => &[method, " ", target],
             _ => &[method],
         };
-        let links = self.link.as_slice();
-        self.spans.sink.push(
-            &self.spans.scope,
-            &SpanParts {
+        // Written outside the queue's lock into this thread's buffer, copied in under it.
+        let buf = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let mut span = SpanEncoder::new(
+            buf,
+            &SpanHead {
                 context: &self.context,
                 parent: self.parent.as_ref(),
                 name,
                 kind: SpanKind::Server,
                 start: self.start,
-                end,
-                attributes: &attributes[..count],
-                links,
-                status: &status,
+                end: opentelemetry::time::now(),
             },
         );
+        let mut put = |key: &'static str, value: Attr<'_>| match value {
+            Attr::Static(s) => span.attribute(key, AttrValue::Str(s)),
+            Attr::Shared(s) => span.attribute(key, AttrValue::Str(s)),
+            Attr::Value(v) => span.attribute(key, AttrValue::Str(v.as_str())),
+            Attr::IdNumber(n) => span.attribute(key, AttrValue::Str(itoa::Buffer::new().format(n))),
+            Attr::Int(i) => span.attribute(key, AttrValue::Int(i)),
+        };
+        request_attributes(info, self.capture.as_deref(), &mut put);
+        if let Some(result) = result {
+            put(GEN_AI_TOOL_CALL_RESULT, Attr::Value(result.into()));
+        }
+        let status = outcome_attributes(outcome, |key, value| put(key, Attr::Value(value)));
+        let body = span.finish(self.link.as_slice(), &status);
+        self.spans.sink.push(&self.spans.scope, &body);
+        SCRATCH.with(|s| *s.borrow_mut() = body);
     }
+}
+
+thread_local! {
+    /// The buffer a span is written into before it is copied into the batch: one per
+    /// thread, kept from span to span.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]

@@ -67,11 +67,12 @@ pub(crate) enum AttrValue<'a> {
     Int(i64),
 }
 
-/// A span given by its parts rather than as the SDK's [`SpanData`]: what the server's direct
-/// span path (`crate::direct`) writes without building a span object. Written exactly as a
-/// `SpanData` with the same parts is (the test beside this file checks it): no events, no
-/// dropped counts, links without attributes.
-pub(crate) struct SpanParts<'a> {
+/// A span written from its parts rather than from the SDK's [`SpanData`]: what the server's
+/// direct span path (`crate::direct`) writes without building a span object, field by
+/// field in their numbers' order ([`SpanEncoder::new`] the head, then each attribute, then
+/// [`SpanEncoder::finish`]). Written exactly as a `SpanData` with the same parts is (the
+/// direct path's test checks it): no events, no dropped counts, links without attributes.
+pub(crate) struct SpanHead<'a> {
     pub(crate) context: &'a SpanContext,
     /// The parent's context, when it has a valid one.
     pub(crate) parent: Option<&'a SpanContext>,
@@ -80,9 +81,76 @@ pub(crate) struct SpanParts<'a> {
     pub(crate) kind: SpanKind,
     pub(crate) start: SystemTime,
     pub(crate) end: SystemTime,
-    pub(crate) attributes: &'a [(&'a str, AttrValue<'a>)],
-    pub(crate) links: &'a [SpanContext],
-    pub(crate) status: &'a Status,
+}
+
+/// See [`SpanHead`]: a `Span` message's body being written into a buffer of the caller's.
+pub(crate) struct SpanEncoder {
+    w: Writer,
+    remote_parent: bool,
+    flags: u8,
+}
+
+impl SpanEncoder {
+    /// Starts a span's body in `buf` (emptied first) with its fields up to its attributes.
+    pub(crate) fn new(mut buf: Vec<u8>, head: &SpanHead<'_>) -> SpanEncoder {
+        buf.clear();
+        let mut w = Writer { buf };
+        let cx = head.context;
+        w.bytes(1, &cx.trace_id().to_bytes());
+        w.bytes(2, &cx.span_id().to_bytes());
+        w.string(3, &cx.trace_state().header());
+        if let Some(parent) = head.parent {
+            w.bytes(4, &parent.span_id().to_bytes());
+        }
+        let name_len: usize = head.name.iter().map(|p| p.len()).sum();
+        if name_len > 0 {
+            push_key(&mut w.buf, 5, WireType::LengthDelimited);
+            push_varint(&mut w.buf, name_len as u64);
+            for piece in head.name {
+                w.buf.extend_from_slice(piece.as_bytes());
+            }
+        }
+        w.varint(6, span_kind(&head.kind));
+        w.fixed64(7, nanos(head.start));
+        w.fixed64(8, nanos(head.end));
+        SpanEncoder {
+            w,
+            remote_parent: head.parent.is_some_and(SpanContext::is_remote),
+            flags: cx.trace_flags().to_u8(),
+        }
+    }
+
+    /// One attribute, in the order the span carries them.
+    pub(crate) fn attribute(&mut self, key: &str, value: AttrValue<'_>) {
+        let short = match value {
+            AttrValue::Str(s) => Short::Str(s.as_bytes()),
+            AttrValue::Int(i) => Short::Int(i),
+        };
+        if !self.w.short_attribute(9, key.as_bytes(), short) {
+            self.w.message(9, |w| {
+                w.string(1, key);
+                w.message(2, |w| match value {
+                    AttrValue::Str(s) => w.any_string(s),
+                    AttrValue::Int(i) => w.any_int(i),
+                });
+            });
+        }
+    }
+
+    /// The links, the status and the flags: the span's body, complete.
+    pub(crate) fn finish(mut self, links: &[SpanContext], status: &Status) -> Vec<u8> {
+        for lcx in links {
+            self.w.message(13, |w| {
+                w.bytes(1, &lcx.trace_id().to_bytes());
+                w.bytes(2, &lcx.span_id().to_bytes());
+                w.string(3, &lcx.trace_state().header());
+                w.fixed32(6, flags(lcx.is_remote(), lcx.trace_flags().to_u8()));
+            });
+        }
+        self.w.message(15, |w| write_status(w, status));
+        self.w.fixed32(16, flags(self.remote_parent, self.flags));
+        self.w.buf
+    }
 }
 
 impl EncodedBatch {
@@ -91,9 +159,10 @@ impl EncodedBatch {
         self.push_with(&span.instrumentation_scope, |w| w.span(span));
     }
 
-    /// Writes a span given by its parts (see [`SpanParts`]) into the batch, under `scope`.
-    pub(crate) fn push_parts(&mut self, scope: &InstrumentationScope, span: &SpanParts<'_>) {
-        self.push_with(scope, |w| w.span_parts(span));
+    /// Writes a span's body written elsewhere ([`SpanEncoder`]) into the batch, under
+    /// `scope`.
+    pub(crate) fn push_encoded(&mut self, scope: &InstrumentationScope, body: &[u8]) {
+        self.push_with(scope, |w| w.buf.extend_from_slice(body));
     }
 
     fn push_with(&mut self, scope: &InstrumentationScope, body: impl FnOnce(&mut Writer)) {
@@ -401,55 +470,6 @@ impl Writer {
         self.buf.extend_from_slice(head);
         self.buf.extend_from_slice(text);
         true
-    }
-
-    /// A `Span`'s body from its parts, field for field as [`Writer::span`] writes a
-    /// `SpanData` holding the same.
-    fn span_parts(&mut self, span: &SpanParts<'_>) {
-        let cx = span.context;
-        self.bytes(1, &cx.trace_id().to_bytes());
-        self.bytes(2, &cx.span_id().to_bytes());
-        self.string(3, &cx.trace_state().header());
-        if let Some(parent) = span.parent {
-            self.bytes(4, &parent.span_id().to_bytes());
-        }
-        let name_len: usize = span.name.iter().map(|p| p.len()).sum();
-        if name_len > 0 {
-            push_key(&mut self.buf, 5, WireType::LengthDelimited);
-            push_varint(&mut self.buf, name_len as u64);
-            for piece in span.name {
-                self.buf.extend_from_slice(piece.as_bytes());
-            }
-        }
-        self.varint(6, span_kind(&span.kind));
-        self.fixed64(7, nanos(span.start));
-        self.fixed64(8, nanos(span.end));
-        for (key, value) in span.attributes {
-            let short = match value {
-                AttrValue::Str(s) => Short::Str(s.as_bytes()),
-                AttrValue::Int(i) => Short::Int(*i),
-            };
-            if !self.short_attribute(9, key.as_bytes(), short) {
-                self.message(9, |w| {
-                    w.string(1, key);
-                    w.message(2, |w| match value {
-                        AttrValue::Str(s) => w.any_string(s),
-                        AttrValue::Int(i) => w.any_int(*i),
-                    });
-                });
-            }
-        }
-        for lcx in span.links {
-            self.message(13, |w| {
-                w.bytes(1, &lcx.trace_id().to_bytes());
-                w.bytes(2, &lcx.span_id().to_bytes());
-                w.string(3, &lcx.trace_state().header());
-                w.fixed32(6, flags(lcx.is_remote(), lcx.trace_flags().to_u8()));
-            });
-        }
-        self.message(15, |w| write_status(w, span.status));
-        let remote = span.parent.is_some_and(SpanContext::is_remote);
-        self.fixed32(16, flags(remote, cx.trace_flags().to_u8()));
     }
 
     /// A `Span`'s body.

@@ -8,6 +8,6 @@ mod encode;
 mod processor;
 mod traces;
 
-pub(crate) use encode::{AttrValue, SpanParts};
+pub(crate) use encode::{AttrValue, SpanEncoder, SpanHead};
 pub(crate) use processor::{EncodingSpanProcessor, Limits, SpanSink};
 pub(crate) use traces::HttpSpanSender;

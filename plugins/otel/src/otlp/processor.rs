@@ -17,7 +17,7 @@
 //! `OTEL_BSP_SCHEDULE_DELAY` is the longest a span waits for its batch to be sent; a flush
 //! or a shutdown sends everything queued before it, within its timeout.
 
-use super::encode::{EncodedBatch, EncodedResource, SpanParts};
+use super::encode::{EncodedBatch, EncodedResource};
 use super::traces::HttpSpanSender;
 use crate::spans::SpanCounts;
 use bytes::Bytes;
@@ -193,10 +193,11 @@ impl EncodingSpanProcessor {
 pub(crate) struct SpanSink(Arc<Shared>);
 
 impl SpanSink {
-    /// Writes a sampled span into the batch being filled (dropped, and counted, when the
-    /// queue is full or the pipeline is shut down).
-    pub(crate) fn push(&self, scope: &InstrumentationScope, span: &SpanParts<'_>) {
-        self.0.enqueue(|batch| batch.push_parts(scope, span));
+    /// Copies a sampled span's body ([`SpanEncoder`](super::SpanEncoder)'s) into the batch
+    /// being filled (dropped, and counted, when the queue is full or the pipeline is shut
+    /// down).
+    pub(crate) fn push(&self, scope: &InstrumentationScope, body: &[u8]) {
+        self.0.enqueue(|batch| batch.push_encoded(scope, body));
     }
 }
 
