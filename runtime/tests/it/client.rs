@@ -286,15 +286,21 @@ fn cancellable_server_tool(cancelled: Arc<AtomicBool>) -> toolyard::ToolDef {
     .unwrap()
 }
 
+/// A server whose `hang` tool waits until cancelled, and the flag its cancellation sets.
+async fn hang_server() -> (Server, Arc<AtomicBool>) {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let server = ServerBuilder::new("t", "0")
+        .tool(cancellable_server_tool(cancelled.clone()))
+        .start()
+        .await
+        .unwrap();
+    (server, cancelled)
+}
+
 #[tokio::test]
 async fn a_call_that_times_out_is_cancelled_on_the_server() {
     for protocol in BOTH {
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let server = ServerBuilder::new("t", "0")
-            .tool(cancellable_server_tool(cancelled.clone()))
-            .start()
-            .await
-            .unwrap();
+        let (server, cancelled) = hang_server().await;
         let client = builder(protocol)
             .request_timeout(Duration::from_millis(200))
             .connect(MemoryTransport::new(&server))
@@ -311,12 +317,7 @@ async fn a_call_that_times_out_is_cancelled_on_the_server() {
 /// serves the next call (the late answer finds no caller).
 #[tokio::test]
 async fn a_short_timeout_sent_after_a_long_one_fires_on_its_own_deadline() {
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let server = ServerBuilder::new("t", "0")
-        .tool(cancellable_server_tool(cancelled.clone()))
-        .start()
-        .await
-        .unwrap();
+    let (server, cancelled) = hang_server().await;
     let client = builder(BOTH[1])
         .request_timeout(Duration::from_secs(120))
         .connect(MemoryTransport::new(&server))
@@ -369,12 +370,7 @@ async fn progress_cannot_extend_a_request_past_the_hard_maximum() {
 
 #[tokio::test]
 async fn dropping_a_call_cancels_it_on_the_server() {
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let server = ServerBuilder::new("t", "0")
-        .tool(cancellable_server_tool(cancelled.clone()))
-        .start()
-        .await
-        .unwrap();
+    let (server, cancelled) = hang_server().await;
     let client = builder(BOTH[1])
         .connect(MemoryTransport::new(&server))
         .await
