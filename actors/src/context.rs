@@ -6,7 +6,9 @@
 //! the retry's `inputResponses`, or end this round with [`InputError::InputRequired`] so the
 //! runtime can answer with an `InputRequiredResult` (the handler is re-run on the retry).
 
+use crate::middleware::SpanIds;
 use crate::outbound::Outbound;
+use crate::request_trace::Traceparent;
 use crate::sink::Sink;
 use crate::tasks::TaskLink;
 use serde::de::DeserializeOwned;
@@ -134,11 +136,53 @@ pub(crate) struct Round {
 
 /// The W3C trace context a request's handler runs under (`_meta.traceparent` / `tracestate`,
 /// or a telemetry layer's span), and the `baggage` the request came with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct TraceContext {
-    pub(crate) traceparent: Option<String>,
+    pub(crate) parent: Option<Parent>,
     pub(crate) tracestate: Option<String>,
     pub(crate) baggage: Option<String>,
+}
+
+impl TraceContext {
+    /// The `traceparent` text (a layer's span's written now, the first time it is read).
+    pub(crate) fn traceparent(&self) -> Option<&str> {
+        self.parent.as_ref().map(Parent::text)
+    }
+}
+
+/// A request's `traceparent`: as it came, or a layer's span in its binary parts, written as
+/// text only when read (most handlers never do: ~400 instructions of every traced request).
+#[derive(Debug)]
+pub(crate) enum Parent {
+    Text(String),
+    Span {
+        ids: SpanIds,
+        text: std::sync::OnceLock<Traceparent>,
+    },
+}
+
+impl Parent {
+    pub(crate) fn span(ids: SpanIds) -> Parent {
+        Parent::Span {
+            ids,
+            text: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Parent::Text(text) => text,
+            Parent::Span { ids, text } => text.get_or_init(|| Traceparent::of(ids)).as_str(),
+        }
+    }
+
+    /// The head a log line carries: a caller's text checked for its shape, a span's as it is.
+    pub(crate) fn checked(&self) -> Option<Traceparent> {
+        match self {
+            Parent::Text(text) => Traceparent::checked(text),
+            Parent::Span { ids, .. } => Some(Traceparent::of(ids)),
+        }
+    }
 }
 
 pub(crate) struct ContextInner {
@@ -199,7 +243,7 @@ impl RequestContext {
         self.inner
             .trace
             .as_deref()
-            .and_then(|t| t.traceparent.as_deref())
+            .and_then(TraceContext::traceparent)
     }
 
     /// The W3C `tracestate` that came with [`RequestContext::traceparent`].
@@ -207,7 +251,7 @@ impl RequestContext {
         self.inner
             .trace
             .as_deref()
-            .filter(|t| t.traceparent.is_some())
+            .filter(|t| t.parent.is_some())
             .and_then(|t| t.tracestate.as_deref())
     }
 

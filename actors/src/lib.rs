@@ -61,7 +61,7 @@ pub use http_call::{
 pub use lifecycle::{Lifecycle, LifecycleEvent, Readiness};
 pub use middleware::{
     Completion, Layer, Layers, Messaging, Observe, Outcome, Peer, RequestInfo, SessionInfo,
-    TransportTrace,
+    SpanIds, TransportTrace,
 };
 pub use mrtr::StateSealer;
 pub use request_trace::{

@@ -5,6 +5,7 @@
 //! layer gets a start hook (which may reject the request) and a [`Completion`] that is finished
 //! exactly once with the outcome, whichever task produces it.
 
+use crate::context::Parent;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -178,6 +179,19 @@ pub enum Outcome {
     Cancelled,
 }
 
+/// A span's W3C context in its binary parts, as a layer hands it to the request's handler
+/// ([`Completion::span_context`]): written out as a `traceparent` only when something reads
+/// it (an onward call, a log line), where most handlers never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanIds {
+    /// The trace id's bytes.
+    pub trace_id: [u8; 16],
+    /// The span id's bytes.
+    pub span_id: [u8; 8],
+    /// The W3C trace flags (`0x01`: sampled).
+    pub flags: u8,
+}
+
 /// Finishes a layer's view of one request.
 pub trait Completion: Send + 'static {
     /// Called once with the outcome.
@@ -188,6 +202,13 @@ pub trait Completion: Send + 'static {
     /// ([`RequestContext::traceparent`](crate::RequestContext::traceparent)), so they are
     /// children of that span. The innermost layer that answers wins.
     fn trace_context(&self) -> Option<(String, Option<String>)> {
+        None
+    }
+
+    /// [`trace_context`](Completion::trace_context) in binary parts (and the `tracestate`),
+    /// taken before it when a layer gives both: the `traceparent` text is then written only
+    /// if the handler's request reads it.
+    fn span_context(&self) -> Option<(SpanIds, Option<String>)> {
         None
     }
 
@@ -340,10 +361,15 @@ impl Finisher {
     }
 
     /// The trace context a completion's span gives the handler.
-    pub(crate) fn trace_context(&self) -> Option<(String, Option<String>)> {
+    pub(crate) fn handler_trace(&self) -> Option<(Parent, Option<String>)> {
         match self {
             Finisher::Layer(_) => None,
-            Finisher::Completion(c) => c.trace_context(),
+            Finisher::Completion(c) => match c.span_context() {
+                Some((ids, state)) => Some((Parent::span(ids), state)),
+                None => c
+                    .trace_context()
+                    .map(|(parent, state)| (Parent::Text(parent), state)),
+            },
         }
     }
 }

@@ -17,6 +17,7 @@
 //! with [`set_log_span`]`(false)`, as the `toolyard` binary does.
 
 use crate::context::TraceContext;
+use crate::middleware::SpanIds;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -38,11 +39,7 @@ pub fn set_log_span(on: bool) {
 /// The `traceparent` of the request whose handler is running on this task, if it has one.
 pub fn request_traceparent() -> Option<Traceparent> {
     REQUEST_TRACE
-        .try_with(|trace| {
-            trace
-                .as_deref()
-                .and_then(|t| Traceparent::checked(t.traceparent.as_deref()?))
-        })
+        .try_with(|trace| trace.as_deref().and_then(|t| t.parent.as_ref()?.checked()))
         .ok()
         .flatten()
 }
@@ -54,7 +51,7 @@ pub fn request_tracestate() -> Option<String> {
     REQUEST_TRACE
         .try_with(|trace| {
             let t = trace.as_deref()?;
-            Traceparent::checked(t.traceparent.as_deref()?)?;
+            t.parent.as_ref()?.checked()?;
             t.tracestate.clone()
         })
         .ok()
@@ -91,6 +88,24 @@ impl Traceparent {
             _ => b.is_ascii_hexdigit(),
         });
         shape.then_some(Traceparent(head))
+    }
+
+    /// A span's, written from its parts: `00-{trace id}-{span id}-{flags}`.
+    pub(crate) fn of(ids: &SpanIds) -> Traceparent {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 55];
+        out[..2].copy_from_slice(b"00");
+        let mut at = 2;
+        for part in [&ids.trace_id[..], &ids.span_id[..], &[ids.flags][..]] {
+            out[at] = b'-';
+            at += 1;
+            for b in part {
+                out[at] = HEX[usize::from(b >> 4)];
+                out[at + 1] = HEX[usize::from(b & 0xf)];
+                at += 2;
+            }
+        }
+        Traceparent(out)
     }
 
     /// The text, `00-{trace id}-{span id}-{flags}`.
@@ -132,10 +147,7 @@ pub(crate) fn with_request_trace<F: std::future::Future>(
     use tracing::Instrument;
     let span = if LOG_SPAN.load(Ordering::Relaxed) {
         // The span's field goes into log lines as it is: checked now.
-        match trace
-            .as_deref()
-            .and_then(|t| Traceparent::checked(t.traceparent.as_deref()?))
-        {
+        match trace.as_deref().and_then(|t| t.parent.as_ref()?.checked()) {
             Some(tp) => tracing::error_span!(target: "toolyard", "mcp", traceparent = ?tp),
             None => tracing::Span::none(),
         }
@@ -176,7 +188,7 @@ mod tests {
 
     fn trace(traceparent: &str, tracestate: Option<&str>) -> Arc<TraceContext> {
         Arc::new(TraceContext {
-            traceparent: Some(traceparent.into()),
+            parent: Some(crate::context::Parent::Text(traceparent.into())),
             tracestate: tracestate.map(Into::into),
             baggage: Some("tenant=acme".into()),
         })
@@ -211,7 +223,7 @@ mod tests {
         assert_eq!(none.await, (None, None), "no state without its traceparent");
         // Baggage stands alone: it is passed on with or without a trace context.
         let alone = Arc::new(TraceContext {
-            traceparent: None,
+            parent: None,
             tracestate: None,
             baggage: Some("k=v".into()),
         });
@@ -221,5 +233,32 @@ mod tests {
         let bad = "00-4bf92f3577b34da6a3ce929d0e0e473\n-00f067aa0ba902b7-01";
         let refused = with_request_trace(Some(trace(bad, None)), async { request_traceparent() });
         assert_eq!(refused.await, None);
+    }
+
+    /// A layer's span is handed over in its parts and written as the same text when read.
+    #[tokio::test]
+    async fn a_layers_span_reads_as_its_traceparent() {
+        let ids = SpanIds {
+            trace_id: [
+                0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e,
+                0x47, 0x36,
+            ],
+            span_id: [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7],
+            flags: 1,
+        };
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let trace = Arc::new(TraceContext {
+            parent: Some(crate::context::Parent::span(ids)),
+            tracestate: Some("k=v".into()),
+            baggage: None,
+        });
+        assert_eq!(trace.traceparent(), Some(tp));
+        let seen = with_request_trace(Some(trace), async {
+            (
+                request_traceparent().map(|t| t.to_string()),
+                request_tracestate(),
+            )
+        });
+        assert_eq!(seen.await, (Some(tp.into()), Some("k=v".into())));
     }
 }

@@ -45,8 +45,8 @@ pub use toolyard_actors::{
     Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, Messaging, MethodFn, Observe, Outcome,
     Peer, PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext,
     RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, SessionInfo,
-    StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs, ToolDef,
-    ToolError, ToolFn, TransportTrace, UnknownToolFn, UriTemplate,
+    SpanIds, StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs,
+    ToolDef, ToolError, ToolFn, TransportTrace, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     http_call_observer, request_baggage, request_traceparent, request_tracestate,

@@ -3,7 +3,7 @@
 //! ([`launch`]); and serving a stateless modern request without a connection
 //! ([`serve_stateless`]). [`Delivery`] says where one request's answer goes.
 
-use crate::context::{Caller, Channel, ContextInner, RequestContext, Round};
+use crate::context::{Caller, Channel, ContextInner, Parent, RequestContext, Round};
 use crate::gate;
 use crate::handlers::tools::CallParams;
 use crate::middleware::{RequestInfo, TransportTrace, Watch};
@@ -158,7 +158,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
     // NATS `traceparent` header). Baggage goes on as it came, with or without a context.
     let layer_trace = watch
         .as_ref()
-        .and_then(|w| w.completions.iter().rev().find_map(|c| c.trace_context()));
+        .and_then(|w| w.completions.iter().rev().find_map(|c| c.handler_trace()));
     // `_meta`'s parts are moved into the context, not copied.
     let LaunchMeta {
         progress_token,
@@ -169,14 +169,14 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
     let transport = transport_trace.as_deref();
     let (traceparent, tracestate) = match (layer_trace, meta_parent) {
         (Some((parent, state)), _) => (Some(parent), state),
-        (None, Some(parent)) => (Some(parent), meta_state),
+        (None, Some(parent)) => (Some(Parent::Text(parent)), meta_state),
         (None, None) => match transport {
             Some(TransportTrace {
                 traceparent: Some(parent),
                 tracestate,
                 ..
             }) => (
-                Some(parent.to_string()),
+                Some(Parent::Text(parent.to_string())),
                 tracestate.as_deref().map(Into::into),
             ),
             _ => (None, None),
@@ -186,7 +186,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
         meta_baggage.or_else(|| transport.and_then(|t| t.baggage.as_deref()).map(Into::into));
     let trace = (traceparent.is_some() || baggage.is_some()).then(|| {
         Arc::new(crate::context::TraceContext {
-            traceparent,
+            parent: traceparent,
             tracestate,
             baggage,
         })

@@ -25,7 +25,7 @@
 use crate::capture::Redactor;
 use crate::otlp::{AttrValue, SpanEncoder, SpanHead, SpanSink};
 use crate::points::DurationPoints;
-use crate::propagation::trace_headers;
+use crate::propagation::span_ids;
 use crate::semconv::{target_attribute, GEN_AI_TOOL_CALL_RESULT};
 use crate::server::{outcome_attributes, request_attributes, Attr};
 use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceFlags};
@@ -126,8 +126,8 @@ pub(crate) struct DirectServerSpan {
 }
 
 impl Completion for DirectServerSpan {
-    fn trace_context(&self) -> Option<(String, Option<String>)> {
-        trace_headers(&self.context)
+    fn span_context(&self) -> Option<(toolyard::SpanIds, Option<String>)> {
+        span_ids(&self.context)
     }
 
     fn finish_with_response(

@@ -63,6 +63,23 @@ pub(crate) fn trace_headers(sc: &SpanContext) -> Option<(String, Option<String>)
     Some((traceparent_text(sc), state))
 }
 
+/// A span context as the server hands it to its handler: its ids, written as text only if
+/// read (`toolyard::SpanIds`), and its trace state.
+pub(crate) fn span_ids(sc: &SpanContext) -> Option<(toolyard::SpanIds, Option<String>)> {
+    if !sc.is_valid() {
+        return None;
+    }
+    let state = (*sc.trace_state() != opentelemetry::trace::TraceState::NONE)
+        .then(|| sc.trace_state().header())
+        .filter(|s| !s.is_empty());
+    let ids = toolyard::SpanIds {
+        trace_id: sc.trace_id().to_bytes(),
+        span_id: sc.span_id().to_bytes(),
+        flags: sc.trace_flags().to_u8(),
+    };
+    Some((ids, state))
+}
+
 /// `00-{trace id}-{span id}-{flags}`, written into one 55-byte string: this runs once per
 /// traced request, where `format!` through the ids' `Display` showed up in profiles. The
 /// digits go into an array first, then into the string in one copy.

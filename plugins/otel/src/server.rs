@@ -4,7 +4,7 @@
 use crate::capture::{CaptureSettings, Redactor};
 use crate::direct::DirectSpans;
 use crate::points::{DurationPoints, Side};
-use crate::propagation::{parent_context, trace_headers};
+use crate::propagation::{parent_context, span_ids};
 use crate::semconv::{self, caller_fault, span_name, target_attribute};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::metrics::{Histogram, Meter};
@@ -324,9 +324,9 @@ struct ServerSpan {
 }
 
 impl Completion for ServerSpan {
-    // Written when asked (once, as the handler starts), not kept and copied.
-    fn trace_context(&self) -> Option<(String, Option<String>)> {
-        trace_headers(self.span.span_context())
+    // Its ids: written as text only if the handler's request reads them.
+    fn span_context(&self) -> Option<(toolyard::SpanIds, Option<String>)> {
+        span_ids(self.span.span_context())
     }
 
     fn finish_with_response(
