@@ -418,40 +418,39 @@ impl Writer {
         self.short_attribute(field, kv.key.as_str().as_bytes(), value)
     }
 
-    /// [`short_key_value`](Self::short_key_value) of a key and a value as they are.
+    /// [`short_key_value`](Self::short_key_value) of a key and a value as they are. The
+    /// fixed-size pieces go in as arrays the compiler copies inline, so a string attribute
+    /// is two variable-length copies (its key, its text) and four bytes twice.
     fn short_attribute(&mut self, field: u32, key: &[u8], value: Short<'_>) -> bool {
         // The `AnyValue`'s body: its one-of member's key and, for a string, its length,
         // then the string's bytes; for a scalar, its value as a varint.
-        let mut head = [0u8; 11];
-        let (head, text): (&[u8], &[u8]) = match value {
+        let mut scalar = [0u8; 11];
+        let (any, scalar_len) = match value {
             Short::Str(text) => {
                 if text.len() >= 0x80 {
                     return false;
                 }
-                head[0] = 0x0a;
-                head[1] = text.len() as u8;
-                (&head[..2], text)
+                (2 + text.len(), 0)
             }
             // int64: two's complement, ten bytes when negative.
             Short::Int(i) => {
-                head[0] = 0x18;
+                scalar[0] = 0x18;
                 let mut v = i as u64;
                 let mut n = 1;
                 while v >= 0x80 {
-                    head[n] = (v as u8) | 0x80;
+                    scalar[n] = (v as u8) | 0x80;
                     v >>= 7;
                     n += 1;
                 }
-                head[n] = v as u8;
-                (&head[..=n], &[])
+                scalar[n] = v as u8;
+                (n + 1, n + 1)
             }
             Short::Bool(b) => {
-                head[0] = 0x10;
-                head[1] = u8::from(b);
-                (&head[..2], &[])
+                scalar[0] = 0x10;
+                scalar[1] = u8::from(b);
+                (2, 2)
             }
         };
-        let any = head.len() + text.len();
         // `KeyValue.key` (key byte, length, bytes) and `KeyValue.value` (key byte, length,
         // the `AnyValue`).
         let body = 2 + key.len() + 2 + any;
@@ -466,9 +465,19 @@ impl Writer {
             key.len() as u8,
         ]);
         self.buf.extend_from_slice(key);
-        self.buf.extend_from_slice(&[0x12, any as u8]);
-        self.buf.extend_from_slice(head);
-        self.buf.extend_from_slice(text);
+        match value {
+            Short::Str(text) => {
+                self.buf
+                    .extend_from_slice(&[0x12, any as u8, 0x0a, text.len() as u8]);
+                self.buf.extend_from_slice(text);
+            }
+            Short::Int(_) | Short::Bool(_) => {
+                self.buf.extend_from_slice(&[0x12, any as u8]);
+                for b in &scalar[..scalar_len] {
+                    self.buf.push(*b);
+                }
+            }
+        }
         true
     }
 
