@@ -92,14 +92,18 @@ struct Table {
     sent_with_questions: u64,
     /// When the sweeper wakes next (none: it waits for a request).
     next_sweep: Option<Instant>,
+    /// The sweeper's task: it ends with the runtime it was started on, which a client may
+    /// outlive (made in a `block_on` that has returned).
+    sweeper_task: Option<tokio::task::AbortHandle>,
 }
 
 /// See the module documentation.
-#[derive(Default)]
 pub(crate) struct PendingTable {
     table: Mutex<Table>,
     /// Wakes the sweeper: a request due before its next sweep, or the table closed or gone.
     sweeper: Arc<Notify>,
+    /// Itself, for a sweeper started again (see [`PendingTable::insert`]).
+    this: Weak<PendingTable>,
 }
 
 impl Drop for PendingTable {
@@ -128,9 +132,20 @@ impl PendingTable {
     /// A table with its sweeper running on the current tokio runtime; the sweeper stops
     /// when the table is closed or dropped.
     pub(crate) fn start() -> Arc<Self> {
-        let table = Arc::new(Self::default());
-        tokio::spawn(sweep(Arc::downgrade(&table), table.sweeper.clone()));
+        let table = Arc::new_cyclic(|this| PendingTable {
+            table: Mutex::default(),
+            sweeper: Arc::default(),
+            this: this.clone(),
+        });
+        table.lock().sweeper_task = table.spawn_sweeper();
         table
+    }
+
+    /// Starts the sweeper on the current runtime (none outside one).
+    fn spawn_sweeper(&self) -> Option<tokio::task::AbortHandle> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let task = runtime.spawn(sweep(self.this.clone(), self.sweeper.clone()));
+        Some(task.abort_handle())
     }
 
     /// Registers a request before it is written; fails once the connection is closed.
@@ -153,6 +168,11 @@ impl PendingTable {
                 table.sent_with_questions += 1;
                 (q, table.sent_with_questions)
             });
+            // The sweeper's runtime has gone: one on the caller's takes over.
+            if table.sweeper_task.as_ref().is_none_or(|t| t.is_finished()) {
+                table.sweeper_task = self.spawn_sweeper();
+                table.next_sweep = None;
+            }
             table.pending.insert(
                 id,
                 Pending {

@@ -368,6 +368,33 @@ async fn progress_cannot_extend_a_request_past_the_hard_maximum() {
     client.ping().await.unwrap();
 }
 
+/// A client whose runtime has gone (made in a `block_on` that has ended) still answers a
+/// request within its timeout, rather than leaving it waiting for a sweeper that went with
+/// that runtime.
+#[tokio::test]
+async fn a_client_outliving_the_runtime_it_was_made_on_still_times_out() {
+    let (server, _cancelled) = hang_server().await;
+    let s = server.clone();
+    let client = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(builder(BOTH[1]).connect(MemoryTransport::new(&s)))
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    let opts = RequestOptions::default().timeout(Duration::from_millis(200));
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.call_tool_with("hang", json!({}), &opts),
+    )
+    .await
+    .expect("an answer, not a wait for ever");
+    assert!(answer.is_err(), "{answer:?}");
+}
+
 #[tokio::test]
 async fn dropping_a_call_cancels_it_on_the_server() {
     let (server, cancelled) = hang_server().await;
