@@ -90,8 +90,9 @@ impl Traceparent {
         shape.then_some(Traceparent(head))
     }
 
-    /// A span's, written from its parts: `00-{trace id}-{span id}-{flags}`.
-    pub(crate) fn of(ids: &SpanIds) -> Traceparent {
+    /// A span's, written from its parts: `00-{trace id}-{span id}-{flags}` (one array, no
+    /// `format!`: this runs for every traced request whose context is read).
+    pub fn of(ids: &SpanIds) -> Traceparent {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 55];
         out[..2].copy_from_slice(b"00");

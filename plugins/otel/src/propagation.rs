@@ -53,14 +53,7 @@ pub fn traceparent_of(cx: &Context) -> Option<(String, Option<String>)> {
 /// [`traceparent_of`] for a span context at hand (a span just started): no [`Context`] is
 /// built for it.
 pub(crate) fn trace_headers(sc: &SpanContext) -> Option<(String, Option<String>)> {
-    if !sc.is_valid() {
-        return None;
-    }
-    // Most spans carry no state: not even an empty header is written for them.
-    let state = (*sc.trace_state() != opentelemetry::trace::TraceState::NONE)
-        .then(|| sc.trace_state().header())
-        .filter(|s| !s.is_empty());
-    Some((traceparent_text(sc), state))
+    span_ids(sc).map(|(ids, state)| (toolyard::Traceparent::of(&ids).as_str().to_owned(), state))
 }
 
 /// A span context as the server hands it to its handler: its ids, written as text only if
@@ -69,6 +62,7 @@ pub(crate) fn span_ids(sc: &SpanContext) -> Option<(toolyard::SpanIds, Option<St
     if !sc.is_valid() {
         return None;
     }
+    // Most spans carry no state: not even an empty header is written for them.
     let state = (*sc.trace_state() != opentelemetry::trace::TraceState::NONE)
         .then(|| sc.trace_state().header())
         .filter(|s| !s.is_empty());
@@ -78,31 +72,6 @@ pub(crate) fn span_ids(sc: &SpanContext) -> Option<(toolyard::SpanIds, Option<St
         flags: sc.trace_flags().to_u8(),
     };
     Some((ids, state))
-}
-
-/// `00-{trace id}-{span id}-{flags}`, written into one 55-byte string: this runs once per
-/// traced request, where `format!` through the ids' `Display` showed up in profiles. The
-/// digits go into an array first, then into the string in one copy.
-fn traceparent_text(sc: &SpanContext) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let trace = sc.trace_id().to_bytes();
-    let span = sc.span_id().to_bytes();
-    let flags = [sc.trace_flags().to_u8()];
-    let mut out = [0u8; 55];
-    out[..2].copy_from_slice(b"00");
-    let mut at = 2;
-    for part in [&trace[..], &span[..], &flags[..]] {
-        out[at] = b'-';
-        at += 1;
-        for b in part {
-            out[at] = HEX[usize::from(b >> 4)];
-            out[at + 1] = HEX[usize::from(b & 0xf)];
-            at += 2;
-        }
-    }
-    std::str::from_utf8(&out)
-        .map(str::to_owned)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
