@@ -5,9 +5,11 @@
 //! of `KeyValue`s, a `SpanData` moved out at its end and dropped after it is written: 5 260
 //! of the 5 550 instructions full tracing added to a traced `tools/call` over stdio
 //! (`benches/callgrind.sh stdio-full`, stop 42), three times the 15% the issue allows. Here
-//! a request's span keeps its ids, its start and its links until it ends, and is then
-//! written as protobuf from the request's own fields (the attributes of
-//! `server::request_attributes`, the one list both paths write), into the queue of our
+//! a request's span keeps its ids and its links until it ends (it runs from the request's
+//! acceptance, `RequestInfo::started`, to its end: the duration the histogram records), and
+//! is then written as protobuf from the request's own fields (the attributes of
+//! `server::request_attributes`, the one list both paths write; those a connection's requests
+//! share written once per connection and copied), into the queue of our
 //! OTLP/HTTP processor (`otlp::processor::SpanSink`): same batches, limits, counts,
 //! flushes and shutdown as the SDK's spans.
 //!
@@ -23,17 +25,19 @@
 //! compares every field but the ids and times.
 
 use crate::capture::Redactor;
-use crate::otlp::{AttrValue, SpanEncoder, SpanHead, SpanSink};
+use crate::otlp::{nanos, write_span_attribute, AttrValue, SpanEncoder, SpanHead, SpanSink};
 use crate::points::DurationPoints;
 use crate::propagation::span_ids;
 use crate::semconv::{target_attribute, GEN_AI_TOOL_CALL_RESULT};
-use crate::server::{outcome_attributes, request_attributes, Attr};
+use crate::server::{outcome_attributes, own_attributes, shared_attributes, Attr};
 use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceFlags};
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{IdGenerator, SamplingDecision, ShouldSample};
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::SystemTime;
-use toolyard::{Completion, Outcome, RequestInfo};
+use toolyard::proto::ProtocolVersion;
+use toolyard::{Completion, Outcome, Peer, RequestInfo};
 
 /// See the module documentation.
 pub(crate) struct DirectSpans {
@@ -80,11 +84,8 @@ impl DirectSpans {
         } else {
             self.ids.new_trace_id()
         };
-        let links: &[Link] = &link
-            .iter()
-            .cloned()
-            .map(Link::with_context)
-            .collect::<Vec<_>>();
+        let link_of = link.clone().map(|sc| [Link::with_context(sc)]);
+        let links: &[Link] = link_of.as_ref().map_or(&[], |l| l.as_slice());
         let sampling =
             self.sampler
                 .should_sample(Some(parent), trace_id, "", &SpanKind::Server, &[], links);
@@ -104,7 +105,6 @@ impl DirectSpans {
             context: SpanContext::new(trace_id, span_id, flags, false, sampling.trace_state),
             parent: parent_valid.then(|| psc.clone()),
             link,
-            start: opentelemetry::time::now(),
             sampled,
             duration,
             capture,
@@ -118,7 +118,6 @@ pub(crate) struct DirectServerSpan {
     context: SpanContext,
     parent: Option<SpanContext>,
     link: Option<SpanContext>,
-    start: SystemTime,
     sampled: bool,
     duration: Arc<DurationPoints>,
     /// Set when arguments or results are captured.
@@ -150,10 +149,14 @@ impl Completion for DirectServerSpan {
 
 impl DirectServerSpan {
     fn end(self: Box<Self>, info: &RequestInfo, outcome: &Outcome, result: Option<String>) {
-        self.duration.record(info, outcome);
+        // The span covers the request from its acceptance (`info.started`) to now: the
+        // duration the histogram records, and two clock reads in all.
+        let elapsed = info.started.elapsed();
+        self.duration.record_elapsed(info, outcome, elapsed);
         if !self.sampled {
             return;
         }
+        let end = nanos(SystemTime::now());
         let method: &str = &info.method;
         let name: &[&str] = match (&info.target, target_attribute(method)) {
             (Some(target), Some(_)) => &[method, " ", target],
@@ -168,18 +171,23 @@ impl DirectServerSpan {
                 parent: self.parent.as_ref(),
                 name,
                 kind: SpanKind::Server,
-                start: self.start,
-                end: opentelemetry::time::now(),
+                start: end.saturating_sub(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)),
+                end,
             },
         );
-        let mut put = |key: &'static str, value: Attr<'_>| match value {
-            Attr::Static(s) => span.attribute(key, AttrValue::Str(s)),
-            Attr::Shared(s) => span.attribute(key, AttrValue::Str(s)),
-            Attr::Value(v) => span.attribute(key, AttrValue::Str(v.as_str())),
-            Attr::IdNumber(n) => span.attribute(key, AttrValue::Str(itoa::Buffer::new().format(n))),
-            Attr::Int(i) => span.attribute(key, AttrValue::Int(i)),
+        SHARED.with(|shared| {
+            let mut shared = shared.borrow_mut();
+            if !shared.as_ref().is_some_and(|s| s.is_for(info)) {
+                *shared = Some(SharedAttributes::of(info));
+            }
+            if let Some(s) = &*shared {
+                span.written_attributes(&s.written);
+            }
+        });
+        let mut put = |key: &'static str, value: Attr<'_>| {
+            write_attr(&mut |k, v| span.attribute(k, v), key, value);
         };
-        request_attributes(info, self.capture.as_deref(), &mut put);
+        own_attributes(info, self.capture.as_deref(), &mut put);
         if let Some(result) = result {
             put(GEN_AI_TOOL_CALL_RESULT, Attr::Value(result.into()));
         }
@@ -193,7 +201,69 @@ impl DirectServerSpan {
 thread_local! {
     /// The buffer a span is written into before it is copied into the batch: one per
     /// thread, kept from span to span.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The shared attributes of the last span this thread wrote: the next request of the
+    /// same connection (the same method, revision, session and peer) copies them.
+    static SHARED: RefCell<Option<SharedAttributes>> = const { RefCell::new(None) };
+}
+
+/// A request's [`shared_attributes`], written, and what they were written from. Writing
+/// them (method, operation, revision, transport: four attributes over stdio) was ~500 of
+/// the ~3 500 instructions full tracing adds to a `tools/call` over stdio; checking that
+/// they are still the same and copying them is a tenth of that.
+struct SharedAttributes {
+    method: Arc<str>,
+    version: Option<ProtocolVersion>,
+    session: Option<Arc<str>>,
+    peer: Option<Arc<Peer>>,
+    written: Vec<u8>,
+}
+
+impl SharedAttributes {
+    fn of(info: &RequestInfo) -> SharedAttributes {
+        let mut written = Vec::new();
+        shared_attributes(info, |key, value| {
+            write_attr(
+                &mut |k, v| write_span_attribute(&mut written, k, v),
+                key,
+                value,
+            );
+        });
+        SharedAttributes {
+            method: info.method.clone(),
+            version: info.protocol_version,
+            session: info.session_id.clone(),
+            peer: info.peer.clone(),
+            written,
+        }
+    }
+
+    /// Written from what `info` has.
+    fn is_for(&self, info: &RequestInfo) -> bool {
+        fn same<T: PartialEq + ?Sized>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                (None, None) => true,
+                _ => false,
+            }
+        }
+        self.version == info.protocol_version
+            && *self.method == *info.method
+            && same(&self.session, &info.session_id)
+            && same(&self.peer, &info.peer)
+    }
+}
+
+/// One attribute as [`request_attributes`](crate::server::request_attributes) gives it,
+/// handed to `write` as the encoder takes it.
+fn write_attr(write: &mut impl FnMut(&str, AttrValue<'_>), key: &'static str, value: Attr<'_>) {
+    match value {
+        Attr::Static(s) => write(key, AttrValue::Str(s)),
+        Attr::Shared(s) => write(key, AttrValue::Str(s)),
+        Attr::Value(v) => write(key, AttrValue::Str(v.as_str())),
+        Attr::IdNumber(n) => write(key, AttrValue::Str(itoa::Buffer::new().format(n))),
+        Attr::Int(i) => write(key, AttrValue::Int(i)),
+    }
 }
 
 #[cfg(test)]
@@ -399,5 +469,65 @@ mod tests {
             .any(|s| s.status.as_ref().is_some_and(|st| st.code == 2)));
         drop(direct_processor);
         provider.shutdown().unwrap();
+    }
+
+    /// The shared attributes a thread keeps from span to span are written again when the
+    /// next request comes from a connection that differs: two connections of two revisions,
+    /// their calls alternating on one thread, each carry their own revision.
+    #[tokio::test(flavor = "current_thread")]
+    async fn alternating_connections_on_one_thread_each_keep_their_own_revision() {
+        let meter = SdkMeterProvider::default().meter("test");
+        let (_processor, sink) = processor();
+        let provider = SdkTracerProvider::builder().build();
+        let layer = ObservabilityLayer::new(
+            BoxedTracer::new(Box::new(provider.tracer(crate::SCOPE))),
+            &meter,
+        )
+        .with_direct_spans(Arc::new(DirectSpans::new(sink.clone())));
+        let server = ServerBuilder::new("s", "1")
+            .layer(Arc::new(layer))
+            .tool(tool_fn("ok", "answers", |_c, _a: Args| async { Ok("fine") }).unwrap())
+            .start()
+            .await
+            .unwrap();
+        let (a, b) = (
+            RawClient::connect(&server).await.unwrap(),
+            RawClient::connect(&server).await.unwrap(),
+        );
+        a.initialize(json!({})).await.unwrap();
+        b.request(
+            "initialize",
+            json!({"protocolVersion": "2025-03-26", "capabilities": {},
+                "clientInfo": {"name": "b", "version": "1"}}),
+        )
+        .await
+        .unwrap();
+        b.notify("notifications/initialized", json!({})).unwrap();
+        for client in [&a, &b, &a, &b] {
+            client
+                .request("tools/call", json!({"name": "ok", "arguments": {}}))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let request = ExportTraceServiceRequest::decode(sink.take_request().as_slice()).unwrap();
+        let revisions: Vec<String> = request.resource_spans[0].scope_spans[0]
+            .spans
+            .iter()
+            .map(|span| {
+                let revision = span
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key == "mcp.protocol.version");
+                match revision.and_then(|kv| kv.value.as_ref()?.value.as_ref()) {
+                    Some(any_value::Value::StringValue(s)) => s.clone(),
+                    other => panic!("no revision: {other:?}"),
+                }
+            })
+            .collect();
+        assert_eq!(
+            revisions,
+            ["2025-11-25", "2025-03-26", "2025-11-25", "2025-03-26"]
+        );
     }
 }

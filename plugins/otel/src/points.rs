@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use toolyard::proto::ProtocolVersion;
 use toolyard::{Outcome, RequestInfo};
 use toolyard_client::RequestOutcome;
@@ -319,7 +320,13 @@ impl DurationPoints {
     /// Records how long the request took, under its method, target, revision, transport
     /// and outcome.
     pub(crate) fn record(&self, info: &RequestInfo, outcome: &Outcome) {
-        let seconds = info.started.elapsed().as_secs_f64();
+        self.record_elapsed(info, outcome, info.started.elapsed());
+    }
+
+    /// [`record`](Self::record) with the request's time since `info.started` read by the
+    /// caller (who needs it too).
+    pub(crate) fn record_elapsed(&self, info: &RequestInfo, outcome: &Outcome, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
         let recorded = RECENT.with(|recent| {
             let recent = recent.borrow();
             let set = recent

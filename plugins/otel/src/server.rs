@@ -148,30 +148,34 @@ impl Attr<'_> {
 }
 
 /// The attributes of a request's SERVER span, in the order the span carries them: one list
-/// for both ways a span is written (the SDK's span, [`crate::direct`]).
+/// for both ways a span is written (the SDK's span, [`crate::direct`]). Those a
+/// connection's requests share come first ([`shared_attributes`]), then the request's own
+/// ([`own_attributes`]), so the direct path writes the first part once per connection.
 pub(crate) fn request_attributes<'a>(
     info: &'a RequestInfo,
     capture: Option<&Redactor>,
     mut put: impl FnMut(&'static str, Attr<'a>),
 ) {
-    let method: &str = &info.method;
+    shared_attributes(info, &mut put);
+    own_attributes(info, capture, put);
+}
+
+/// The attributes that follow from a request's method, revision, session and peer only:
+/// the same for every `tools/call` of a connection.
+pub(crate) fn shared_attributes<'a>(
+    info: &'a RequestInfo,
+    mut put: impl FnMut(&'static str, Attr<'a>),
+) {
     put(semconv::MCP_METHOD_NAME, Attr::Shared(&info.method));
-    put(
-        semconv::JSONRPC_REQUEST_ID,
-        match &info.id {
-            RequestId::Number(n) => Attr::IdNumber(*n),
-            RequestId::String(s) => Attr::Shared(s),
-        },
-    );
+    if &*info.method == "tools/call" {
+        put(semconv::GEN_AI_OPERATION_NAME, Attr::Static("execute_tool"));
+    }
     if let Some(v) = &info.protocol_version {
         put(semconv::MCP_PROTOCOL_VERSION, Attr::Static(v.as_str()));
     }
     // Legacy sessions only: modern requests have none.
     if let Some(session) = &info.session_id {
         put(semconv::MCP_SESSION_ID, Attr::Shared(session));
-    }
-    if let (Some(key), Some(t)) = (target_attribute(method), &info.target) {
-        put(key, Attr::Shared(t));
     }
     if let Some(peer) = &info.peer {
         put(semconv::NETWORK_TRANSPORT, Attr::Static(peer.transport));
@@ -193,15 +197,30 @@ pub(crate) fn request_attributes<'a>(
             }
         }
     }
-    if method == "tools/call" {
-        put(semconv::GEN_AI_OPERATION_NAME, Attr::Static("execute_tool"));
-        if let (Some(r), Some(args)) = (capture, &info.arguments) {
-            if r.arguments {
-                put(
-                    semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
-                    Attr::Value(r.render(args).into()),
-                );
-            }
+}
+
+/// The attributes of the request itself: its id, its target, its captured arguments.
+pub(crate) fn own_attributes<'a>(
+    info: &'a RequestInfo,
+    capture: Option<&Redactor>,
+    mut put: impl FnMut(&'static str, Attr<'a>),
+) {
+    put(
+        semconv::JSONRPC_REQUEST_ID,
+        match &info.id {
+            RequestId::Number(n) => Attr::IdNumber(*n),
+            RequestId::String(s) => Attr::Shared(s),
+        },
+    );
+    if let (Some(key), Some(t)) = (target_attribute(&info.method), &info.target) {
+        put(key, Attr::Shared(t));
+    }
+    if let (Some(r), Some(args)) = (capture, &info.arguments) {
+        if r.arguments && &*info.method == "tools/call" {
+            put(
+                semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
+                Attr::Value(r.render(args).into()),
+            );
         }
     }
 }
