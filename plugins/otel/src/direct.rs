@@ -175,14 +175,13 @@ impl DirectServerSpan {
                 end,
             },
         );
-        SHARED.with(|shared| {
-            let mut shared = shared.borrow_mut();
-            if !shared.as_ref().is_some_and(|s| s.is_for(info)) {
-                *shared = Some(SharedAttributes::of(info));
-            }
-            if let Some(s) = &*shared {
-                span.written_attributes(&s.written);
-            }
+        SHARED.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            let shared = match &mut *slot {
+                Some(s) if s.is_for(info) => s,
+                slot => slot.insert(SharedAttributes::of(info)),
+            };
+            span.written_attributes(&shared.written);
         });
         let mut put = |key: &'static str, value: Attr<'_>| {
             write_attr(&mut |k, v| span.attribute(k, v), key, value);
@@ -309,9 +308,9 @@ mod tests {
         text: Option<String>,
     }
 
-    /// The same requests through a server with `layer`; the spans written, in order.
-    async fn spans_of(layer: ObservabilityLayer, sink: &SpanSink) -> Vec<Span> {
-        let server = ServerBuilder::new("s", "1")
+    /// A server with `layer` and two tools: `ok` answers, `fails` fails.
+    async fn server_with(layer: ObservabilityLayer) -> toolyard::Server {
+        ServerBuilder::new("s", "1")
             .layer(Arc::new(layer))
             .tool(tool_fn("ok", "answers", |_c, _a: Args| async { Ok("fine") }).unwrap())
             .tool(
@@ -322,7 +321,28 @@ mod tests {
             )
             .start()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// The spans `sink` holds, in order (all of them under our one scope), once the last
+    /// has had a moment to end: a span ends as its answer is written.
+    async fn written_spans(sink: &SpanSink) -> Vec<Span> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let body = sink.take_request();
+        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+        let scopes: Vec<_> = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .collect();
+        assert_eq!(scopes.len(), 1);
+        assert_eq!(scopes[0].scope.as_ref().unwrap().name, crate::SCOPE);
+        scopes[0].spans.clone()
+    }
+
+    /// The same requests through a server with `layer`; the spans written, in order.
+    async fn spans_of(layer: ObservabilityLayer, sink: &SpanSink) -> Vec<Span> {
+        let server = server_with(layer).await;
         let client = RawClient::connect(&server).await.unwrap();
         client.initialize(json!({})).await.unwrap();
         let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -365,18 +385,7 @@ mod tests {
                 json!({"name": "ok", "arguments": {"text": long}}),
             )
             .await;
-        // A span ends as its answer is written: wait a moment for the last.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let body = sink.take_request();
-        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
-        let scopes: Vec<_> = request
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .collect();
-        assert_eq!(scopes.len(), 1);
-        assert_eq!(scopes[0].scope.as_ref().unwrap().name, crate::SCOPE);
-        scopes[0].spans.clone()
+        written_spans(sink).await
     }
 
     fn attributes(span: &Span) -> Vec<(String, String)> {
@@ -484,12 +493,7 @@ mod tests {
             &meter,
         )
         .with_direct_spans(Arc::new(DirectSpans::new(sink.clone())));
-        let server = ServerBuilder::new("s", "1")
-            .layer(Arc::new(layer))
-            .tool(tool_fn("ok", "answers", |_c, _a: Args| async { Ok("fine") }).unwrap())
-            .start()
-            .await
-            .unwrap();
+        let server = server_with(layer).await;
         let (a, b) = (
             RawClient::connect(&server).await.unwrap(),
             RawClient::connect(&server).await.unwrap(),
@@ -509,10 +513,8 @@ mod tests {
                 .await
                 .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let request = ExportTraceServiceRequest::decode(sink.take_request().as_slice()).unwrap();
-        let revisions: Vec<String> = request.resource_spans[0].scope_spans[0]
-            .spans
+        let revisions: Vec<String> = written_spans(&sink)
+            .await
             .iter()
             .map(|span| {
                 let revision = span
