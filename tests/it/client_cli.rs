@@ -298,11 +298,8 @@ fn tools_and_call_over_http_and_sse() {
 
 #[test]
 fn a_url_where_nothing_listens_is_a_clear_error() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    // Nothing listens there once the listener above is dropped.
+    let closed = toolyard_testkit::ClosedPort::new();
+    let port = closed.port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let out = client(&["--url", &url, "--timeout-ms", "10000", "tools"]);
     fails_with(
@@ -316,10 +313,8 @@ fn a_url_where_nothing_listens_is_a_clear_error() {
 /// backtrace: every error is the one line `error: <message>: <cause>...` and exit code 1.
 #[test]
 fn errors_are_one_line_even_with_rust_backtrace_set() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let closed = toolyard_testkit::ClosedPort::new();
+    let port = closed.port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let missing = std::env::temp_dir().join("toolyard-no-such-config.toml");
     let runs: [(&str, Vec<String>); 2] = [

@@ -338,15 +338,12 @@ impl HttpServer {
 
     /// Starts what `command` makes for a port and waits until that port accepts connections.
     fn start(what: &str, command: impl Fn(u16) -> Command) -> HttpServer {
-        use std::net::{TcpListener, TcpStream};
+        use std::net::TcpStream;
         let mut last = String::new();
         // The port is free when we look, but another process may take it first: then the
         // server exits at once, and we try another port.
         for _ in 0..3 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("bind a free loopback port")
-                .port();
+            let port = toolyard_testkit::free_port();
             let child = command(port)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -614,10 +614,7 @@ fn an_unset_admin_token_variable_leaves_the_admin_api_off_and_the_gateway_starts
         ),
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let port = toolyard_testkit::free_port();
     let mut child = std::process::Command::new(bin)
         .args(["serve", "--config", config.to_str().unwrap()])
         .args(["--http", &format!("127.0.0.1:{port}")])

@@ -577,18 +577,13 @@ async fn two_hundred_transient_calls_leave_no_process_behind() {
     client.close().await;
 }
 
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Runs `toolyard serve --config FILE --http 127.0.0.1:<free>` that is expected to exit by
 /// itself; returns its success, stderr and how long it ran. Killed after 20 s.
 fn serve_expecting_exit(config: &Path) -> (bool, String, Duration) {
     let started = Instant::now();
     let mut cmd = Command::new(bin());
     cmd.args(["serve", "--config", config.to_str().unwrap(), "--http"])
-        .arg(format!("127.0.0.1:{}", closed_port()))
+        .arg(format!("127.0.0.1:{}", toolyard_testkit::free_port()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -628,7 +623,8 @@ fn serve_expecting_exit(config: &Path) -> (bool, String, Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_that_is_down_fails_fast() {
     let scratch = Scratch::new("remote");
-    let down = format!("http://127.0.0.1:{}/mcp", closed_port());
+    let closed = toolyard_testkit::ClosedPort::new();
+    let down = format!("http://127.0.0.1:{}/mcp", closed.port());
     let remote = |name: &str, url: &str, extra: &str| {
         format!(
             "[[sources]]\nname = {}\nurl = {}\nstartup_timeout_ms = 20000\ntimeout_ms = 20000\nmax_crashes = 2\nbackoff_ms = 50\nprobe_secs = 3600\n{extra}\n",

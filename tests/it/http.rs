@@ -20,13 +20,7 @@ impl Drop for HttpServer {
     }
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub(crate) use toolyard_testkit::free_port;
 
 impl HttpServer {
     pub(crate) fn start(extra: &[&str]) -> HttpServer {

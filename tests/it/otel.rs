@@ -442,10 +442,7 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
             .spawn()
             .expect("start the worker"),
     );
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = toolyard_testkit::free_port();
     let _gateway = Proc(
         Command::new(BIN)
             .args([
@@ -953,11 +950,7 @@ impl Prometheus {
             ),
         )
         .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = toolyard_testkit::free_port();
         let child = Command::new(bin)
             .arg(format!(
                 "--config.file={}",

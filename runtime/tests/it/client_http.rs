@@ -504,10 +504,8 @@ async fn the_end_of_the_sse_stream_closes_the_http_sse_transport() {
 
 #[tokio::test]
 async fn a_server_that_is_down_fails_requests_with_io_promptly() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let closed = toolyard_testkit::ClosedPort::new();
+    let port = closed.port();
     let mut c = Conn::start(StreamableHttpTransport::new(format!(
         "http://127.0.0.1:{port}/mcp"
     )))
@@ -848,10 +846,8 @@ async fn the_client_reaches_a_bearer_protected_server_and_reports_a_refusal() {
 
 #[tokio::test]
 async fn connecting_to_a_server_that_is_down_fails_promptly() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let closed = toolyard_testkit::ClosedPort::new();
+    let port = closed.port();
     let started = Instant::now();
     let r = client(ProtocolChoice::Auto)
         .connect(StreamableHttpTransport::new(format!(

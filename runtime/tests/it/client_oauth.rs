@@ -1250,12 +1250,7 @@ async fn concurrent_refusals_share_one_authorization() {
 async fn loopback_redirect_receives_the_browser() {
     let auth = start_as(AsConfig::default()).await;
     let rs = rs_for(auth.issuer(), None).await;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = toolyard_testkit::free_port();
     // The "browser": follows the authorization URL to the AS, then its redirect to us, and
     // first knocks on another path (a favicon request) that must not end the wait.
     let browser = LoopbackRedirect::new(move |url| {

@@ -2,7 +2,7 @@
 //! HTTP, and starts HTTP servers on free ports.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -121,10 +121,7 @@ impl ServerProcess {
         // The port is free when we look, but another process may take it before the
         // server binds: then the server exits at once, and we try another port.
         for _ in 0..3 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("bind a free loopback port")
-                .port();
+            let port = crate::free_port();
             let mut cmd = Command::new(bin);
             cmd.args(args)
                 .arg("--http")

@@ -2,9 +2,10 @@
 //! on loopback ([`NatsCluster`]), with fault injection. What every server gets is documented on
 //! [`NatsServer`].
 
+use crate::ports::free_ports;
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,7 +165,7 @@ impl NatsServer {
     fn start_configured(bytes: usize, extra: &str) -> NatsServer {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            let [client_port, http_port] = free_ports::<2>();
+            let [client_port, http_port] = <[u16; 2]>::try_from(free_ports(2)).expect("two ports");
             let server = NatsServer::spawn(Spec {
                 name: "n1".to_owned(),
                 client_port,
@@ -442,7 +443,7 @@ impl NatsCluster {
         assert!(size > 0, "a NatsCluster needs at least one node");
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            let ports = free_port_list(3 * size);
+            let ports = free_ports(3 * size);
             let route_ports: Vec<u16> = ports[2 * size..].to_vec();
             let nodes: Vec<NatsServer> = (0..size)
                 .map(|i| {
@@ -607,24 +608,6 @@ fn spawn(bin: &Path, config: &Path, log: &Path) -> Child {
         .stderr(Stdio::from(err))
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()))
-}
-
-/// `N` distinct loopback ports that were free a moment ago.
-fn free_ports<const N: usize>() -> [u16; N] {
-    let list = free_port_list(N);
-    std::array::from_fn(|i| list[i])
-}
-
-/// `n` distinct loopback ports that were free a moment ago (all held at once while chosen, so
-/// they differ).
-fn free_port_list(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("a bound port").port())
-        .collect()
 }
 
 /// `GET path` on the monitoring port: the status and body, or `None` if nothing answers

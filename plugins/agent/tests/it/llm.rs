@@ -476,9 +476,8 @@ async fn cancelling_a_call_ends_it_at_once() {
 
 #[tokio::test]
 async fn an_unreachable_server_is_an_http_error_after_the_retries() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    drop(listener);
+    let closed = toolyard_testkit::ClosedPort::new();
+    let url = format!("http://127.0.0.1:{}/v1", closed.port());
     let c = LlmClient::new(
         Endpoint::compatible(url, None),
         LlmOptions {

@@ -709,10 +709,8 @@ async fn a_remote_that_is_down_fails_promptly_and_turns_unhealthy() {
         RemoteTransport::StreamableHttp,
         RemoteTransport::Sse,
     ] {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        let closed = toolyard_testkit::ClosedPort::new();
+        let port = closed.port();
         let launch = Launch::Remote(RemoteSpec {
             url: format!("http://127.0.0.1:{port}/mcp"),
             transport,
