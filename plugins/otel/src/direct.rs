@@ -25,17 +25,18 @@
 //! compares every field but the ids and times.
 
 use crate::capture::Redactor;
-use crate::otlp::{nanos, write_span_attribute, AttrValue, SpanEncoder, SpanHead, SpanSink};
+use crate::otlp::{write_span_attribute, AttrValue, SpanEncoder, SpanHead, SpanSink};
 use crate::points::DurationPoints;
 use crate::propagation::span_ids;
 use crate::semconv::{target_attribute, GEN_AI_TOOL_CALL_RESULT};
 use crate::server::{outcome_attributes, own_attributes, shared_attributes, Attr};
+use crate::wall_clock::unix_nanos_at;
 use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceFlags};
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{IdGenerator, SamplingDecision, ShouldSample};
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::Instant;
 use toolyard::proto::ProtocolVersion;
 use toolyard::{Completion, Outcome, Peer, RequestInfo};
 
@@ -65,6 +66,34 @@ impl DirectSpans {
             scope: InstrumentationScope::builder(crate::SCOPE).build(),
         }
     }
+}
+
+/// A layer's direct spans with what their ends record besides (its histogram, its capture
+/// settings): one `Arc` a request holds until its end, where three were cloned and dropped
+/// (two atomic operations each) per traced request.
+pub(crate) struct DirectServerSpans {
+    spans: Arc<DirectSpans>,
+    duration: Arc<DurationPoints>,
+    capture: Option<Arc<Redactor>>,
+}
+
+impl DirectServerSpans {
+    pub(crate) fn new(
+        spans: Arc<DirectSpans>,
+        duration: Arc<DurationPoints>,
+        capture: Option<Arc<Redactor>>,
+    ) -> DirectServerSpans {
+        DirectServerSpans {
+            spans,
+            duration,
+            capture,
+        }
+    }
+
+    /// The spans these are written with (to pair them with other settings).
+    pub(crate) fn spans(&self) -> &Arc<DirectSpans> {
+        &self.spans
+    }
 
     /// A request's span, begun now under `parent` and linking `link`: what the SDK's tracer
     /// does for a SERVER span (`SdkTracer::build_with_context`), without the span.
@@ -72,22 +101,22 @@ impl DirectSpans {
         self: &Arc<Self>,
         parent: &Context,
         link: Option<SpanContext>,
-        duration: Arc<DurationPoints>,
-        capture: Option<Arc<Redactor>>,
     ) -> DirectServerSpan {
-        let span_id = self.ids.new_span_id();
+        let spans = &self.spans;
+        let span_id = spans.ids.new_span_id();
         let parent_span = parent.span();
         let psc = parent_span.span_context();
         let parent_valid = psc.is_valid();
         let trace_id = if parent_valid {
             psc.trace_id()
         } else {
-            self.ids.new_trace_id()
+            spans.ids.new_trace_id()
         };
         let link_of = link.clone().map(|sc| [Link::with_context(sc)]);
         let links: &[Link] = link_of.as_ref().map_or(&[], |l| l.as_slice());
         let sampling =
-            self.sampler
+            spans
+                .sampler
                 .should_sample(Some(parent), trace_id, "", &SpanKind::Server, &[], links);
         let parent_flags = if parent_valid {
             psc.trace_flags()
@@ -106,22 +135,17 @@ impl DirectSpans {
             parent: parent_valid.then(|| psc.clone()),
             link,
             sampled,
-            duration,
-            capture,
         }
     }
 }
 
 /// A request's span until it ends (see the module documentation).
 pub(crate) struct DirectServerSpan {
-    spans: Arc<DirectSpans>,
+    spans: Arc<DirectServerSpans>,
     context: SpanContext,
     parent: Option<SpanContext>,
     link: Option<SpanContext>,
     sampled: bool,
-    duration: Arc<DurationPoints>,
-    /// Set when arguments or results are captured.
-    capture: Option<Arc<Redactor>>,
 }
 
 impl Completion for DirectServerSpan {
@@ -135,7 +159,7 @@ impl Completion for DirectServerSpan {
         outcome: &Outcome,
         response: &[u8],
     ) {
-        let result = match &self.capture {
+        let result = match &self.spans.capture {
             Some(r) if r.results && &*info.method == "tools/call" => r.render_result(response),
             _ => None,
         };
@@ -150,13 +174,15 @@ impl Completion for DirectServerSpan {
 impl DirectServerSpan {
     fn end(self: Box<Self>, info: &RequestInfo, outcome: &Outcome, result: Option<String>) {
         // The span covers the request from its acceptance (`info.started`) to now: the
-        // duration the histogram records, and two clock reads in all.
-        let elapsed = info.started.elapsed();
-        self.duration.record_elapsed(info, outcome, elapsed);
+        // duration the histogram records. Two clock reads in all, both monotonic: the end's
+        // wall-clock time is this thread's anchor's (`wall_clock`).
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(info.started);
+        self.spans.duration.record_elapsed(info, outcome, elapsed);
         if !self.sampled {
             return;
         }
-        let end = nanos(SystemTime::now());
+        let end = unix_nanos_at(now);
         let method: &str = &info.method;
         let name: &[&str] = match (&info.target, target_attribute(method)) {
             (Some(target), Some(_)) => &[method, " ", target],
@@ -186,13 +212,14 @@ impl DirectServerSpan {
         let mut put = |key: &'static str, value: Attr<'_>| {
             write_attr(&mut |k, v| span.attribute(k, v), key, value);
         };
-        own_attributes(info, self.capture.as_deref(), &mut put);
+        own_attributes(info, self.spans.capture.as_deref(), &mut put);
         if let Some(result) = result {
             put(GEN_AI_TOOL_CALL_RESULT, Attr::Value(result.into()));
         }
         let status = outcome_attributes(outcome, |key, value| put(key, Attr::Value(value)));
         let body = span.finish(self.link.as_slice(), &status);
-        self.spans.sink.push(&self.spans.scope, &body);
+        let spans = &self.spans.spans;
+        spans.sink.push(&spans.scope, &body);
         SCRATCH.with(|s| *s.borrow_mut() = body);
     }
 }

@@ -40,6 +40,7 @@ mod propagation;
 mod semconv;
 mod server;
 mod spans;
+mod wall_clock;
 
 pub use capture::CaptureSettings;
 pub use client::ClientObserver;

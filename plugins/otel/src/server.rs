@@ -2,7 +2,7 @@
 //! `mcp.server.operation.duration` point, whatever the transport.
 
 use crate::capture::{CaptureSettings, Redactor};
-use crate::direct::DirectSpans;
+use crate::direct::{DirectServerSpans, DirectSpans};
 use crate::points::{DurationPoints, Side};
 use crate::propagation::{parent_context, span_ids};
 use crate::semconv::{self, caller_fault, span_name, target_attribute};
@@ -27,7 +27,7 @@ pub struct ObservabilityLayer {
     capture: Option<Arc<Redactor>>,
     /// Our own OTLP pipeline's queue, when the spans go there without the SDK's span
     /// (`crate::direct`).
-    direct: Option<Arc<DirectSpans>>,
+    direct: Option<Arc<DirectServerSpans>>,
 }
 
 impl std::fmt::Debug for ObservabilityLayer {
@@ -73,7 +73,11 @@ impl ObservabilityLayer {
     /// (see `crate::direct`); only for the pipeline [`Telemetry`](crate::Telemetry) installs.
     #[must_use]
     pub(crate) fn with_direct_spans(mut self, direct: Arc<DirectSpans>) -> Self {
-        self.direct = Some(direct);
+        self.direct = Some(Arc::new(DirectServerSpans::new(
+            direct,
+            self.duration.clone(),
+            self.capture.clone(),
+        )));
         self
     }
 
@@ -91,6 +95,9 @@ impl ObservabilityLayer {
     #[must_use]
     pub fn with_capture(mut self, settings: &CaptureSettings) -> Self {
         self.capture = settings.is_on().then(|| Arc::new(Redactor::new(settings)));
+        if let Some(direct) = self.direct.take() {
+            self = self.with_direct_spans(direct.spans().clone());
+        }
         self
     }
 }
@@ -284,12 +291,7 @@ impl Layer for ObservabilityLayer {
             .map(|cx| cx.span().span_context().clone())
             .filter(|sc| sc != parent.span().span_context());
         if let Some(direct) = &self.direct {
-            return Ok(Observe::Completion(Box::new(direct.start(
-                &parent,
-                link,
-                self.duration.clone(),
-                self.capture.clone(),
-            ))));
+            return Ok(Observe::Completion(Box::new(direct.start(&parent, link))));
         }
         // The request's own strings are shared (`Arc<str>`), not copied, and the revision
         // is a `&'static str`: the span path allocates as little as it can (one list, sized

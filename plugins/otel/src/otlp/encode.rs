@@ -11,12 +11,12 @@
 //! conversion (`opentelemetry_proto::transform::trace`), and the test beside this file
 //! checks that decoding our bytes gives exactly the messages that conversion builds.
 
+use crate::wall_clock::unix_nanos;
 use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceState};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
 use prost::encoding::WireType;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`: the flags say whether the parent is remote.
 const HAS_IS_REMOTE: u32 = 0x100;
@@ -298,12 +298,6 @@ fn push_key(buf: &mut Vec<u8>, field: u32, wire_type: WireType) {
     push_varint(buf, u64::from(field << 3 | wire_type as u32));
 }
 
-/// Nanoseconds since the Unix epoch, as OTLP has times.
-pub(crate) fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 fn flags(parent_is_remote: bool, trace_flags: u8) -> u32 {
     u32::from(trace_flags) | HAS_IS_REMOTE | if parent_is_remote { IS_REMOTE } else { 0 }
 }
@@ -565,13 +559,13 @@ impl Writer {
         }
         self.string(5, &span.name);
         self.varint(6, span_kind(&span.span_kind));
-        self.fixed64(7, nanos(span.start_time));
-        self.fixed64(8, nanos(span.end_time));
+        self.fixed64(7, unix_nanos(span.start_time));
+        self.fixed64(8, unix_nanos(span.end_time));
         self.attributes(9, &span.attributes);
         self.varint(10, u64::from(span.dropped_attributes_count));
         for event in span.events.iter() {
             self.message(11, |w| {
-                w.fixed64(1, nanos(event.timestamp));
+                w.fixed64(1, unix_nanos(event.timestamp));
                 w.string(2, &event.name);
                 w.attributes(3, &event.attributes);
                 w.varint(4, u64::from(event.dropped_attributes_count));
@@ -643,6 +637,7 @@ mod tests {
     use prost::Message;
     use std::borrow::Cow;
     use std::time::Duration;
+    use std::time::UNIX_EPOCH;
 
     fn context(trace: u128, span: u64, remote: bool, state: &str) -> SpanContext {
         SpanContext::new(

@@ -8,6 +8,6 @@ mod encode;
 mod processor;
 mod traces;
 
-pub(crate) use encode::{nanos, write_span_attribute, AttrValue, SpanEncoder, SpanHead};
+pub(crate) use encode::{write_span_attribute, AttrValue, SpanEncoder, SpanHead};
 pub(crate) use processor::{EncodingSpanProcessor, Limits, SpanSink};
 pub(crate) use traces::HttpSpanSender;
