@@ -23,19 +23,18 @@ thread_local! {
 /// Nanoseconds since the Unix epoch at the monotonic reading `now`, a reading just taken.
 pub(crate) fn unix_nanos_at(now: Instant) -> u64 {
     ANCHOR.with(|anchor| {
-        let (at, wall) = match anchor.get() {
-            Some((at, wall)) if now.saturating_duration_since(at) < REANCHOR => (at, wall),
-            _ => {
-                let fresh = (Instant::now(), unix_nanos(SystemTime::now()));
-                anchor.set(Some(fresh));
-                fresh
+        let anchored = anchor.get();
+        if let Some((at, wall)) = anchored {
+            match now.checked_duration_since(at) {
+                Some(since) if since < REANCHOR => return wall.saturating_add(nanos_of(since)),
+                Some(_) => {}
+                // Read before the anchor was: that much before its wall-clock time.
+                None => return wall.saturating_sub(nanos_of(at - now)),
             }
-        };
-        match now.checked_duration_since(at) {
-            Some(since) => wall.saturating_add(nanos_of(since)),
-            // Read before the anchor was: that much before its wall-clock time.
-            None => wall.saturating_sub(nanos_of(at - now)),
         }
+        let (at, wall) = (Instant::now(), unix_nanos(SystemTime::now()));
+        anchor.set(Some((at, wall)));
+        wall.saturating_sub(nanos_of(at.saturating_duration_since(now)))
     })
 }
 
