@@ -22,6 +22,7 @@ mod handlers;
 mod http_call;
 mod lifecycle;
 mod middleware;
+mod moment;
 mod mrtr;
 mod outbound;
 mod registry;
@@ -63,6 +64,7 @@ pub use middleware::{
     Completion, Layer, Layers, Messaging, Observe, Outcome, Peer, RequestInfo, SessionInfo,
     SpanIds, TransportTrace,
 };
+pub use moment::Moment;
 pub use mrtr::StateSealer;
 pub use request_trace::{
     request_baggage, request_traceparent, request_tracestate, set_log_span, Traceparent,

@@ -6,6 +6,7 @@
 //! exactly once with the outcome, whichever task produces it.
 
 use crate::context::Parent;
+use crate::moment::Moment;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,7 +40,7 @@ pub struct RequestInfo {
     /// asked for payloads ([`Layer::captures_payloads`]): otherwise nobody pays the copy.
     pub arguments: Option<Arc<str>>,
     /// When the request was accepted.
-    pub started: Instant,
+    pub started: Moment,
 }
 
 /// The W3C trace headers (`traceparent`, `tracestate`, `baggage`) of a transport's own
@@ -290,6 +291,10 @@ impl Layers {
     /// Builds a stack from layers, outermost first.
     pub fn new(layers: Vec<Arc<dyn Layer>>) -> Self {
         let captures = layers.iter().any(|l| l.captures_payloads());
+        if !layers.is_empty() {
+            // The clock calibrates on its first reading: here, not in the first request.
+            Moment::now();
+        }
         Layers {
             stack: layers.into(),
             captures,

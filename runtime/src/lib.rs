@@ -42,11 +42,11 @@ pub use toolyard_actors::transport;
 pub use toolyard_actors::{
     empty_object_schema, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget, Completions,
     DefinitionError, Event, ForwardFn, HandlerError, InputError, IntoCallToolResult, Json, Layer,
-    Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, Messaging, MethodFn, Observe, Outcome,
-    Peer, PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness, RequestContext,
-    RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig, SessionInfo,
-    SpanIds, StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TemplateDef, ToolArgs,
-    ToolDef, ToolError, ToolFn, TransportTrace, UnknownToolFn, UriTemplate,
+    Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, Messaging, MethodFn, Moment, Observe,
+    Outcome, Peer, PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness,
+    RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig,
+    SessionInfo, SpanIds, StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher,
+    TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, TransportTrace, UnknownToolFn, UriTemplate,
 };
 pub use toolyard_actors::{
     http_call_observer, request_baggage, request_traceparent, request_tracestate,

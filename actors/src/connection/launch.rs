@@ -7,12 +7,12 @@ use crate::context::{Caller, Channel, ContextInner, Parent, RequestContext, Roun
 use crate::gate;
 use crate::handlers::tools::CallParams;
 use crate::middleware::{RequestInfo, TransportTrace, Watch};
+use crate::moment::Moment;
 use crate::reply::{InflightRelease, Reply};
 use crate::route::route;
 use crate::server::ServerCore;
 use crate::sink::Sink;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolyard_proto::jsonrpc::{self, Request};
 use toolyard_proto::method;
@@ -136,7 +136,7 @@ pub(crate) fn launch(core: &ServerCore, l: Launch) {
             } else {
                 None
             },
-            started: Instant::now(),
+            started: Moment::now(),
         };
         match core.layers.start(&info) {
             Ok(completions) => Some(Box::new(Watch {

@@ -36,9 +36,8 @@ use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{IdGenerator, SamplingDecision, ShouldSample};
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::Instant;
 use toolyard::proto::ProtocolVersion;
-use toolyard::{Completion, Outcome, Peer, RequestInfo};
+use toolyard::{Completion, Moment, Outcome, Peer, RequestInfo};
 
 /// See the module documentation.
 pub(crate) struct DirectSpans {
@@ -176,7 +175,7 @@ impl DirectServerSpan {
         // The span covers the request from its acceptance (`info.started`) to now: the
         // duration the histogram records. Two clock reads in all, both monotonic: the end's
         // wall-clock time is this thread's anchor's (`wall_clock`).
-        let now = Instant::now();
+        let now = Moment::now();
         let elapsed = now.saturating_duration_since(info.started);
         self.spans.duration.record_elapsed(info, outcome, elapsed);
         if !self.sampled {

@@ -423,8 +423,8 @@ mod tests {
     use opentelemetry::metrics::MeterProvider;
     use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
     use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-    use std::time::Instant;
     use toolyard::proto::RequestId;
+    use toolyard::Moment;
 
     fn info(method: &str, target: Option<&str>) -> RequestInfo {
         RequestInfo {
@@ -439,7 +439,7 @@ mod tests {
             tracestate: None,
             transport_trace: None,
             arguments: None,
-            started: Instant::now(),
+            started: Moment::now(),
         }
     }
 

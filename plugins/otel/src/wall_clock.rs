@@ -1,4 +1,4 @@
-//! The wall-clock time of a monotonic reading, for the direct spans' end times.
+//! The wall-clock time of a monotonic reading ([`Moment`]), for the direct spans' end times.
 //!
 //! Why: a traced request already reads the monotonic clock once at its end (its duration);
 //! reading the wall clock too was one more `clock_gettime` per span (~25-35 ns on the VMs we
@@ -9,7 +9,8 @@
 //! slewed wall clock (at most 500 ppm under Linux's NTP discipline) stays under 50 µs.
 
 use std::cell::Cell;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use toolyard::Moment;
 
 /// How old an anchor gets before it is read again.
 const REANCHOR: Duration = Duration::from_millis(100);
@@ -17,11 +18,11 @@ const REANCHOR: Duration = Duration::from_millis(100);
 thread_local! {
     /// This thread's anchor: a monotonic reading and the wall-clock time read with it, in
     /// nanoseconds since the Unix epoch.
-    static ANCHOR: Cell<Option<(Instant, u64)>> = const { Cell::new(None) };
+    static ANCHOR: Cell<Option<(Moment, u64)>> = const { Cell::new(None) };
 }
 
 /// Nanoseconds since the Unix epoch at the monotonic reading `now`, a reading just taken.
-pub(crate) fn unix_nanos_at(now: Instant) -> u64 {
+pub(crate) fn unix_nanos_at(now: Moment) -> u64 {
     ANCHOR.with(|anchor| {
         let anchored = anchor.get();
         if let Some((at, wall)) = anchored {
@@ -29,10 +30,10 @@ pub(crate) fn unix_nanos_at(now: Instant) -> u64 {
                 Some(since) if since < REANCHOR => return wall.saturating_add(nanos_of(since)),
                 Some(_) => {}
                 // Read before the anchor was: that much before its wall-clock time.
-                None => return wall.saturating_sub(nanos_of(at - now)),
+                None => return wall.saturating_sub(nanos_of(at.saturating_duration_since(now))),
             }
         }
-        let (at, wall) = (Instant::now(), unix_nanos(SystemTime::now()));
+        let (at, wall) = (Moment::now(), unix_nanos(SystemTime::now()));
         anchor.set(Some((at, wall)));
         wall.saturating_sub(nanos_of(at.saturating_duration_since(now)))
     })
@@ -59,7 +60,7 @@ mod tests {
     fn a_reading_becomes_the_wall_clock_time_it_was_taken_at() {
         for _ in 0..3 {
             let before = wall_now();
-            let at = unix_nanos_at(Instant::now());
+            let at = unix_nanos_at(Moment::now());
             let after = wall_now();
             // Within the readings around it, give or take the anchor's drift bound.
             let slack = 50_000;
@@ -72,10 +73,10 @@ mod tests {
 
     #[test]
     fn the_anchor_is_read_again_once_it_is_old() {
-        let first = unix_nanos_at(Instant::now());
+        let first = unix_nanos_at(Moment::now());
         let (anchored, _) = ANCHOR.with(Cell::get).expect("an anchor");
         std::thread::sleep(REANCHOR + Duration::from_millis(5));
-        let later = unix_nanos_at(Instant::now());
+        let later = unix_nanos_at(Moment::now());
         let (reanchored, _) = ANCHOR.with(Cell::get).expect("an anchor");
         assert!(reanchored > anchored);
         assert!(later >= first + nanos_of(REANCHOR));
@@ -83,7 +84,7 @@ mod tests {
 
     #[test]
     fn a_reading_older_than_the_anchor_lies_before_it() {
-        let old = Instant::now();
+        let old = Moment::now();
         std::thread::sleep(Duration::from_millis(2));
         // Anchors now, after `old`.
         ANCHOR.with(|a| a.set(None));
