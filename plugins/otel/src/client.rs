@@ -11,7 +11,7 @@ use opentelemetry::metrics::Meter;
 use opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use std::sync::Arc;
-use std::time::Instant;
+use toolyard::Moment;
 use toolyard_client::{ObservedRequest, OutgoingRequest, RequestObserver, RequestOutcome};
 
 /// Observes every request a client sends (see the module docs).
@@ -73,7 +73,7 @@ impl RequestObserver for ClientObserver {
                 duration: self.duration.clone(),
                 method: method.into(),
                 tool: tool.map(Into::into),
-                started: Instant::now(),
+                started: Moment::now(),
             }));
         }
         let parent = parent_context(request.traceparent, request.tracestate);
@@ -103,7 +103,7 @@ impl RequestObserver for ClientObserver {
             duration: self.duration.clone(),
             method: method.into(),
             tool: tool.map(Into::into),
-            started: Instant::now(),
+            started: Moment::now(),
         }))
     }
 }
@@ -115,7 +115,7 @@ struct ClientSpan {
     duration: Arc<DurationPoints>,
     method: Box<str>,
     tool: Option<Box<str>>,
-    started: Instant,
+    started: Moment,
 }
 
 impl ObservedRequest for ClientSpan {

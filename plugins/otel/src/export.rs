@@ -190,6 +190,9 @@ impl Telemetry {
             return Ok(None);
         }
         let protocol = OtlpProtocol::chosen(settings.protocol)?;
+        // Durations are read from `Moment`s, whose clock calibrates on its first reading:
+        // here, not in the first request a client or a server observes.
+        toolyard::Moment::now();
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| TelemetryError::NoRuntime)?;
         let reqwest_client = Arc::new(ReqwestOnTokio::new(runtime)?);

@@ -19,7 +19,7 @@ use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::trace::{Span, SpanKind, Status, Tracer};
 use opentelemetry::KeyValue;
-use std::time::Instant;
+use toolyard::Moment;
 use toolyard::{HttpCallObserver, HttpCallOutcome, ObservedHttpCall, OutgoingHttpCall};
 
 const HTTP_REQUEST_METHOD: &str = "http.request.method";
@@ -117,7 +117,7 @@ impl HttpCallObserver for HttpClientObserver {
             trace,
             duration: self.duration.clone(),
             attributes,
-            started: Instant::now(),
+            started: Moment::now(),
         }))
     }
 }
@@ -129,7 +129,7 @@ struct HttpClientSpan {
     duration: Histogram<f64>,
     /// The metric's attributes (the span's, less `url.full`).
     attributes: Vec<KeyValue>,
-    started: Instant,
+    started: Moment,
 }
 
 impl ObservedHttpCall for HttpClientSpan {
