@@ -60,6 +60,50 @@ async fn workers_appearing_and_draining_change_the_listing() {
     assert!(gw.remote.tools().is_empty());
 }
 
+/// An embedder subscribed to the gateway's lifecycle hears a worker come up when its tools
+/// are installed and go down when it leaves, and `/readyz`'s table lists it down, optional.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_coming_and_going_are_lifecycle_events_and_readiness_lists_them() {
+    use toolyard::LifecycleEvent;
+    let nats = NatsServer::start();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    let mut events = gw.server.lifecycle().subscribe();
+    let worker = start_worker(&nats.url(), "alpha", Arc::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "alpha__echo")).await;
+    worker.shutdown().await;
+    listed(&gw.client, |n| !n.iter().any(|t| t.starts_with("alpha__"))).await;
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        match event {
+            LifecycleEvent::ComponentUp {
+                kind: "worker",
+                name,
+            } => seen.push(format!("up {name}")),
+            LifecycleEvent::ComponentDown {
+                kind: "worker",
+                name,
+                required,
+                ..
+            } => seen.push(format!("down {name} required={required}")),
+            _ => {}
+        }
+    }
+    assert_eq!(seen, ["up alpha", "down alpha required=false"], "{seen:?}");
+    let readiness = gw.server.lifecycle().readiness();
+    assert!(
+        readiness.ready,
+        "an optional worker down keeps the gateway ready"
+    );
+    assert!(
+        readiness
+            .down
+            .iter()
+            .any(|(kind, name, _, required)| kind == "worker" && name == "alpha" && !required),
+        "{:?}",
+        readiness.down
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_of_one_name_share_the_calls_and_one_drained_loses_none() {
     let nats = NatsServer::start();
