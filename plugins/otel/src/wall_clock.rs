@@ -90,7 +90,8 @@ mod tests {
         ANCHOR.with(|a| a.set(None));
         let at_old = unix_nanos_at(old);
         let (_, anchor_wall) = ANCHOR.with(Cell::get).expect("an anchor");
-        assert!(at_old + 2_000_000 <= anchor_wall, "{at_old} {anchor_wall}");
+        // Two milliseconds, give or take the counter's calibration.
+        assert!(at_old + 1_900_000 <= anchor_wall, "{at_old} {anchor_wall}");
         assert_eq!(unix_nanos_at(old), at_old, "read against the same anchor");
     }
 }
