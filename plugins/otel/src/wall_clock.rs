@@ -24,19 +24,23 @@ thread_local! {
 /// Nanoseconds since the Unix epoch at the monotonic reading `now`, a reading just taken.
 pub(crate) fn unix_nanos_at(now: Moment) -> u64 {
     ANCHOR.with(|anchor| {
-        let anchored = anchor.get();
-        if let Some((at, wall)) = anchored {
+        if let Some((at, wall)) = anchor.get() {
             match now.checked_duration_since(at) {
                 Some(since) if since < REANCHOR => return wall.saturating_add(nanos_of(since)),
                 Some(_) => {}
-                // Read before the anchor was: that much before its wall-clock time.
-                None => return wall.saturating_sub(nanos_of(at.saturating_duration_since(now))),
+                None => return before_anchor(now, at, wall),
             }
         }
         let (at, wall) = (Moment::now(), unix_nanos(SystemTime::now()));
         anchor.set(Some((at, wall)));
-        wall.saturating_sub(nanos_of(at.saturating_duration_since(now)))
+        before_anchor(now, at, wall)
     })
+}
+
+/// The wall-clock time of `now`, read before the anchor `(at, wall)` was: that much before
+/// the anchor's.
+fn before_anchor(now: Moment, at: Moment, wall: u64) -> u64 {
+    wall.saturating_sub(nanos_of(at.saturating_duration_since(now)))
 }
 
 /// Nanoseconds since the Unix epoch, as OTLP has times.

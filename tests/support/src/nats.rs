@@ -165,7 +165,8 @@ impl NatsServer {
     fn start_configured(bytes: usize, extra: &str) -> NatsServer {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            let [client_port, http_port] = <[u16; 2]>::try_from(free_ports(2)).expect("two ports");
+            let ports = free_ports(2);
+            let (client_port, http_port) = (ports[0], ports[1]);
             let server = NatsServer::spawn(Spec {
                 name: "n1".to_owned(),
                 client_port,

@@ -71,13 +71,11 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = 10_000 + (seed.wrapping_add(k.wrapping_mul(7_919)) % span) as u16;
         if let Ok(l) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
-            held.push(l);
+            held.push((l, port));
         }
     }
     assert_eq!(held.len(), n, "no {n} free loopback ports below {top}");
-    held.iter()
-        .map(|l| l.local_addr().expect("a bound port").port())
-        .collect()
+    held.into_iter().map(|(_, port)| port).collect()
 }
 
 /// The lower end of `net.ipv4.ip_local_port_range`.
