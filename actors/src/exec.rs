@@ -18,9 +18,11 @@ use toolyard_proto::{ErrorObject, InputRequiredResult, InputResponses, ResultTyp
 /// a task and a wake-up per call (docs/architecture.md, hot-path rules). The first poll uses a
 /// no-op waker: a future that is not ready registers it and is polled again at once by its
 /// new task, which registers the real waker, so no wake-up is lost. A panic never unwinds
-/// into the caller: the tool's own panics are caught inside [`run`], and anything else is
-/// caught here, where dropping the future answers its `Reply` with an internal error.
-pub(crate) fn start(mut fut: std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>) {
+/// into the caller: a panic in the first poll is caught here and logged (the future is
+/// dropped, which answers a request's `Reply` with an internal error), and a later one is
+/// the task's. Transports that take requests off a queue of their own (the NATS worker)
+/// start each with it too. Must be called inside a tokio runtime.
+pub fn run_or_spawn(mut fut: std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>) {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
         Ok(std::task::Poll::Ready(())) => {}
@@ -28,7 +30,7 @@ pub(crate) fn start(mut fut: std::pin::Pin<Box<dyn Future<Output = ()> + Send + 
             tokio::spawn(fut);
         }
         Err(panic) => {
-            tracing::error!(target: "toolyard", "request panicked before its handler ran: {}", panic_message(&*panic));
+            tracing::error!(target: "toolyard", "a request panicked before it first awaited: {}", panic_message(&*panic));
         }
     }
 }

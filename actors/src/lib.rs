@@ -42,9 +42,11 @@ pub mod transport {
     //! answers out, [`Delivery`] for stateless requests served through
     //! [`Server::serve_stateless`](crate::Server::serve_stateless), the [`Reply`] every
     //! request is answered through, and the request gate ([`modern_gate`]) a transport calls
-    //! when it must refuse a request in its own terms (an HTTP status) before handing it on.
+    //! when it must refuse a request in its own terms (an HTTP status) before handing it on,
+    //! and [`run_or_spawn`] for a transport that takes requests off a queue of its own.
     pub use crate::connection::ConnectionHandle;
     pub use crate::connection::Delivery;
+    pub use crate::exec::run_or_spawn;
     pub use crate::gate::{modern as modern_gate, GateError};
     pub use crate::reply::Reply;
     pub use crate::sink::{MessageSink, Sink};

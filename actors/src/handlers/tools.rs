@@ -140,7 +140,7 @@ pub(crate) struct CallSite<'a> {
     pub(crate) unknown: &'a arc_swap::ArcSwapOption<crate::server::UnknownToolFn>,
 }
 
-/// Starts a tool call: checks run here, the tool's own code runs in [`exec::start`].
+/// Starts a tool call: checks run here, the tool's own code runs in [`exec::run_or_spawn`].
 #[allow(
     clippy::needless_pass_by_value,
     reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
@@ -196,7 +196,7 @@ pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, 
     if is_task {
         tokio::spawn(call);
     } else {
-        exec::start(call);
+        exec::run_or_spawn(call);
     }
 }
 

@@ -637,7 +637,7 @@ async fn execute(
     let mut working = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let ran = loop {
         tokio::select! {
-            bytes = rx.recv() => match bytes {
+            bytes = rx.next() => match bytes {
                 Some(b) if b.starts_with(&prefix) => break Ran::Answered(answer(&b)),
                 // Progress and log messages of a task have no caller to go to.
                 Some(_) => {}

@@ -55,7 +55,7 @@ impl Drop for Unfinished {
     }
 }
 
-/// A worker's server: `echo`, `progress` (three progress steps, then "done"), `sleep`
+/// A worker's server: `echo`, `boom` (panics at once), `progress` (three progress steps, then "done"), `sleep`
 /// (sleeps `ms`, counting cancellations and completions in `seen`), `sleep_task` (the same,
 /// with optional task support), `flood` (`n` progress notifications at once, then
 /// "flooded"), `big` (answers `n` bytes of text); the resource `worker://readme` ("read
@@ -137,6 +137,19 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
                 "echo",
                 "Echoes",
                 |_ctx, a: Echo| async move { Ok(a.message) },
+            )
+            .unwrap(),
+        )
+        .tool(
+            tool_fn(
+                "boom",
+                "Panics before it awaits anything",
+                |_ctx, _a: serde_json::Value| async move {
+                    if std::hint::black_box(true) {
+                        panic!("boom");
+                    }
+                    Ok("unreachable".to_owned())
+                },
             )
             .unwrap(),
         )
