@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::transport::{run_or_spawn, Delivery, MessageSink, Sink};
@@ -347,17 +347,18 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
             refuse_busy(&inner, &message, concurrency, waiting).await;
             continue;
         };
-        let inner2 = inner.clone();
         // Polled once here and spawned only when it is not done by then: a tool that awaits
         // nothing (an echo, a lookup) is answered and its `end` frame queued within this
         // poll, without a task of its own (a task cell's 128-byte-aligned allocation, its
-        // scheduling and a wake-up). Boxed whole, so a spawn moves a pointer: tokio moves a
-        // task's future by value (four copies), and the ~2.5 KB future inline cost ~3 800
-        // instructions of copying a request. Tracked from the start, so a drain waits for it.
-        run_or_spawn(Box::pin(inner.tracker.track_future(async move {
-            handle(&inner2, message).await;
-            drop(permit);
-        })));
+        // scheduling and a wake-up). Boxed whole, so a spawn moves a pointer (tokio moves a
+        // task's future by value, four copies). Tracked from the start, so a drain waits for
+        // it. `handle` takes the message and the permit itself: an async block around it
+        // would hold a second copy of the message, and push the box over 1 KiB (`handle`).
+        run_or_spawn(Box::pin(inner.tracker.track_future(handle(
+            inner.clone(),
+            message,
+            permit,
+        ))));
     }
     // Leave the queue group: a subscription drain sends UNSUB then PING. What the server
     // routed here before it took the UNSUB and async-nats still delivers is served like the
@@ -372,11 +373,11 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
-        let inner2 = inner.clone();
-        run_or_spawn(Box::pin(inner.tracker.track_future(async move {
-            handle(&inner2, message).await;
-            drop(permit);
-        })));
+        run_or_spawn(Box::pin(inner.tracker.track_future(handle(
+            inner.clone(),
+            message,
+            permit,
+        ))));
     }
 }
 
@@ -501,11 +502,14 @@ impl<'a> Frames<'a> {
             headers.insert(wire::STATE, state);
         }
         self.seq += 1;
-        let sent = self
-            .inner
-            .client
-            .publish_with_headers(self.reply.clone(), headers, body)
-            .await;
+        // Boxed: async-nats' publish future is ~600 bytes, and a request's future (allocated
+        // whole for every request) holds this one.
+        let sent = Box::pin(self.inner.client.publish_with_headers(
+            self.reply.clone(),
+            headers,
+            body,
+        ))
+        .await;
         if let Err(e) = sent {
             tracing::warn!(reply = %self.reply, error = %e, "publishing a frame failed");
             if frame == Frame::End
@@ -658,69 +662,91 @@ fn admit(
     })
 }
 
-/// Serves one request message to its end.
-async fn handle(inner: &Inner, message: Message) {
+/// Serves one request message to its end. Its future is allocated whole for every request,
+/// so what only some requests reach (waiting for a slot, streaming frames) is boxed apart and
+/// what is read before the first await lives in plain functions: a request its tool answers
+/// at once carries admission's result and one frame. (A future over 1 KiB makes glibc
+/// consolidate its fast bins on every request: ~1 700 instructions.)
+async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermit) {
+    // Holds the request's place (running or waiting) until it ends.
+    let _permit = permit;
+    let inner = &*inner;
     let Some(reply) = reply_subject(inner, &message) else {
         return;
     };
-    let mut out = Frames::new(inner, reply.clone());
-    // In a block, and the message dropped after it: neither lives on in this future.
-    let admitted = {
-        let headers = RequestHeaders::read(&message);
-        out.accept_claim = headers.accept_claim == Some("1");
-        admit(inner, &message, &headers)
-    };
+    let mut out = Frames::new(inner, reply);
+    // The one frame of a request that ends here is written before the await, which is then
+    // the only one this future holds (how the compiler lays out an await per arm, each with
+    // what the arm had bound, made it over 1 KiB again).
+    let started = begin(inner, &mut out, &message);
+    // Dropped before the await: its payload holds on to async-nats' read buffer.
     drop(message);
+    let (frame, body): (Frame, Bytes) = match started {
+        Started::Refused(id, error) => (Frame::Err, wire::error_body(id.as_ref(), &error).into()),
+        Started::Answered(answer) => (Frame::End, answer.into()),
+        Started::Unanswered(id) => (
+            Frame::Err,
+            wire::error_body(Some(&id), &ended_unanswered()).into(),
+        ),
+        Started::Running(running) => return Box::pin(follow(out, running, None)).await,
+        Started::Busy(admitted) => return Box::pin(run_when_free(inner, out, *admitted)).await,
+    };
+    out.send(frame, body).await;
+}
+
+/// Reads and checks the request and, when a slot is free, serves it (no await: nothing of
+/// this lives on in the request's future).
+fn begin<'a>(inner: &'a Inner, out: &mut Frames<'_>, message: &Message) -> Started<'a> {
+    let headers = RequestHeaders::read(message);
+    out.accept_claim = headers.accept_claim == Some("1");
+    match admit(inner, message, &headers) {
+        Ok(admitted) => start(inner, admitted),
+        Err((id, error)) => Started::Refused(id, error),
+    }
+}
+
+/// How a request stands after `serve_here`'s first poll of its handler.
+enum Started<'a> {
+    /// Refused before it ran (an `err` frame, with the id when it was read).
+    Refused(Option<RequestId>, ErrorObject),
+    /// Answered there (an echo, a lookup: most tools await nothing): the answer is its only
+    /// frame, and nothing ever listens on `{reply}.ctl` for it, so such a call costs no
+    /// subscription, no listener task, no SUB and UNSUB (docs/nats.md).
+    Answered(Vec<u8>),
+    /// Ended without an answer.
+    Unanswered(RequestId),
+    /// Runs on: it listens on `{reply}.ctl` from before its first frame until its last.
+    Running(Running<'a>),
+    /// No slot was free: it waits for one (not run yet). Boxed: a request is large, and
+    /// this is rare.
+    Busy(Box<Admitted>),
+}
+
+/// Takes a slot and serves the request, when a slot is free (no await: nothing of this
+/// lives on in the request's future).
+fn start(inner: &Inner, admitted: Admitted) -> Started<'_> {
+    match inner.running.try_acquire() {
+        Ok(slot) => serve_in(inner, admitted, slot),
+        Err(_) => Started::Busy(Box::new(admitted)),
+    }
+}
+
+/// Serves the request in its slot and looks at what its handler's first poll sent.
+fn serve_in<'a>(
+    inner: &'a Inner,
+    admitted: Admitted,
+    slot: tokio::sync::SemaphorePermit<'a>,
+) -> Started<'a> {
     let Admitted {
         request,
         meta,
         transport_trace,
         deadline,
-    } = match admitted {
-        Ok(a) => a,
-        Err((id, error)) => return out.err(id.as_ref(), &error).await,
-    };
-    let cancel = CancellationToken::new();
-    let cancelled_by_caller = CancellationToken::new();
-    let expired = async {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(expired);
-    // A slot to run in; without one at once, the request waits here, listening on
-    // `{reply}.ctl` already (boxed: rare, and this future is copied into every request's
-    // task).
-    let mut control = None;
-    let _slot = match inner.running.try_acquire() {
-        Ok(slot) => slot,
-        Err(_) => {
-            control = Some(AbortOnDrop(
-                watch_control(
-                    inner,
-                    &reply,
-                    request.id.clone(),
-                    cancelled_by_caller.clone(),
-                )
-                .await,
-            ));
-            let waited = Box::pin(wait_for_slot(
-                inner,
-                &mut out,
-                &request.id,
-                &cancelled_by_caller,
-                expired.as_mut(),
-            ));
-            match waited.await {
-                Some(slot) => slot,
-                None => return,
-            }
-        }
-    };
+    } = admitted;
     let id = request.id.clone();
+    let cancel = CancellationToken::new();
     let Served {
-        messages: mut rx,
+        mut messages,
         answer_prefix: prefix,
     } = serve_here(
         &inner.server,
@@ -730,23 +756,120 @@ async fn handle(inner: &Inner, message: Message) {
         transport_trace,
         Some(inner.peer.clone()),
     );
-    // `serve_here` polled the handler once. A request it answered there (an echo, a lookup:
-    // most tools await nothing) sends its answer as its only frame, and nothing ever
-    // listens on `{reply}.ctl` for it: nothing is left to cancel. That saves such a call the
-    // subscription, its listener task, and the bus's SUB and UNSUB (docs/nats.md). Any other
-    // request listens from before its first frame until after its last.
-    let first = match rx.try_recv() {
-        Ok(b) if b.starts_with(&prefix) => return out.send(Frame::End, b.into()).await,
+    let first = match messages.try_recv() {
+        Ok(b) if b.starts_with(&prefix) => return Started::Answered(b),
         Ok(b) => Some(b),
         Err(mpsc::TryRecvError::Empty) => None,
-        Err(mpsc::TryRecvError::Closed) => return out.err(Some(&id), &ended_unanswered()).await,
+        Err(mpsc::TryRecvError::Closed) => return Started::Unanswered(id),
     };
-    let _control = match control {
-        Some(listening) => listening,
-        None => {
-            AbortOnDrop(watch_control(inner, &reply, id.clone(), cancelled_by_caller.clone()).await)
+    Started::Running(Running {
+        inner,
+        id,
+        messages,
+        prefix,
+        first,
+        cancel,
+        deadline,
+        _slot: slot,
+    })
+}
+
+/// A request that found every slot taken: it waits for one, listening for its caller's
+/// cancel already, then runs.
+async fn run_when_free<'a>(inner: &'a Inner, mut out: Frames<'a>, admitted: Admitted) {
+    let cancelled_by_caller = CancellationToken::new();
+    let control = AbortOnDrop(
+        watch_control(
+            inner,
+            &out.reply,
+            admitted.request.id.clone(),
+            cancelled_by_caller.clone(),
+        )
+        .await,
+    );
+    let slot = {
+        let expired = expiry(admitted.deadline);
+        tokio::pin!(expired);
+        let waited = wait_for_slot(
+            inner,
+            &mut out,
+            &admitted.request.id,
+            &cancelled_by_caller,
+            expired.as_mut(),
+        );
+        match waited.await {
+            Some(slot) => slot,
+            None => return,
         }
     };
+    let listening = Listening {
+        _control: control,
+        cancelled_by_caller,
+    };
+    match serve_in(inner, admitted, slot) {
+        Started::Answered(answer) => out.send(Frame::End, answer.into()).await,
+        Started::Unanswered(id) => out.err(Some(&id), &ended_unanswered()).await,
+        Started::Running(running) => follow(out, running, Some(listening)).await,
+        // `serve_in` neither waits nor refuses.
+        Started::Busy(_) | Started::Refused(..) => {}
+    }
+}
+
+/// A request that waited for its slot listens on `{reply}.ctl` from then on.
+struct Listening {
+    _control: AbortOnDrop,
+    cancelled_by_caller: CancellationToken,
+}
+
+/// The request's deadline passing (never, without one).
+async fn expiry(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A request that runs on after `serve_here`'s first poll: what it sends, what stops it.
+struct Running<'a> {
+    inner: &'a Inner,
+    id: RequestId,
+    messages: mpsc::UnboundedReceiver<Vec<u8>>,
+    prefix: Vec<u8>,
+    /// A message (not the answer) it sent in that first poll.
+    first: Option<Vec<u8>>,
+    cancel: CancellationToken,
+    deadline: Option<tokio::time::Instant>,
+    _slot: tokio::sync::SemaphorePermit<'a>,
+}
+
+/// Relays a running request's messages as frames until its answer, its caller's cancel,
+/// its deadline or the worker's drain ends it. `listening`: it waited for its slot, and
+/// listens on `{reply}.ctl` already.
+async fn follow<'a>(mut out: Frames<'a>, running: Running<'a>, listening: Option<Listening>) {
+    let Running {
+        inner,
+        id,
+        messages: mut rx,
+        prefix,
+        first,
+        cancel,
+        deadline,
+        _slot,
+    } = running;
+    let listening = match listening {
+        Some(listening) => listening,
+        None => {
+            let cancelled_by_caller = CancellationToken::new();
+            let control = watch_control(inner, &out.reply, id.clone(), cancelled_by_caller.clone());
+            Listening {
+                _control: AbortOnDrop(control.await),
+                cancelled_by_caller,
+            }
+        }
+    };
+    let cancelled_by_caller = &listening.cancelled_by_caller;
+    let expired = expiry(deadline);
+    tokio::pin!(expired);
     if let Some(b) = first {
         out.send(Frame::Msg, b.into()).await;
     }
@@ -1153,11 +1276,6 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
 
 #[cfg(test)]
 mod tests {
-    /// The size of the future an async fn with these two arguments returns.
-    fn future_size<A, B, F: std::future::Future>(_: impl Fn(A, B) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
     /// The one pass over a request's headers finds what a lookup per header found: the
     /// first value of each, nothing for a name spelt in another case or absent, with
     /// unrelated headers around them.
@@ -1224,13 +1342,17 @@ mod tests {
         );
     }
 
-    /// Every request is a task whose future is written into its task cell on spawn, a copy
-    /// of the whole future: at 7 912 bytes (the object store's write for an oversize
-    /// answer was carried inline) that copy was ~8 000 instructions of every request
-    /// (callgrind). The rare paths are boxed; keep it that way.
+    /// Every request's future is allocated whole, and moved whole when it is spawned: at
+    /// 7 912 bytes (the object store's write for an oversize answer was carried inline) it
+    /// cost ~8 000 instructions of copying a request, and anything over 1 000 bytes makes
+    /// glibc's malloc consolidate its fast bins on every request (~1 700 instructions,
+    /// callgrind `nats-worker`). The rare paths are boxed apart; keep it that way.
     #[test]
     fn a_requests_future_carries_no_rare_path_inline() {
-        let size = future_size(super::handle);
-        assert!(size <= 4096, "a request's future is {size} bytes");
+        fn tracked<A, B, C, F: std::future::Future>(_: impl Fn(A, B, C) -> F) -> usize {
+            std::mem::size_of::<tokio_util::task::task_tracker::TrackedFuture<F>>()
+        }
+        let size = tracked(super::handle);
+        assert!(size <= 1000, "a request's future is {size} bytes");
     }
 }
