@@ -335,6 +335,7 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
         .waiting
         .unwrap_or_else(|| concurrency.max(WAITING));
     let permits = Arc::new(Semaphore::new(concurrency + waiting));
+    let intake = Intake::of_this_runtime();
     loop {
         let message = tokio::select! {
             m = subscription.next() => m,
@@ -347,18 +348,7 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
             refuse_busy(&inner, &message, concurrency, waiting).await;
             continue;
         };
-        // Polled once here and spawned only when it is not done by then: a tool that awaits
-        // nothing (an echo, a lookup) is answered and its `end` frame queued within this
-        // poll, without a task of its own (a task cell's 128-byte-aligned allocation, its
-        // scheduling and a wake-up). Boxed whole, so a spawn moves a pointer (tokio moves a
-        // task's future by value, four copies). Tracked from the start, so a drain waits for
-        // it. `handle` takes the message and the permit itself: an async block around it
-        // would hold a second copy of the message, and push the box over 1 KiB (`handle`).
-        run_or_spawn(Box::pin(inner.tracker.track_future(handle(
-            inner.clone(),
-            message,
-            permit,
-        ))));
+        start_request(&inner, intake, message, permit);
     }
     // Leave the queue group: a subscription drain sends UNSUB then PING. What the server
     // routed here before it took the UNSUB and async-nats still delivers is served like the
@@ -373,11 +363,57 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
-        run_or_spawn(Box::pin(inner.tracker.track_future(handle(
-            inner.clone(),
-            message,
-            permit,
-        ))));
+        start_request(&inner, intake, message, permit);
+    }
+}
+
+/// How the subscription loop starts a request it took.
+#[derive(Clone, Copy)]
+enum Intake {
+    /// Polled once in the loop, a task only when it awaits: one runtime thread, which the
+    /// request would have run on anyway.
+    InPlace,
+    /// A task of its own at once: with several runtime threads, the loop takes the next
+    /// request while another thread runs this one's first step, so a tool that computes
+    /// before it awaits occupies one thread, not the worker's intake. (A tool that blocks
+    /// its thread belongs on `spawn_blocking` all the same: tokio may leave the bus unread
+    /// while one of two threads is blocked, as a test of this showed.)
+    Task,
+}
+
+impl Intake {
+    fn of_this_runtime() -> Intake {
+        if tokio::runtime::Handle::current().metrics().num_workers() == 1 {
+            Intake::InPlace
+        } else {
+            Intake::Task
+        }
+    }
+}
+
+/// Starts a request taken off the subscription. In place, a tool that awaits nothing (an
+/// echo, a lookup) is answered and its `end` frame queued without a task of its own (a task
+/// cell's 128-byte-aligned allocation, its scheduling and a wake-up). Boxed whole either way,
+/// so a spawn moves a pointer (tokio moves a task's future by value, four copies), and
+/// tracked from the start, so a drain waits for it. `handle` takes the message and the
+/// permit itself: an async block around it would hold a second copy of the message, and
+/// push the box over 1 KiB (`handle`).
+fn start_request(
+    inner: &Arc<Inner>,
+    intake: Intake,
+    message: Message,
+    permit: OwnedSemaphorePermit,
+) {
+    let request = Box::pin(
+        inner
+            .tracker
+            .track_future(handle(inner.clone(), message, permit)),
+    );
+    match intake {
+        Intake::InPlace => run_or_spawn(request),
+        Intake::Task => {
+            tokio::spawn(request);
+        }
     }
 }
 

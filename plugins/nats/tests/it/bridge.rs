@@ -277,43 +277,48 @@ async fn a_call_cancelled_while_it_waits_for_a_slot_never_runs() {
     );
 }
 
-/// A worker runs a request's first steps in its subscription loop (a task only for what
-/// awaits): a tool that panics there fails its own call with an error, and neither a call
-/// running beside it nor the ones after it notice.
+/// A worker on one runtime thread runs a request's first step in its subscription loop (a
+/// task only for what awaits), on several it gives each request a task at once: either way
+/// a tool that panics fails its own call with an error, and neither a call running beside
+/// it nor the ones after it notice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_that_panics_on_a_worker_fails_only_its_own_call() {
-    let nats = NatsServer::start();
-    let seen = Arc::new(Seen::default());
-    let _worker = start_worker(&nats.url(), "calc", seen.clone()).await;
-    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
-    listed(&gw.client, |n| n.iter().any(|t| t == "calc__boom")).await;
-    let client = gw.client.clone();
-    let running =
-        tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": 1_000})).await });
-    counted(&seen.started, "the sleeping call never started").await;
-    for _ in 0..3 {
-        let boom = gw.client.call_tool("calc__boom", json!({})).await;
-        let failed = match &boom {
-            Ok(r) => r.is_error == Some(true) && text(r).contains("boom"),
-            Err(e) => e.to_string().contains("boom"),
-        };
-        assert!(
-            failed,
-            "a panicking tool must fail its call naming the panic: {boom:?}"
-        );
-        let r = gw
-            .client
-            .call_tool("calc__echo", json!({"message": "still serving"}))
+    for threads in [1, 2] {
+        let nats = NatsServer::start();
+        let seen = Arc::new(Seen::default());
+        let _worker = WorkerElsewhere::start(&nats.url(), "calc", seen.clone(), threads);
+        let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+        listed(&gw.client, |n| n.iter().any(|t| t == "calc__boom")).await;
+        let client = gw.client.clone();
+        let running =
+            tokio::spawn(
+                async move { client.call_tool("calc__sleep", json!({"ms": 1_000})).await },
+            );
+        counted(&seen.started, "the sleeping call never started").await;
+        for _ in 0..3 {
+            let boom = gw.client.call_tool("calc__boom", json!({})).await;
+            let failed = match &boom {
+                Ok(r) => r.is_error == Some(true) && text(r).contains("boom"),
+                Err(e) => e.to_string().contains("boom"),
+            };
+            assert!(
+                failed,
+                "{threads} thread(s): a panicking tool must fail its call naming the panic: {boom:?}"
+            );
+            let r = gw
+                .client
+                .call_tool("calc__echo", json!({"message": "still serving"}))
+                .await
+                .unwrap();
+            assert_eq!(text(&r), "still serving");
+        }
+        let slept = tokio::time::timeout(WAIT, running)
             .await
+            .unwrap()
+            .unwrap()
             .unwrap();
-        assert_eq!(text(&r), "still serving");
+        assert_eq!(text(&slept), "slept");
     }
-    let slept = tokio::time::timeout(WAIT, running)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(text(&slept), "slept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

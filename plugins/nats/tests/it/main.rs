@@ -299,6 +299,45 @@ pub(crate) async fn start_worker(url: &str, name: &str, seen: Arc<Seen>) -> Work
         .unwrap()
 }
 
+/// A worker in a tokio runtime of its own with `threads` threads (one: its subscription loop
+/// starts requests in place; more: each request is a task at once), so what its tools do to
+/// their threads cannot touch the test's runtime, where the gateway and the caller run.
+pub(crate) struct WorkerElsewhere {
+    worker: Option<Worker>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl WorkerElsewhere {
+    pub(crate) fn start(url: &str, name: &str, seen: Arc<Seen>, threads: usize) -> WorkerElsewhere {
+        let (url, name) = (url.to_owned(), name.to_owned());
+        // A runtime cannot be started from within the test's: from a thread of its own.
+        let (runtime, worker) = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .enable_all()
+                .build()
+                .unwrap();
+            let worker = runtime.block_on(start_worker(&url, &name, seen));
+            (runtime, worker)
+        })
+        .join()
+        .unwrap();
+        WorkerElsewhere {
+            worker: Some(worker),
+            runtime: Some(runtime),
+        }
+    }
+}
+
+impl Drop for WorkerElsewhere {
+    fn drop(&mut self) {
+        drop(self.worker.take());
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// A worker of `slots` slots and `waiting` room to wait (`None`: the default), counting
 /// its calls in `seen`.
 pub(crate) async fn start_worker_with_slots(
