@@ -20,8 +20,10 @@ use toolyard_proto::{ErrorObject, InputRequiredResult, InputResponses, ResultTyp
 /// new task, which registers the real waker, so no wake-up is lost. A panic never unwinds
 /// into the caller: a panic in the first poll is caught here and logged (the future is
 /// dropped, which answers a request's `Reply` with an internal error), and a later one is
-/// the task's. Transports that take requests off a queue of their own (the NATS worker)
-/// start each with it too. Must be called inside a tokio runtime.
+/// the task's. A transport that takes requests off a queue of its own may start each with
+/// it too (the NATS worker does on a one-thread runtime: on more threads a task at once
+/// lets another thread run a request that computes before it awaits, while the queue is
+/// read on). Must be called inside a tokio runtime.
 pub fn run_or_spawn(mut fut: std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>) {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
