@@ -23,7 +23,7 @@ pub(crate) fn header(
 
 /// The first value of each of `names` in a message's headers, found in one pass over them.
 /// A [`header`] per name hashes the name with SipHash for each lookup (~300 instructions);
-/// the worker reads seven per request and the caller three per frame.
+/// the worker reads nine per request and the caller four per frame.
 pub(crate) fn headers<'m, const N: usize>(
     message: &'m async_nats::Message,
     names: [&async_nats::header::HeaderName; N],

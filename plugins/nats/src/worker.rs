@@ -588,6 +588,7 @@ struct RequestHeaders<'m> {
     wire: Option<&'m str>,
     method: Option<&'m str>,
     name: Option<&'m str>,
+    protocol_version: Option<&'m str>,
     accept_claim: Option<&'m str>,
     traceparent: Option<&'m str>,
     tracestate: Option<&'m str>,
@@ -597,13 +598,14 @@ struct RequestHeaders<'m> {
 
 impl<'m> RequestHeaders<'m> {
     fn read(message: &'m Message) -> RequestHeaders<'m> {
-        let [wire, method, name, accept_claim, traceparent, tracestate, baggage, timeout_ms] =
+        let [wire, method, name, protocol_version, accept_claim, traceparent, tracestate, baggage, timeout_ms] =
             wire::headers(
                 message,
                 [
                     &wire::WIRE,
                     &wire::METHOD,
                     &wire::NAME,
+                    &wire::PROTOCOL_VERSION,
                     &wire::ACCEPT_CLAIM,
                     &wire::TRACEPARENT,
                     &wire::TRACESTATE,
@@ -615,6 +617,7 @@ impl<'m> RequestHeaders<'m> {
             wire,
             method,
             name,
+            protocol_version,
             accept_claim,
             traceparent,
             tracestate,
@@ -1160,6 +1163,19 @@ fn integrity(
             Some(h) if h == body => {}
             Some(h) => return Err(format!("Mcp-Name '{h}' does not match body value '{body}'")),
             None => return Err("missing Mcp-Name header".to_owned()),
+        }
+    }
+    // The header is optional; when sent it must name the revision the body's `_meta` does
+    // (a body without one is refused after this, with the reason).
+    let body_version = head
+        .meta
+        .as_ref()
+        .and_then(|m| m.protocol_version.as_deref());
+    if let (Some(h), Some(body)) = (headers.protocol_version, body_version) {
+        if h != body {
+            return Err(format!(
+                "MCP-Protocol-Version '{h}' does not match the body's `_meta` revision '{body}'"
+            ));
         }
     }
     if !wire::subject_matches(

@@ -138,6 +138,23 @@ async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_u
         -32020,
         "{frames:?}"
     );
+    // An MCP-Protocol-Version header that names another revision than the body's `_meta`:
+    // -32020, naming both.
+    let mut other_version = headers("tools/call", Some("echo"));
+    other_version.insert(wire::PROTOCOL_VERSION, "2025-06-18");
+    let frames = raw_call(&raw, &echo, other_version, &call_body("echo")).await;
+    let error = &frames.last().unwrap().1["error"];
+    assert_eq!(error["code"], -32020, "{frames:?}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("2025-06-18") && message.contains("2026-07-28"),
+        "{message}"
+    );
+    // The same header naming the body's revision is served.
+    let mut same_version = headers("tools/call", Some("echo"));
+    same_version.insert(wire::PROTOCOL_VERSION, "2026-07-28");
+    let frames = raw_call(&raw, &echo, same_version, &call_body("echo")).await;
+    assert_eq!(frames.last().unwrap().0, "end", "{frames:?}");
     // A forged cancellation for another id is ignored; positional params are -32602.
     let positional = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":["echo",{}]}"#;
     let frames = raw_call(&raw, &echo, headers("tools/call", Some("echo")), positional).await;
