@@ -271,15 +271,29 @@ impl Drop for RemoteTools {
 /// NATS connection is down cannot reach any worker, so it is not ready (`/readyz` 503) until
 /// the client reconnects. Polled: async-nats reports connection events only to a callback
 /// set before connecting, and the connection may be shared with other users.
+///
+/// An outage shorter than a tick (async-nats reconnects at once when the server closes the
+/// connection, e.g. as a slow consumer) is seen in the client's count of connections; it
+/// loses the calls in flight just the same, since frames sent while it lasted are gone.
 async fn watch_connection(server: Server, client: Client, lost: tokio::sync::watch::Sender<u64>) {
     use async_nats::connection::State as Conn;
+    use std::sync::atomic::Ordering;
     let lifecycle = server.lifecycle();
+    let statistics = client.statistics();
+    let mut connects = statistics.connects.load(Ordering::Relaxed);
     let mut up = true;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tick.tick().await;
         let now = matches!(client.connection_state(), Conn::Connected);
+        let count = statistics.connects.load(Ordering::Relaxed);
+        let reconnected = count != connects;
+        connects = count;
         if now == up {
+            if now && reconnected {
+                tracing::warn!(target: "toolyard::nats", "the NATS connection was lost and is back: the calls in flight end with -32010");
+                lost.send_modify(|n| *n += 1);
+            }
             continue;
         }
         up = now;

@@ -1142,6 +1142,18 @@ impl Drop for StallingProxy {
 /// and not a truncated answer passed as a success; the gateway reconnects and new calls
 /// work; the worker is untouched (its connection stays, it serves a direct call). The
 /// broker's `/connz?state=closed` names the reason: a slow consumer.
+/// The messages the broker has received from the worker's connection (`n9-worker`).
+async fn worker_messages_in(nats: &toolyard_testkit::NatsServer) -> u64 {
+    let connz = monitor(nats, "/connz").await;
+    connz["connections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "n9-worker")
+        .and_then(|c| c["in_msgs"].as_u64())
+        .unwrap_or_else(|| panic!("the worker's connection is open: {connz}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_recovers() {
     // `max_payload` may not exceed `max_pending`: set again, after the harness's 8 MiB.
@@ -1178,11 +1190,18 @@ async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_
     let bus = toolyard_nats::connect(&proxy.url, "n9-gateway")
         .await
         .unwrap();
-    let gw = gateway_on(bus.clone(), quick()).await;
+    // An inactivity window far longer than the connection watch's tick, so the answer
+    // below is the lost connection's, not the silence's.
+    let config = RemoteConfig {
+        inactivity: Duration::from_secs(20),
+        ..quick()
+    };
+    let gw = gateway_on(bus.clone(), config).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "gush__gush")).await;
 
     // The gateway stalls; its call still reaches the worker, which floods it: 400 frames of
     // 32 KiB, far more than the socket buffers and `max_pending` hold.
+    let worker_sent_before = worker_messages_in(&nats).await;
     proxy.pause(true);
     let progressed = Arc::new(AtomicUsize::new(0));
     let counter = progressed.clone();
@@ -1212,6 +1231,18 @@ async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_
     assert_eq!(closed[0]["name"], "n9-gateway", "{closed:?}");
     let reason = closed[0]["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("Slow Consumer"), "closed because: {reason}");
+    // Regression (CI, a loaded machine): the gateway reconnected while the worker was still
+    // sending the flood; its reply subscription, renewed on the new connection, took the
+    // rest, and the broker closed that connection too. So the gateway reads again only once
+    // the broker has every frame of the flood (400 progress frames and the last one).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while worker_messages_in(&nats).await < worker_sent_before + 401 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never finished sending its flood"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     proxy.pause(false);
 
     let outcome = tokio::time::timeout(WAIT, call)
@@ -1224,6 +1255,13 @@ async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_
         outcome.as_ref().map(text)
     );
     assert_eq!(code_of(&outcome), wire::STREAM_LOST, "{outcome:?}");
+    // Regression: the client reconnected within the connection watch's 250 ms tick, so the
+    // watch never saw it down and the call waited out its inactivity window instead.
+    let message = format!("{outcome:?}");
+    assert!(
+        message.contains("connection to the NATS server was lost"),
+        "{message}"
+    );
 
     // The gateway reconnects (through the proxy again) and calls work.
     let deadline = tokio::time::Instant::now() + WAIT;
