@@ -26,9 +26,9 @@
 //! gateway is gone, `tasks/get` on any other one reads it.
 
 use crate::error::NatsError;
+use crate::served::{serve_here, Served, NOTIFICATION_BACKLOG};
 use crate::tasks::{self, NatsTaskStore, Stored};
 use crate::wire;
-use crate::worker::{serve_here, Served};
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, stream, AckKind};
 use async_nats::{Client, HeaderValue};
@@ -632,6 +632,8 @@ async fn execute(
         cancel.clone(),
         None,
         Some(runner.peer.clone()),
+        // A task's notifications have no caller to go to: they are taken and dropped.
+        NOTIFICATION_BACKLOG,
     );
     let period = (runner.ack_wait / 3).max(Duration::from_millis(100));
     let mut working = tokio::time::interval_at(tokio::time::Instant::now() + period, period);

@@ -21,6 +21,7 @@ mod events;
 mod jobs;
 mod remote;
 mod replies;
+mod served;
 mod tasks;
 pub mod wire;
 mod worker;

@@ -17,6 +17,7 @@
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
+use crate::served::{serve_here, Served, NOTIFICATION_BACKLOG};
 use crate::wire::{self, Frame};
 use async_nats::{Client, HeaderMap, Message, Subject};
 use bytes::Bytes;
@@ -29,7 +30,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolyard::transport::{run_or_spawn, Delivery, MessageSink, Sink};
+use toolyard::transport::run_or_spawn;
 use toolyard::{Peer, Server, TransportTrace};
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
 use toolyard_proto::method::{self, NameField};
@@ -64,6 +65,11 @@ pub struct WorkerConfig {
     /// How long a task job may go without a sign of life before JetStream redelivers it
     /// (default 30 s; the worker signals every third of it while it runs one).
     pub task_ack_wait: Duration,
+    /// Notifications (progress, logs) a request may have waiting to be published (default
+    /// 512, as many frames as the gateway lets a call have waiting); past it, a tool that
+    /// reports faster than the bus takes them has new ones dropped until it catches up, so
+    /// its worker's memory stays bounded. The answer is never dropped.
+    pub notification_backlog: usize,
 }
 
 impl WorkerConfig {
@@ -80,6 +86,7 @@ impl WorkerConfig {
             catalog_replicas: 1,
             tasks: true,
             task_ack_wait: Duration::from_secs(30),
+            notification_backlog: NOTIFICATION_BACKLOG,
         }
     }
 }
@@ -794,6 +801,7 @@ fn serve_in<'a>(
         cancel.clone(),
         transport_trace,
         Some(inner.peer.clone()),
+        inner.config.notification_backlog,
     );
     let first = match messages.try_recv() {
         Ok(b) if b.starts_with(&prefix) => return Started::Answered(b),
@@ -1081,57 +1089,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A request served by this process's server: its messages as they come, and the prefix
-/// of the one that answers it.
-pub(crate) struct Served {
-    pub(crate) messages: mpsc::UnboundedReceiver<Vec<u8>>,
-    pub(crate) answer_prefix: Vec<u8>,
-}
-
-/// Where a request served here writes its messages: futures' unbounded channel rather than
-/// tokio's, whose shared state is cache-padded and so allocated through `posix_memalign`
-/// (~580 instructions of every request, most of which send one message).
-struct ServedSink(mpsc::UnboundedSender<Vec<u8>>);
-
-impl MessageSink for ServedSink {
-    fn send(&self, message: Vec<u8>) -> bool {
-        self.0.unbounded_send(message).is_ok()
-    }
-    fn is_closed(&self) -> bool {
-        self.0.is_closed()
-    }
-}
-
-/// Serves `request` with `server` as a 2026-07-28 request without a connection (the bus's
-/// requests, a task's job, the worker's own listings), cancelled by `cancel`.
-pub(crate) fn serve_here(
-    server: &Server,
-    request: Request,
-    meta: RequestMeta,
-    cancel: CancellationToken,
-    transport_trace: Option<Arc<TransportTrace>>,
-    peer: Option<Arc<Peer>>,
-) -> Served {
-    let (tx, messages) = mpsc::unbounded::<Vec<u8>>();
-    let answer_prefix = wire::answer_prefix(&request.id);
-    server.serve_stateless(
-        request,
-        meta,
-        Delivery {
-            sink: Sink::new(ServedSink(tx)),
-            cancel,
-            track: false,
-            principal: None,
-            peer,
-            transport_trace,
-        },
-    );
-    Served {
-        messages,
-        answer_prefix,
-    }
-}
-
 /// The subject, the mirrored headers and the body must agree.
 fn integrity(
     inner: &Inner,
@@ -1289,7 +1246,15 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
         let Served {
             messages: mut rx,
             answer_prefix: prefix,
-        } = serve_here(server, request, meta, CancellationToken::new(), None, None);
+        } = serve_here(
+            server,
+            request,
+            meta,
+            CancellationToken::new(),
+            None,
+            None,
+            NOTIFICATION_BACKLOG,
+        );
         let answer = loop {
             match rx.next().await {
                 Some(b) if b.starts_with(&prefix) => break Some(b),

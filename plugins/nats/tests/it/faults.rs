@@ -102,6 +102,81 @@ fn call_body(name: &str) -> String {
     .to_string()
 }
 
+/// A tool that reports progress faster than the bus takes it (5 000 reports in a loop that
+/// never awaits) has at most `notification_backlog` (512) of them waiting in its worker: the
+/// rest are dropped there, so the worker's memory stays bounded. The caller still gets the
+/// answer, and an unbroken `Mcp-Seq` (a dropped report is no lost frame). On a one-thread
+/// worker the tool runs to its end before a frame goes out, so exactly 512 are kept: the
+/// first ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_progress_flood_keeps_at_most_the_backlog_waiting_on_the_worker_and_the_answer_comes() {
+    let nats = NatsServer::start();
+    let _worker = WorkerElsewhere::start(&nats.url(), "calc", Arc::default(), 1);
+    let raw = connect(&nats.url()).await;
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("flood"));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "flood", "arguments": {"n": 5000},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {},
+                  "progressToken": "p"}}})
+    .to_string();
+    let inbox = raw.new_inbox();
+    let mut sub = raw.subscribe(inbox.clone()).await.unwrap();
+    // The worker subscribes once it has started; a request before that has no responder.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while raw
+        .request_with_headers(
+            subject.clone(),
+            headers("tools/call", Some("echo")),
+            call_body("echo").into(),
+        )
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    raw.publish_with_reply_and_headers(
+        subject,
+        inbox,
+        headers("tools/call", Some("flood")),
+        body.into(),
+    )
+    .await
+    .unwrap();
+    let (mut progress, mut seq) = (Vec::new(), 0u64);
+    let answer = loop {
+        let m = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .expect("the flooded call ends")
+            .unwrap();
+        let header = |name| {
+            m.headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        };
+        assert_eq!(header(wire::SEQ), seq.to_string(), "no frame is lost");
+        seq += 1;
+        let body: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
+        match header(wire::FRAME).as_str() {
+            "msg" => progress.push(body["params"]["progress"].as_f64().unwrap()),
+            "ka" => {}
+            _ => break body,
+        }
+    };
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "flooded",
+        "{answer}"
+    );
+    let first: Vec<f64> = (0..512).map(f64::from).collect();
+    assert_eq!(progress, first, "the first 512 reports, in order");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_up() {
     let nats = NatsServer::start();
