@@ -38,6 +38,11 @@ pub(crate) struct WorkerArgs {
     /// re-issues with a backoff within the call's deadline.
     #[arg(long, env = "TOOLYARD_WAITING")]
     waiting: Option<usize>,
+    /// Notifications (progress, logs) a request may have waiting to be published; past it,
+    /// newer ones are dropped until they drain (the answer never is), so a tool reporting
+    /// faster than the bus takes it cannot grow the worker without limit.
+    #[arg(long, env = "TOOLYARD_NOTIFICATION_BACKLOG", default_value_t = 512)]
+    notification_backlog: usize,
     /// Seconds in-flight requests get to finish after SIGTERM / Ctrl-C.
     #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
     drain_seconds: u64,
@@ -129,6 +134,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let mut worker_config = nats_section.worker(&args.name);
         worker_config.concurrency = args.concurrency.max(1);
         worker_config.waiting = args.waiting;
+        worker_config.notification_backlog = args.notification_backlog.max(1);
         worker_config.drain_timeout = std::time::Duration::from_secs(args.drain_seconds);
         let events =
             toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)
