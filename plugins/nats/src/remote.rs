@@ -287,7 +287,9 @@ async fn watch_connection(server: Server, client: Client, lost: tokio::sync::wat
         tick.tick().await;
         let now = matches!(client.connection_state(), Conn::Connected);
         let count = statistics.connects.load(Ordering::Relaxed);
-        let reconnected = count != connects;
+        // From none, it is the first connection (async-nats connects in the background when
+        // the broker is not there at start), not a loss.
+        let reconnected = count != connects && connects > 0;
         connects = count;
         if now == up {
             if now && reconnected {
