@@ -42,13 +42,9 @@ struct ServedSink {
     dropped: AtomicU64,
 }
 
-/// How our serializer starts every response (`wire::answer_prefix`): a message that does
-/// not start so is a notification.
-const RESPONSE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
-
 impl MessageSink for ServedSink {
     fn send(&self, message: Vec<u8>) -> bool {
-        if self.tx.len() >= self.backlog && !message.starts_with(RESPONSE) {
+        if self.tx.len() >= self.backlog && !message.starts_with(wire::RESPONSE_START) {
             if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
                 tracing::warn!(
                     target: "toolyard::nats",

@@ -253,12 +253,16 @@ fn tokens_usable(subject: &str) -> bool {
     !token_empty && (subject.is_ascii() || !subject.chars().any(char::is_whitespace))
 }
 
+/// How our serializer starts every response, whatever its id: a message of a request that
+/// does not start so is a notification.
+pub(crate) const RESPONSE_START: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+
 /// The bytes that start our serializer's answer to request `id`
 /// (`{"jsonrpc":"2.0","id":<id>,`): recognizing the answer among a request's messages needs
 /// no parse.
 pub fn answer_prefix(id: &RequestId) -> Vec<u8> {
     let mut prefix = Vec::with_capacity(32);
-    prefix.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    prefix.extend_from_slice(RESPONSE_START);
     let _ = serde_json::to_writer(&mut prefix, id);
     prefix.push(b',');
     prefix
