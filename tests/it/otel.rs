@@ -429,7 +429,7 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
     let otel = receiver.url();
     let (site, seen) = traced_page();
     let config = fetch_config("e2e");
-    let _worker = Proc(
+    let worker_process = Proc(
         Command::new(BIN)
             .args(["worker", "--nats", &nats.url(), "--name", "w"])
             .args(["--config", config.to_str().unwrap()])
@@ -567,6 +567,16 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
         .unwrap_or_else(|| panic!("the gateway's CLIENT span over NATS:\n{tree}"));
     assert_eq!(forward.name, "tools/call fetch");
     assert_eq!(forward.parent_span_id, gateway.span_id, "{tree}");
+    // Which worker answered: its instance id (`Mcp-Worker`: its process id, a dash, a
+    // start time), as the design has it.
+    let answered_by = forward
+        .attributes
+        .get("toolyard.answered_by")
+        .unwrap_or_else(|| panic!("the worker that answered: {forward:?}"));
+    assert!(
+        answered_by.starts_with(&format!("{}-", worker_process.0.id())),
+        "{answered_by}"
+    );
     assert_eq!(worker.kind, SERVER);
     assert_eq!(worker.parent_span_id, forward.span_id, "{tree}");
     // Taken from the bus: where from, as the messaging conventions say.

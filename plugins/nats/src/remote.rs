@@ -643,6 +643,7 @@ async fn call_tool(
         retry_safe: route.retry_safe,
         subject: Some(&route.subject),
         headers: route.headers.as_ref(),
+        answered_by: None,
     };
     let params = [("name", &*route.quoted), ("arguments", args.get())];
     Box::pin(request::<RawResult>(inner, &target, &ctx, &params)).await
@@ -671,6 +672,7 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
                 retry_safe: true,
                 subject: None,
                 headers: None,
+                answered_by: None,
             };
             let read = request::<ReadResourceResult>(&inner, &target, &ctx, &params).await?;
             Ok(read.contents)
@@ -696,6 +698,7 @@ fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::Pr
                     retry_safe: true,
                     subject: None,
                     headers: None,
+                    answered_by: None,
                 };
                 request::<GetPromptResult>(&inner, &target, &ctx, &params).await
             })
@@ -878,6 +881,7 @@ async fn complete_traced(
 /// Where a forwarded request goes: the worker server, the method, and what it names (the
 /// tool or prompt by its upstream name, or the URI: the subject's last token and
 /// `Mcp-Name`).
+#[derive(Clone, Copy)]
 struct Target<'a> {
     server: &'a str,
     method: &'static str,
@@ -889,6 +893,9 @@ struct Target<'a> {
     subject: Option<&'a Subject>,
     /// The request headers when they were written ahead ([`request_headers`]).
     headers: Option<&'a HeaderMap>,
+    /// Where the worker that answered is noted (its `Mcp-Worker`; the last one, when a busy
+    /// or gone worker's call was sent again), when the request is observed ([`request`]).
+    answered_by: Option<&'a Mutex<Option<String>>>,
 }
 
 /// A result a forwarded request may end with.
@@ -1102,8 +1109,16 @@ async fn request<T: Forwarded>(
             ctx.traceparent()
                 .map(|p| (p.to_owned(), ctx.tracestate().map(str::to_owned)))
         });
-    let answer = rounds::<T>(inner, target, ctx, params, trace.as_ref()).await;
-    if let Some(o) = observed {
+    let answered_by = Mutex::new(None);
+    let target = Target {
+        answered_by: observed.is_some().then_some(&answered_by),
+        ..*target
+    };
+    let answer = rounds::<T>(inner, &target, ctx, params, trace.as_ref()).await;
+    if let Some(mut o) = observed {
+        if let Some(worker) = answered_by.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            o.answered_by(&worker);
+        }
         o.finish(match &answer {
             Ok(r) if r.failed() => RequestOutcome::ToolError,
             Ok(_) => RequestOutcome::Ok,
@@ -1461,10 +1476,20 @@ async fn call_once(
         }
         heard = true;
         last_frame = tokio::time::Instant::now();
-        let [seq, claim, frame, state] = wire::headers(
+        let [seq, claim, frame, state, worker] = wire::headers(
             &message,
-            [&wire::SEQ, &wire::CLAIM, &wire::FRAME, &wire::STATE],
+            [
+                &wire::SEQ,
+                &wire::CLAIM,
+                &wire::FRAME,
+                &wire::STATE,
+                &wire::WORKER,
+            ],
         );
+        if let (Some(noted), Some(worker)) = (target.answered_by, worker) {
+            // Only terminal frames carry it.
+            *noted.lock().unwrap_or_else(|p| p.into_inner()) = Some(worker.to_owned());
+        }
         waiting = state == Some(wire::WAITING);
         let seq = seq.and_then(|s| s.parse::<u64>().ok());
         if let Some(seq) = seq {

@@ -123,6 +123,15 @@ impl ObservedRequest for ClientSpan {
         self.trace.clone()
     }
 
+    fn answered_by(&mut self, instance: &str) {
+        if let Some(span) = &mut self.span {
+            span.set_attribute(KeyValue::new(
+                semconv::TOOLYARD_ANSWERED_BY,
+                instance.to_owned(),
+            ));
+        }
+    }
+
     fn finish(self: Box<Self>, outcome: RequestOutcome<'_>) {
         let ClientSpan {
             span,

@@ -22,6 +22,9 @@ pub(crate) const NETWORK_PROTOCOL_NAME: &str = "network.protocol.name";
 pub(crate) const MESSAGING_SYSTEM: &str = "messaging.system";
 pub(crate) const MESSAGING_DESTINATION_NAME: &str = "messaging.destination.name";
 pub(crate) const MESSAGING_CONSUMER_GROUP_NAME: &str = "messaging.consumer.group.name";
+/// Toolyard's own: the instance that answered a forwarded request (a NATS worker's id, from
+/// its `Mcp-Worker` header); no semantic convention names the far side's instance.
+pub(crate) const TOOLYARD_ANSWERED_BY: &str = "toolyard.answered_by";
 
 pub(crate) const SERVER_DURATION: &str = "mcp.server.operation.duration";
 pub(crate) const CLIENT_DURATION: &str = "mcp.client.operation.duration";

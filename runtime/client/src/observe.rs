@@ -53,6 +53,10 @@ pub trait ObservedRequest: Send + 'static {
     fn trace_context(&self) -> Option<(String, Option<String>)> {
         None
     }
+    /// Which instance answered, when the transport names one (the NATS bridge's worker,
+    /// from its terminal frame's `Mcp-Worker`): called at most once, before
+    /// [`finish`](ObservedRequest::finish), so a span can say which of many workers served it.
+    fn answered_by(&mut self, _instance: &str) {}
     /// Called once with the outcome.
     fn finish(self: Box<Self>, outcome: RequestOutcome<'_>);
 }
