@@ -1523,9 +1523,11 @@ async fn call_once(
             }
             Some(Frame::End | Frame::Err) => break Ok(message.payload),
             None => {
-                break Err(
-                    bus_error(wire::STREAM_LOST, "a reply without an Mcp-Frame header").into(),
-                )
+                let why = match frame {
+                    Some(other) => format!("a reply with an unknown Mcp-Frame `{other}`"),
+                    None => "a reply without an Mcp-Frame header".to_owned(),
+                };
+                break Err(bus_error(wire::STREAM_LOST, why).into());
             }
         }
     };

@@ -1656,3 +1656,120 @@ async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_st
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
     assert_echo_answers(&raw, &echo).await;
 }
+
+/// A worker speaking the wire by hand that answers each of its tools with a frame that is
+/// wrong in its own way (the tool's name says how).
+async fn malformed_frames_worker(url: &str, server: &str) {
+    const TOOLS: [&str; 6] = [
+        "no_frame_header",
+        "unknown_frame",
+        "not_json",
+        "not_a_response",
+        "seq_gap",
+        "result_not_an_object",
+    ];
+    let bus = connect(url).await;
+    let js = async_nats::jetstream::new(bus.clone());
+    let kv = js
+        .get_key_value(toolyard_nats::CATALOG_BUCKET)
+        .await
+        .unwrap();
+    let tools = TOOLS
+        .iter()
+        .map(|t| {
+            serde_json::from_value(json!({"name": t, "inputSchema": {"type": "object"}})).unwrap()
+        })
+        .collect();
+    let entry = toolyard_nats::CatalogEntry::new(server, "malformed-1", tools);
+    kv.put(entry.key(), serde_json::to_vec(&entry).unwrap().into())
+        .await
+        .unwrap();
+    let mut requests = bus
+        .subscribe(wire::worker_subject("mcp.v1", server))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let Some(reply) = request.reply.clone() else {
+                continue;
+            };
+            let tool = request
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(wire::NAME))
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default();
+            let mut headers = HeaderMap::new();
+            headers.insert(wire::FRAME, "end");
+            headers.insert(wire::SEQ, "0");
+            let mut body = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#.to_owned();
+            match tool.as_str() {
+                "no_frame_header" => headers = HeaderMap::new(),
+                "unknown_frame" => headers.insert(wire::FRAME, "zzz"),
+                "not_json" => body = "{not json".to_owned(),
+                "not_a_response" => body = r#"{"hello":"world"}"#.to_owned(),
+                "seq_gap" => headers.insert(wire::SEQ, "5"),
+                "result_not_an_object" => {
+                    body = r#"{"jsonrpc":"2.0","id":1,"result":"a string"}"#.to_owned()
+                }
+                _ => continue,
+            }
+            let _ = bus.publish_with_headers(reply, headers, body.into()).await;
+        }
+    });
+}
+
+/// Malformed frames from a worker (no `Mcp-Frame`, an unknown frame, a body that is not
+/// JSON or not a JSON-RPC response, a gap in `Mcp-Seq`, a result of the wrong shape): each
+/// call ends at once with -32010 and a message that says what was wrong, never a hang or a
+/// success; the gateway, and a real worker's tools through it, go on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_from_a_worker_are_clear_errors_and_the_gateway_stays_up() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    malformed_frames_worker(&nats.url(), "rogue").await;
+    listed(&gw.client, |n| {
+        n.iter().any(|t| t == "rogue__seq_gap") && n.iter().any(|t| t == "calc__echo")
+    })
+    .await;
+    for (tool, code, says) in [
+        ("no_frame_header", wire::STREAM_LOST, "Mcp-Frame"),
+        (
+            "unknown_frame",
+            wire::STREAM_LOST,
+            "unknown Mcp-Frame `zzz`",
+        ),
+        ("not_json", wire::STREAM_LOST, "not a JSON-RPC response"),
+        (
+            "not_a_response",
+            wire::STREAM_LOST,
+            "not a JSON-RPC response",
+        ),
+        (
+            "seq_gap",
+            wire::STREAM_LOST,
+            "frame 0 of the answer was lost",
+        ),
+        (
+            "result_not_an_object",
+            wire::STREAM_LOST,
+            "not a JSON-RPC response",
+        ),
+    ] {
+        let outcome = tokio::time::timeout(
+            WAIT,
+            gw.client.call_tool(&format!("rogue__{tool}"), json!({})),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{tool}: the call hung"));
+        assert_eq!(code_of(&outcome), code, "{tool}: {outcome:?}");
+        assert!(format!("{outcome:?}").contains(says), "{tool}: {outcome:?}");
+        let echo = gw
+            .client
+            .call_tool("calc__echo", json!({"message": "still serving"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&echo), "still serving");
+    }
+}
