@@ -625,17 +625,7 @@ async fn input_rounds_whose_retries_land_on_another_worker_of_the_name_succeed()
 /// `result`.
 async fn hand_written_worker(url: &str, server: &str, tool: &str, result: &'static str) {
     let bus = connect(url).await;
-    let js = async_nats::jetstream::new(bus.clone());
-    let kv = js
-        .get_key_value(toolyard_nats::CATALOG_BUCKET)
-        .await
-        .unwrap();
-    let tool: toolyard::proto::Tool =
-        serde_json::from_value(json!({"name": tool, "inputSchema": {"type": "object"}})).unwrap();
-    let entry = toolyard_nats::CatalogEntry::new(server, "hand-1", vec![tool]);
-    kv.put(entry.key(), serde_json::to_vec(&entry).unwrap().into())
-        .await
-        .unwrap();
+    put_catalog_entry(&bus, server, "hand-1", &[tool]).await;
     let mut requests = bus
         .subscribe(toolyard_nats::wire::worker_subject("mcp.v1", server))
         .await

@@ -54,12 +54,7 @@ async fn raw_call(
         .unwrap();
     let mut frames = Vec::new();
     while let Ok(Some(m)) = tokio::time::timeout(WAIT, sub.next()).await {
-        let frame = m
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(wire::FRAME))
-            .map(|v| v.as_str().to_owned())
-            .unwrap_or_default();
+        let frame = header_value(&m, wire::FRAME);
         let value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
         let terminal = frame == "end" || frame == "err";
         frames.push((frame, value));
@@ -153,17 +148,14 @@ async fn a_progress_flood_keeps_at_most_the_backlog_waiting_on_the_worker_and_th
             .await
             .expect("the flooded call ends")
             .unwrap();
-        let header = |name| {
-            m.headers
-                .as_ref()
-                .and_then(|h| h.get(name))
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default()
-        };
-        assert_eq!(header(wire::SEQ), seq.to_string(), "no frame is lost");
+        assert_eq!(
+            header_value(&m, wire::SEQ),
+            seq.to_string(),
+            "no frame is lost"
+        );
         seq += 1;
         let body: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
-        match header(wire::FRAME).as_str() {
+        match header_value(&m, wire::FRAME).as_str() {
             "msg" => progress.push(body["params"]["progress"].as_f64().unwrap()),
             "ka" => {}
             _ => break body,
@@ -1669,21 +1661,7 @@ async fn malformed_frames_worker(url: &str, server: &str) {
         "result_not_an_object",
     ];
     let bus = connect(url).await;
-    let js = async_nats::jetstream::new(bus.clone());
-    let kv = js
-        .get_key_value(toolyard_nats::CATALOG_BUCKET)
-        .await
-        .unwrap();
-    let tools = TOOLS
-        .iter()
-        .map(|t| {
-            serde_json::from_value(json!({"name": t, "inputSchema": {"type": "object"}})).unwrap()
-        })
-        .collect();
-    let entry = toolyard_nats::CatalogEntry::new(server, "malformed-1", tools);
-    kv.put(entry.key(), serde_json::to_vec(&entry).unwrap().into())
-        .await
-        .unwrap();
+    put_catalog_entry(&bus, server, "malformed-1", &TOOLS).await;
     let mut requests = bus
         .subscribe(wire::worker_subject("mcp.v1", server))
         .await
@@ -1693,12 +1671,7 @@ async fn malformed_frames_worker(url: &str, server: &str) {
             let Some(reply) = request.reply.clone() else {
                 continue;
             };
-            let tool = request
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(wire::NAME))
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default();
+            let tool = header_value(&request, wire::NAME);
             let mut headers = HeaderMap::new();
             headers.insert(wire::FRAME, "end");
             headers.insert(wire::SEQ, "0");

@@ -290,6 +290,46 @@ pub(crate) async fn connect(url: &str) -> async_nats::Client {
     toolyard_nats::connect(url, "test").await.unwrap()
 }
 
+/// Puts a catalog entry for a worker written by hand: `server`'s instance `instance`,
+/// offering `tools` (each taking any object), as a worker of ours would.
+pub(crate) async fn put_catalog_entry(
+    bus: &async_nats::Client,
+    server: &str,
+    instance: &str,
+    tools: &[&str],
+) {
+    let kv = async_nats::jetstream::new(bus.clone())
+        .get_key_value(toolyard_nats::CATALOG_BUCKET)
+        .await
+        .unwrap();
+    let tools = tools
+        .iter()
+        .map(|t| {
+            serde_json::from_value(
+                serde_json::json!({"name": t, "inputSchema": {"type": "object"}}),
+            )
+            .unwrap()
+        })
+        .collect();
+    let entry = toolyard_nats::CatalogEntry::new(server, instance, tools);
+    kv.put(entry.key(), serde_json::to_vec(&entry).unwrap().into())
+        .await
+        .unwrap();
+}
+
+/// A message's first value of header `name`, or "" without one.
+pub(crate) fn header_value(
+    message: &async_nats::Message,
+    name: async_nats::header::HeaderName,
+) -> String {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_owned())
+        .unwrap_or_default()
+}
+
 pub(crate) async fn start_worker(url: &str, name: &str, seen: Arc<Seen>) -> Worker {
     let mut config = WorkerConfig::new(name);
     config.keepalive = Duration::from_millis(200);
