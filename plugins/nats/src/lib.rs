@@ -85,7 +85,7 @@ pub async fn connect_with(
             match event {
                 async_nats::Event::ServerError(async_nats::ServerError::Other(message)) => {
                     match denied::refused_publish(&message) {
-                        Some(subject) => denied::report(subject, &message),
+                        Some(subject) => replies::refuse(subject, &message),
                         None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
                     }
                 }

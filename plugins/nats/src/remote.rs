@@ -809,8 +809,13 @@ async fn complete_traced(
     trace: Option<&Trace>,
 ) -> Result<Completions, String> {
     let method = "completion/complete";
-    let subject = wire::request_subject(&inner.config.prefix, server, method, None);
-    let frames = inner.replies.open();
+    let subject = Subject::from(wire::request_subject(
+        &inner.config.prefix,
+        server,
+        method,
+        None,
+    ));
+    let frames = inner.replies.open(&subject);
     let inbox = frames.subject().to_owned();
     let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
@@ -842,7 +847,10 @@ async fn complete_traced(
     };
     let payload = loop {
         let Some(message) = guard.frames.next().await else {
-            return Err("the answer stream closed".to_owned());
+            return Err(match guard.frames.refusal() {
+                Some(message) => format!("the bus refused it: {message}"),
+                None => "the answer stream closed".to_owned(),
+            });
         };
         if message.status == Some(StatusCode::NO_RESPONDERS) {
             guard.armed = false;
@@ -1347,7 +1355,7 @@ async fn call_once(
     };
     // Answered on the gateway's one reply subscription, routed to this call by its token
     // (`replies`: a flood on another call cannot delay this one's answer).
-    let frames = inner.replies.open();
+    let frames = inner.replies.open(subject);
     let inbox = frames.subject().to_owned();
     // The trace context rides the headers too (NATS 2.11+ traces messages that carry it);
     // a value a header cannot carry stays in `_meta` only.
@@ -1362,8 +1370,6 @@ async fn call_once(
     if let Some(Ok(baggage)) = ctx.baggage().map(str::parse::<HeaderValue>) {
         headers.insert(wire::BAGGAGE, baggage);
     }
-    // Watched before the publish: the server's refusal may come back at once.
-    let mut denied = crate::denied::watch(subject);
     // Boxed: async-nats' publish future is large, and this call's future is allocated
     // whole for every call (see the test on its size below).
     let published = Box::pin(inner.client.publish_with_reply_and_headers(
@@ -1422,13 +1428,6 @@ async fn call_once(
                 )
                 .into())
             }
-            Ok(message) = &mut denied.refused => {
-                break Err(bus_error(
-                    wire::PERMISSION_DENIED,
-                    format!("the bus refused the call to `{server}`: {message}"),
-                )
-                .into())
-            }
         };
         let message = match next {
             Err(_) if probing(heard) && last_frame.elapsed() < inner.config.inactivity => {
@@ -1468,7 +1467,18 @@ async fn call_once(
                 )
                 .into())
             }
-            Ok(None) => break Err(bus_error(wire::STREAM_LOST, "the answer stream closed").into()),
+            // The route ended before an answer: the broker refused the publish (its
+            // route, opened before the publish, knows), or the frames were lost.
+            Ok(None) => {
+                break Err(match guard.frames.refusal() {
+                    Some(message) => bus_error(
+                        wire::PERMISSION_DENIED,
+                        format!("the bus refused the call to `{server}`: {message}"),
+                    ),
+                    None => bus_error(wire::STREAM_LOST, "the answer stream closed"),
+                }
+                .into())
+            }
             Ok(Some(m)) => m,
         };
         if message.status == Some(StatusCode::NO_RESPONDERS) {

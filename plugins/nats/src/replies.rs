@@ -21,8 +21,14 @@
 //! inactivity window. So a slow-consumer event on the connection ([`slow_consumer`], from
 //! [`connect`](crate::connect)'s event callback) ends every call waiting on a reply
 //! subscription in the process at once with -32010: a re-issue instead of a silent wait.
+//!
+//! A publish the broker's permissions refuse ends the same way ([`refuse`]): each route
+//! knows the subject its call was published to, so the refusal ends exactly the calls sent
+//! there, and the stream says why ([`ReplyStream::refusal`]). It used to be a watch of its own
+//! per call (a process-wide map of subjects to one-shot channels, ~1 200 instructions of
+//! every forwarded call, callgrind) for an event that almost never comes.
 
-use async_nats::{Client, Message};
+use async_nats::{Client, Message, Subject};
 use futures_util::task::AtomicWaker;
 use futures_util::StreamExt;
 use rustc_hash::FxHashMap;
@@ -37,15 +43,28 @@ pub(crate) const QUEUE: usize = 512;
 
 /// A call's queue: a plain deque that grows with what waits in it (a call is mostly one
 /// `end` frame), rather than a channel whose first block of slots is allocated up front.
-#[derive(Default)]
 struct Slot {
+    /// Where the call was published: a refusal of that subject ends it ([`refuse`]).
+    published_to: Subject,
     frames: Mutex<VecDeque<Message>>,
     /// The route is gone: no frame will come after those queued.
     closed: AtomicBool,
+    /// Why the broker refused the call's publish, when it did.
+    refused: Mutex<Option<String>>,
     waker: AtomicWaker,
 }
 
 impl Slot {
+    fn new(published_to: Subject) -> Slot {
+        Slot {
+            published_to,
+            frames: Mutex::default(),
+            closed: AtomicBool::new(false),
+            refused: Mutex::default(),
+            waker: AtomicWaker::new(),
+        }
+    }
+
     fn frames(&self) -> MutexGuard<'_, VecDeque<Message>> {
         self.frames.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -77,6 +96,26 @@ pub(crate) fn slow_consumer() {
         for (_, slot) in lock(&routes).drain() {
             slot.close();
         }
+        true
+    });
+}
+
+/// The broker refused a publish to `subject` (`message` is its error): every call published
+/// there ends now, and its stream says why.
+pub(crate) fn refuse(subject: &str, message: &str) {
+    let mut all = all_routes();
+    all.retain(|routes| {
+        let Some(routes) = routes.upgrade() else {
+            return false;
+        };
+        lock(&routes).retain(|_, slot| {
+            if slot.published_to.as_str() != subject {
+                return true;
+            }
+            *slot.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.to_owned());
+            slot.close();
+            false
+        });
         true
     });
 }
@@ -139,10 +178,11 @@ impl Replies {
         })
     }
 
-    /// A new call's reply subject and the stream its frames arrive on.
-    pub(crate) fn open(&self) -> ReplyStream {
+    /// A new call's reply subject and the stream its frames arrive on; the call is
+    /// published to `published_to`.
+    pub(crate) fn open(&self, published_to: &Subject) -> ReplyStream {
         let token = self.next.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(Slot::new(published_to.clone()));
         lock(&self.routes).insert(token, slot.clone());
         // Written by hand: `format!` was ~900 instructions of every forwarded call.
         let mut subject = String::with_capacity(self.prefix.len() + 20);
@@ -216,8 +256,17 @@ impl ReplyStream {
         }
     }
 
-    /// The next frame; `None` once the route was dropped (a queue overflow, the client gone)
-    /// and what was queued has been read.
+    /// Why the broker refused the call's publish, once its stream ended for that.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.slot
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The next frame; `None` once the route was dropped (a queue overflow, the client gone,
+    /// a refusal) and what was queued has been read.
     pub(crate) async fn next(&mut self) -> Option<Message> {
         std::future::poll_fn(|cx| {
             if let Some(m) = self.slot.frames().pop_front() {
@@ -266,8 +315,8 @@ mod tests {
         let nats = NatsServer::start();
         let client = async_nats::connect(nats.url()).await.unwrap();
         let replies = Replies::start(&client).await.unwrap();
-        let mut flooded = replies.open();
-        let mut answered = replies.open();
+        let mut flooded = replies.open(&Subject::from_static("test.call"));
+        let mut answered = replies.open(&Subject::from_static("test.call"));
         for i in 0..QUEUE + 100 {
             client
                 .publish(flooded.subject().to_owned(), i.to_string().into())
@@ -303,6 +352,35 @@ mod tests {
         );
     }
 
+    /// A refusal ends the calls published to its subject, with the broker's message, and no
+    /// other call (N15's -32013 comes from this).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refusal_ends_the_calls_published_to_its_subject_only() {
+        let _turn = PROCESS_WIDE.lock().await;
+        let nats = NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let replies = Replies::start(&client).await.unwrap();
+        let mut refused = replies.open(&Subject::from_static("s.one"));
+        let mut other = replies.open(&Subject::from_static("s.two"));
+        refuse("s.one", "Permissions Violation");
+        let ended = tokio::time::timeout(Duration::from_secs(10), refused.next()).await;
+        assert!(matches!(ended, Ok(None)), "the refused call's stream ends");
+        assert_eq!(refused.refusal().as_deref(), Some("Permissions Violation"));
+        assert_eq!(other.refusal(), None);
+        client
+            .publish(other.subject().to_owned(), "end".into())
+            .await
+            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), other.next())
+            .await
+            .expect("the other call's answer arrives")
+            .expect("its route is there");
+        assert_eq!(&got.payload[..], b"end");
+        drop(refused);
+        drop(other);
+        assert!(lock(&replies.routes).is_empty());
+    }
+
     /// A slow-consumer event ends every waiting call at once (after what it had queued).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_consumer_event_ends_the_calls_waiting_for_replies() {
@@ -310,7 +388,7 @@ mod tests {
         let nats = NatsServer::start();
         let client = async_nats::connect(nats.url()).await.unwrap();
         let replies = Replies::start(&client).await.unwrap();
-        let mut waiting = replies.open();
+        let mut waiting = replies.open(&Subject::from_static("test.call"));
         client
             .publish(waiting.subject().to_owned(), "ka".into())
             .await
