@@ -7,9 +7,7 @@ use crate::tool::{BoxFuture, DefinitionError};
 use crate::uri_template::UriTemplate;
 use std::collections::HashMap;
 use std::sync::Arc;
-use toolyard_proto::{
-    GetPromptResult, Prompt, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
-};
+use toolyard_proto::{GetPromptResult, Prompt, ReadResourceResult, Resource, ResourceTemplate};
 
 /// What a resource reader gets: the requested URI and, for templates, its variables.
 #[derive(Debug, Clone)]
@@ -20,12 +18,13 @@ pub struct ResourceRequest {
     pub vars: HashMap<String, String>,
 }
 
-/// Reads a resource.
+/// Reads a resource. The whole result, not only its contents: a reader that relays another
+/// server's answer (a gateway's) keeps that answer's `_meta`, `ttlMs` and `cacheScope`. A
+/// result without `ttlMs` or `cacheScope` gets the server's (`ListConfig`) for a
+/// 2026-07-28 caller; a legacy caller gets neither. `Vec<ResourceContents>` converts into
+/// one (`.into()`).
 pub type ResourceFn = Arc<
-    dyn Fn(
-            RequestContext,
-            ResourceRequest,
-        ) -> BoxFuture<Result<Vec<ResourceContents>, HandlerError>>
+    dyn Fn(RequestContext, ResourceRequest) -> BoxFuture<Result<ReadResourceResult, HandlerError>>
         + Send
         + Sync,
 >;

@@ -247,7 +247,7 @@ impl Config {
                             (None, Some(f)) => tokio::fs::read_to_string(&f).await?,
                             (None, None) => String::new(),
                         };
-                        Ok(vec![ResourceContents::text(uri, mime, body)])
+                        Ok(vec![ResourceContents::text(uri, mime, body)].into())
                     })
                 }),
             ));

@@ -3,7 +3,9 @@
 
 use crate::{PromptDef, ResourceDef, TemplateDef, ToolDef};
 use std::sync::Arc;
-use toolyard_proto::{ContentBlock, GetPromptResult, PromptMessage, ResourceContents, Role};
+use toolyard_proto::{
+    ContentBlock, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents, Role,
+};
 
 /// What `#[toolyard::controller]` implements for an impl block.
 pub trait Controller: Send + Sync + 'static {
@@ -58,30 +60,38 @@ impl IntoPromptResult for String {
     }
 }
 
-/// What a `#[resource]` method may return; `uri` is the URI that was read.
-pub trait IntoResourceContents {
-    /// Converts into resource contents.
-    fn into_contents(self, uri: &str, mime_type: Option<&str>) -> Vec<ResourceContents>;
+/// What a `#[resource]` method may return; `uri` is the URI that was read. Return a whole
+/// `ReadResourceResult` to set its `_meta`, `ttlMs` or `cacheScope`.
+pub trait IntoReadResult {
+    /// Converts into the read's result.
+    fn into_read_result(self, uri: &str, mime_type: Option<&str>) -> ReadResourceResult;
 }
 
-impl IntoResourceContents for String {
-    fn into_contents(self, uri: &str, mime_type: Option<&str>) -> Vec<ResourceContents> {
-        vec![ResourceContents::text(
+impl IntoReadResult for String {
+    fn into_read_result(self, uri: &str, mime_type: Option<&str>) -> ReadResourceResult {
+        ResourceContents::text(
             uri,
             Some(mime_type.unwrap_or("text/plain").to_owned()),
             self,
-        )]
+        )
+        .into_read_result(uri, mime_type)
     }
 }
 
-impl IntoResourceContents for ResourceContents {
-    fn into_contents(self, _uri: &str, _mime: Option<&str>) -> Vec<ResourceContents> {
-        vec![self]
+impl IntoReadResult for ResourceContents {
+    fn into_read_result(self, _uri: &str, _mime: Option<&str>) -> ReadResourceResult {
+        ReadResourceResult::new(vec![self])
     }
 }
 
-impl IntoResourceContents for Vec<ResourceContents> {
-    fn into_contents(self, _uri: &str, _mime: Option<&str>) -> Vec<ResourceContents> {
+impl IntoReadResult for Vec<ResourceContents> {
+    fn into_read_result(self, _uri: &str, _mime: Option<&str>) -> ReadResourceResult {
+        ReadResourceResult::new(self)
+    }
+}
+
+impl IntoReadResult for ReadResourceResult {
+    fn into_read_result(self, _uri: &str, _mime: Option<&str>) -> ReadResourceResult {
         self
     }
 }

@@ -33,7 +33,7 @@ pub use builder::{schema_for, tool_fn, BuildError, ServerBuilder};
 pub use config::{
     Config, ConfigError, PromptArgSpec, ServerSection, StaticResource, StaticTool, TemplatePrompt,
 };
-pub use controller::{Controller, IntoPromptResult, IntoResourceContents};
+pub use controller::{Controller, IntoPromptResult, IntoReadResult};
 #[cfg(feature = "client")]
 pub use memory_transport::MemoryTransport;
 pub use stdio::{serve_io, serve_stdio, StdioOptions};
@@ -68,7 +68,7 @@ pub use toolyard_proto as proto;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::builder::schema_object_for;
-    pub use crate::controller::{Controller, IntoPromptResult, IntoResourceContents};
+    pub use crate::controller::{Controller, IntoPromptResult, IntoReadResult};
     pub use schemars;
     pub use serde;
     pub use serde_json;

@@ -813,6 +813,42 @@ fn a_url_source_without_transport_reaches_an_http_sse_endpoint() {
     assert_eq!(text, "through /sse");
 }
 
+/// A source's `resources/read` result reaches the caller whole, its URIs renamed: its
+/// `_meta` (it used to be dropped: the gateway kept only the contents); its caching hints
+/// are for 2026-07-28 callers only, and this caller is legacy.
+#[test]
+fn a_sources_read_result_keeps_its_meta_through_the_gateway() {
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fault_server.py"
+    );
+    let config = ScratchConfig::new(
+        "read-meta",
+        &format!(
+            "[[sources]]\nname = \"notes\"\ncommand = {python:?}\nargs = [\"-S\", {script:?}, \"echo\"]\n"
+        ),
+    );
+    let mut gateway = StdioGateway::start(&config.path(), &[]);
+    let listed = gateway.request("resources/list", json!({}));
+    let uri = listed["result"]["resources"][0]["uri"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .to_owned();
+    assert_eq!(uri, "notes+fault://note", "{listed}");
+    let read = gateway.request("resources/read", json!({"uri": uri}));
+    let result = &read["result"];
+    assert_eq!(result["_meta"], json!({"etag": "v7"}), "{read}");
+    assert_eq!(result["contents"][0]["uri"], "notes+fault://note", "{read}");
+    assert_eq!(result["contents"][0]["text"], "a note", "{read}");
+    assert!(result.get("ttlMs").is_none(), "legacy caller: {read}");
+    assert!(result.get("cacheScope").is_none(), "legacy caller: {read}");
+}
+
 /// A source's process sees `PATH`, `HOME`, the proxy and trust-store variables of the
 /// gateway's environment and what its `inherit_env` names, nothing else of ours;
 /// `inherit_env_defaults = false` drops the proxy and trust-store ones.

@@ -183,12 +183,16 @@ fn read(state: &ResourceState, params: ReadParams, ctx: RequestContext, reply: R
         };
         let fut = read(ctx.clone(), request);
         let fut = async move {
-            fut.await.map(|contents| ReadResourceResult {
-                contents,
-                ttl_ms: modern.then_some(list.resource_ttl_ms),
-                cache_scope: modern.then_some(toolyard_proto::CacheScope::Private),
-                result_type: None,
-                meta: None,
+            fut.await.map(|mut read: ReadResourceResult| {
+                if modern {
+                    read.ttl_ms.get_or_insert(list.resource_ttl_ms);
+                    read.cache_scope
+                        .get_or_insert(toolyard_proto::CacheScope::Private);
+                } else {
+                    (read.ttl_ms, read.cache_scope) = (None, None);
+                }
+                read.result_type = None;
+                read
             })
         };
         exec::run(ctx, reply, sealer, binding, fut, |_| None).await

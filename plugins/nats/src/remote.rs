@@ -674,8 +674,8 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
                 headers: None,
                 answered_by: None,
             };
-            let read = request::<ReadResourceResult>(&inner, &target, &ctx, &params).await?;
-            Ok(read.contents)
+            // Whole: the worker's `_meta`, `ttlMs` and `cacheScope` reach the caller.
+            request::<ReadResourceResult>(&inner, &target, &ctx, &params).await
         })
     })
 }

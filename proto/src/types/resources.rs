@@ -284,3 +284,9 @@ impl ReadResourceResult {
         }
     }
 }
+
+impl From<Vec<ResourceContents>> for ReadResourceResult {
+    fn from(contents: Vec<ResourceContents>) -> Self {
+        Self::new(contents)
+    }
+}

@@ -158,7 +158,7 @@ fn static_resource(
     resource.mime_type = Some(mime.into());
     ResourceDef::new(
         resource,
-        Arc::new(move |_ctx, req| Box::pin(async move { Ok(vec![contents(&req.uri)]) })),
+        Arc::new(move |_ctx, req| Box::pin(async move { Ok(vec![contents(&req.uri)].into()) })),
     )
 }
 
@@ -182,7 +182,8 @@ pub fn demo(builder: ServerBuilder) -> ServerBuilder {
                     req.uri,
                     Some("application/json".into()),
                     body.to_string(),
-                )])
+                )]
+                .into())
             })
         }),
     );

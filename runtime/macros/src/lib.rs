@@ -75,7 +75,7 @@ pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// A resource: `#[resource("scheme://path", name = "...", title = "...", description = "...",
 /// mime_type = "...")]` on a method of a `#[controller]` impl block. A URI with `{var}`s is a
 /// template: every variable is a `String` parameter of the same name (`Option<String>` for an
-/// optional query variable). Returns `R` or `Result<R, E>` with `R: IntoResourceContents`.
+/// optional query variable). Returns `R` or `Result<R, E>` with `R: IntoReadResult`.
 #[proc_macro_attribute]
 pub fn resource(_attr: TokenStream, item: TokenStream) -> TokenStream {
     outside_controller("resource", item.into()).into()

@@ -195,7 +195,7 @@ pub(crate) fn def_expr(o: &ResourceOpts, f: &FnInfo) -> syn::Result<ResourceKind
         quote!(#l)
     });
     let into = quote_spanned! {f.output.span=>
-        #p::IntoResourceContents::into_contents
+        #p::IntoReadResult::into_read_result
     };
     let convert = f.convert_output(|v| quote!(#into(#v, &__toolyard_req.uri, #mime_ref)));
     let capture = f.capture_this();

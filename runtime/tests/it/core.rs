@@ -955,9 +955,7 @@ async fn with_the_log_span_off_a_handler_still_reads_its_requests_traceparent() 
 fn gated() -> toolyard::TemplateDef {
     let read: toolyard::ResourceFn = Arc::new(|_ctx, r| {
         Box::pin(async move {
-            Ok(vec![toolyard::proto::ResourceContents::text(
-                r.uri, None, "x",
-            )])
+            Ok(vec![toolyard::proto::ResourceContents::text(r.uri, None, "x")].into())
         })
     });
     let check: toolyard::SubscribeCheckFn = Arc::new(|_ctx, r| {
@@ -1154,6 +1152,70 @@ async fn without_a_tracing_layer_the_handler_runs_in_the_http_headers_trace_cont
         assert_eq!(
             body["result"]["content"][0]["text"], expected,
             "`_meta` first, else the headers: {body}"
+        );
+    }
+}
+
+/// A reader's whole result reaches the caller: its `_meta`, and its caching hints for a
+/// 2026-07-28 caller (a legacy caller gets no hints); a result without hints gets the
+/// server's (`ListSettings::resource_ttl_ms`, private).
+#[tokio::test]
+async fn a_readers_meta_and_caching_hints_are_kept_and_missing_hints_take_the_servers() {
+    use toolyard::client::{ClientBuilder, ProtocolChoice};
+    use toolyard::proto::{
+        CacheScope, Implementation, ProtocolVersion, ReadResourceResult, Resource, ResourceContents,
+    };
+    use toolyard::{MemoryTransport, ResourceDef};
+    let hinted = ResourceDef::new(
+        Resource::new("test://hinted", "hinted"),
+        Arc::new(|_ctx, r| {
+            Box::pin(async move {
+                Ok(ReadResourceResult {
+                    meta: json!({"etag": "v7"}).as_object().cloned(),
+                    ttl_ms: Some(5_000),
+                    cache_scope: Some(CacheScope::Public),
+                    ..vec![ResourceContents::text(r.uri, None, "x")].into()
+                })
+            })
+        }),
+    );
+    let plain = ResourceDef::new(
+        Resource::new("test://plain", "plain"),
+        Arc::new(|_ctx, r| {
+            Box::pin(async move { Ok(vec![ResourceContents::text(r.uri, None, "y")].into()) })
+        }),
+    );
+    let server = ServerBuilder::new("t", "0")
+        .resource(hinted)
+        .resource(plain)
+        .start()
+        .await
+        .unwrap();
+    for choice in [
+        ProtocolChoice::Modern,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let modern = matches!(choice, ProtocolChoice::Modern);
+        let client = ClientBuilder::new(Implementation::new("reader-test", "1.0"))
+            .protocol(choice)
+            .connect(MemoryTransport::new(&server))
+            .await
+            .unwrap();
+        let hinted = client.read_resource("test://hinted").await.unwrap();
+        assert_eq!(hinted.meta, json!({"etag": "v7"}).as_object().cloned());
+        assert_eq!(hinted.ttl_ms, modern.then_some(5_000), "{choice:?}");
+        assert_eq!(
+            hinted.cache_scope,
+            modern.then_some(CacheScope::Public),
+            "{choice:?}"
+        );
+        let plain = client.read_resource("test://plain").await.unwrap();
+        assert_eq!(plain.meta, None);
+        assert_eq!(plain.ttl_ms, modern.then_some(0), "{choice:?}");
+        assert_eq!(
+            plain.cache_scope,
+            modern.then_some(CacheScope::Private),
+            "{choice:?}"
         );
     }
 }

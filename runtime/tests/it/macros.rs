@@ -122,6 +122,20 @@ impl Calc {
         }
     }
 
+    /// The calculator's version, with result metadata: a whole read result.
+    #[resource("calc://version")]
+    fn version(&self) -> toolyard::proto::ReadResourceResult {
+        toolyard::proto::ReadResourceResult {
+            meta: json!({"build": "abc"}).as_object().cloned(),
+            ..vec![toolyard::proto::ResourceContents::text(
+                "calc://version",
+                None,
+                "1.0",
+            )]
+            .into()
+        }
+    }
+
     /// Explains an operation.
     #[prompt(name = "explain")]
     fn explain_prompt(
@@ -457,6 +471,14 @@ async fn resources_and_templates_are_listed_and_read() {
         .unwrap();
     assert_eq!(r["contents"][0]["text"], "# Calc\noffset 0");
     assert_eq!(r["contents"][0]["mimeType"], "text/markdown");
+
+    // A method returning a whole read result sets its `_meta`.
+    let r = client
+        .request("resources/read", json!({"uri": "calc://version"}))
+        .await
+        .unwrap();
+    assert_eq!(r["contents"][0]["text"], "1.0");
+    assert_eq!(r["_meta"], json!({"build": "abc"}));
 
     let r = client
         .request("resources/read", json!({"uri": "calc://constants/pi"}))

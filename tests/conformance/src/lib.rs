@@ -477,7 +477,9 @@ fn text_resource(uri: &str, name: &str, mime: &str, text: &'static str) -> Resou
         r,
         Arc::new(move |_ctx, req| {
             let mime = mime.clone();
-            Box::pin(async move { Ok(vec![ResourceContents::text(req.uri, Some(mime), text)]) })
+            Box::pin(
+                async move { Ok(vec![ResourceContents::text(req.uri, Some(mime), text)].into()) },
+            )
         }),
     )
 }
@@ -508,7 +510,8 @@ fn resources(b: ServerBuilder) -> ServerBuilder {
                     req.uri,
                     Some("image/png".into()),
                     PNG,
-                )])
+                )]
+                .into())
             })
         }),
     ))
@@ -529,7 +532,8 @@ fn resources(b: ServerBuilder) -> ServerBuilder {
                     req.uri,
                     Some("application/json".into()),
                     body.to_string(),
-                )])
+                )]
+                .into())
             })
         }),
     ))

@@ -88,7 +88,9 @@ pub(crate) fn template(inner: &Arc<Inner>) -> Result<TemplateDef, DefinitionErro
         let inner = reading.clone();
         Box::pin(async move {
             let inner = super::scoped(&inner, &ctx).await?;
-            crate::tool::blocking(move || read(&inner, &request)).await
+            crate::tool::blocking(move || read(&inner, &request))
+                .await
+                .map(Into::into)
         })
     });
     // The same narrowing as a read (`scoped`): the client's roots, asked once per list.

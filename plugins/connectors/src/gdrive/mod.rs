@@ -236,7 +236,9 @@ impl Gdrive {
                     .get("id")
                     .cloned()
                     .ok_or_else(|| HandlerError::failed("not a gdrive:/// URI"))?;
-                content::resource(&inner, &request.uri, &id).await
+                content::resource(&inner, &request.uri, &id)
+                    .await
+                    .map(Into::into)
             })
         });
         TemplateDef::new(

@@ -139,6 +139,7 @@ fn template(
                 Some(k) => read_contents(&inner, &request, k).await,
                 None => read_issue(&inner, &request).await,
             }
+            .map(Into::into)
         })
     });
     TemplateDef::new(

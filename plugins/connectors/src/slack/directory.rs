@@ -251,7 +251,7 @@ fn reader(inner: &Arc<Inner>, users: bool) -> ResourceFn {
     let inner = inner.clone();
     Arc::new(move |_ctx, request| {
         let inner = inner.clone();
-        Box::pin(async move { inner.read_directory(&request, users).await })
+        Box::pin(async move { inner.read_directory(&request, users).await.map(Into::into) })
     })
 }
 

@@ -411,7 +411,8 @@ impl Sql {
                     request.uri.clone(),
                     Some("application/json".to_owned()),
                     text,
-                )])
+                )]
+                .into())
             })
         });
         TemplateDef::new(

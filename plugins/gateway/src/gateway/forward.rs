@@ -336,11 +336,15 @@ pub(super) fn forward_read(source: &Arc<Source>) -> toolyard::ResourceFn {
             })
             .await;
             match result {
-                Ok(read) => Ok(read
-                    .contents
-                    .into_iter()
-                    .map(|c| rename_contents(c, &name))
-                    .collect()),
+                // Whole: the upstream's `_meta`, `ttlMs` and `cacheScope` reach the caller.
+                Ok(read) => Ok(ReadResourceResult {
+                    contents: read
+                        .contents
+                        .into_iter()
+                        .map(|c| rename_contents(c, &name))
+                        .collect(),
+                    ..read
+                }),
                 Err(e) => {
                     lease.report(&e);
                     Err(client_failure(&name, e))

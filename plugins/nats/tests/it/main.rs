@@ -68,8 +68,8 @@ pub(crate) async fn worker_server(seen: Arc<Seen>) -> Server {
 /// [`worker_server`] whose `worker://readme` reads `readme`.
 pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Server {
     use toolyard::proto::{
-        GetPromptResult, Prompt, PromptArgument, PromptMessage, Resource, ResourceContents,
-        ResourceTemplate, Role,
+        CacheScope, GetPromptResult, Prompt, PromptArgument, PromptMessage, ReadResourceResult,
+        Resource, ResourceContents, ResourceTemplate, Role,
     };
     use toolyard::{PromptDef, ResourceDef, TemplateDef};
     let on_sleep = seen.clone();
@@ -78,7 +78,19 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
         Resource::new("worker://readme", "readme"),
         Arc::new(move |_ctx, req| {
             let text = readme.clone();
-            Box::pin(async move { Ok(vec![ResourceContents::text(req.uri, None, text)]) })
+            // With its own `_meta` and caching hints, which the gateway must pass on. A
+            // TTL of 1 ms: a client caches a read for its TTL, and tests read it again to
+            // see which worker answers.
+            Box::pin(async move {
+                Ok(ReadResourceResult {
+                    meta: serde_json::json!({"source": "the worker"})
+                        .as_object()
+                        .cloned(),
+                    ttl_ms: Some(1),
+                    cache_scope: Some(CacheScope::Public),
+                    ..vec![ResourceContents::text(req.uri, None, text)].into()
+                })
+            })
         }),
     );
     let items = TemplateDef::new(
@@ -93,11 +105,7 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
                 if id == "broken" {
                     return Err(HandlerError::failed("the item store is down"));
                 }
-                Ok(vec![ResourceContents::text(
-                    req.uri,
-                    None,
-                    format!("item {id}"),
-                )])
+                Ok(vec![ResourceContents::text(req.uri, None, format!("item {id}"))].into())
             })
         }),
     )

@@ -7,8 +7,8 @@ use serde_json::json;
 use std::future::Future;
 use toolyard::client::ClientError;
 use toolyard::proto::{
-    ContentBlock, GetPromptResult, ProtocolVersion, ReadResourceResult, ResourceContents,
-    SubscriptionFilter,
+    CacheScope, ContentBlock, GetPromptResult, ProtocolVersion, ReadResourceResult,
+    ResourceContents, SubscriptionFilter,
 };
 use toolyard_testkit::NatsServer;
 
@@ -92,9 +92,29 @@ async fn a_workers_resources_templates_and_prompts_are_listed_read_and_got_throu
         assert_eq!(prompts, vec!["docs__greet"], "{choice:?}");
         let readme = client.read_resource("worker://readme").await.unwrap();
         assert_eq!(read_text(&readme), "read me", "{choice:?}");
+        // The worker's result whole: its `_meta`, and its caching hints for a 2026-07-28
+        // caller (a legacy one gets none); a result without hints gets the gateway's.
+        assert_eq!(
+            readme.meta,
+            json!({"source": "the worker"}).as_object().cloned(),
+            "{choice:?}"
+        );
+        let modern = matches!(choice, ProtocolChoice::Modern);
+        assert_eq!(readme.ttl_ms, modern.then_some(1), "{choice:?}");
+        assert_eq!(
+            readme.cache_scope,
+            modern.then_some(CacheScope::Public),
+            "{choice:?}"
+        );
         // A URI of the template: the worker matches it and reads it.
         let item = client.read_resource("worker://items/42").await.unwrap();
         assert_eq!(read_text(&item), "item 42", "{choice:?}");
+        assert_eq!(item.meta, None, "{choice:?}");
+        assert_eq!(
+            item.cache_scope,
+            modern.then_some(CacheScope::Private),
+            "{choice:?}"
+        );
         let greeting = client
             .get_prompt("docs__greet", json!({"name": "Ada"}))
             .await
