@@ -94,11 +94,10 @@ struct Inner {
     client: Client,
     config: RemoteConfig,
     state: Mutex<State>,
-    /// Counts the bus connection's losses: a call in flight when it is lost ends at once
-    /// with -32010 (its frames may have been dropped while the connection was down; N5, N9),
-    /// instead of at its inactivity deadline.
-    losses: tokio::sync::watch::Receiver<u64>,
-    /// The one reply subscription every call is answered on (`replies`).
+    /// The one reply subscription every call is answered on (`replies`). A call in flight
+    /// when the bus connection is lost ends there at once with -32010 (its frames may have
+    /// been dropped while the connection was down; N5, N9), instead of at its inactivity
+    /// deadline (`watch_connection`).
     replies: Replies,
     /// Where task-augmented calls go, with `durable_tasks`.
     jobs: Option<crate::jobs::Submitter>,
@@ -139,7 +138,6 @@ impl RemoteTools {
         // told so in seconds, and the watch's consumer, lost in an outage, is recreated by
         // attempts of that length.
         let js = catalog::context(client.clone());
-        let (lost, losses) = tokio::sync::watch::channel(0u64);
         let store = catalog::bucket(&js, catalog::HEARTBEAT, config.catalog_replicas).await?;
         let mut watch = store
             .watch_all()
@@ -161,7 +159,6 @@ impl RemoteTools {
             client,
             config,
             state: Mutex::default(),
-            losses,
             replies,
             jobs,
         });
@@ -187,7 +184,7 @@ impl RemoteTools {
         let connection = tokio::spawn(watch_connection(
             inner.server.clone(),
             inner.client.clone(),
-            lost,
+            inner.replies.loss_signal(),
         ));
         Ok(RemoteTools {
             inner,
@@ -275,7 +272,7 @@ impl Drop for RemoteTools {
 /// An outage shorter than a tick (async-nats reconnects at once when the server closes the
 /// connection, e.g. as a slow consumer) is seen in the client's count of connections; it
 /// loses the calls in flight just the same, since frames sent while it lasted are gone.
-async fn watch_connection(server: Server, client: Client, lost: tokio::sync::watch::Sender<u64>) {
+async fn watch_connection(server: Server, client: Client, lost: crate::replies::LossSignal) {
     use async_nats::connection::State as Conn;
     use std::sync::atomic::Ordering;
     let lifecycle = server.lifecycle();
@@ -294,13 +291,13 @@ async fn watch_connection(server: Server, client: Client, lost: tokio::sync::wat
         if now == up {
             if now && reconnected {
                 tracing::warn!(target: "toolyard::nats", "the NATS connection was lost and is back: the calls in flight end with -32010");
-                lost.send_modify(|n| *n += 1);
+                lost.lost();
             }
             continue;
         }
         up = now;
         if !up {
-            lost.send_modify(|n| *n += 1);
+            lost.lost();
         }
         lifecycle.publish(if up {
             toolyard::LifecycleEvent::ComponentUp {
@@ -1388,8 +1385,6 @@ async fn call_once(
         return Err(bus_error(code, format!("publishing the call to `{server}`: {e}")).into());
     }
     let mut expected_seq = 0u64;
-    let mut losses = inner.losses.clone();
-    losses.mark_unchanged();
     // A cancelled caller's call is dropped mid-await, and the guard tells the worker then.
     // The server races every handler against its request's cancellation (and drops it
     // when cancelled), so the call does not watch it too: each wake of the call polled that
@@ -1408,29 +1403,24 @@ async fn call_once(
     let mut heard = false;
     // The last frame was a keepalive saying the call waits for a slot (not started).
     let mut waiting = false;
-    let sent = tokio::time::Instant::now();
+    // Timed on the reply subscription's coarse clock, which wakes the call when its wait
+    // runs out (`replies`: no timer of its own per call).
+    let clock = || inner.replies.now();
+    let sent = clock();
     let mut last_frame = sent;
+    let since = |then: Duration| clock().saturating_sub(then);
     // Whether a silence is checked now: once a frame came, or from `FIRST_PROBE` on.
-    let probing = |heard: bool| heard || sent.elapsed() >= FIRST_PROBE;
+    let probing = |heard: bool| heard || since(sent) >= FIRST_PROBE;
     let outcome = loop {
-        let left = inner.config.inactivity.saturating_sub(last_frame.elapsed());
+        let left = inner.config.inactivity.saturating_sub(since(last_frame));
         let wait = if probing(heard) {
             left.min(PROBE_EVERY)
         } else {
-            left.min(FIRST_PROBE.saturating_sub(sent.elapsed()))
+            left.min(FIRST_PROBE.saturating_sub(since(sent)))
         };
-        let next = tokio::select! {
-            m = tokio::time::timeout(wait, guard.frames.next()) => m,
-            Ok(()) = losses.changed() => {
-                break Err(bus_error(
-                    wire::STREAM_LOST,
-                    format!("the connection to the NATS server was lost during the call to `{server}`: re-issue the call"),
-                )
-                .into())
-            }
-        };
+        let next = guard.frames.next_within(wait).await;
         let message = match next {
-            Err(_) if probing(heard) && last_frame.elapsed() < inner.config.inactivity => {
+            Err(_) if probing(heard) && since(last_frame) < inner.config.inactivity => {
                 if !Box::pin(worker_gone(&inner.client, guard.frames.subject())).await {
                     continue;
                 }
@@ -1468,12 +1458,17 @@ async fn call_once(
                 .into())
             }
             // The route ended before an answer: the broker refused the publish (its
-            // route, opened before the publish, knows), or the frames were lost.
+            // route, opened before the publish, knows), the connection was lost, or the
+            // frames were.
             Ok(None) => {
                 break Err(match guard.frames.refusal() {
                     Some(message) => bus_error(
                         wire::PERMISSION_DENIED,
                         format!("the bus refused the call to `{server}`: {message}"),
+                    ),
+                    None if guard.frames.lost() => bus_error(
+                        wire::STREAM_LOST,
+                        format!("the connection to the NATS server was lost during the call to `{server}`: re-issue the call"),
                     ),
                     None => bus_error(wire::STREAM_LOST, "the answer stream closed"),
                 }
@@ -1485,7 +1480,7 @@ async fn call_once(
             break Err(Outcome::NoResponders);
         }
         heard = true;
-        last_frame = tokio::time::Instant::now();
+        last_frame = clock();
         let [seq, claim, frame, state, worker] = wire::headers(
             &message,
             [

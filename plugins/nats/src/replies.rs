@@ -27,6 +27,15 @@
 //! there, and the stream says why ([`ReplyStream::refusal`]). It used to be a watch of its own
 //! per call (a process-wide map of subjects to one-shot channels, ~1 200 instructions of
 //! every forwarded call, callgrind) for an event that almost never comes.
+//!
+//! The calls' clocks live here too. A call waits for its next frame only so long (its
+//! probe or inactivity deadline, [`ReplyStream::next_within`]); rather than a tokio timer
+//! per call (registered in and removed from the timer wheel for every forwarded call, with
+//! a clock read for each deadline: ~1 000 instructions, callgrind), a sweeper ticks every
+//! [`TICK`], keeps a coarse clock ([`Replies::now`]) and wakes the calls whose deadline has
+//! passed. Deadlines are seconds long, so a tick's lateness does not matter. A lost
+//! connection ends the calls in flight the same way as a slow consumer ([`LossSignal`]),
+//! instead of each call watching a channel for it.
 
 use async_nats::{Client, Message, Subject};
 use futures_util::task::AtomicWaker;
@@ -34,8 +43,9 @@ use futures_util::StreamExt;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::Poll;
+use std::time::Duration;
 
 /// Frames a call may have waiting before its route is dropped (a progress flood the
 /// caller's side cannot keep up with): bounds the gateway's memory per call.
@@ -51,8 +61,18 @@ struct Slot {
     closed: AtomicBool,
     /// Why the broker refused the call's publish, when it did.
     refused: Mutex<Option<String>>,
+    /// The connection was lost while the call was in flight.
+    lost: AtomicBool,
+    /// When (on the coarse clock, ms) the call wants to be woken: `NEVER`, or `FIRED` once
+    /// the sweeper has woken it for that.
+    due: AtomicU64,
     waker: AtomicWaker,
 }
+
+/// How often the sweeper wakes the calls whose deadline has passed and moves the clock.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+const NEVER: u64 = u64::MAX;
+const FIRED: u64 = u64::MAX - 1;
 
 impl Slot {
     fn new(published_to: Subject) -> Slot {
@@ -61,6 +81,8 @@ impl Slot {
             frames: Mutex::default(),
             closed: AtomicBool::new(false),
             refused: Mutex::default(),
+            lost: AtomicBool::new(false),
+            due: AtomicU64::new(NEVER),
             waker: AtomicWaker::new(),
         }
     }
@@ -120,6 +142,25 @@ pub(crate) fn refuse(subject: &str, message: &str) {
     });
 }
 
+/// Ends the calls of one reply subscription when its connection is lost (given to the
+/// connection's watcher; it keeps nothing alive).
+#[derive(Debug, Clone)]
+pub(crate) struct LossSignal(Weak<Table>);
+
+impl LossSignal {
+    /// The connection was lost: every call in flight ends its wait now (after what it had
+    /// queued), and its stream says so ([`ReplyStream::lost`]). The routes stay: a call
+    /// given up on goes on reading its stream while it cancels the call on the worker.
+    pub(crate) fn lost(&self) {
+        if let Some(routes) = self.0.upgrade() {
+            for slot in lock(&routes).values() {
+                slot.lost.store(true, Ordering::Release);
+                slot.waker.wake();
+            }
+        }
+    }
+}
+
 fn lock(routes: &Routes) -> MutexGuard<'_, FxHashMap<u64, Arc<Slot>>> {
     routes.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -130,7 +171,10 @@ pub(crate) struct Replies {
     prefix: String,
     next: AtomicU64,
     routes: Routes,
+    /// The coarse clock: ms since `Replies::start`, moved by the sweeper every `TICK`.
+    clock: Arc<AtomicU64>,
     router: tokio::task::JoinHandle<()>,
+    sweeper: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Replies {
@@ -144,6 +188,7 @@ impl std::fmt::Debug for Replies {
 impl Drop for Replies {
     fn drop(&mut self) {
         self.router.abort();
+        self.sweeper.abort();
         for (_, slot) in lock(&self.routes).drain() {
             slot.close();
         }
@@ -170,12 +215,26 @@ impl Replies {
                 slot.close();
             }
         });
+        let clock = Arc::new(AtomicU64::new(0));
+        let sweeper = tokio::spawn(sweep(Arc::downgrade(&routes), clock.clone()));
         Ok(Replies {
             prefix,
             next: AtomicU64::new(1),
             routes,
+            clock,
             router,
+            sweeper,
         })
+    }
+
+    /// The coarse clock (moved every [`TICK`]): what a call measures its deadlines with.
+    pub(crate) fn now(&self) -> Duration {
+        Duration::from_millis(self.clock.load(Ordering::Relaxed))
+    }
+
+    /// What ends these calls when the connection is lost.
+    pub(crate) fn loss_signal(&self) -> LossSignal {
+        LossSignal(Arc::downgrade(&self.routes))
     }
 
     /// A new call's reply subject and the stream its frames arrive on; the call is
@@ -193,9 +252,42 @@ impl Replies {
             token,
             slot,
             routes: self.routes.clone(),
+            clock: self.clock.clone(),
         }
     }
 }
+
+/// Every `TICK`: moves the clock and wakes the calls whose deadline has passed. Ends with
+/// the routes.
+async fn sweep(routes: Weak<Table>, clock: Arc<AtomicU64>) {
+    let start = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(FIRED - 1);
+        clock.store(now, Ordering::Relaxed);
+        let Some(routes) = routes.upgrade() else {
+            return;
+        };
+        for slot in lock(&routes).values() {
+            let due = slot.due.load(Ordering::Acquire);
+            // A call that set a new deadline meanwhile keeps it (the exchange fails).
+            if due <= now
+                && slot
+                    .due
+                    .compare_exchange(due, FIRED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                slot.waker.wake();
+            }
+        }
+    }
+}
+
+/// A call's wait for its next frame ran out ([`ReplyStream::next_within`]).
+#[derive(Debug)]
+pub(crate) struct Due;
 
 fn route(routes: &Routes, prefix: &str, message: Message) {
     let Some(token) = message
@@ -237,6 +329,7 @@ pub(crate) struct ReplyStream {
     token: u64,
     slot: Arc<Slot>,
     routes: Routes,
+    clock: Arc<AtomicU64>,
 }
 
 impl ReplyStream {
@@ -253,7 +346,45 @@ impl ReplyStream {
             token: std::mem::replace(&mut self.token, DETACHED),
             slot: self.slot.clone(),
             routes: self.routes.clone(),
+            clock: self.clock.clone(),
         }
+    }
+
+    /// Whether the connection was lost while the call was in flight.
+    pub(crate) fn lost(&self) -> bool {
+        self.slot.lost.load(Ordering::Acquire)
+    }
+
+    /// The next frame, waiting at most about `wait` (on the coarse clock, to a [`TICK`]):
+    /// `Ok(None)` once the route was dropped or the connection lost and what was queued has
+    /// been read, `Err(Due)` when the wait ran out first. A frame that is there wins.
+    pub(crate) async fn next_within(&mut self, wait: Duration) -> Result<Option<Message>, Due> {
+        let wait = u64::try_from(wait.as_millis()).unwrap_or(NEVER);
+        let due = self
+            .clock
+            .load(Ordering::Relaxed)
+            .saturating_add(wait)
+            .min(FIRED - 1);
+        self.slot.due.store(due, Ordering::Release);
+        let next = std::future::poll_fn(|cx| {
+            if let Some(m) = self.slot.frames().pop_front() {
+                return Poll::Ready(Ok(Some(m)));
+            }
+            self.slot.waker.register(cx.waker());
+            if let Some(m) = self.slot.frames().pop_front() {
+                return Poll::Ready(Ok(Some(m)));
+            }
+            if self.slot.closed.load(Ordering::Acquire) || self.slot.lost.load(Ordering::Acquire) {
+                return Poll::Ready(Ok(None));
+            }
+            if self.slot.due.load(Ordering::Acquire) == FIRED {
+                return Poll::Ready(Err(Due));
+            }
+            Poll::Pending
+        })
+        .await;
+        self.slot.due.store(NEVER, Ordering::Release);
+        next
     }
 
     /// Why the broker refused the call's publish, once its stream ended for that.
@@ -305,6 +436,9 @@ mod tests {
     /// tests that wait for replies take turns with the one that raises it (they share a
     /// process under `cargo test`; nextest runs each alone).
     static PROCESS_WIDE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    /// A wait no test reaches.
+    const WAIT_LONG: Duration = Duration::from_secs(60);
 
     /// The isolation the first shared subscription lacked: a call whose frames pile up
     /// unread loses its route (its stream ends after what was queued, so it fails -32010),
@@ -379,6 +513,80 @@ mod tests {
         drop(refused);
         drop(other);
         assert!(lock(&replies.routes).is_empty());
+    }
+
+    /// A call's wait ends when its deadline passes (the sweeper wakes it, no timer of its
+    /// own), and a frame that is there wins over a deadline that has passed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_ends_at_its_deadline_and_a_frame_that_is_there_wins() {
+        let _turn = PROCESS_WIDE.lock().await;
+        let nats = NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let replies = Replies::start(&client).await.unwrap();
+        let mut call = replies.open(&Subject::from_static("test.call"));
+        let begun = std::time::Instant::now();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(10),
+            call.next_within(Duration::from_millis(300)),
+        )
+        .await
+        .expect("the sweeper ends the wait");
+        assert!(matches!(waited, Err(Due)), "{waited:?}");
+        assert!(begun.elapsed() >= Duration::from_millis(300) - TICK);
+        client
+            .publish(call.subject().to_owned(), "end".into())
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), call.next_within(WAIT_LONG))
+            .await
+            .expect("the frame arrives");
+        assert_eq!(&got.unwrap().unwrap().payload[..], b"end");
+        // A deadline already past: what is queued still comes first.
+        client
+            .publish(call.subject().to_owned(), "late".into())
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        tokio::time::sleep(3 * TICK).await;
+        let got = call.next_within(Duration::ZERO).await;
+        assert_eq!(&got.unwrap().unwrap().payload[..], b"late");
+    }
+
+    /// A lost connection ends a call's wait after what it had queued, says so, and keeps
+    /// its route (a call given up on reads on while it cancels on the worker).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_connection_ends_the_wait_after_what_was_queued_and_keeps_the_route() {
+        let _turn = PROCESS_WIDE.lock().await;
+        let nats = NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let replies = Replies::start(&client).await.unwrap();
+        let mut call = replies.open(&Subject::from_static("test.call"));
+        let other = replies.open(&Subject::from_static("test.other"));
+        client
+            .publish(call.subject().to_owned(), "msg".into())
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        while call.slot.frames().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        replies.loss_signal().lost();
+        let queued = call.next_within(WAIT_LONG).await;
+        assert_eq!(&queued.unwrap().unwrap().payload[..], b"msg");
+        let ended = tokio::time::timeout(Duration::from_secs(10), call.next_within(WAIT_LONG))
+            .await
+            .expect("the wait ends at once");
+        assert!(matches!(ended, Ok(None)), "{ended:?}");
+        assert!(call.lost() && other.lost());
+        client
+            .publish(call.subject().to_owned(), "end".into())
+            .await
+            .unwrap();
+        let after = tokio::time::timeout(Duration::from_secs(10), call.next()).await;
+        assert_eq!(&after.unwrap().unwrap().payload[..], b"end");
+        // A call opened after the loss is not lost.
+        assert!(!replies.open(&Subject::from_static("test.call")).lost());
     }
 
     /// A slow-consumer event ends every waiting call at once (after what it had queued).
