@@ -813,11 +813,9 @@ fn a_url_source_without_transport_reaches_an_http_sse_endpoint() {
     assert_eq!(text, "through /sse");
 }
 
-/// A source's `resources/read` result reaches the caller whole, its URIs renamed: its
-/// `_meta` (it used to be dropped: the gateway kept only the contents); its caching hints
-/// are for 2026-07-28 callers only, and this caller is legacy.
-#[test]
-fn a_sources_read_result_keeps_its_meta_through_the_gateway() {
+/// A `[[sources]]` entry running `tests/fixtures/fault_server.py` as a correct server (its
+/// `echo` mode), with `extra` lines.
+fn fault_server_source(name: &str, extra: &str) -> String {
     let python = if std::path::Path::new("/usr/bin/python3").exists() {
         "/usr/bin/python3"
     } else {
@@ -827,12 +825,17 @@ fn a_sources_read_result_keeps_its_meta_through_the_gateway() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/fault_server.py"
     );
-    let config = ScratchConfig::new(
-        "read-meta",
-        &format!(
-            "[[sources]]\nname = \"notes\"\ncommand = {python:?}\nargs = [\"-S\", {script:?}, \"echo\"]\n"
-        ),
-    );
+    format!(
+        "[[sources]]\nname = \"{name}\"\ncommand = {python:?}\nargs = [\"-S\", {script:?}, \"echo\"]\n{extra}\n"
+    )
+}
+
+/// A source's `resources/read` result reaches the caller whole, its URIs renamed: its
+/// `_meta` (it used to be dropped: the gateway kept only the contents); its caching hints
+/// are for 2026-07-28 callers only, and this caller is legacy.
+#[test]
+fn a_sources_read_result_keeps_its_meta_through_the_gateway() {
+    let config = ScratchConfig::new("read-meta", &fault_server_source("notes", ""));
     let mut gateway = StdioGateway::start(&config.path(), &[]);
     let listed = gateway.request("resources/list", json!({}));
     let uri = listed["result"]["resources"][0]["uri"]
@@ -854,20 +857,7 @@ fn a_sources_read_result_keeps_its_meta_through_the_gateway() {
 /// `inherit_env_defaults = false` drops the proxy and trust-store ones.
 #[test]
 fn a_sources_process_sees_proxy_and_trust_store_variables_and_its_inherit_env() {
-    let python = if std::path::Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    };
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/fault_server.py"
-    );
-    let source = |name: &str, extra: &str| {
-        format!(
-            "[[sources]]\nname = \"{name}\"\ncommand = {python:?}\nargs = [\"-S\", {script:?}, \"echo\"]\n{extra}\n"
-        )
-    };
+    let source = fault_server_source;
     let config = ScratchConfig::new(
         "inherit-env",
         &[
