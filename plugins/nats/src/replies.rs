@@ -437,6 +437,14 @@ mod tests {
     /// process under `cargo test`; nextest runs each alone).
     static PROCESS_WIDE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+    /// A broker of the test's own, a client of it, and that client's reply subscription.
+    async fn on_a_broker() -> (NatsServer, Client, Replies) {
+        let nats = NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let replies = Replies::start(&client).await.unwrap();
+        (nats, client, replies)
+    }
+
     /// A wait no test reaches.
     const WAIT_LONG: Duration = Duration::from_secs(60);
 
@@ -446,9 +454,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_flooded_call_loses_its_route_and_another_calls_answer_still_arrives() {
         let _turn = PROCESS_WIDE.lock().await;
-        let nats = NatsServer::start();
-        let client = async_nats::connect(nats.url()).await.unwrap();
-        let replies = Replies::start(&client).await.unwrap();
+        let (_nats, client, replies) = on_a_broker().await;
         let mut flooded = replies.open(&Subject::from_static("test.call"));
         let mut answered = replies.open(&Subject::from_static("test.call"));
         for i in 0..QUEUE + 100 {
@@ -491,9 +497,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refusal_ends_the_calls_published_to_its_subject_only() {
         let _turn = PROCESS_WIDE.lock().await;
-        let nats = NatsServer::start();
-        let client = async_nats::connect(nats.url()).await.unwrap();
-        let replies = Replies::start(&client).await.unwrap();
+        let (_nats, client, replies) = on_a_broker().await;
         let mut refused = replies.open(&Subject::from_static("s.one"));
         let mut other = replies.open(&Subject::from_static("s.two"));
         refuse("s.one", "Permissions Violation");
@@ -520,9 +524,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wait_ends_at_its_deadline_and_a_frame_that_is_there_wins() {
         let _turn = PROCESS_WIDE.lock().await;
-        let nats = NatsServer::start();
-        let client = async_nats::connect(nats.url()).await.unwrap();
-        let replies = Replies::start(&client).await.unwrap();
+        let (_nats, client, replies) = on_a_broker().await;
         let mut call = replies.open(&Subject::from_static("test.call"));
         let begun = std::time::Instant::now();
         let waited = tokio::time::timeout(
@@ -558,9 +560,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lost_connection_ends_the_wait_after_what_was_queued_and_keeps_the_route() {
         let _turn = PROCESS_WIDE.lock().await;
-        let nats = NatsServer::start();
-        let client = async_nats::connect(nats.url()).await.unwrap();
-        let replies = Replies::start(&client).await.unwrap();
+        let (_nats, client, replies) = on_a_broker().await;
         let mut call = replies.open(&Subject::from_static("test.call"));
         let other = replies.open(&Subject::from_static("test.other"));
         client
@@ -593,9 +593,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_consumer_event_ends_the_calls_waiting_for_replies() {
         let _turn = PROCESS_WIDE.lock().await;
-        let nats = NatsServer::start();
-        let client = async_nats::connect(nats.url()).await.unwrap();
-        let replies = Replies::start(&client).await.unwrap();
+        let (_nats, client, replies) = on_a_broker().await;
         let mut waiting = replies.open(&Subject::from_static("test.call"));
         client
             .publish(waiting.subject().to_owned(), "ka".into())
