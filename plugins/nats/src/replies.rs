@@ -25,17 +25,18 @@
 //! A publish the broker's permissions refuse ends the same way ([`refuse`]): each route
 //! knows the subject its call was published to, so the refusal ends exactly the calls sent
 //! there, and the stream says why ([`ReplyStream::refusal`]). It used to be a watch of its own
-//! per call (a process-wide map of subjects to one-shot channels, ~1 200 instructions of
+//! per call (a process-wide map of subjects to one-shot channels, ~1 600 instructions of
 //! every forwarded call, callgrind) for an event that almost never comes.
 //!
 //! The calls' clocks live here too. A call waits for its next frame only so long (its
 //! probe or inactivity deadline, [`ReplyStream::next_within`]); rather than a tokio timer
 //! per call (registered in and removed from the timer wheel for every forwarded call, with
-//! a clock read for each deadline: ~1 000 instructions, callgrind), a sweeper ticks every
-//! [`TICK`], keeps a coarse clock ([`Replies::now`]) and wakes the calls whose deadline has
-//! passed. Deadlines are seconds long, so a tick's lateness does not matter. A lost
-//! connection ends the calls in flight the same way as a slow consumer ([`LossSignal`]),
-//! instead of each call watching a channel for it.
+//! a clock read for each deadline), a sweeper ticks every [`TICK`], keeps a coarse clock
+//! ([`Replies::now`]) and wakes the calls whose deadline has passed. Deadlines are seconds
+//! long, so a tick's lateness does not matter. A lost connection ends the waits of the calls
+//! in flight through their routes too ([`LossSignal`]), instead of each call watching a
+//! channel for it. Both per-call watchers together were ~1 600 instructions of every
+//! forwarded call (callgrind).
 
 use async_nats::{Client, Message, Subject};
 use futures_util::task::AtomicWaker;
