@@ -446,6 +446,19 @@ mod tests {
         (nats, client, replies)
     }
 
+    /// Publishes `payload` to `call`'s reply subject and returns once it waits in the call's
+    /// queue.
+    async fn queued(client: &Client, call: &ReplyStream, payload: &'static str) {
+        client
+            .publish(call.subject().to_owned(), payload.into())
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        while call.slot.frames().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// A wait no test reaches.
     const WAIT_LONG: Duration = Duration::from_secs(60);
 
@@ -546,14 +559,7 @@ mod tests {
             .expect("the frame arrives");
         assert_eq!(&got.unwrap().unwrap().payload[..], b"end");
         // No time left at all: what is queued still comes first.
-        client
-            .publish(call.subject().to_owned(), "late".into())
-            .await
-            .unwrap();
-        client.flush().await.unwrap();
-        while call.slot.frames().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        queued(&client, &call, "late").await;
         let got = call.next_within(Duration::ZERO).await;
         assert_eq!(&got.unwrap().unwrap().payload[..], b"late");
     }
@@ -566,14 +572,7 @@ mod tests {
         let (_nats, client, replies) = on_a_broker().await;
         let mut call = replies.open(&Subject::from_static("test.call"));
         let other = replies.open(&Subject::from_static("test.other"));
-        client
-            .publish(call.subject().to_owned(), "msg".into())
-            .await
-            .unwrap();
-        client.flush().await.unwrap();
-        while call.slot.frames().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        queued(&client, &call, "msg").await;
         replies.loss_signal().lost();
         let queued = call.next_within(WAIT_LONG).await;
         assert_eq!(&queued.unwrap().unwrap().payload[..], b"msg");
