@@ -53,6 +53,12 @@ pub struct CatalogEntry {
     /// Its prompts, with their upstream names.
     #[serde(default)]
     pub prompts: Vec<Prompt>,
+    /// It reads a request's body from a claim (`Mcp-Body-Claim`, `crate::claims`) when the
+    /// body did not fit the bus. An entry without it (an older worker's, another
+    /// implementation's) does not: a gateway sends a request that way only when every
+    /// instance of its server does, since any of them may take it.
+    #[serde(default)]
+    pub body_claims: bool,
 }
 
 impl CatalogEntry {
@@ -66,6 +72,7 @@ impl CatalogEntry {
             resources: Vec::new(),
             resource_templates: Vec::new(),
             prompts: Vec::new(),
+            body_claims: false,
         }
         .sealed()
     }
@@ -246,6 +253,7 @@ mod tests {
         let entry: CatalogEntry = serde_json::from_str(old).unwrap();
         assert!(entry.resources.is_empty() && entry.resource_templates.is_empty());
         assert!(entry.prompts.is_empty());
+        assert!(!entry.body_claims, "an older worker reads no body claims");
     }
 
     #[test]

@@ -1,10 +1,18 @@
-//! Claim-check for answers larger than the bus's `max_payload` (nats-mcp-gateway's scheme):
-//! a caller that sends `Mcp-Accept-Claim: 1` lets the worker put an answer that does not fit
-//! into the JetStream object store `TY_CLAIMS` (objects expire after 5 minutes, at most 64
-//! MiB each, 1 GiB in all) and send an empty `end` frame carrying `Mcp-Claim: <object>`. The
-//! caller reads the object (its SHA-256 digest is checked by the reader; its size is capped
-//! here, since the size in the metadata is the producer's word), deletes it, and answers as
-//! if the frame had carried it. A caller that did not accept claims gets -32012, as before.
+//! Claim-check for messages larger than the bus's `max_payload`, both ways.
+//!
+//! Answers (nats-mcp-gateway's scheme): a caller that sends `Mcp-Accept-Claim: 1` lets the
+//! worker put an answer that does not fit into the JetStream object store `TY_CLAIMS`
+//! (objects expire after 5 minutes, at most 64 MiB each, 1 GiB in all) and send an empty
+//! `end` frame carrying `Mcp-Claim: <object>`. The caller reads the object (its SHA-256
+//! digest is checked by the reader; its size is capped here, since the size in the metadata
+//! is the producer's word), deletes it, and answers as if the frame had carried it. A caller
+//! that did not accept claims gets -32012, as before.
+//!
+//! Requests (Toolyard's own, `Mcp-Body-Claim`): a gateway whose request does not fit puts its
+//! body into the same store and publishes the request with an empty body naming the object.
+//! The worker reads it and serves the request as if it had come inline. The gateway, not the
+//! worker, deletes it once the call has ended: a call sent again (no responders, a lost
+//! stream, a busy worker) sends the same object again.
 
 use crate::NatsError;
 use async_nats::jetstream::{self, object_store};
@@ -19,6 +27,9 @@ pub const MAX_CLAIM_BYTES: usize = 64 * 1024 * 1024;
 const TTL: Duration = Duration::from_secs(300);
 /// How long the eager delete after a read may take.
 const DELETE_WITHIN: Duration = Duration::from_secs(2);
+/// How long putting or reading a claim may take: a 64 MiB object moves in well under a second
+/// on a healthy bus, and a bus that cannot move it must not hold a call forever.
+const MOVE_WITHIN: Duration = Duration::from_secs(30);
 
 async fn store(client: &async_nats::Client) -> Result<object_store::ObjectStore, NatsError> {
     let js = jetstream::new(client.clone());
@@ -50,7 +61,7 @@ pub(crate) async fn put(
 ) -> Result<String, NatsError> {
     if body.len() > MAX_CLAIM_BYTES {
         return Err(NatsError::Bus(format!(
-            "the answer ({} bytes) is larger than a claim may be ({MAX_CLAIM_BYTES})",
+            "{} bytes is more than a claim may hold ({MAX_CLAIM_BYTES})",
             body.len()
         )));
     }
@@ -63,15 +74,32 @@ pub(crate) async fn put(
         ..Default::default()
     };
     let mut reader = body;
-    store
-        .put(meta, &mut reader)
+    tokio::time::timeout(MOVE_WITHIN, store.put(meta, &mut reader))
         .await
+        .map_err(|_| NatsError::Bus(format!("putting the claim took over {MOVE_WITHIN:?}")))?
         .map_err(|e| NatsError::Bus(format!("putting the claim: {e}")))?;
     Ok(name)
 }
 
 /// Reads the claim `name` (digest checked, at most [`MAX_CLAIM_BYTES`]) and deletes it.
 pub(crate) async fn take(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
+    let read = read(client, name).await;
+    discard(client, name);
+    read
+}
+
+/// Reads the claim `name` (digest checked, at most [`MAX_CLAIM_BYTES`]), leaving it there.
+pub(crate) async fn read(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
+    tokio::time::timeout(MOVE_WITHIN, read_unbounded(client, name))
+        .await
+        .map_err(|_| {
+            NatsError::Bus(format!(
+                "reading the claim {name} took over {MOVE_WITHIN:?}"
+            ))
+        })?
+}
+
+async fn read_unbounded(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
     let store = store(client).await?;
     let object = store
         .get(name)
@@ -79,20 +107,33 @@ pub(crate) async fn take(client: &async_nats::Client, name: &str) -> Result<Vec<
         .map_err(|e| NatsError::Bus(format!("fetching the claim {name}: {e}")))?;
     let mut body = Vec::new();
     // One byte more than allowed tells an oversize object from one exactly at the cap.
-    let read = object
+    object
         .take(MAX_CLAIM_BYTES as u64 + 1)
         .read_to_end(&mut body)
-        .await;
-    let deleting = store.clone();
-    let owned = name.to_owned();
-    tokio::spawn(async move {
-        let _ = tokio::time::timeout(DELETE_WITHIN, deleting.delete(owned)).await;
-    });
-    read.map_err(|e| NatsError::Bus(format!("reading the claim {name}: {e}")))?;
+        .await
+        .map_err(|e| NatsError::Bus(format!("reading the claim {name}: {e}")))?;
     if body.len() > MAX_CLAIM_BYTES {
         return Err(NatsError::Bus(format!(
             "the claim {name} is larger than {MAX_CLAIM_BYTES} bytes"
         )));
     }
     Ok(body)
+}
+
+/// Deletes the claim `name` in the background (within a bound; the bucket's TTL removes
+/// what a failed delete leaves). Needs a tokio runtime; without one the TTL does it.
+pub(crate) fn discard(client: &async_nats::Client, name: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let client = client.clone();
+    let name = name.to_owned();
+    runtime.spawn(async move {
+        let _ = tokio::time::timeout(DELETE_WITHIN, async {
+            if let Ok(store) = store(&client).await {
+                let _ = store.delete(name).await;
+            }
+        })
+        .await;
+    });
 }

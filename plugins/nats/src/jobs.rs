@@ -201,6 +201,19 @@ impl Submitter {
                     }
                     Err(e) => last = e.to_string(),
                 },
+                // Trying again cannot help (it was answered "durable queue unavailable"
+                // after three tries); a durable job's request stays in its stream, so it is
+                // never put in a claim (whose objects expire while a job may still wait).
+                Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                    return Err(HandlerError::Protocol(ErrorObject::new(
+                        wire::PAYLOAD_TOO_LARGE,
+                        format!(
+                            "the task's request ({} bytes) does not fit the bus's max_payload: \
+                             a durable task's request travels whole in its stream ({e})",
+                            body.len()
+                        ),
+                    )));
+                }
                 Err(e) => last = e.to_string(),
             }
             tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;

@@ -1222,6 +1222,12 @@ async fn call_round<T: Forwarded>(
     let began = tokio::time::Instant::now();
     // Set once a worker refused the call as busy: when the retries began, and the next wait.
     let mut busy: Option<(tokio::time::Instant, Duration)> = None;
+    // The claim holding the body once it did not fit the bus; deleted when the round ends
+    // (every attempt sends the same one).
+    let mut claim = BodyClaim {
+        client: &inner.client,
+        name: None,
+    };
     loop {
         // A later attempt carries what is left of the deadline, counted from the earlier of
         // the first busy refusal and (once an unstarted call is sent again) the first attempt.
@@ -1233,17 +1239,11 @@ async fn call_round<T: Forwarded>(
         let budget = since.map(|s| inner.config.call_timeout.saturating_sub(s.elapsed()));
         // Boxed (and the rare wait below): every forwarded call's future is allocated whole,
         // and each async layer would otherwise carry this one's state again.
-        match Box::pin(call_once(
-            inner,
-            subject,
-            target,
-            ctx,
-            trace,
-            body.clone(),
-            budget,
-        ))
-        .await
-        {
+        let sent = match &claim.name {
+            None => Body::Inline(body.clone()),
+            Some(name) => Body::Claimed(name),
+        };
+        match Box::pin(call_once(inner, subject, target, ctx, trace, sent, budget)).await {
             Ok(payload) => match T::answer(&payload) {
                 Err(HandlerError::Protocol(e)) if e.code == wire::BUSY => {
                     let (since, wait) =
@@ -1255,6 +1255,23 @@ async fn call_round<T: Forwarded>(
                 }
                 answer => return answer,
             },
+            Err(Outcome::TooLarge(e)) if claim.name.is_none() => {
+                if !inner.reads_body_claims(server) {
+                    return Err(bus_error(
+                        wire::PAYLOAD_TOO_LARGE,
+                        format!("the request ({} bytes) does not fit the bus's max_payload, and not every worker of `{server}` reads a body from a claim ({e})", body.len()),
+                    ));
+                }
+                match Box::pin(crate::claims::put(&inner.client, body, max_payload(inner))).await {
+                    Ok(name) => claim.name = Some(name.into()),
+                    Err(why) => {
+                        return Err(bus_error(
+                            wire::PAYLOAD_TOO_LARGE,
+                            format!("the request ({} bytes) does not fit the bus's max_payload, and putting it in a claim failed: {why}", body.len()),
+                        ))
+                    }
+                }
+            }
             Err(Outcome::NoResponders) if !retried => {
                 retried = true;
                 Box::pin(tokio::time::sleep(Duration::from_millis(200))).await;
@@ -1283,8 +1300,52 @@ async fn call_round<T: Forwarded>(
                 unstarted += 1;
                 tracing::info!(target: "toolyard::nats", %server, method = target.method, "the worker holding the call waiting for a slot is gone: re-issuing the unstarted call");
             }
-            Err(Outcome::Failed(e) | Outcome::NotStarted(e)) => return Err(e),
+            Err(Outcome::Failed(e) | Outcome::NotStarted(e) | Outcome::TooLarge(e)) => {
+                return Err(e)
+            }
         }
+    }
+}
+
+/// A request's body as `call_once` sends it.
+enum Body<'a> {
+    Inline(bytes::Bytes),
+    /// In the claim of this name (`Mcp-Body-Claim`), put by `call_round` because the body did
+    /// not fit the bus: the request is sent with an empty body naming it.
+    Claimed(&'a str),
+}
+
+/// A request body put in a claim (`call_round`): deleted when the round is over, however it
+/// ends (the bucket's TTL removes it if the delete fails).
+struct BodyClaim<'a> {
+    client: &'a async_nats::Client,
+    name: Option<Box<str>>,
+}
+
+impl Drop for BodyClaim<'_> {
+    fn drop(&mut self) {
+        if let Some(name) = &self.name {
+            crate::claims::discard(self.client, name);
+        }
+    }
+}
+
+/// The bus's `max_payload` as the connection's server announced it.
+fn max_payload(inner: &Inner) -> usize {
+    inner.client.server_info().max_payload
+}
+
+impl Inner {
+    /// Whether every instance of `server` in the catalog reads a request body from a claim:
+    /// any of them may take the request.
+    fn reads_body_claims(&self, server: &str) -> bool {
+        let state = self.state();
+        let mut instances = state
+            .entries
+            .values()
+            .filter(|(_, e)| e.server == server)
+            .peekable();
+        instances.peek().is_some() && instances.all(|(_, e)| e.body_claims)
     }
 }
 
@@ -1318,6 +1379,8 @@ async fn busy_backoff(
 
 enum Outcome {
     NoResponders,
+    /// The request does not fit the bus's `max_payload` (nothing was sent).
+    TooLarge(HandlerError),
     /// The worker that held the call waiting for a slot is gone: it never ran it.
     NotStarted(HandlerError),
     Failed(HandlerError),
@@ -1337,7 +1400,7 @@ async fn call_once(
     target: &Target<'_>,
     ctx: &RequestContext,
     trace: Option<&Trace>,
-    body: bytes::Bytes,
+    body: Body<'_>,
     budget: Option<Duration>,
 ) -> Result<bytes::Bytes, Outcome> {
     let server = target.server;
@@ -1367,6 +1430,13 @@ async fn call_once(
     if let Some(Ok(baggage)) = ctx.baggage().map(str::parse::<HeaderValue>) {
         headers.insert(wire::BAGGAGE, baggage);
     }
+    let body = match body {
+        Body::Inline(body) => body,
+        Body::Claimed(name) => {
+            headers.insert(wire::BODY_CLAIM, name);
+            bytes::Bytes::new()
+        }
+    };
     // Boxed: async-nats' publish future is large, and this call's future is allocated
     // whole for every call (see the test on its size below).
     let published = Box::pin(inner.client.publish_with_reply_and_headers(
@@ -1377,12 +1447,11 @@ async fn call_once(
     ))
     .await;
     if let Err(e) = published {
-        let code = if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
-            wire::PAYLOAD_TOO_LARGE
-        } else {
-            wire::STREAM_LOST
-        };
-        return Err(bus_error(code, format!("publishing the call to `{server}`: {e}")).into());
+        let error = |code| bus_error(code, format!("publishing the call to `{server}`: {e}"));
+        if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
+            return Err(Outcome::TooLarge(error(wire::PAYLOAD_TOO_LARGE)));
+        }
+        return Err(error(wire::STREAM_LOST).into());
     }
     let mut expected_seq = 0u64;
     // A cancelled caller's call is dropped mid-await, and the guard tells the worker then.

@@ -36,7 +36,9 @@
 //! long, so a tick's lateness does not matter. A lost connection ends the waits of the calls
 //! in flight through their routes too ([`LossSignal`]), instead of each call watching a
 //! channel for it. Both per-call watchers together were ~1 600 instructions of every
-//! forwarded call (callgrind).
+//! forwarded call (callgrind). A gateway with no call open for a second parks the sweeper
+//! (an idle gateway wakes for nothing); the next call to open moves the clock and wakes it,
+//! at the cost of one atomic load per call while the sweeper runs.
 
 use async_nats::{Client, Message, Subject};
 use futures_util::task::AtomicWaker;
@@ -72,6 +74,8 @@ struct Slot {
 
 /// How often the sweeper wakes the calls whose deadline has passed and moves the clock.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// Ticks without a call open after which the sweeper parks until a call opens.
+const IDLE_TICKS: u32 = 10;
 const NEVER: u64 = u64::MAX;
 const FIRED: u64 = u64::MAX - 1;
 
@@ -172,8 +176,8 @@ pub(crate) struct Replies {
     prefix: String,
     next: AtomicU64,
     routes: Routes,
-    /// The coarse clock: ms since `Replies::start`, moved by the sweeper every `TICK`.
-    clock: Arc<AtomicU64>,
+    /// The coarse clock, moved by the sweeper every `TICK`.
+    clock: Arc<Clock>,
     router: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
 }
@@ -216,7 +220,12 @@ impl Replies {
                 slot.close();
             }
         });
-        let clock = Arc::new(AtomicU64::new(0));
+        let clock = Arc::new(Clock {
+            ms: AtomicU64::new(0),
+            start: tokio::time::Instant::now(),
+            parked: AtomicBool::new(false),
+            unparked: tokio::sync::Notify::new(),
+        });
         let sweeper = tokio::spawn(sweep(Arc::downgrade(&routes), clock.clone()));
         Ok(Replies {
             prefix,
@@ -230,7 +239,7 @@ impl Replies {
 
     /// The coarse clock (moved every [`TICK`]): what a call measures its deadlines with.
     pub(crate) fn now(&self) -> Duration {
-        Duration::from_millis(self.clock.load(Ordering::Relaxed))
+        Duration::from_millis(self.clock.ms.load(Ordering::Relaxed))
     }
 
     /// What ends these calls when the connection is lost.
@@ -244,6 +253,10 @@ impl Replies {
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(Slot::new(published_to.clone()));
         lock(&self.routes).insert(token, slot.clone());
+        // After the insert: a sweeper parking from now on sees this route (`sweep`).
+        if self.clock.parked.load(Ordering::SeqCst) {
+            self.clock.unpark();
+        }
         // Written by hand: `format!` was ~900 instructions of every forwarded call.
         let mut subject = String::with_capacity(self.prefix.len() + 20);
         subject.push_str(&self.prefix);
@@ -258,19 +271,67 @@ impl Replies {
     }
 }
 
-/// Every `TICK`: moves the clock and wakes the calls whose deadline has passed. Ends with
-/// the routes.
-async fn sweep(routes: Weak<Table>, clock: Arc<AtomicU64>) {
-    let start = tokio::time::Instant::now();
+/// The calls' coarse clock, and the sweeper's parking while no call is open.
+struct Clock {
+    /// ms since `start`.
+    ms: AtomicU64,
+    start: tokio::time::Instant,
+    /// The sweeper is parked (or about to be): the next call to open wakes it.
+    parked: AtomicBool,
+    unparked: tokio::sync::Notify,
+}
+
+impl Clock {
+    /// Moves the clock to now; the time.
+    fn advance(&self) -> u64 {
+        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(FIRED - 1);
+        self.ms.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// Wakes a parked sweeper, with the clock moved first: the call opening now measures
+    /// its deadlines from it.
+    fn unpark(&self) {
+        if self.parked.swap(false, Ordering::SeqCst) {
+            self.advance();
+            self.unparked.notify_one();
+        }
+    }
+}
+
+/// Every `TICK`: moves the clock and wakes the calls whose deadline has passed; parks after
+/// [`IDLE_TICKS`] ticks without a call open (`Replies::open` wakes it). Ends with the routes.
+async fn sweep(routes: Weak<Table>, clock: Arc<Clock>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle = 0;
     loop {
         tick.tick().await;
-        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(FIRED - 1);
-        clock.store(now, Ordering::Relaxed);
+        let now = clock.advance();
         let Some(routes) = routes.upgrade() else {
             return;
         };
+        if lock(&routes).is_empty() {
+            idle += 1;
+            if idle < IDLE_TICKS {
+                continue;
+            }
+            // Parked before looking: a call opened after the look sees `parked` and wakes
+            // the sweeper; one opened before it is seen here (the routes' lock orders the
+            // two), and the sweeper goes on.
+            clock.parked.store(true, Ordering::SeqCst);
+            if lock(&routes).is_empty() {
+                drop(routes);
+                clock.unparked.notified().await;
+                // The next tick a whole `TICK` from now: the clock was just moved.
+                tick.reset();
+            } else {
+                clock.parked.store(false, Ordering::SeqCst);
+            }
+            idle = 0;
+            continue;
+        }
+        idle = 0;
         for slot in lock(&routes).values() {
             let due = slot.due.load(Ordering::Acquire);
             // A call that set a new deadline meanwhile keeps it (the exchange fails).
@@ -330,7 +391,7 @@ pub(crate) struct ReplyStream {
     token: u64,
     slot: Arc<Slot>,
     routes: Routes,
-    clock: Arc<AtomicU64>,
+    clock: Arc<Clock>,
 }
 
 impl ReplyStream {
@@ -363,6 +424,7 @@ impl ReplyStream {
         let wait = u64::try_from(wait.as_millis()).unwrap_or(NEVER);
         let due = self
             .clock
+            .ms
             .load(Ordering::Relaxed)
             .saturating_add(wait)
             .min(FIRED - 1);
@@ -562,6 +624,41 @@ mod tests {
         queued(&client, &call, "late").await;
         let got = call.next_within(Duration::ZERO).await;
         assert_eq!(&got.unwrap().unwrap().payload[..], b"late");
+    }
+
+    /// With no call open for a second the sweeper parks (an idle gateway wakes for nothing
+    /// every `TICK`); a call opened then moves the clock itself, and its wait still ends at
+    /// its deadline.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_sweeper_parks_and_the_next_call_wakes_it_with_the_clock_moved() {
+        let _turn = PROCESS_WIDE.lock().await;
+        let (_nats, _client, replies) = on_a_broker().await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !replies.clock.parked.load(Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sweeper never parked"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let parked_at = replies.now();
+        tokio::time::sleep(TICK * 3).await;
+        assert_eq!(replies.now(), parked_at, "a parked sweeper moves no clock");
+        let mut call = replies.open(&Subject::from_static("test.call"));
+        assert!(
+            replies.now() >= parked_at + TICK * 3,
+            "opening a call moved the clock"
+        );
+        assert!(!replies.clock.parked.load(Ordering::SeqCst));
+        let begun = std::time::Instant::now();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(10),
+            call.next_within(Duration::from_millis(300)),
+        )
+        .await
+        .expect("the woken sweeper ends the wait");
+        assert!(matches!(waited, Err(Due)), "{waited:?}");
+        assert!(begun.elapsed() >= Duration::from_millis(300) - TICK);
     }
 
     /// A lost connection ends a call's wait after what it had queued, says so, and keeps

@@ -71,6 +71,10 @@ pub const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
 pub const ACCEPT_CLAIM: HeaderName = HeaderName::from_static("Mcp-Accept-Claim");
 /// `Mcp-Claim` on an empty `end` frame: the object in the claims bucket holding the answer.
 pub const CLAIM: HeaderName = HeaderName::from_static("Mcp-Claim");
+/// `Mcp-Body-Claim` on a request with an empty body: the object in the claims bucket holding
+/// the request's JSON-RPC body, which did not fit the bus's `max_payload` (Toolyard's own;
+/// a worker that reads it says so in its catalog entry, `bodyClaims`).
+pub const BODY_CLAIM: HeaderName = HeaderName::from_static("Mcp-Body-Claim");
 /// `Mcp-State` on a `ka` frame: [`WAITING`] when the request waits for a free slot of the
 /// worker (not started), [`RUNNING`] when it took one (sent, and seen by the broker, before
 /// the request runs). A caller whose call's last state is `waiting` when its worker is found

@@ -601,11 +601,12 @@ struct RequestHeaders<'m> {
     tracestate: Option<&'m str>,
     baggage: Option<&'m str>,
     timeout_ms: Option<&'m str>,
+    body_claim: Option<&'m str>,
 }
 
 impl<'m> RequestHeaders<'m> {
     fn read(message: &'m Message) -> RequestHeaders<'m> {
-        let [wire, method, name, protocol_version, accept_claim, traceparent, tracestate, baggage, timeout_ms] =
+        let [wire, method, name, protocol_version, accept_claim, traceparent, tracestate, baggage, timeout_ms, body_claim] =
             wire::headers(
                 message,
                 [
@@ -618,6 +619,7 @@ impl<'m> RequestHeaders<'m> {
                     &wire::TRACESTATE,
                     &wire::BAGGAGE,
                     &wire::TIMEOUT_MS,
+                    &wire::BODY_CLAIM,
                 ],
             );
         RequestHeaders {
@@ -630,6 +632,7 @@ impl<'m> RequestHeaders<'m> {
             tracestate,
             baggage,
             timeout_ms,
+            body_claim,
         }
     }
 }
@@ -724,7 +727,10 @@ async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermi
     // The one frame of a request that ends here is written before the await, which is then
     // the only one this future holds (how the compiler lays out an await per arm, each with
     // what the arm had bound, made it over 1 KiB again).
-    let started = begin(inner, &mut out, &message);
+    let started = begin(inner, &mut out, &message, false);
+    if let Started::Claimed = started {
+        return Box::pin(serve_claimed(inner, out, message)).await;
+    }
     // Dropped before the await: its payload holds on to async-nats' read buffer.
     drop(message);
     let (frame, body): (Frame, Bytes) = match started {
@@ -736,15 +742,73 @@ async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermi
         ),
         Started::Running(running) => return Box::pin(follow(out, running, None)).await,
         Started::Busy(admitted) => return Box::pin(run_when_free(inner, out, *admitted)).await,
+        // Served above.
+        Started::Claimed => return,
     };
     out.send(frame, body).await;
 }
 
+/// A request whose body a gateway put in a claim because it did not fit the bus
+/// (`Mcp-Body-Claim`, `crate::claims`): read (digest checked, size capped), then served as if
+/// it had come inline. The gateway deletes the object once its call has ended.
+async fn serve_claimed<'a>(inner: &'a Inner, mut out: Frames<'a>, message: Message) {
+    let name = wire::header(&message, wire::BODY_CLAIM)
+        .unwrap_or_default()
+        .to_owned();
+    let started = match crate::claims::read(&inner.client, &name).await {
+        Ok(body) if !body.is_empty() => {
+            let message = Message {
+                payload: body.into(),
+                ..message
+            };
+            begin(inner, &mut out, &message, true)
+        }
+        Ok(_) => Started::Refused(
+            None,
+            ErrorObject::invalid_request(format!("the request's body claim {name} is empty")),
+        ),
+        Err(e) => {
+            tracing::warn!(claim = %name, error = %e, "a request's body claim could not be read");
+            Started::Refused(
+                None,
+                ErrorObject::new(
+                    wire::PAYLOAD_TOO_LARGE,
+                    format!("the request's body claim could not be read: {e}"),
+                ),
+            )
+        }
+    };
+    match started {
+        Started::Refused(id, error) => out.err(id.as_ref(), &error).await,
+        Started::Answered(answer) => out.send(Frame::End, answer.into()).await,
+        Started::Unanswered(id) => out.err(Some(&id), &ended_unanswered()).await,
+        Started::Running(running) => follow(out, running, None).await,
+        Started::Busy(admitted) => run_when_free(inner, out, *admitted).await,
+        // `begin` reads no claim for a request whose body was one.
+        Started::Claimed => {}
+    }
+}
+
 /// Reads and checks the request and, when a slot is free, serves it (no await: nothing of
 /// this lives on in the request's future).
-fn begin<'a>(inner: &'a Inner, out: &mut Frames<'_>, message: &Message) -> Started<'a> {
+/// `claimed`: the message's body was read from its body claim already.
+fn begin<'a>(
+    inner: &'a Inner,
+    out: &mut Frames<'_>,
+    message: &Message,
+    claimed: bool,
+) -> Started<'a> {
     let headers = RequestHeaders::read(message);
     out.accept_claim = headers.accept_claim == Some("1");
+    if headers.body_claim.is_some() && !claimed {
+        if message.payload.is_empty() {
+            return Started::Claimed;
+        }
+        let error = ErrorObject::invalid_request(
+            "a request naming a body claim (Mcp-Body-Claim) must have an empty body",
+        );
+        return Started::Refused(None, error);
+    }
     match admit(inner, message, &headers) {
         Ok(admitted) => start(inner, admitted),
         Err((id, error)) => Started::Refused(id, error),
@@ -766,6 +830,8 @@ enum Started<'a> {
     /// No slot was free: it waits for one (not run yet). Boxed: a request is large, and
     /// this is rare.
     Busy(Box<Admitted>),
+    /// Its body is in a claim (`Mcp-Body-Claim`), read before anything else.
+    Claimed,
 }
 
 /// Takes a slot and serves the request, when a slot is free (no await: nothing of this
@@ -857,8 +923,8 @@ async fn run_when_free<'a>(inner: &'a Inner, mut out: Frames<'a>, admitted: Admi
         Started::Answered(answer) => out.send(Frame::End, answer.into()).await,
         Started::Unanswered(id) => out.err(Some(&id), &ended_unanswered()).await,
         Started::Running(running) => follow(out, running, Some(listening)).await,
-        // `serve_in` neither waits nor refuses.
-        Started::Busy(_) | Started::Refused(..) => {}
+        // `serve_in` neither waits, refuses nor reads claims.
+        Started::Busy(_) | Started::Refused(..) | Started::Claimed => {}
     }
 }
 
@@ -1213,9 +1279,12 @@ async fn offer(
     let prompts = list_all(server, "prompts/list", "prompts")
         .await
         .unwrap_or_else(|| previous.map(|p| p.prompts.clone()).unwrap_or_default());
-    CatalogEntry::new(name, instance, tools)
+    let mut entry = CatalogEntry::new(name, instance, tools)
         .with_resources(resources, templates)
-        .with_prompts(prompts)
+        .with_prompts(prompts);
+    // `handle` reads a body a gateway put in a claim.
+    entry.body_claims = true;
+    entry
 }
 
 /// Every page of one listing, served like any request (so the worker advertises exactly

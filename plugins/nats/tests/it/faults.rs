@@ -377,10 +377,11 @@ fn code_of(outcome: &Result<CallToolResult, toolyard::client::ClientError>) -> i
 
 /// N12: an answer over the bus's `max_payload` comes back through a claim (the gateway
 /// accepts claims: the object is fetched with its digest checked, then deleted); to a caller
-/// that does not accept claims it is -32012; a request over it is -32012 before it is
-/// published; none hangs.
+/// that does not accept claims it is -32012. A request over it travels in a claim of its own
+/// (`Mcp-Body-Claim`) when every instance of its server reads one, and is -32012 before it is
+/// published when one does not. None hangs, and every claim is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_over_max_payload_is_claimed_and_a_request_over_it_is_32012() {
+async fn an_answer_or_a_request_over_max_payload_travels_in_a_claim_and_the_claim_is_deleted() {
     let nats = NatsServer::start_with_max_payload(64 * 1024);
     let _worker = start_worker(&nats.url(), "big", Arc::default()).await;
     let gw = gateway(&nats.url(), quick()).await;
@@ -395,11 +396,16 @@ async fn an_answer_over_max_payload_is_claimed_and_a_request_over_it_is_32012() 
         "x".repeat(200_000),
         "the claimed answer, whole"
     );
+    // The request goes in a claim, and its echo comes back in another.
     let request = gw
         .client
         .call_tool("big__echo", json!({"message": "y".repeat(200_000)}))
         .await;
-    assert_eq!(code_of(&request), wire::PAYLOAD_TOO_LARGE, "{request:?}");
+    assert_eq!(
+        text(&request.unwrap()),
+        "y".repeat(200_000),
+        "the claimed request, echoed whole"
+    );
     // Neither waited for the inactivity deadline (2 s).
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -413,7 +419,8 @@ async fn an_answer_over_max_payload_is_claimed_and_a_request_over_it_is_32012() 
         .await
         .unwrap();
     assert_eq!(text(&echoed), "still here");
-    // The claim was deleted once read.
+    // Every claim was deleted once read: the answers' by the gateway that read them, the
+    // request's by the gateway once its call ended.
     let raw = connect(&nats.url()).await;
     let claims = async_nats::jetstream::new(raw.clone())
         .get_object_store(toolyard_nats::CLAIMS_BUCKET)
@@ -427,7 +434,7 @@ async fn an_answer_over_max_payload_is_claimed_and_a_request_over_it_is_32012() 
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the claim was never deleted"
+            "a claim was never deleted"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -446,6 +453,67 @@ async fn an_answer_over_max_payload_is_claimed_and_a_request_over_it_is_32012() 
         wire::PAYLOAD_TOO_LARGE,
         "{frames:?}"
     );
+    // An instance of `big` that reads no body claims (an older worker's entry): any instance
+    // may take the request, so an oversize one is now -32012 before it is published.
+    put_catalog_entry(&raw, "big", "older", &["echo", "big"]).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let refused = loop {
+        let outcome = gw
+            .client
+            .call_tool("big__echo", json!({"message": "z".repeat(200_000)}))
+            .await;
+        if let Err(e) = outcome {
+            break e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway never saw the instance that reads no claims"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let error = refused.rpc().unwrap_or_else(|| panic!("{refused}"));
+    assert_eq!(error.code, wire::PAYLOAD_TOO_LARGE, "{error:?}");
+    assert!(
+        error
+            .message
+            .contains("not every worker of `big` reads a body from a claim"),
+        "{error:?}"
+    );
+}
+
+/// Bad body claims on the bus: a request naming a claim that is not there is -32012, one
+/// naming a claim but carrying a body too is -32600; the worker answers each and serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_naming_a_missing_or_needless_body_claim_is_refused_and_the_worker_serves_on() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let raw = connect(&nats.url()).await;
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
+    let claimed = |name: &str| {
+        let mut h = headers("tools/call", Some("echo"));
+        h.insert(wire::BODY_CLAIM, name);
+        h
+    };
+    let frames = raw_call(&raw, &subject, claimed("no-such-object"), "").await;
+    let (frame, value) = frames.last().unwrap();
+    assert_eq!(frame, "err", "{frames:?}");
+    assert_eq!(
+        value["error"]["code"],
+        wire::PAYLOAD_TOO_LARGE,
+        "{frames:?}"
+    );
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("body claim could not be read"),
+        "{value}"
+    );
+    let frames = raw_call(&raw, &subject, claimed("x"), &call_body("echo")).await;
+    let (frame, value) = frames.last().unwrap();
+    assert_eq!(frame, "err", "{frames:?}");
+    assert_eq!(value["error"]["code"], -32600, "{frames:?}");
+    assert_echo_answers(&raw, &subject).await;
 }
 
 /// Frames of a raw call until the terminal one, then whatever follows within `after`.

@@ -699,3 +699,46 @@ async fn a_task_whose_callers_trace_context_no_header_can_carry_still_runs() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "slept", "{done}");
 }
+
+/// A durable task whose request does not fit the bus's `max_payload` fails at once with
+/// -32012, saying why (its request travels whole in the job stream, never in a claim). It
+/// was retried three times and answered "durable queue unavailable" (-32603).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_request_does_not_fit_the_bus_fails_32012_at_once() {
+    let nats = NatsServer::start_with_max_payload(64 * 1024);
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let started = std::time::Instant::now();
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__sleep_task", "arguments": {"ms": 10, "pad": "p".repeat(100_000)},
+                   "_meta": ext_meta()}),
+        )
+        .await
+        .unwrap();
+    let id = created["taskId"].as_str().unwrap();
+    let done = terminal(&client, id).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(
+        done["error"]["code"],
+        toolyard_nats::wire::PAYLOAD_TOO_LARGE,
+        "{done}"
+    );
+    assert!(
+        done["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not fit the bus's max_payload"),
+        "{done}"
+    );
+    // Not after three tries (1.2 s of waits).
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 0, "it never ran");
+}
