@@ -20,7 +20,8 @@
 #   span-floor     not a server: the OpenTelemetry SDK alone making N1 then N2 spans like the
 #       server's per-call span, handed to a processor that drops each as it ends
 #       (plugins/otel/examples/sdk_span_floor.rs): the floor under full tracing's cost
-# TOOLYARD_BIN: the build to count (default: cargo's release build). PROTOCOL: the revision
+# TOOLYARD_BIN: the build to count (default: cargo's release build). CONCURRENCY: mcpload's
+# calls in flight (default 4). PROTOCOL: the revision
 # mcpload speaks (default 2025-06-18; 2026-07-28 for the stateless one). ANNOTATE=1 keeps the
 # callgrind files and prints where they are, for callgrind_annotate. Needs valgrind,
 # ../shared/mcpload, and for the NATS scenarios scripts/install-test-deps' nats-server.
@@ -106,7 +107,7 @@ run() { # $1 = calls, $2 = output file prefix
     local port=$((20000 + RANDOM % 20000))
     transport=(http "http://127.0.0.1:$port/mcp" --spawn "${cmd[*]} --http 127.0.0.1:$port")
   fi
-  "$M" -c 4 -n "$1" --warmup 500 --timeout 120 --startup-timeout 120 \
+  "$M" -c "${CONCURRENCY:-4}" -n "$1" --warmup 500 --timeout 120 --startup-timeout 120 \
     --protocol-version "${PROTOCOL:-2025-06-18}" --tool "$tool" "${transport[@]}" > "$work/mcpload.$1" 2>&1 \
     || { cat "$work/mcpload.$1" >&2; exit 1; }
   if [[ $scenario == nats-* ]]; then
