@@ -131,6 +131,52 @@ fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
     }
 }
 
+/// The same plain client with a request and an answer too large for the bus (a broker whose
+/// `max_payload` is 64 KiB): both travel through claims in the `TY_CLAIMS` object store, as
+/// docs/nats.md says (`Mcp-Body-Claim`, `Mcp-Accept-Claim`, `Mcp-Claim`).
+#[test]
+fn a_plain_nats_client_sends_and_gets_oversize_bodies_through_claims() {
+    let nats = NatsServer::start_with_max_payload(64 * 1024);
+    let _w = worker(&nats.url(), "calc");
+    let python = cache().join("venv/bin/python");
+    let script = repo().join("tests/interop/nats_client.py");
+    let message = "m".repeat(100_000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        let out = Command::new(&python)
+            .arg(&script)
+            .args([
+                &nats.url(),
+                "calc",
+                "echo",
+                &json!({ "message": message }).to_string(),
+                "--claims",
+            ])
+            .output()
+            .expect("run nats_client.py (scripts/install-test-deps installs nats-py)");
+        if out.status.success() {
+            break serde_json::from_slice::<Value>(&out.stdout).unwrap();
+        }
+        // The worker may not be subscribed yet: no responders.
+        assert!(
+            Instant::now() < deadline,
+            "nats_client.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let frames = answer["frames"].as_array().unwrap();
+    let last = frames.last().unwrap();
+    assert_eq!(last["frame"], "end", "{}", last["body"]["error"]);
+    assert_eq!(last["claimed"], true, "the answer came through a claim");
+    assert_eq!(last["body"]["id"], "py-1");
+    assert_eq!(
+        last["body"]["result"]["content"][0]["text"].as_str(),
+        Some(message.as_str()),
+        "the whole message, echoed"
+    );
+}
+
 /// A `toolyard worker` process that has subscribed (it said so on stderr); the rest of its
 /// stderr is passed on.
 fn ready_worker(url: &str, name: &str) -> WorkerProcess {
