@@ -88,26 +88,21 @@ fn a_worker_process_serves_its_tools_through_serve_nats() {
     assert_eq!(echoed["content"][0]["text"], "via the binary");
 }
 
-#[test]
-fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
-    let nats = NatsServer::start();
-    let _w = worker(&nats.url(), "calc");
+/// `tests/interop/nats_client.py` (nats-py) calling `calc`'s `tool` with `arguments` (and
+/// `flags`), retried until the worker answers (it starts in parallel); its output.
+fn nats_client(url: &str, tool: &str, arguments: &Value, flags: &[&str]) -> Value {
     let python = cache().join("venv/bin/python");
     let script = repo().join("tests/interop/nats_client.py");
     let deadline = Instant::now() + Duration::from_secs(30);
-    let answer = loop {
+    loop {
         let out = Command::new(&python)
             .arg(&script)
-            .args([
-                &nats.url(),
-                "calc",
-                "add",
-                &json!({"a": 2, "b": 3}).to_string(),
-            ])
+            .args([url, "calc", tool, &arguments.to_string()])
+            .args(flags)
             .output()
             .expect("run nats_client.py (scripts/install-test-deps installs nats-py)");
         if out.status.success() {
-            break serde_json::from_slice::<Value>(&out.stdout).unwrap();
+            return serde_json::from_slice::<Value>(&out.stdout).unwrap();
         }
         // The worker may not be subscribed yet: no responders.
         assert!(
@@ -116,7 +111,14 @@ fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
             String::from_utf8_lossy(&out.stderr)
         );
         std::thread::sleep(Duration::from_millis(200));
-    };
+    }
+}
+
+#[test]
+fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
+    let nats = NatsServer::start();
+    let _w = worker(&nats.url(), "calc");
+    let answer = nats_client(&nats.url(), "add", &json!({"a": 2, "b": 3}), &[]);
     let frames = answer["frames"].as_array().unwrap();
     let last = frames.last().unwrap();
     assert_eq!(last["frame"], "end", "{answer}");
@@ -138,33 +140,13 @@ fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
 fn a_plain_nats_client_sends_and_gets_oversize_bodies_through_claims() {
     let nats = NatsServer::start_with_max_payload(64 * 1024);
     let _w = worker(&nats.url(), "calc");
-    let python = cache().join("venv/bin/python");
-    let script = repo().join("tests/interop/nats_client.py");
     let message = "m".repeat(100_000);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let answer = loop {
-        let out = Command::new(&python)
-            .arg(&script)
-            .args([
-                &nats.url(),
-                "calc",
-                "echo",
-                &json!({ "message": message }).to_string(),
-                "--claims",
-            ])
-            .output()
-            .expect("run nats_client.py (scripts/install-test-deps installs nats-py)");
-        if out.status.success() {
-            break serde_json::from_slice::<Value>(&out.stdout).unwrap();
-        }
-        // The worker may not be subscribed yet: no responders.
-        assert!(
-            Instant::now() < deadline,
-            "nats_client.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let answer = nats_client(
+        &nats.url(),
+        "echo",
+        &json!({ "message": message }),
+        &["--claims"],
+    );
     let frames = answer["frames"].as_array().unwrap();
     let last = frames.last().unwrap();
     assert_eq!(last["frame"], "end", "{}", last["body"]["error"]);

@@ -38,6 +38,15 @@ async fn a_worker_gone_without_a_word_is_no_responders_not_a_hang() {
     );
 }
 
+/// A broker of the test's own, a `calc` worker on it, and a plain client of it: what the tests
+/// speaking the raw wire start with.
+async fn calc_on_a_broker() -> (NatsServer, Worker, async_nats::Client) {
+    let nats = NatsServer::start();
+    let worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let raw = connect(&nats.url()).await;
+    (nats, worker, raw)
+}
+
 /// Publishes `body` with `headers` to `subject` with a fresh reply inbox and returns the
 /// frames until the terminal one (bounded).
 async fn raw_call(
@@ -63,6 +72,13 @@ async fn raw_call(
         }
     }
     frames
+}
+
+/// The error of a raw call's frames, which end with an `err` frame.
+fn refusal(frames: &[(String, Value)]) -> &Value {
+    let (frame, value) = frames.last().expect("a terminal frame");
+    assert_eq!(frame, "err", "{frames:?}");
+    &value["error"]
 }
 
 /// A plain NATS client's `echo` call on `subject` ends with an `end` frame carrying the echo.
@@ -171,9 +187,7 @@ async fn a_progress_flood_keeps_at_most_the_backlog_waiting_on_the_worker_and_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_up() {
-    let nats = NatsServer::start();
-    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
-    let raw = connect(&nats.url()).await;
+    let (_nats, _worker, raw) = calc_on_a_broker().await;
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
     // A good raw call first: any NATS client can call a tool.
     assert_echo_answers(&raw, &echo).await;
@@ -446,13 +460,7 @@ async fn an_answer_or_a_request_over_max_payload_travels_in_a_claim_and_the_clai
                   "io.modelcontextprotocol/clientCapabilities": {}}}})
     .to_string();
     let frames = raw_call(&raw, &subject, headers("tools/call", Some("big")), &body).await;
-    let (frame, value) = frames.last().unwrap();
-    assert_eq!(frame, "err", "{frames:?}");
-    assert_eq!(
-        value["error"]["code"],
-        wire::PAYLOAD_TOO_LARGE,
-        "{frames:?}"
-    );
+    assert_eq!(refusal(&frames)["code"], wire::PAYLOAD_TOO_LARGE);
     // An instance of `big` that reads no body claims (an older worker's entry): any instance
     // may take the request, so an oversize one is now -32012 before it is published.
     put_catalog_entry(&raw, "big", "older", &["echo", "big"]).await;
@@ -485,9 +493,7 @@ async fn an_answer_or_a_request_over_max_payload_travels_in_a_claim_and_the_clai
 /// naming a claim but carrying a body too is -32600; the worker answers each and serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_naming_a_missing_or_needless_body_claim_is_refused_and_the_worker_serves_on() {
-    let nats = NatsServer::start();
-    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
-    let raw = connect(&nats.url()).await;
+    let (_nats, _worker, raw) = calc_on_a_broker().await;
     let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
     let claimed = |name: &str| {
         let mut h = headers("tools/call", Some("echo"));
@@ -495,24 +501,17 @@ async fn a_request_naming_a_missing_or_needless_body_claim_is_refused_and_the_wo
         h
     };
     let frames = raw_call(&raw, &subject, claimed("no-such-object"), "").await;
-    let (frame, value) = frames.last().unwrap();
-    assert_eq!(frame, "err", "{frames:?}");
-    assert_eq!(
-        value["error"]["code"],
-        wire::PAYLOAD_TOO_LARGE,
-        "{frames:?}"
-    );
+    let error = refusal(&frames);
+    assert_eq!(error["code"], wire::PAYLOAD_TOO_LARGE, "{error}");
     assert!(
-        value["error"]["message"]
+        error["message"]
             .as_str()
             .unwrap()
             .contains("body claim could not be read"),
-        "{value}"
+        "{error}"
     );
     let frames = raw_call(&raw, &subject, claimed("x"), &call_body("echo")).await;
-    let (frame, value) = frames.last().unwrap();
-    assert_eq!(frame, "err", "{frames:?}");
-    assert_eq!(value["error"]["code"], -32600, "{frames:?}");
+    assert_eq!(refusal(&frames)["code"], -32600);
     assert_echo_answers(&raw, &subject).await;
 }
 
@@ -705,9 +704,7 @@ async fn a_request_waiting_for_a_slot_says_waiting_then_running_before_its_tool_
 /// numbered without gaps, nothing after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_racing_the_request_gets_exactly_one_terminal_answer() {
-    let nats = NatsServer::start();
-    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
-    let raw = connect(&nats.url()).await;
+    let (_nats, _worker, raw) = calc_on_a_broker().await;
     let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("sleep"));
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
     let (mut cancelled, mut completed) = (0, 0);
@@ -1646,9 +1643,7 @@ async fn a_worker_killed_before_its_first_frame_is_32010_long_before_the_inactiv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_stays_up() {
     use toolyard_testkit::{mutate, Xorshift};
-    let nats = NatsServer::start();
-    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
-    let raw = connect(&nats.url()).await;
+    let (_nats, _worker, raw) = calc_on_a_broker().await;
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                       "io.modelcontextprotocol/clientCapabilities": {}});
     let requests = [
