@@ -651,10 +651,13 @@ type Refusal = (Option<RequestId>, ErrorObject);
 
 /// Reads and checks a request message (no await: what it reads of the message does not
 /// live on in the request's future).
+/// `received`: when the request arrived, if not now (its body was read from a claim since);
+/// its deadline counts from then.
 fn admit(
     inner: &Inner,
     message: &Message,
     headers: &RequestHeaders<'_>,
+    received: Option<tokio::time::Instant>,
 ) -> Result<Admitted, Refusal> {
     if headers.wire != Some("1") {
         let error = ErrorObject::invalid_request("Mcp-Wire: 1 is required (wire version 1)");
@@ -702,7 +705,7 @@ fn admit(
     let deadline = headers
         .timeout_ms
         .and_then(|t| t.trim().parse::<u64>().ok())
-        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+        .map(|ms| received.unwrap_or_else(tokio::time::Instant::now) + Duration::from_millis(ms));
     Ok(Admitted {
         request,
         meta,
@@ -727,7 +730,7 @@ async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermi
     // The one frame of a request that ends here is written before the await, which is then
     // the only one this future holds (how the compiler lays out an await per arm, each with
     // what the arm had bound, made it over 1 KiB again).
-    let started = begin(inner, &mut out, &message, false);
+    let started = begin(inner, &mut out, &message, None);
     if let Started::Claimed = started {
         return Box::pin(serve_claimed(inner, out, message)).await;
     }
@@ -752,6 +755,8 @@ async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermi
 /// (`Mcp-Body-Claim`, `crate::claims`): read (digest checked, size capped), then served as if
 /// it had come inline. The gateway deletes the object once its call has ended.
 async fn serve_claimed<'a>(inner: &'a Inner, mut out: Frames<'a>, message: Message) {
+    // Its deadline counts from now, not from when the body has been read.
+    let received = tokio::time::Instant::now();
     let name = wire::header(&message, wire::BODY_CLAIM)
         .unwrap_or_default()
         .to_owned();
@@ -761,7 +766,7 @@ async fn serve_claimed<'a>(inner: &'a Inner, mut out: Frames<'a>, message: Messa
                 payload: body.into(),
                 ..message
             };
-            begin(inner, &mut out, &message, true)
+            begin(inner, &mut out, &message, Some(received))
         }
         Ok(_) => Started::Refused(
             None,
@@ -791,16 +796,17 @@ async fn serve_claimed<'a>(inner: &'a Inner, mut out: Frames<'a>, message: Messa
 
 /// Reads and checks the request and, when a slot is free, serves it (no await: nothing of
 /// this lives on in the request's future).
-/// `claimed`: the message's body was read from its body claim already.
+/// `claimed`: the message's body was read from its body claim already, and when the request
+/// arrived.
 fn begin<'a>(
     inner: &'a Inner,
     out: &mut Frames<'_>,
     message: &Message,
-    claimed: bool,
+    claimed: Option<tokio::time::Instant>,
 ) -> Started<'a> {
     let headers = RequestHeaders::read(message);
     out.accept_claim = headers.accept_claim == Some("1");
-    if headers.body_claim.is_some() && !claimed {
+    if headers.body_claim.is_some() && claimed.is_none() {
         if message.payload.is_empty() {
             return Started::Claimed;
         }
@@ -809,7 +815,7 @@ fn begin<'a>(
         );
         return Started::Refused(None, error);
     }
-    match admit(inner, message, &headers) {
+    match admit(inner, message, &headers, claimed) {
         Ok(admitted) => start(inner, admitted),
         Err((id, error)) => Started::Refused(id, error),
     }
