@@ -489,6 +489,43 @@ async fn an_answer_or_a_request_over_max_payload_travels_in_a_claim_and_the_clai
     );
 }
 
+/// A claimed request that nobody takes (its worker's connection gone, its catalog entry
+/// still there) is sent again once, naming the same claim, then answered -32011; the claim
+/// is deleted all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_request_nobody_takes_is_32011_and_its_claim_is_deleted() {
+    let nats = NatsServer::start_with_max_payload(64 * 1024);
+    let client = connect(&nats.url()).await;
+    let mut config = WorkerConfig::new("ghost");
+    config.keepalive = Duration::from_millis(200);
+    let _worker = Worker::start(worker_server(Arc::default()).await, client.clone(), config)
+        .await
+        .unwrap();
+    let gw = gateway(&nats.url(), quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "ghost__echo")).await;
+    client.drain().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let e = gw
+        .client
+        .call_tool("ghost__echo", json!({"message": "q".repeat(200_000)}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.rpc().map(|o| o.code), Some(wire::NO_RESPONDERS), "{e}");
+    let raw = connect(&nats.url()).await;
+    let claims = async_nats::jetstream::new(raw)
+        .get_object_store(toolyard_nats::CLAIMS_BUCKET)
+        .await
+        .expect("the request was put in a claim");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while claims.list().await.unwrap().next().await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the claim was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Bad body claims on the bus: a request naming a claim that is not there is -32012, one
 /// naming a claim but carrying a body too is -32600; the worker answers each and serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
