@@ -89,6 +89,11 @@ pub async fn connect_with(
                         None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
                     }
                 }
+                // The connection watchers look now, not at their next tick.
+                async_nats::Event::Connected | async_nats::Event::Disconnected => {
+                    tracing::debug!(target: "toolyard::nats", event = %event, "NATS connection event");
+                    connection_events().notify_waiters();
+                }
                 // Frames for the calls in flight may be gone: they end now, -32010 (`replies`).
                 async_nats::Event::SlowConsumer(sid) => {
                     tracing::warn!(target: "toolyard::nats", sid, "the NATS connection dropped messages for a slow subscription: the calls in flight end with -32010");
@@ -99,10 +104,41 @@ pub async fn connect_with(
         })
         .connect(urls)
         .await
+        .map(|client| {
+            let mut wired = wired();
+            wired.retain(|s| s.strong_count() > 0);
+            wired.push(std::sync::Arc::downgrade(&client.statistics()));
+            client
+        })
         .map_err(|e| NatsError::Connect {
             url: without_credentials(url),
             reason: e.to_string(),
         })
+}
+
+/// Woken when a connection made by [`connect_with`] goes down or comes back. Process-wide:
+/// the event callback does not know which client it serves, so each watcher reads its own
+/// client's state (`remote::watch_connection`).
+pub(crate) fn connection_events() -> &'static tokio::sync::Notify {
+    static EVENTS: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    &EVENTS
+}
+
+/// The connections made by [`connect_with`], by their statistics (shared by every clone of a
+/// client): those whose changes [`connection_events`] reports.
+fn wired() -> std::sync::MutexGuard<'static, Vec<std::sync::Weak<async_nats::Statistics>>> {
+    static WIRED: std::sync::Mutex<Vec<std::sync::Weak<async_nats::Statistics>>> =
+        std::sync::Mutex::new(Vec::new());
+    WIRED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `client` was made by [`connect_with`], so its connection events wake
+/// [`connection_events`] (a client of the embedder's own is only polled).
+pub(crate) fn events_wired(client: &async_nats::Client) -> bool {
+    let statistics = client.statistics();
+    wired()
+        .iter()
+        .any(|s| std::ptr::eq(s.as_ptr(), std::sync::Arc::as_ptr(&statistics)))
 }
 
 /// `url` with any `user:password@` / `token@` cut out of each of its servers.
@@ -120,6 +156,18 @@ pub fn without_credentials(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A client made by `connect` (and its clones) wakes the connection watchers on its
+    /// events; one made by async-nats directly has no callback of ours, so it is polled.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_a_client_made_by_connect_reports_its_connection_events() {
+        let nats = toolyard_testkit::NatsServer::start();
+        let ours = super::connect(&nats.url(), "test").await.unwrap();
+        let theirs = async_nats::connect(nats.url()).await.unwrap();
+        assert!(super::events_wired(&ours));
+        assert!(super::events_wired(&ours.clone()));
+        assert!(!super::events_wired(&theirs));
+    }
+
     #[test]
     fn credentials_are_cut_out_of_printed_urls() {
         assert_eq!(

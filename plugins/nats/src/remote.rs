@@ -266,12 +266,17 @@ impl Drop for RemoteTools {
 
 /// The bus connection as a required component of the server's lifecycle: a gateway whose
 /// NATS connection is down cannot reach any worker, so it is not ready (`/readyz` 503) until
-/// the client reconnects. Polled: async-nats reports connection events only to a callback
-/// set before connecting, and the connection may be shared with other users.
+/// the client reconnects. async-nats reports connection events only to a callback set before
+/// connecting: a client made by [`crate::connect`] has ours, which wakes this watch at once
+/// (it then looks every 5 s only as a backstop, so an idle gateway does not wake four times a
+/// second); a client of the embedder's own is polled every 250 ms.
 ///
 /// An outage shorter than a tick (async-nats reconnects at once when the server closes the
 /// connection, e.g. as a slow consumer) is seen in the client's count of connections; it
 /// loses the calls in flight just the same, since frames sent while it lasted are gone.
+/// How long after a connection event its client's state is read.
+const EVENT_SETTLES: Duration = Duration::from_millis(20);
+
 async fn watch_connection(server: Server, client: Client, lost: crate::replies::LossSignal) {
     use async_nats::connection::State as Conn;
     use std::sync::atomic::Ordering;
@@ -279,9 +284,25 @@ async fn watch_connection(server: Server, client: Client, lost: crate::replies::
     let statistics = client.statistics();
     let mut connects = statistics.connects.load(Ordering::Relaxed);
     let mut up = true;
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let every = if crate::events_wired(&client) {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_millis(250)
+    };
+    let mut tick = tokio::time::interval(every);
+    let events = crate::connection_events();
+    let mut changed = Box::pin(events.notified());
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = changed.as_mut() => {
+                // async-nats sends the event a moment before its state says so.
+                tokio::time::sleep(EVENT_SETTLES).await;
+            }
+        }
+        // Armed before the state is read: a change from here on wakes the next round.
+        changed.set(events.notified());
+        changed.as_mut().enable();
         let now = matches!(client.connection_state(), Conn::Connected);
         let count = statistics.connects.load(Ordering::Relaxed);
         // From none, it is the first connection (async-nats connects in the background when
