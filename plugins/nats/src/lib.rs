@@ -104,11 +104,10 @@ pub async fn connect_with(
         })
         .connect(urls)
         .await
-        .map(|client| {
+        .inspect(|client| {
             let mut wired = wired();
             wired.retain(|s| s.strong_count() > 0);
             wired.push(std::sync::Arc::downgrade(&client.statistics()));
-            client
         })
         .map_err(|e| NatsError::Connect {
             url: without_credentials(url),
