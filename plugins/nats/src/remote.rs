@@ -264,6 +264,9 @@ impl Drop for RemoteTools {
     }
 }
 
+/// How long after a connection event its client's state is read (`watch_connection`).
+const EVENT_SETTLES: Duration = Duration::from_millis(20);
+
 /// The bus connection as a required component of the server's lifecycle: a gateway whose
 /// NATS connection is down cannot reach any worker, so it is not ready (`/readyz` 503) until
 /// the client reconnects. async-nats reports connection events only to a callback set before
@@ -274,9 +277,6 @@ impl Drop for RemoteTools {
 /// An outage shorter than a tick (async-nats reconnects at once when the server closes the
 /// connection, e.g. as a slow consumer) is seen in the client's count of connections; it
 /// loses the calls in flight just the same, since frames sent while it lasted are gone.
-/// How long after a connection event its client's state is read.
-const EVENT_SETTLES: Duration = Duration::from_millis(20);
-
 async fn watch_connection(server: Server, client: Client, lost: crate::replies::LossSignal) {
     use async_nats::connection::State as Conn;
     use std::sync::atomic::Ordering;
