@@ -436,22 +436,7 @@ async fn an_answer_or_a_request_over_max_payload_travels_in_a_claim_and_the_clai
     // Every claim was deleted once read: the answers' by the gateway that read them, the
     // request's by the gateway once its call ended.
     let raw = connect(&nats.url()).await;
-    let claims = async_nats::jetstream::new(raw.clone())
-        .get_object_store(toolyard_nats::CLAIMS_BUCKET)
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let mut listing = claims.list().await.unwrap();
-        if listing.next().await.is_none() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a claim was never deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    claims_all_deleted(&raw).await;
     // A caller that does not send Mcp-Accept-Claim gets -32012 for the same answer.
     let subject = wire::request_subject(wire::DEFAULT_PREFIX, "big", "tools/call", Some("big"));
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
@@ -511,16 +496,21 @@ async fn a_claimed_request_nobody_takes_is_32011_and_its_claim_is_deleted() {
         .await
         .unwrap_err();
     assert_eq!(e.rpc().map(|o| o.code), Some(wire::NO_RESPONDERS), "{e}");
-    let raw = connect(&nats.url()).await;
-    let claims = async_nats::jetstream::new(raw)
+    claims_all_deleted(&connect(&nats.url()).await).await;
+}
+
+/// Waits (bounded) until the claims bucket, which must be there (a claim was put), holds no
+/// object.
+async fn claims_all_deleted(raw: &async_nats::Client) {
+    let claims = async_nats::jetstream::new(raw.clone())
         .get_object_store(toolyard_nats::CLAIMS_BUCKET)
         .await
-        .expect("the request was put in a claim");
+        .expect("a claim was put");
     let deadline = tokio::time::Instant::now() + WAIT;
     while claims.list().await.unwrap().next().await.is_some() {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the claim was never deleted"
+            "a claim was never deleted"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
