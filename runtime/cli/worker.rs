@@ -43,6 +43,11 @@ pub(crate) struct WorkerArgs {
     /// faster than the bus takes it cannot grow the worker without limit.
     #[arg(long, env = "TOOLYARD_NOTIFICATION_BACKLOG", default_value_t = 512)]
     notification_backlog: usize,
+    /// The largest request body this worker reads from a claim (a request too large for the
+    /// bus, docs/nats.md), at most 64 MiB: it holds each body while its request is in
+    /// flight. A larger one is answered -32012.
+    #[arg(long, env = "TOOLYARD_MAX_CLAIMED_REQUEST_BYTES", default_value_t = toolyard_nats::MAX_CLAIM_BYTES)]
+    max_claimed_request_bytes: usize,
     /// Seconds in-flight requests get to finish after SIGTERM / Ctrl-C.
     #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
     drain_seconds: u64,
@@ -135,6 +140,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         worker_config.concurrency = args.concurrency.max(1);
         worker_config.waiting = args.waiting;
         worker_config.notification_backlog = args.notification_backlog.max(1);
+        worker_config.max_claimed_request_bytes = args.max_claimed_request_bytes;
         worker_config.drain_timeout = std::time::Duration::from_secs(args.drain_seconds);
         let events =
             toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)

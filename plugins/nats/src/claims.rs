@@ -83,14 +83,20 @@ pub(crate) async fn put(
 
 /// Reads the claim `name` (digest checked, at most [`MAX_CLAIM_BYTES`]) and deletes it.
 pub(crate) async fn take(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
-    let read = read(client, name).await;
+    let read = read(client, name, MAX_CLAIM_BYTES).await;
     discard(client, name);
     read
 }
 
-/// Reads the claim `name` (digest checked, at most [`MAX_CLAIM_BYTES`]), leaving it there.
-pub(crate) async fn read(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
-    tokio::time::timeout(MOVE_WITHIN, read_unbounded(client, name))
+/// Reads the claim `name` (digest checked, at most `limit` bytes, itself at most
+/// [`MAX_CLAIM_BYTES`]), leaving it there.
+pub(crate) async fn read(
+    client: &async_nats::Client,
+    name: &str,
+    limit: usize,
+) -> Result<Vec<u8>, NatsError> {
+    let limit = limit.min(MAX_CLAIM_BYTES);
+    tokio::time::timeout(MOVE_WITHIN, read_unbounded(client, name, limit))
         .await
         .map_err(|_| {
             NatsError::Bus(format!(
@@ -99,22 +105,27 @@ pub(crate) async fn read(client: &async_nats::Client, name: &str) -> Result<Vec<
         })?
 }
 
-async fn read_unbounded(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
+async fn read_unbounded(
+    client: &async_nats::Client,
+    name: &str,
+    limit: usize,
+) -> Result<Vec<u8>, NatsError> {
     let store = store(client).await?;
     let object = store
         .get(name)
         .await
         .map_err(|e| NatsError::Bus(format!("fetching the claim {name}: {e}")))?;
     let mut body = Vec::new();
+    // What the object's metadata says is the producer's word: the read itself is capped.
     // One byte more than allowed tells an oversize object from one exactly at the cap.
     object
-        .take(MAX_CLAIM_BYTES as u64 + 1)
+        .take(limit as u64 + 1)
         .read_to_end(&mut body)
         .await
         .map_err(|e| NatsError::Bus(format!("reading the claim {name}: {e}")))?;
-    if body.len() > MAX_CLAIM_BYTES {
+    if body.len() > limit {
         return Err(NatsError::Bus(format!(
-            "the claim {name} is larger than {MAX_CLAIM_BYTES} bytes"
+            "the claim {name} is larger than {limit} bytes"
         )));
     }
     Ok(body)

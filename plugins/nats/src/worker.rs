@@ -70,6 +70,11 @@ pub struct WorkerConfig {
     /// reports faster than the bus takes them has new ones dropped until it catches up, so
     /// its worker's memory stays bounded. The answer is never dropped.
     pub notification_backlog: usize,
+    /// The largest request body read from a claim (`Mcp-Body-Claim`; default and most
+    /// [`MAX_CLAIM_BYTES`](crate::MAX_CLAIM_BYTES), 64 MiB). A worker holds each body while
+    /// its request is in flight, so this bounds its memory at (slots + waiting) times it; a
+    /// larger claimed request is answered -32012 without being read whole.
+    pub max_claimed_request_bytes: usize,
 }
 
 impl WorkerConfig {
@@ -87,6 +92,7 @@ impl WorkerConfig {
             tasks: true,
             task_ack_wait: Duration::from_secs(30),
             notification_backlog: NOTIFICATION_BACKLOG,
+            max_claimed_request_bytes: crate::claims::MAX_CLAIM_BYTES,
         }
     }
 }
@@ -760,7 +766,8 @@ async fn serve_claimed<'a>(inner: &'a Inner, mut out: Frames<'a>, message: Messa
     let name = wire::header(&message, wire::BODY_CLAIM)
         .unwrap_or_default()
         .to_owned();
-    let started = match crate::claims::read(&inner.client, &name).await {
+    let limit = inner.config.max_claimed_request_bytes;
+    let started = match crate::claims::read(&inner.client, &name, limit).await {
         Ok(body) if !body.is_empty() => {
             let message = Message {
                 payload: body.into(),

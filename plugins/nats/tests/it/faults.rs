@@ -516,6 +516,43 @@ async fn claims_all_deleted(raw: &async_nats::Client) {
     }
 }
 
+/// A worker reads a claimed request only up to its `max_claimed_request_bytes`: a larger one
+/// is -32012, saying so, and one under it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_request_over_the_workers_limit_is_32012_and_one_under_it_is_served() {
+    let nats = NatsServer::start_with_max_payload(64 * 1024);
+    let mut config = WorkerConfig::new("calc");
+    config.keepalive = Duration::from_millis(200);
+    config.max_claimed_request_bytes = 100_000;
+    let _worker = Worker::start(
+        worker_server(Arc::default()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let gw = gateway(&nats.url(), quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    let e = gw
+        .client
+        .call_tool("calc__echo", json!({"message": "l".repeat(200_000)}))
+        .await
+        .unwrap_err();
+    let error = e.rpc().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(error.code, wire::PAYLOAD_TOO_LARGE, "{error:?}");
+    assert!(
+        error.message.contains("larger than 100000 bytes"),
+        "{error:?}"
+    );
+    let served = gw
+        .client
+        .call_tool("calc__echo", json!({"message": "s".repeat(80_000)}))
+        .await
+        .unwrap();
+    assert_eq!(text(&served), "s".repeat(80_000));
+    claims_all_deleted(&connect(&nats.url()).await).await;
+}
+
 /// Bad body claims on the bus: a request naming a claim that is not there is -32012, one
 /// naming a claim but carrying a body too is -32600; the worker answers each and serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
