@@ -9,21 +9,27 @@ use serde_json::{json, Value};
 use toolyard_nats::wire;
 use toolyard_testkit::NatsServer;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_gone_without_a_word_is_no_responders_not_a_hang() {
-    let nats = NatsServer::start();
+/// A gateway that lists worker `ghost`'s tools, whose worker's connection is gone: its catalog
+/// entry stays until it expires, but nothing takes its requests.
+async fn gateway_to_a_ghost(nats: &NatsServer) -> (Worker, Gateway) {
     let client = connect(&nats.url()).await;
     let mut config = WorkerConfig::new("ghost");
     config.keepalive = Duration::from_millis(200);
-    let _worker = Worker::start(worker_server(Arc::default()).await, client.clone(), config)
+    let worker = Worker::start(worker_server(Arc::default()).await, client.clone(), config)
         .await
         .unwrap();
     let gw = gateway(&nats.url(), quick()).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "ghost__echo")).await;
-    // The worker's connection goes away; its catalog entry stays until it expires.
     client.drain().await.unwrap();
     // Let the server process the connection's end (its subscriptions go with it).
     tokio::time::sleep(Duration::from_millis(500)).await;
+    (worker, gw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_gone_without_a_word_is_no_responders_not_a_hang() {
+    let nats = NatsServer::start();
+    let (_worker, gw) = gateway_to_a_ghost(&nats).await;
     let started = std::time::Instant::now();
     let e = gw
         .client
@@ -480,16 +486,7 @@ async fn an_answer_or_a_request_over_max_payload_travels_in_a_claim_and_the_clai
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claimed_request_nobody_takes_is_32011_and_its_claim_is_deleted() {
     let nats = NatsServer::start_with_max_payload(64 * 1024);
-    let client = connect(&nats.url()).await;
-    let mut config = WorkerConfig::new("ghost");
-    config.keepalive = Duration::from_millis(200);
-    let _worker = Worker::start(worker_server(Arc::default()).await, client.clone(), config)
-        .await
-        .unwrap();
-    let gw = gateway(&nats.url(), quick()).await;
-    listed(&gw.client, |n| n.iter().any(|t| t == "ghost__echo")).await;
-    client.drain().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_worker, gw) = gateway_to_a_ghost(&nats).await;
     let e = gw
         .client
         .call_tool("ghost__echo", json!({"message": "q".repeat(200_000)}))
