@@ -708,10 +708,10 @@ fn admit(
         ));
         return Err((Some(request.id), error));
     }
-    let deadline = headers
-        .timeout_ms
-        .and_then(|t| t.trim().parse::<u64>().ok())
-        .map(|ms| received.unwrap_or_else(tokio::time::Instant::now) + Duration::from_millis(ms));
+    let deadline = deadline_of(
+        headers.timeout_ms,
+        received.unwrap_or_else(tokio::time::Instant::now),
+    );
     Ok(Admitted {
         request,
         meta,
@@ -736,7 +736,7 @@ async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermi
     // The one frame of a request that ends here is written before the await, which is then
     // the only one this future holds (how the compiler lays out an await per arm, each with
     // what the arm had bound, made it over 1 KiB again).
-    let started = begin(inner, &mut out, &message, None);
+    let started = begin(inner, &mut out, &message);
     if let Started::Claimed = started {
         return Box::pin(serve_claimed(inner, out, message)).await;
     }
@@ -750,7 +750,9 @@ async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermi
             wire::error_body(Some(&id), &ended_unanswered()).into(),
         ),
         Started::Running(running) => return Box::pin(follow(out, running, None)).await,
-        Started::Busy(admitted) => return Box::pin(run_when_free(inner, out, *admitted)).await,
+        Started::Busy(admitted) => {
+            return Box::pin(run_when_free(inner, out, *admitted, None)).await
+        }
         // Served above.
         Started::Claimed => return,
     };
@@ -760,60 +762,84 @@ async fn handle(inner: Arc<Inner>, message: Message, permit: OwnedSemaphorePermi
 /// A request whose body a gateway put in a claim because it did not fit the bus
 /// (`Mcp-Body-Claim`, `crate::claims`): read (digest checked, size capped), then served as if
 /// it had come inline. The gateway deletes the object once its call has ended.
+///
+/// It listens on `{reply}.ctl` from before the read: a cancel sent while the body is read
+/// waits in the subscription and, once the body names the request's id, ends the request
+/// before its tool starts. The read ends early when the request's deadline passes or the
+/// worker drains.
 async fn serve_claimed<'a>(inner: &'a Inner, mut out: Frames<'a>, message: Message) {
     // Its deadline counts from now, not from when the body has been read.
     let received = tokio::time::Instant::now();
-    let name = wire::header(&message, wire::BODY_CLAIM)
-        .unwrap_or_default()
-        .to_owned();
+    let (name, deadline) = {
+        let headers = RequestHeaders::read(&message);
+        let name = headers.body_claim.unwrap_or_default().to_owned();
+        (name, deadline_of(headers.timeout_ms, received))
+    };
+    let mut control = subscribe_control(inner, &out.reply).await;
     let limit = inner.config.max_claimed_request_bytes;
-    let started = match crate::claims::read(&inner.client, &name, limit).await {
-        Ok(body) if !body.is_empty() => {
-            let message = Message {
-                payload: body.into(),
-                ..message
-            };
-            begin(inner, &mut out, &message, Some(received))
+    let read = tokio::select! {
+        read = crate::claims::read(&inner.client, &name, limit) => read,
+        () = expiry(deadline) => return out.err(None, &deadline_passed()).await,
+        () = inner.abandon.cancelled() => return out.err(None, &abandoned()).await,
+    };
+    let message = match read {
+        Ok(body) if !body.is_empty() => Message {
+            payload: body.into(),
+            ..message
+        },
+        Ok(_) => {
+            let error =
+                ErrorObject::invalid_request(format!("the request's body claim {name} is empty"));
+            return out.err(None, &error).await;
         }
-        Ok(_) => Started::Refused(
-            None,
-            ErrorObject::invalid_request(format!("the request's body claim {name} is empty")),
-        ),
         Err(e) => {
             tracing::warn!(claim = %name, error = %e, "a request's body claim could not be read");
-            Started::Refused(
-                None,
-                ErrorObject::new(
-                    wire::PAYLOAD_TOO_LARGE,
-                    format!("the request's body claim could not be read: {e}"),
-                ),
-            )
+            let error = ErrorObject::new(
+                wire::PAYLOAD_TOO_LARGE,
+                format!("the request's body claim could not be read: {e}"),
+            );
+            return out.err(None, &error).await;
         }
     };
-    match started {
-        Started::Refused(id, error) => out.err(id.as_ref(), &error).await,
+    let headers = RequestHeaders::read(&message);
+    out.accept_claim = headers.accept_claim == Some("1");
+    let admitted = match admit(inner, &message, &headers, Some(received)) {
+        Ok(admitted) => admitted,
+        Err((id, error)) => return out.err(id.as_ref(), &error).await,
+    };
+    drop(message);
+    let id = admitted.request.id.clone();
+    if control
+        .as_mut()
+        .is_some_and(|control| cancel_waits_in(control, &id))
+    {
+        // Cancelled before it ran: no response exists; an empty `end` closes the stream.
+        return out.send(Frame::End, Bytes::new()).await;
+    }
+    let cancelled_by_caller = CancellationToken::new();
+    let listening = Listening {
+        _control: AbortOnDrop(
+            control.map(|control| listen_for_cancel(control, id, cancelled_by_caller.clone())),
+        ),
+        cancelled_by_caller,
+    };
+    match start(inner, admitted) {
         Started::Answered(answer) => out.send(Frame::End, answer.into()).await,
         Started::Unanswered(id) => out.err(Some(&id), &ended_unanswered()).await,
-        Started::Running(running) => follow(out, running, None).await,
-        Started::Busy(admitted) => run_when_free(inner, out, *admitted).await,
-        // `begin` reads no claim for a request whose body was one.
-        Started::Claimed => {}
+        Started::Running(running) => follow(out, running, Some(listening)).await,
+        Started::Busy(admitted) => run_when_free(inner, out, *admitted, Some(listening)).await,
+        // `start` neither refuses nor reads claims.
+        Started::Refused(..) | Started::Claimed => {}
     }
 }
 
 /// Reads and checks the request and, when a slot is free, serves it (no await: nothing of
-/// this lives on in the request's future).
-/// `claimed`: the message's body was read from its body claim already, and when the request
-/// arrived.
-fn begin<'a>(
-    inner: &'a Inner,
-    out: &mut Frames<'_>,
-    message: &Message,
-    claimed: Option<tokio::time::Instant>,
-) -> Started<'a> {
+/// this lives on in the request's future). A request whose body is in a claim is
+/// `Started::Claimed`: `serve_claimed` reads it and serves it.
+fn begin<'a>(inner: &'a Inner, out: &mut Frames<'_>, message: &Message) -> Started<'a> {
     let headers = RequestHeaders::read(message);
     out.accept_claim = headers.accept_claim == Some("1");
-    if headers.body_claim.is_some() && claimed.is_none() {
+    if headers.body_claim.is_some() {
         if message.payload.is_empty() {
             return Started::Claimed;
         }
@@ -822,7 +848,7 @@ fn begin<'a>(
         );
         return Started::Refused(None, error);
     }
-    match admit(inner, message, &headers, claimed) {
+    match admit(inner, message, &headers, None) {
         Ok(admitted) => start(inner, admitted),
         Err((id, error)) => Started::Refused(id, error),
     }
@@ -901,18 +927,20 @@ fn serve_in<'a>(
 }
 
 /// A request that found every slot taken: it waits for one, listening for its caller's
-/// cancel already, then runs.
-async fn run_when_free<'a>(inner: &'a Inner, mut out: Frames<'a>, admitted: Admitted) {
-    let cancelled_by_caller = CancellationToken::new();
-    let control = AbortOnDrop(
-        watch_control(
-            inner,
-            &out.reply,
-            admitted.request.id.clone(),
-            cancelled_by_caller.clone(),
-        )
-        .await,
-    );
+/// cancel already, then runs. `listening`: it listens on `{reply}.ctl` already.
+async fn run_when_free<'a>(
+    inner: &'a Inner,
+    mut out: Frames<'a>,
+    admitted: Admitted,
+    listening: Option<Listening>,
+) {
+    let Listening {
+        _control: control,
+        cancelled_by_caller,
+    } = match listening {
+        Some(listening) => listening,
+        None => Listening::start(inner, &out.reply, admitted.request.id.clone()).await,
+    };
     let slot = {
         let expired = expiry(admitted.deadline);
         tokio::pin!(expired);
@@ -941,10 +969,36 @@ async fn run_when_free<'a>(inner: &'a Inner, mut out: Frames<'a>, admitted: Admi
     }
 }
 
-/// A request that waited for its slot listens on `{reply}.ctl` from then on.
+/// A request that waited for its slot, or whose body was claimed, listens on `{reply}.ctl`
+/// from then on.
 struct Listening {
     _control: AbortOnDrop,
     cancelled_by_caller: CancellationToken,
+}
+
+impl Listening {
+    /// Listens on `{reply}.ctl` for the cancel of request `id` from now on.
+    async fn start(inner: &Inner, reply: &str, id: RequestId) -> Listening {
+        let cancelled_by_caller = CancellationToken::new();
+        let control = subscribe_control(inner, reply)
+            .await
+            .map(|control| listen_for_cancel(control, id, cancelled_by_caller.clone()));
+        Listening {
+            _control: AbortOnDrop(control),
+            cancelled_by_caller,
+        }
+    }
+}
+
+/// When a request's `Mcp-Timeout-Ms` runs out, counted from `from` (none without the header,
+/// or with one that is not a number).
+fn deadline_of(
+    timeout_ms: Option<&str>,
+    from: tokio::time::Instant,
+) -> Option<tokio::time::Instant> {
+    timeout_ms
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .map(|ms| from + Duration::from_millis(ms))
 }
 
 /// The request's deadline passing (never, without one).
@@ -984,14 +1038,7 @@ async fn follow<'a>(mut out: Frames<'a>, running: Running<'a>, listening: Option
     } = running;
     let listening = match listening {
         Some(listening) => listening,
-        None => {
-            let cancelled_by_caller = CancellationToken::new();
-            let control = watch_control(inner, &out.reply, id.clone(), cancelled_by_caller.clone());
-            Listening {
-                _control: AbortOnDrop(control.await),
-                cancelled_by_caller,
-            }
-        }
+        None => Listening::start(inner, &out.reply, id.clone()).await,
     };
     let cancelled_by_caller = &listening.cancelled_by_caller;
     let expired = expiry(deadline);
@@ -1229,42 +1276,61 @@ fn integrity(
     Ok(())
 }
 
-/// Listens on `{reply}.ctl` for the caller's `notifications/cancelled` of request `id`
-/// (matched by decoded id: a string and a number are different ids; anything else there is
-/// ignored).
-async fn watch_control(
-    inner: &Inner,
-    reply: &str,
-    id: RequestId,
-    cancelled: CancellationToken,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let mut control = match inner.client.subscribe(wire::control_subject(reply)).await {
-        Ok(s) => s,
+/// Subscribes to `{reply}.ctl`, where the caller's cancel comes (`None`, logged, when the
+/// bus refuses: the request runs without it).
+async fn subscribe_control(inner: &Inner, reply: &str) -> Option<async_nats::Subscriber> {
+    match inner.client.subscribe(wire::control_subject(reply)).await {
+        Ok(control) => Some(control),
         Err(e) => {
             tracing::warn!(%reply, error = %e, "cannot listen for cancellation");
-            return None;
+            None
         }
-    };
-    Some(tokio::spawn(async move {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Cancelled {
-            request_id: RequestId,
-        }
+    }
+}
+
+/// Listens on `control` (`{reply}.ctl`) for the caller's cancel of request `id`, and cancels
+/// `cancelled` when it comes; unsubscribes when it has, or when aborted (dropped).
+fn listen_for_cancel(
+    mut control: async_nats::Subscriber,
+    id: RequestId,
+    cancelled: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         while let Some(m) = control.next().await {
-            let Ok(Incoming::Notification(n)) = jsonrpc::parse(&m.payload) else {
-                continue;
-            };
-            if n.method != method::NOTIFICATIONS_CANCELLED {
-                continue;
-            }
-            if jsonrpc::params::<Cancelled>(n.params.as_deref()).is_ok_and(|c| c.request_id == id) {
+            if cancels(&m, &id) {
                 cancelled.cancel();
                 break;
             }
         }
         let _ = control.unsubscribe().await;
-    }))
+    })
+}
+
+/// Whether the cancel of request `id` has come on `control` already (what waits there is
+/// read, and what is not that cancel is dropped).
+fn cancel_waits_in(control: &mut async_nats::Subscriber, id: &RequestId) -> bool {
+    use futures_util::FutureExt;
+    while let Some(Some(m)) = control.next().now_or_never() {
+        if cancels(&m, id) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether `m` is the caller's `notifications/cancelled` of request `id` (matched by decoded
+/// id: a string and a number are different ids; anything else is not).
+fn cancels(m: &Message, id: &RequestId) -> bool {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Cancelled {
+        request_id: RequestId,
+    }
+    let Ok(Incoming::Notification(n)) = jsonrpc::parse(&m.payload) else {
+        return false;
+    };
+    n.method == method::NOTIFICATIONS_CANCELLED
+        && jsonrpc::params::<Cancelled>(n.params.as_deref()).is_ok_and(|c| &c.request_id == id)
 }
 
 /// Everything the server offers, as modern listings answer it (every page).

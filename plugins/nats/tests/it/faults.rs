@@ -576,6 +576,67 @@ async fn a_request_naming_a_missing_or_needless_body_claim_is_refused_and_the_wo
     assert_echo_answers(&raw, &subject).await;
 }
 
+/// A cancel sent on `{reply}.ctl` while the worker reads a claimed request's body is heard:
+/// the worker listens there before it reads. The call ends with an empty `end` and its tool
+/// never finishes. (Before, it listened only once the tool ran, so a cancel sent during the
+/// read was lost and the tool ran to its end.) The test sends the cancel once it sees the
+/// worker look the claims bucket up, which the worker does after subscribing to `.ctl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_while_a_claimed_request_is_read_is_heard_and_its_tool_never_finishes() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = start_worker(&nats.url(), "calc", seen.clone()).await;
+    let raw = connect(&nats.url()).await;
+    let js = async_nats::jetstream::new(raw.clone());
+    let store = js
+        .create_object_store(async_nats::jetstream::object_store::Config {
+            bucket: toolyard_nats::CLAIMS_BUCKET.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A body of a few MiB, so that its read outlasts the cancel's trip.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 3000},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {},
+                  "pad": "p".repeat(4 << 20)}}})
+    .to_string();
+    store.put("body", &mut body.as_bytes()).await.unwrap();
+    let lookups = format!("$JS.API.STREAM.INFO.OBJ_{}", toolyard_nats::CLAIMS_BUCKET);
+    let mut lookups = raw.subscribe(lookups).await.unwrap();
+    raw.flush().await.unwrap();
+
+    let inbox = raw.new_inbox();
+    let mut sub = raw.subscribe(inbox.clone()).await.unwrap();
+    let mut h = headers("tools/call", Some("sleep"));
+    h.insert(wire::BODY_CLAIM, "body");
+    let subject = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("sleep"));
+    let sent = std::time::Instant::now();
+    raw.publish_with_reply_and_headers(subject, inbox.clone(), h, bytes::Bytes::new())
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, lookups.next())
+        .await
+        .expect("the worker looks the claims bucket up")
+        .unwrap();
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
+    raw.publish(wire::control_subject(&inbox), cancel.into())
+        .await
+        .unwrap();
+    let (frames, terminals) = frames_until_end(&mut sub, Duration::from_millis(300)).await;
+    assert_eq!(terminals, 1, "{frames:?}");
+    let (frame, _, answer) = frames.last().unwrap();
+    assert_eq!(frame, "end", "{frames:?}");
+    assert!(answer.is_empty(), "cancelled: no answer, {frames:?}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(seen.finished.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
 /// Frames of a raw call until the terminal one, then whatever follows within `after`.
 async fn frames_until_end(
     sub: &mut async_nats::Subscriber,
