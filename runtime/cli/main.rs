@@ -14,6 +14,8 @@ use toolyard::{Limits, ServerBuilder, StdioOptions};
 mod agent;
 mod client;
 mod config_file;
+#[cfg(feature = "nats")]
+mod nats_auth;
 mod telemetry;
 #[cfg(feature = "nats")]
 mod worker;
@@ -126,6 +128,9 @@ struct ServeArgs {
     #[cfg(feature = "nats")]
     #[arg(long, env = "TOOLYARD_NATS", value_name = "URL")]
     nats: Option<String>,
+    #[cfg(feature = "nats")]
+    #[command(flatten)]
+    nats_auth: nats_auth::NatsAuthArgs,
     /// Tokio worker threads (1 = a single-threaded runtime). Default: 1 with --stdio (one
     /// connection: a second thread only made it slower, 220k against 370k calls/s at c=16
     /// in benches/README.md, stop 35), 2 over HTTP.
@@ -181,6 +186,15 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             outcome.map(|()| std::process::ExitCode::SUCCESS)
         }
     }
+}
+
+/// The directory a config file's relative paths are read from: the file's own (the working
+/// directory without a file).
+pub(crate) fn config_dir(config: Option<&std::path::Path>) -> PathBuf {
+    config
+        .and_then(std::path::Path::parent)
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// The Tokio runtime of every command: for one thread a current-thread runtime, for more a
@@ -244,12 +258,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if !args.no_demo && !gateway_config && !nats_gateway {
             builder = toolyard_demo::demo(builder);
         }
-        let base_dir = args
-            .config
-            .as_deref()
-            .and_then(std::path::Path::parent)
-            .map(std::path::Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let base_dir = config_dir(args.config.as_deref());
         let specs = gateway_file
             .resolve_sources(&base_dir)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -282,7 +291,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         #[cfg(feature = "nats")]
         let nats_client = match &nats_url {
             Some(url) => {
-                let client = toolyard_nats::connect(url, "ty-gateway").await?;
+                let auth = args.nats_auth.over(&nats_file.nats, &base_dir);
+                let client =
+                    toolyard_nats::connect_with(url, "ty-gateway", auth.options().await?).await?;
                 let remote = nats_file.nats.remote();
                 let store = if remote.durable_tasks {
                     let store =
@@ -425,10 +436,7 @@ fn reload_on_sighup(gateway: toolyard_gateway::Gateway, path: PathBuf) {
             return;
         };
         while hup.recv().await.is_some() {
-            let base_dir = path
-                .parent()
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
+            let base_dir = config_dir(Some(&path));
             let specs = match ConfigFile::load(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|c| {

@@ -18,6 +18,8 @@ pub(crate) struct WorkerArgs {
     /// The NATS server, e.g. nats://127.0.0.1:4222 (comma-separate a cluster's URLs).
     #[arg(long, env = "TOOLYARD_NATS")]
     nats: String,
+    #[command(flatten)]
+    nats_auth: crate::nats_auth::NatsAuthArgs,
     /// The name callers address this worker's tools by (a subject token: [A-Za-z0-9_-]+);
     /// every worker with the same name shares the load.
     #[arg(long, env = "TOOLYARD_WORKER_NAME")]
@@ -74,12 +76,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
-    let base_dir = args
-        .config
-        .as_deref()
-        .and_then(std::path::Path::parent)
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+    let base_dir = crate::config_dir(args.config.as_deref());
     // Resolved before anything starts: a bad source is a config error, reported at once.
     let specs = file
         .gateway
@@ -132,8 +129,13 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         } else {
             None
         };
-        let client =
-            toolyard_nats::connect(&args.nats, &format!("ty-worker-{}", args.name)).await?;
+        let auth = args.nats_auth.over(&nats_section, &base_dir);
+        let client = toolyard_nats::connect_with(
+            &args.nats,
+            &format!("ty-worker-{}", args.name),
+            auth.options().await?,
+        )
+        .await?;
         // The `[nats]` section's prefix and catalog replicas apply to workers too: a worker
         // and its gateways must agree on the prefix.
         let mut worker_config = nats_section.worker(&args.name);

@@ -24,6 +24,8 @@ mod interop;
 mod interop_http;
 #[cfg(feature = "nats")]
 mod nats;
+#[cfg(feature = "nats")]
+mod nats_auth;
 #[cfg(all(feature = "otel", feature = "nats"))]
 mod otel;
 mod stdio;

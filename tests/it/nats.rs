@@ -36,7 +36,17 @@ fn worker(url: &str, name: &str) -> WorkerProcess {
 /// `toolyard client --stdio "toolyard serve --stdio --nats URL" ARGS...`, retried until the
 /// gateway sees the worker (it starts in parallel), as JSON.
 fn through_gateway(url: &str, args: &[&str], done: impl Fn(&Value) -> bool) -> Value {
-    let serve = format!("'{BIN}' serve --stdio --nats {url}");
+    through_gateway_with(url, "", args, done)
+}
+
+/// [`through_gateway`], `serve_flags` (shell words) added to the gateway's command line.
+pub(crate) fn through_gateway_with(
+    url: &str,
+    serve_flags: &str,
+    args: &[&str],
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let serve = format!("'{BIN}' serve --stdio --nats {url} {serve_flags}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let out = Command::new(BIN)
@@ -166,7 +176,7 @@ fn ready_worker(url: &str, name: &str) -> WorkerProcess {
 }
 
 /// [`ready_worker`] with more arguments.
-fn ready_worker_with(url: &str, name: &str, more: &[&str]) -> WorkerProcess {
+pub(crate) fn ready_worker_with(url: &str, name: &str, more: &[&str]) -> WorkerProcess {
     use std::io::BufRead;
     let mut child = Command::new(BIN)
         .args(["worker", "--nats", url, "--name", name])

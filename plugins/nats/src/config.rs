@@ -2,9 +2,11 @@
 //! sections): where the bus is and how the gateway side exposes and calls the workers'
 //! tools. Flags (`--nats`) override it.
 
+use crate::auth::NatsAuth;
 use crate::remote::RemoteConfig;
 use crate::worker::WorkerConfig;
 use serde::Deserialize;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `[nats]`.
@@ -33,6 +35,20 @@ pub struct NatsSection {
     /// How long a worker's task job may go without a sign of life before JetStream hands it
     /// to another worker (default 30 000).
     pub task_ack_wait_ms: Option<u64>,
+    /// A NATS credentials file (`.creds`: user JWT and seed), relative to the config file.
+    pub credentials_file: Option<PathBuf>,
+    /// A file holding a user nkey seed, relative to the config file.
+    pub nkey_seed_file: Option<PathBuf>,
+    /// PEM root certificates for the server's certificate (implies TLS).
+    pub tls_ca_file: Option<PathBuf>,
+    /// A PEM client certificate (mutual TLS), with `tls_key_file`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The client certificate's PEM private key.
+    pub tls_key_file: Option<PathBuf>,
+    /// Refuse a connection that is not TLS (default false; a `tls://` URL requires it too).
+    pub tls_required: Option<bool>,
+    /// TLS before the server's INFO, for a server with `handshake_first` (default false).
+    pub tls_first: Option<bool>,
 }
 
 /// The NATS bridge's sections of a config file.
@@ -55,6 +71,21 @@ impl NatsConfig {
 }
 
 impl NatsSection {
+    /// How the connection authenticates and what TLS it uses, its relative paths read from
+    /// `base` (the config file's directory).
+    pub fn auth(&self, base: &Path) -> NatsAuth {
+        NatsAuth {
+            credentials_file: self.credentials_file.clone(),
+            nkey_seed_file: self.nkey_seed_file.clone(),
+            tls_ca_file: self.tls_ca_file.clone(),
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_key_file: self.tls_key_file.clone(),
+            tls_required: self.tls_required.unwrap_or(false),
+            tls_first: self.tls_first.unwrap_or(false),
+        }
+        .relative_to(base)
+    }
+
     /// The gateway side's settings: the defaults, with what the section sets.
     pub fn remote(&self) -> RemoteConfig {
         let mut config = RemoteConfig::default();
@@ -98,6 +129,25 @@ impl NatsSection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sections_credentials_and_tls_files_are_read_from_the_config_files_directory() {
+        let c = NatsConfig::parse(
+            "[nats]\ncredentials_file = \"secrets/user.creds\"\ntls_ca_file = \"/etc/nats/ca.pem\"\ntls_first = true\n",
+        )
+        .unwrap();
+        let auth = c.nats.auth(Path::new("/srv/ty"));
+        assert_eq!(
+            auth.credentials_file.as_deref(),
+            Some(Path::new("/srv/ty/secrets/user.creds"))
+        );
+        assert_eq!(
+            auth.tls_ca_file.as_deref(),
+            Some(Path::new("/etc/nats/ca.pem"))
+        );
+        assert!(auth.tls_first && !auth.tls_required);
+        assert!(NatsConfig::parse("[nats]\ntls_ca = \"x\"\n").is_err());
+    }
 
     #[test]
     fn the_section_sets_the_naming_and_timeouts_and_refuses_typos() {

@@ -12,6 +12,7 @@
 //! - [`wire`] is the wire (subjects, headers, frames, codes), compatible with
 //!   nats-mcp-gateway's v1 where it has one; `docs/nats.md` specifies it for other clients.
 
+mod auth;
 mod catalog;
 mod claims;
 mod config;
@@ -26,6 +27,7 @@ mod tasks;
 pub mod wire;
 mod worker;
 
+pub use auth::NatsAuth;
 pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
 pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES};
 pub use config::{NatsConfig, NatsSection};
@@ -46,7 +48,8 @@ pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsEr
     connect_with(url, name, async_nats::ConnectOptions::new()).await
 }
 
-/// [`connect`], starting from options of your own (a subscription capacity, TLS): the URL's
+/// [`connect`], starting from options of your own ([`NatsAuth::options`], a subscription
+/// capacity): the URL's
 /// credentials, the name, the retries and the event handling the bridge relies on (N15's
 /// permission refusals, slow consumers ending the calls in flight) are added to them.
 pub async fn connect_with(
@@ -89,6 +92,12 @@ pub async fn connect_with(
                         None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
                     }
                 }
+                // Otherwise a process whose credentials the server refuses, or whose TLS
+                // fails, would retry in silence.
+                async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
+                    tracing::warn!(target: "toolyard::nats", "the NATS server refused our credentials (authorization violation): check the URL's user or token, the credentials file or the nkey seed");
+                }
+                async_nats::Event::ClientError(error) => connect_failed(&error.to_string()),
                 // The connection watchers look now, not at their next tick.
                 async_nats::Event::Connected | async_nats::Event::Disconnected => {
                     tracing::debug!(target: "toolyard::nats", event = %event, "NATS connection event");
@@ -113,6 +122,29 @@ pub async fn connect_with(
             url: without_credentials(url),
             reason: e.to_string(),
         })
+}
+
+/// A connection attempt failed (async-nats retries with a backoff): said at most every 5 s,
+/// with what the usual causes look like, since async-nats passes on only the kind of error.
+fn connect_failed(error: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if last != 0 && now < last + 5 {
+        return;
+    }
+    LAST.store(now, Ordering::Relaxed);
+    let hint = if error.contains("authorization") || error.contains("authentication") {
+        "the server refused our credentials: check the URL's user or token, the credentials file or the nkey seed"
+    } else if error.contains("tls") || error.contains("TLS") || error.contains("IO error") {
+        "no server reachable, or the TLS handshake failed (the CA, the client certificate the server requires, a tls:// URL to a plain server)"
+    } else {
+        "retrying"
+    };
+    tracing::warn!(target: "toolyard::nats", %error, "cannot connect to NATS: {hint}");
 }
 
 /// Woken when a connection made by [`connect_with`] goes down or comes back. Process-wide:
