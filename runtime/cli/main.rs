@@ -293,7 +293,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(url) => {
                 let auth = args.nats_auth.over(&nats_file.nats, &base_dir);
                 let client =
-                    toolyard_nats::connect_with(url, "ty-gateway", auth.options().await?).await?;
+                    toolyard_nats::connect_with(url, "ty-gateway", auth.options()?).await?;
                 let remote = nats_file.nats.remote();
                 let store = if remote.durable_tasks {
                     let store =

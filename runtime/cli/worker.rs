@@ -133,7 +133,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let client = toolyard_nats::connect_with(
             &args.nats,
             &format!("ty-worker-{}", args.name),
-            auth.options().await?,
+            auth.options()?,
         )
         .await?;
         // The `[nats]` section's prefix and catalog replicas apply to workers too: a worker

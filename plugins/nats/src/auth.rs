@@ -61,13 +61,14 @@ impl NatsAuth {
     }
 
     /// Connect options carrying these settings (start from them in [`crate::connect_with`]).
+    /// Reads the files (blocking: a start-up step).
     ///
     /// # Errors
     ///
     /// [`NatsError::Config`] naming the setting and its file: a file that cannot be read, a
     /// credentials file or seed that does not parse, a certificate without its key (or the
     /// other way round), a credentials file and a seed both given.
-    pub async fn options(&self) -> Result<async_nats::ConnectOptions, NatsError> {
+    pub fn options(&self) -> Result<async_nats::ConnectOptions, NatsError> {
         let mut options = async_nats::ConnectOptions::new();
         match (&self.credentials_file, &self.nkey_seed_file) {
             (Some(_), Some(_)) => return Err(config(
@@ -132,8 +133,7 @@ fn config(message: impl Into<String>) -> NatsError {
 
 /// The text of `path`, the `what` of the settings; an error naming both.
 fn read(what: &str, path: &Path) -> Result<String, NatsError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| config(format!("the {what} {}: {e}", path.display())))
+    std::fs::read_to_string(path).map_err(|e| config(format!("the {what} {}: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -148,11 +148,8 @@ mod tests {
         path
     }
 
-    fn refusal(auth: NatsAuth) -> String {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime");
-        match runtime.block_on(auth.options()) {
+    fn refusal(auth: &NatsAuth) -> String {
+        match auth.options() {
             Ok(_) => panic!("{auth:?} was accepted"),
             Err(e) => e.to_string(),
         }
@@ -160,12 +157,12 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_refused_at_start_with_its_path_named() {
-        let e = refusal(NatsAuth {
+        let e = refusal(&NatsAuth {
             tls_ca_file: Some("/nonexistent/ca.pem".into()),
             ..NatsAuth::default()
         });
         assert!(e.contains("TLS CA file /nonexistent/ca.pem"), "{e}");
-        let e = refusal(NatsAuth {
+        let e = refusal(&NatsAuth {
             credentials_file: Some("/nonexistent/user.creds".into()),
             ..NatsAuth::default()
         });
@@ -178,13 +175,13 @@ mod tests {
     #[test]
     fn a_seed_that_does_not_parse_is_refused_without_being_quoted() {
         let path = scratch("bad.nk", "SUNOTASEED-hunter2\n");
-        let e = refusal(NatsAuth {
+        let e = refusal(&NatsAuth {
             nkey_seed_file: Some(path.clone()),
             ..NatsAuth::default()
         });
         assert!(e.contains("does not hold an nkey seed"), "{e}");
         assert!(!e.contains("hunter2"), "the seed is never printed: {e}");
-        let e = refusal(NatsAuth {
+        let e = refusal(&NatsAuth {
             credentials_file: Some(path),
             ..NatsAuth::default()
         });
@@ -195,13 +192,13 @@ mod tests {
     #[test]
     fn half_a_client_certificate_or_two_identities_are_refused() {
         let cert = scratch("cert.pem", "-");
-        let e = refusal(NatsAuth {
+        let e = refusal(&NatsAuth {
             tls_cert_file: Some(cert),
             ..NatsAuth::default()
         });
         assert!(e.contains("needs its key"), "{e}");
         let seed = nkeys::KeyPair::new_user().seed().expect("a seed");
-        let e = refusal(NatsAuth {
+        let e = refusal(&NatsAuth {
             credentials_file: Some(scratch("a.creds", "")),
             nkey_seed_file: Some(scratch("a.nk", &seed)),
             ..NatsAuth::default()
