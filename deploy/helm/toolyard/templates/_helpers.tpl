@@ -77,6 +77,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: TOOLYARD_NATS
   value: {{ required "nats.url is required: the chart needs an external NATS with JetStream (or nats.urlSecret)" $root.Values.nats.url | quote }}
 {{- end }}
+{{- with $root.Values.nats.credentialsSecret.name }}
+- name: TOOLYARD_NATS_CREDS
+  value: {{ printf "/var/run/secrets/toolyard/nats-creds/%s" (required "nats.credentialsSecret.key is required with nats.credentialsSecret.name" $root.Values.nats.credentialsSecret.key) | quote }}
+{{- end }}
+{{- if $root.Values.nats.tlsSecret.name }}
+- name: TOOLYARD_NATS_TLS_CA
+  value: /var/run/secrets/toolyard/nats-tls/ca.crt
+{{- if $root.Values.nats.tlsSecret.clientCertificate }}
+- name: TOOLYARD_NATS_TLS_CERT
+  value: /var/run/secrets/toolyard/nats-tls/tls.crt
+- name: TOOLYARD_NATS_TLS_KEY
+  value: /var/run/secrets/toolyard/nats-tls/tls.key
+{{- end }}
+{{- end }}
 {{- with $root.Values.secrets.existingSecret }}
 {{- if $root.Values.secrets.stateSecretKey }}
 - name: TOOLYARD_STATE_SECRET
@@ -101,5 +115,53 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: OTEL_TRACES_SAMPLER_ARG
   value: {{ . | quote }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The NATS credentials and TLS Secrets' mounts (nats.credentialsSecret, nats.tlsSecret), under
+a container's volumeMounts; read-only, as the paths toolyard.commonEnv names.
+*/}}
+{{- define "toolyard.natsVolumeMounts" -}}
+{{- if .Values.nats.credentialsSecret.name }}
+- name: nats-creds
+  mountPath: /var/run/secrets/toolyard/nats-creds
+  readOnly: true
+{{- end }}
+{{- if .Values.nats.tlsSecret.name }}
+- name: nats-tls
+  mountPath: /var/run/secrets/toolyard/nats-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+The volumes of toolyard.natsVolumeMounts, under a pod's volumes; only the keys used are
+projected, readable by the pod's group (fsGroup), no one else.
+*/}}
+{{- define "toolyard.natsVolumes" -}}
+{{- with .Values.nats.credentialsSecret.name }}
+- name: nats-creds
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items:
+      - key: {{ $.Values.nats.credentialsSecret.key }}
+        path: {{ $.Values.nats.credentialsSecret.key }}
+{{- end }}
+{{- with .Values.nats.tlsSecret.name }}
+- name: nats-tls
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items:
+      - key: ca.crt
+        path: ca.crt
+      {{- if $.Values.nats.tlsSecret.clientCertificate }}
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- end }}
 {{- end }}
 {{- end }}
