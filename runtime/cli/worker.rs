@@ -15,9 +15,10 @@ use toolyard_nats::Worker;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct WorkerArgs {
-    /// The NATS server, e.g. nats://127.0.0.1:4222 (comma-separate a cluster's URLs).
+    /// The NATS server, e.g. nats://127.0.0.1:4222 (comma-separate a cluster's URLs);
+    /// without it, the config file's `[nats] url`.
     #[arg(long, env = "TOOLYARD_NATS")]
-    nats: String,
+    nats: Option<String>,
     #[command(flatten)]
     nats_auth: crate::nats_auth::NatsAuthArgs,
     /// The name callers address this worker's tools by (a subject token: [A-Za-z0-9_-]+);
@@ -77,6 +78,15 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         None => ConfigFile::default(),
     };
     let base_dir = crate::config_dir(args.config.as_deref());
+    let url = args
+        .nats
+        .clone()
+        .or_else(|| file.nats.nats.url.clone())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no NATS server to serve on: give --nats URL, or `[nats] url` in the config file"
+            )
+        })?;
     // Resolved before anything starts: a bad source is a config error, reported at once.
     let specs = file
         .gateway
@@ -130,12 +140,9 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             None
         };
         let auth = args.nats_auth.over(&nats_section, &base_dir);
-        let client = toolyard_nats::connect_with(
-            &args.nats,
-            &format!("ty-worker-{}", args.name),
-            auth.options()?,
-        )
-        .await?;
+        let client =
+            toolyard_nats::connect_with(&url, &format!("ty-worker-{}", args.name), auth.options()?)
+                .await?;
         // The `[nats]` section's prefix and catalog replicas apply to workers too: a worker
         // and its gateways must agree on the prefix.
         let mut worker_config = nats_section.worker(&args.name);
@@ -151,7 +158,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         eprintln!(
             "toolyard: worker `{}` serving on {}",
             args.name,
-            toolyard_nats::without_credentials(&args.nats)
+            toolyard_nats::without_credentials(&url)
         );
         tokio::select! {
             () = crate::terminated() => {}

@@ -442,11 +442,10 @@ async fn a_stopped_worker_is_32010_within_the_inactivity_window_and_sigcont_brea
 }
 
 /// `[nats]` in the config file does what `--nats` does, and its `separator = ""` exposes the
-/// workers' tools under their own names.
+/// workers' tools under their own names; a worker with no `--nats` serves on the section's URL.
 #[test]
 fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
     let nats = NatsServer::start();
-    let _worker = worker(&nats.url(), "plain");
     let dir = std::env::temp_dir().join(format!("toolyard-nats-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("gateway.toml");
@@ -455,6 +454,19 @@ fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
         format!("[nats]\nurl = \"{}\"\nseparator = \"\"\n", nats.url()),
     )
     .unwrap();
+    // The worker, given no --nats, takes the section's URL too.
+    let _worker = WorkerProcess(
+        Command::new(BIN)
+            .args(["worker", "--name", "plain", "--config"])
+            .arg(&config)
+            .env_remove("TOOLYARD_NATS")
+            .env_remove("TOOLYARD_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start toolyard worker"),
+    );
     // --no-demo: the only echo is the worker's, and only if [nats] was read.
     let serve = format!(
         "'{BIN}' serve --stdio --no-demo --config '{}'",
