@@ -59,6 +59,11 @@ pub struct CatalogEntry {
     /// instance of its server does, since any of them may take it.
     #[serde(default)]
     pub body_claims: bool,
+    /// It reads a durable task's request from `TY_TASK_BODIES` when the request did not fit
+    /// its job (`crate::jobs`). A gateway puts one there only when every instance of its
+    /// server says so; any of them may run the job.
+    #[serde(default)]
+    pub task_body_claims: bool,
 }
 
 impl CatalogEntry {
@@ -73,6 +78,7 @@ impl CatalogEntry {
             resource_templates: Vec::new(),
             prompts: Vec::new(),
             body_claims: false,
+            task_body_claims: false,
         }
         .sealed()
     }
@@ -254,6 +260,7 @@ mod tests {
         assert!(entry.resources.is_empty() && entry.resource_templates.is_empty());
         assert!(entry.prompts.is_empty());
         assert!(!entry.body_claims, "an older worker reads no body claims");
+        assert!(!entry.task_body_claims, "nor tasks' bodies");
     }
 
     #[test]

@@ -13,6 +13,10 @@
 //! The worker reads it and serves the request as if it had come inline. The gateway, not the
 //! worker, deletes it once the call has ended: a call sent again (no responders, a lost
 //! stream, a busy worker) sends the same object again.
+//!
+//! Durable tasks' requests (`jobs`): a job too large for its stream puts its call in
+//! `TY_TASK_BODIES` under the task's id, where it lives as long as the job may wait; the
+//! worker that finishes the task deletes it.
 
 use crate::NatsError;
 use async_nats::jetstream::{self, object_store};
@@ -21,6 +25,9 @@ use tokio::io::AsyncReadExt;
 
 /// The object store claims go to.
 pub const BUCKET: &str = "TY_CLAIMS";
+/// The object store a durable task's request goes to when it does not fit its job: it lives
+/// as long as the job may wait in its stream (`jobs`), not a claim's 5 minutes.
+pub const TASK_BODIES: &str = "TY_TASK_BODIES";
 /// The largest answer put in a claim.
 pub const MAX_CLAIM_BYTES: usize = 64 * 1024 * 1024;
 /// How long an unclaimed object lives.
@@ -31,25 +38,59 @@ const DELETE_WITHIN: Duration = Duration::from_secs(2);
 /// on a healthy bus, and a bus that cannot move it must not hold a call forever.
 const MOVE_WITHIN: Duration = Duration::from_secs(30);
 
-async fn store(client: &async_nats::Client) -> Result<object_store::ObjectStore, NatsError> {
+/// An object store that holds bodies too large for the bus, as its first user creates it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bucket {
+    name: &'static str,
+    description: &'static str,
+    ttl: Duration,
+    replicas: usize,
+}
+
+impl Bucket {
+    /// `TY_CLAIMS`: answers and plain requests, read within moments.
+    pub(crate) const CLAIMS: Bucket = Bucket {
+        name: BUCKET,
+        description: "Toolyard: answers too large for max_payload, claimed once",
+        ttl: TTL,
+        replicas: 1,
+    };
+
+    /// `TY_TASK_BODIES`: durable tasks' requests, living as long as their jobs may wait
+    /// (`ttl`), with the jobs' `replicas`.
+    pub(crate) const fn task_bodies(ttl: Duration, replicas: usize) -> Bucket {
+        Bucket {
+            name: TASK_BODIES,
+            description: "Toolyard: durable tasks' requests too large for max_payload",
+            ttl,
+            replicas,
+        }
+    }
+}
+
+async fn store_of(
+    client: &async_nats::Client,
+    bucket: Bucket,
+) -> Result<object_store::ObjectStore, NatsError> {
     let js = jetstream::new(client.clone());
-    if let Ok(store) = js.get_object_store(BUCKET).await {
+    if let Ok(store) = js.get_object_store(bucket.name).await {
         return Ok(store);
     }
     let config = object_store::Config {
-        bucket: BUCKET.to_owned(),
-        description: Some("Toolyard: answers too large for max_payload, claimed once".to_owned()),
-        max_age: TTL,
+        bucket: bucket.name.to_owned(),
+        description: Some(bucket.description.to_owned()),
+        max_age: bucket.ttl,
         max_bytes: 1024 * 1024 * 1024,
+        num_replicas: bucket.replicas,
         ..Default::default()
     };
     match js.create_object_store(config).await {
         Ok(store) => Ok(store),
         // Another process may have created it between our get and create.
         Err(create) => js
-            .get_object_store(BUCKET)
+            .get_object_store(bucket.name)
             .await
-            .map_err(|_| NatsError::Bus(format!("the claims bucket {BUCKET}: {create}"))),
+            .map_err(|_| NatsError::Bus(format!("the claims bucket {}: {create}", bucket.name))),
     }
 }
 
@@ -59,16 +100,29 @@ pub(crate) async fn put(
     body: &[u8],
     max_payload: usize,
 ) -> Result<String, NatsError> {
+    let name = nuid::next().to_string();
+    put_as(client, Bucket::CLAIMS, &name, body, max_payload).await?;
+    Ok(name)
+}
+
+/// Puts `body` in `bucket` as `name` (replacing an object of that name), in chunks under
+/// `max_payload`.
+pub(crate) async fn put_as(
+    client: &async_nats::Client,
+    bucket: Bucket,
+    name: &str,
+    body: &[u8],
+    max_payload: usize,
+) -> Result<(), NatsError> {
     if body.len() > MAX_CLAIM_BYTES {
         return Err(NatsError::Bus(format!(
             "{} bytes is more than a claim may hold ({MAX_CLAIM_BYTES})",
             body.len()
         )));
     }
-    let store = store(client).await?;
-    let name = nuid::next().to_string();
+    let store = store_of(client, bucket).await?;
     let meta = object_store::ObjectMetadata {
-        name: name.clone(),
+        name: name.to_owned(),
         // Headers and framing need room under max_payload.
         chunk_size: Some((max_payload.saturating_sub(4096)).clamp(1024, 128 * 1024)),
         ..Default::default()
@@ -78,7 +132,7 @@ pub(crate) async fn put(
         .await
         .map_err(|_| NatsError::Bus(format!("putting the claim took over {MOVE_WITHIN:?}")))?
         .map_err(|e| NatsError::Bus(format!("putting the claim: {e}")))?;
-    Ok(name)
+    Ok(())
 }
 
 /// Reads the claim `name` (digest checked, at most [`MAX_CLAIM_BYTES`]) and deletes it.
@@ -95,8 +149,18 @@ pub(crate) async fn read(
     name: &str,
     limit: usize,
 ) -> Result<Vec<u8>, NatsError> {
+    read_from(client, Bucket::CLAIMS, name, limit).await
+}
+
+/// [`read`] from `bucket`.
+pub(crate) async fn read_from(
+    client: &async_nats::Client,
+    bucket: Bucket,
+    name: &str,
+    limit: usize,
+) -> Result<Vec<u8>, NatsError> {
     let limit = limit.min(MAX_CLAIM_BYTES);
-    tokio::time::timeout(MOVE_WITHIN, read_unbounded(client, name, limit))
+    tokio::time::timeout(MOVE_WITHIN, read_unbounded(client, bucket, name, limit))
         .await
         .map_err(|_| {
             NatsError::Bus(format!(
@@ -107,10 +171,11 @@ pub(crate) async fn read(
 
 async fn read_unbounded(
     client: &async_nats::Client,
+    bucket: Bucket,
     name: &str,
     limit: usize,
 ) -> Result<Vec<u8>, NatsError> {
-    let store = store(client).await?;
+    let store = store_of(client, bucket).await?;
     let object = store
         .get(name)
         .await
@@ -134,6 +199,11 @@ async fn read_unbounded(
 /// Deletes the claim `name` in the background (within a bound; the bucket's TTL removes
 /// what a failed delete leaves). Needs a tokio runtime; without one the TTL does it.
 pub(crate) fn discard(client: &async_nats::Client, name: &str) {
+    discard_from(client, Bucket::CLAIMS, name);
+}
+
+/// [`discard`] from `bucket`.
+pub(crate) fn discard_from(client: &async_nats::Client, bucket: Bucket, name: &str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -141,7 +211,7 @@ pub(crate) fn discard(client: &async_nats::Client, name: &str) {
     let name = name.to_owned();
     runtime.spawn(async move {
         let _ = tokio::time::timeout(DELETE_WITHIN, async {
-            if let Ok(store) = store(&client).await {
+            if let Ok(store) = store_of(&client, bucket).await {
                 let _ = store.delete(name).await;
             }
         })

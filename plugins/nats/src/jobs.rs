@@ -50,6 +50,16 @@ pub const STREAM: &str = "TY_TASK_JOBS";
 /// terminated, not run.
 pub const DEADLINE: &str = "Mcp-Deadline";
 
+/// How long a job may wait in its stream; a task's request too large for its job lives as
+/// long in `TY_TASK_BODIES`.
+const JOB_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Where the requests of the jobs of a stream with `replicas` replicas go when they do not fit
+/// the job itself.
+pub(crate) fn bodies(replicas: usize) -> crate::claims::Bucket {
+    crate::claims::Bucket::task_bodies(JOB_MAX_AGE, replicas.max(1))
+}
+
 /// How long a claim's owner has to answer "are you running it?".
 const OWNER_PING: Duration = Duration::from_secs(1);
 
@@ -96,7 +106,7 @@ pub(crate) async fn stream(
         description: Some("Toolyard: durable task jobs, one per task".to_owned()),
         subjects: vec![format!("{prefix}.task.>")],
         retention: stream::RetentionPolicy::WorkQueue,
-        max_age: Duration::from_secs(7 * 24 * 3600),
+        max_age: JOB_MAX_AGE,
         duplicate_window: Duration::from_secs(120),
         num_replicas: replicas.max(1),
         ..Default::default()
@@ -128,6 +138,8 @@ pub(crate) struct Submitter {
     js: jetstream::Context,
     store: NatsTaskStore,
     prefix: String,
+    /// Where a request too large for its job goes.
+    bodies: crate::claims::Bucket,
 }
 
 impl Submitter {
@@ -143,11 +155,14 @@ impl Submitter {
             js,
             store: NatsTaskStore::from_bucket(kv),
             prefix: prefix.to_owned(),
+            bodies: bodies(replicas),
         })
     }
 
     /// Publishes the job of task `task_id` (a call of `server`'s `tool` with `args`) and
-    /// waits until its record is terminal; what the call answered then.
+    /// waits until its record is terminal; what the call answered then. A request too large
+    /// for the job goes to `TY_TASK_BODIES` when `bodies_read` (every instance of `server`
+    /// reads it there), and is -32012 otherwise.
     pub(crate) async fn run(
         &self,
         ctx: &RequestContext,
@@ -155,6 +170,7 @@ impl Submitter {
         server: &str,
         tool: &str,
         args: &RawArgs,
+        bodies_read: bool,
     ) -> Result<RawResult, HandlerError> {
         let Some((stored, _)) = self.store.read(task_id).await.map_err(unavailable)? else {
             return Err(unavailable(format!("task {task_id} has no record")));
@@ -168,10 +184,15 @@ impl Submitter {
         body.push(b'}');
         let body = Bytes::from(body);
         let subject = subject(&self.prefix, server, tool);
-        let message = || {
+        // Set once the request went to `TY_TASK_BODIES` (named by the task's id).
+        let mut claimed = false;
+        let message = |claimed: bool| {
             let mut m = jetstream::message::PublishMessage::build()
-                .payload(body.clone())
+                .payload(if claimed { Bytes::new() } else { body.clone() })
                 .message_id(task_id);
+            if claimed {
+                m = m.header(wire::BODY_CLAIM, task_id);
+            }
             if let Some(at) = stored.expires_at_ms() {
                 m = m.header(DEADLINE, at.to_string().as_str());
             }
@@ -192,8 +213,13 @@ impl Submitter {
         // A lost ack is retried with the same message id: the stream keeps one job.
         let mut last = String::new();
         let mut published = false;
-        for attempt in 0..3u64 {
-            match self.js.send_publish(subject.clone(), message()).await {
+        let mut attempt = 0u64;
+        while attempt < 3 {
+            match self
+                .js
+                .send_publish(subject.clone(), message(claimed))
+                .await
+            {
                 Ok(ack) => match ack.await {
                     Ok(_) => {
                         published = true;
@@ -201,24 +227,46 @@ impl Submitter {
                     }
                     Err(e) => last = e.to_string(),
                 },
-                // Trying again cannot help (it was answered "durable queue unavailable"
-                // after three tries); a durable job's request stays in its stream, so it is
-                // never put in a claim (whose objects expire while a job may still wait).
-                Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
-                    return Err(HandlerError::Protocol(ErrorObject::new(
-                        wire::PAYLOAD_TOO_LARGE,
-                        format!(
-                            "the task's request ({} bytes) does not fit the bus's max_payload: \
-                             a durable task's request travels whole in its stream ({e})",
-                            body.len()
-                        ),
-                    )));
+                // Sending it again as it is cannot help: the request goes where a job's
+                // request may wait as long as the job, and the job names it.
+                Err(e)
+                    if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded
+                        && !claimed =>
+                {
+                    if !bodies_read {
+                        return Err(HandlerError::Protocol(ErrorObject::new(
+                            wire::PAYLOAD_TOO_LARGE,
+                            format!(
+                                "the task's request ({} bytes) does not fit the bus's max_payload, \
+                                 and not every worker of `{server}` reads a task's request from \
+                                 {} ({e})",
+                                body.len(),
+                                crate::claims::TASK_BODIES,
+                            ),
+                        )));
+                    }
+                    let client = self.js.client();
+                    let max_payload = client.server_info().max_payload;
+                    let put =
+                        crate::claims::put_as(&client, self.bodies, task_id, &body, max_payload);
+                    if let Err(e) = Box::pin(put).await {
+                        return Err(HandlerError::Protocol(ErrorObject::new(
+                            wire::PAYLOAD_TOO_LARGE,
+                            format!("the task's request does not fit the bus, and {e}"),
+                        )));
+                    }
+                    claimed = true;
+                    continue;
                 }
                 Err(e) => last = e.to_string(),
             }
             tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
+            attempt += 1;
         }
         if !published {
+            if claimed {
+                crate::claims::discard_from(&self.js.client(), self.bodies, task_id);
+            }
             return Err(unavailable(last));
         }
         self.wait(task_id).await
@@ -292,6 +340,10 @@ pub(crate) struct Runner {
     /// The tasks this worker runs now: a redelivery of one of them (its progress signal was
     /// lost) is put back, not run a second time beside itself.
     pub(crate) running: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Where a job's request is when it did not fit the job (`Mcp-Body-Claim`).
+    pub(crate) bodies: crate::claims::Bucket,
+    /// The largest such request read (the worker's `max_claimed_request_bytes`).
+    pub(crate) max_body: usize,
 }
 
 /// A task this worker runs, held while it does.
@@ -410,18 +462,21 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
         tracing::warn!(subject = %message.subject, "a task job without a usable Nats-Msg-Id: terminated");
         return ack(&message, AckKind::Term, "?").await;
     };
-    let call: CallParams = match serde_json::from_slice(&message.payload) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(task = %task_id, error = %e, "an unreadable task job: terminated, the task failed");
-            let error = ErrorObject::invalid_params(format!("an unreadable task job: {e}"));
-            finish(runner, &task_id, Err(error)).await;
-            return ack(&message, AckKind::Term, &task_id).await;
+    // A request too large for the job is in `TY_TASK_BODIES` under the task's id, read
+    // once this worker owns the task (a redelivery of a finished task finds it deleted).
+    let claimed = wire::header(&message, wire::BODY_CLAIM).is_some();
+    let call = if claimed {
+        None
+    } else {
+        match read_call(&message.payload) {
+            Ok(c) => Some(c),
+            Err(error) => return fail_unreadable(runner, &message, &task_id, error).await,
         }
     };
     if let Some(at) = wire::header(&message, DEADLINE).and_then(|d| d.parse::<u64>().ok()) {
         if at <= now_ms() {
             tracing::info!(task = %task_id, "a task job dequeued after its task expired: terminated");
+            forget_body(runner, claimed, &task_id);
             return ack(&message, AckKind::Term, &task_id).await;
         }
     }
@@ -431,24 +486,43 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
     };
     match claim(runner, &task_id).await {
         Claim::Run => {}
-        Claim::Done => return ack(&message, AckKind::Ack, &task_id).await,
+        Claim::Done => {
+            forget_body(runner, claimed, &task_id);
+            return ack(&message, AckKind::Ack, &task_id).await;
+        }
         Claim::Later => {
             return ack(&message, AckKind::Nak(Some(runner.ack_wait)), &task_id).await;
         }
-        Claim::Gone => return ack(&message, AckKind::Term, &task_id).await,
+        Claim::Gone => {
+            forget_body(runner, claimed, &task_id);
+            return ack(&message, AckKind::Term, &task_id).await;
+        }
     }
+    let call = match call {
+        Some(call) => call,
+        None => match read_body(runner, &message, &task_id).await {
+            Ok(call) => call,
+            Err(error) => return fail_unreadable(runner, &message, &task_id, error).await,
+        },
+    };
     let answer = execute(runner, &message, &task_id, call).await;
     match answer {
         Ran::Answered(outcome) => {
             if finish(runner, &task_id, outcome).await {
+                forget_body(runner, claimed, &task_id);
                 if let Err(e) = message.double_ack().await {
                     tracing::warn!(task = %task_id, error = %e, "the task finished but its job's ack was not confirmed; a redelivery will find it finished");
                 }
             }
         }
         // Cancelled by a `tasks/cancel` (the record is terminal) or taken over by another
-        // worker (whose delivery it is now): nothing to write.
-        Ran::Stopped => ack(&message, AckKind::Ack, &task_id).await,
+        // worker (whose delivery it is now, and which needs the request): nothing to write.
+        Ran::Stopped => {
+            if claimed && is_finished(runner, &task_id).await {
+                forget_body(runner, claimed, &task_id);
+            }
+            ack(&message, AckKind::Ack, &task_id).await;
+        }
         Ran::Abandoned => {
             // Draining: the claim is released and the job handed back at once, so another
             // worker runs it from the start.
@@ -465,6 +539,67 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
             ack(&message, AckKind::Nak(None), &task_id).await;
         }
     }
+}
+
+/// The call a job carries: `{"name": ..., "arguments": ...}`.
+fn read_call(payload: &[u8]) -> Result<CallParams, ErrorObject> {
+    serde_json::from_slice(payload)
+        .map_err(|e| ErrorObject::invalid_params(format!("an unreadable task job: {e}")))
+}
+
+/// The call of a job whose request is in `TY_TASK_BODIES` (digest checked, at most the
+/// worker's `max_claimed_request_bytes`).
+async fn read_body(
+    runner: &Runner,
+    message: &jetstream::Message,
+    task_id: &str,
+) -> Result<CallParams, ErrorObject> {
+    if !message.payload.is_empty() {
+        return Err(ErrorObject::invalid_request(
+            "a task job naming a body claim (Mcp-Body-Claim) must have an empty body",
+        ));
+    }
+    let read = crate::claims::read_from(&runner.client, runner.bodies, task_id, runner.max_body);
+    match Box::pin(read).await {
+        Ok(body) => read_call(&body),
+        Err(e) => Err(ErrorObject::new(
+            wire::PAYLOAD_TOO_LARGE,
+            format!("the task's request could not be read from its body claim: {e}"),
+        )),
+    }
+}
+
+/// A job whose call cannot be read: the task fails saying why, and the job is terminated.
+async fn fail_unreadable(
+    runner: &Runner,
+    message: &jetstream::Message,
+    task_id: &str,
+    error: ErrorObject,
+) {
+    tracing::warn!(task = %task_id, error = %error.message, "an unreadable task job: terminated, the task failed");
+    finish(runner, task_id, Err(error)).await;
+    forget_body(
+        runner,
+        wire::header(message, wire::BODY_CLAIM).is_some(),
+        task_id,
+    );
+    ack(message, AckKind::Term, task_id).await;
+}
+
+/// Deletes the task's request from `TY_TASK_BODIES` (in the background; its TTL is the
+/// backstop), when it was there: the task is over, or will never run.
+fn forget_body(runner: &Runner, claimed: bool, task_id: &str) {
+    if claimed {
+        crate::claims::discard_from(&runner.client, runner.bodies, task_id);
+    }
+}
+
+/// Whether the task's record is terminal (cancelled, say); not when it cannot be read.
+async fn is_finished(runner: &Runner, task_id: &str) -> bool {
+    matches!(
+        runner.store.read(task_id).await,
+        Ok(Some((stored, _))) if stored.record().status.is_terminal()
+    )
 }
 
 #[derive(serde::Deserialize)]

@@ -29,7 +29,7 @@ mod worker;
 
 pub use auth::NatsAuth;
 pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
-pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES};
+pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES, TASK_BODIES as TASK_BODIES_BUCKET};
 pub use config::{NatsConfig, NatsSection};
 pub use error::NatsError;
 pub use events::{events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER};

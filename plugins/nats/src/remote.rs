@@ -652,7 +652,8 @@ async fn call_tool(
     // cache; a larger one consolidates its fast bins first (~2 000 instructions per
     // forwarded call, callgrind; see the size test below).
     if let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.as_ref()) {
-        return Box::pin(jobs.run(&ctx, task_id, server, tool, &args)).await;
+        let bodies = inner.reads_task_bodies(server);
+        return Box::pin(jobs.run(&ctx, task_id, server, tool, &args, bodies)).await;
     }
     let target = Target {
         server,
@@ -1360,13 +1361,24 @@ impl Inner {
     /// Whether every instance of `server` in the catalog reads a request body from a claim:
     /// any of them may take the request.
     fn reads_body_claims(&self, server: &str) -> bool {
+        self.every_instance(server, |e| e.body_claims)
+    }
+
+    /// Whether every instance of `server` reads a durable task's request from
+    /// `TY_TASK_BODIES`: any of them may run the job.
+    fn reads_task_bodies(&self, server: &str) -> bool {
+        self.every_instance(server, |e| e.task_body_claims)
+    }
+
+    /// Whether `server` has an instance in the catalog, and `what` holds for every one.
+    fn every_instance(&self, server: &str, what: impl Fn(&CatalogEntry) -> bool) -> bool {
         let state = self.state();
         let mut instances = state
             .entries
             .values()
             .filter(|(_, e)| e.server == server)
             .peekable();
-        instances.peek().is_some() && instances.all(|(_, e)| e.body_claims)
+        instances.peek().is_some() && instances.all(|(_, e)| what(e))
     }
 }
 

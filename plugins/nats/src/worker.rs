@@ -323,6 +323,8 @@ async fn run_jobs(inner: Arc<Inner>, client: Client) {
         abandon: inner.abandon.clone(),
         tracker: inner.tracker.clone(),
         running: std::sync::Mutex::default(),
+        bodies: crate::jobs::bodies(config.catalog_replicas),
+        max_body: config.max_claimed_request_bytes,
     });
     crate::jobs::serve(runner, consumer, config.concurrency).await;
 }
@@ -1363,6 +1365,8 @@ async fn offer(
         .with_prompts(prompts);
     // `handle` reads a body a gateway put in a claim.
     entry.body_claims = true;
+    // `jobs::run_job` reads a durable task's request from `TY_TASK_BODIES`.
+    entry.task_body_claims = true;
     entry
 }
 

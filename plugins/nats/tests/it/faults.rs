@@ -499,18 +499,7 @@ async fn a_claimed_request_nobody_takes_is_32011_and_its_claim_is_deleted() {
 /// Waits (bounded) until the claims bucket, which must be there (a claim was put), holds no
 /// object.
 async fn claims_all_deleted(raw: &async_nats::Client) {
-    let claims = async_nats::jetstream::new(raw.clone())
-        .get_object_store(toolyard_nats::CLAIMS_BUCKET)
-        .await
-        .expect("a claim was put");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while claims.list().await.unwrap().next().await.is_some() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a claim was never deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    all_deleted_from(raw, toolyard_nats::CLAIMS_BUCKET).await;
 }
 
 /// A worker reads a claimed request only up to its `max_claimed_request_bytes`: a larger one

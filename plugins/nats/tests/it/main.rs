@@ -325,6 +325,24 @@ pub(crate) async fn put_catalog_entry(
         .unwrap();
 }
 
+/// Waits (bounded) until object store `bucket`, which must be there (an object was put),
+/// holds no object.
+pub(crate) async fn all_deleted_from(raw: &async_nats::Client, bucket: &str) {
+    use futures_util::StreamExt;
+    let store = async_nats::jetstream::new(raw.clone())
+        .get_object_store(bucket)
+        .await
+        .unwrap_or_else(|e| panic!("{bucket} was never created: {e}"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while store.list().await.unwrap().next().await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an object of {bucket} was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A message's first value of header `name`, or "" without one.
 pub(crate) fn header_value(
     message: &async_nats::Message,
