@@ -21,16 +21,25 @@ impl Drop for WorkerProcess {
 }
 
 fn worker(url: &str, name: &str) -> WorkerProcess {
-    WorkerProcess(
-        Command::new(BIN)
-            .args(["worker", "--nats", url, "--name", name])
-            .env_remove("TOOLYARD_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start toolyard worker"),
-    )
+    WorkerProcess(spawn_worker(
+        &["--nats", url, "--name", name],
+        Stdio::inherit(),
+    ))
+}
+
+/// `toolyard worker ARGS...`, its stderr to `stderr`; the environment's NATS URL and log
+/// filter left out, so only ARGS say where it serves and what it logs.
+pub(crate) fn spawn_worker(args: &[&str], stderr: Stdio) -> Child {
+    Command::new(BIN)
+        .arg("worker")
+        .args(args)
+        .env_remove("TOOLYARD_NATS")
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start toolyard worker")
 }
 
 /// `toolyard client --stdio "toolyard serve --stdio --nats URL" ARGS...`, retried until the
@@ -178,15 +187,8 @@ fn ready_worker(url: &str, name: &str) -> WorkerProcess {
 /// [`ready_worker`] with more arguments.
 pub(crate) fn ready_worker_with(url: &str, name: &str, more: &[&str]) -> WorkerProcess {
     use std::io::BufRead;
-    let mut child = Command::new(BIN)
-        .args(["worker", "--nats", url, "--name", name])
-        .args(more)
-        .env_remove("TOOLYARD_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolyard worker");
+    let args = [&["--nats", url, "--name", name][..], more].concat();
+    let mut child = spawn_worker(&args, Stdio::piped());
     let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let process = WorkerProcess(child);
     loop {
@@ -455,18 +457,11 @@ fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
     )
     .unwrap();
     // The worker, given no --nats, takes the section's URL too.
-    let _worker = WorkerProcess(
-        Command::new(BIN)
-            .args(["worker", "--name", "plain", "--config"])
-            .arg(&config)
-            .env_remove("TOOLYARD_NATS")
-            .env_remove("TOOLYARD_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start toolyard worker"),
-    );
+    let config_path = config.to_str().expect("a UTF-8 temp path");
+    let _worker = WorkerProcess(spawn_worker(
+        &["--name", "plain", "--config", config_path],
+        Stdio::inherit(),
+    ));
     // --no-demo: the only echo is the worker's, and only if [nats] was read.
     let serve = format!(
         "'{BIN}' serve --stdio --no-demo --config '{}'",

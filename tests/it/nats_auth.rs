@@ -3,7 +3,7 @@
 //! nkey, or decentralized JWT auth (operator mode, a `.creds` file); and a process whose
 //! identity the server refuses says so on stderr instead of retrying in silence.
 
-use crate::nats::{ready_worker_with, through_gateway_with, WorkerProcess};
+use crate::nats::{ready_worker_with, spawn_worker, through_gateway_with, WorkerProcess};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -136,15 +136,8 @@ fn echo_through_gateway(url: &str, flags: &str, message: &str) -> Value {
 /// A `toolyard worker` that cannot get on the bus: what it says on stderr within 20 s, up
 /// to the line containing `expected`. It is killed after.
 fn refused_worker(url: &str, more: &[&str], expected: &str) -> String {
-    let mut child = Command::new(BIN)
-        .args(["worker", "--nats", url, "--name", "intruder"])
-        .args(more)
-        .env_remove("TOOLYARD_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolyard worker");
+    let args = [&["--nats", url, "--name", "intruder"][..], more].concat();
+    let mut child = spawn_worker(&args, Stdio::piped());
     let stderr = child.stderr.take().expect("piped stderr");
     let _process = WorkerProcess(child);
     let (tx, rx) = std::sync::mpsc::channel();

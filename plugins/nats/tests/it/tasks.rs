@@ -700,6 +700,19 @@ async fn a_task_whose_callers_trace_context_no_header_can_carry_still_runs() {
     assert_eq!(done["result"]["content"][0]["text"], "slept", "{done}");
 }
 
+/// A `sleep_task` task whose arguments are ~100 KB, followed to its terminal state.
+async fn large_task(client: &RawClient) -> Value {
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__sleep_task", "arguments": {"ms": 10, "pad": "p".repeat(100_000)},
+                   "_meta": ext_meta()}),
+        )
+        .await
+        .unwrap();
+    terminal(client, created["taskId"].as_str().unwrap()).await
+}
+
 /// A task whose request does not fit its job (a broker with a 64 KiB `max_payload`) runs
 /// all the same: its request goes to `TY_TASK_BODIES` under the task's id, the job names it,
 /// the worker reads it, and the object is deleted once the task has finished. Before, such a
@@ -711,16 +724,7 @@ async fn a_task_whose_request_does_not_fit_its_job_runs_from_task_bodies_and_the
     let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
     let (_server, _remote, client) = durable_gateway(&nats.url()).await;
     wait_listed(&client).await;
-    let created = client
-        .request(
-            "tools/call",
-            json!({"name": "calc__sleep_task", "arguments": {"ms": 10, "pad": "p".repeat(100_000)},
-                   "_meta": ext_meta()}),
-        )
-        .await
-        .unwrap();
-    let id = created["taskId"].as_str().unwrap();
-    let done = terminal(&client, id).await;
+    let done = large_task(&client).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(seen.finished.load(Ordering::SeqCst), 1, "it ran once");
     all_deleted_from(
@@ -757,15 +761,7 @@ async fn a_task_too_large_for_its_job_fails_32012_at_once_when_a_worker_cannot_r
         .unwrap();
     let deadline = std::time::Instant::now() + WAIT;
     let done = loop {
-        let created = client
-            .request(
-                "tools/call",
-                json!({"name": "calc__sleep_task", "arguments": {"ms": 10, "pad": "p".repeat(100_000)},
-                       "_meta": ext_meta()}),
-            )
-            .await
-            .unwrap();
-        let done = terminal(&client, created["taskId"].as_str().unwrap()).await;
+        let done = large_task(&client).await;
         // Until the gateway has seen the older instance, the task runs from task bodies.
         if done["status"] == "failed" {
             break done;
