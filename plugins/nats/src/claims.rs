@@ -136,10 +136,24 @@ pub(crate) async fn put_as(
 }
 
 /// Reads the claim `name` (digest checked, at most [`MAX_CLAIM_BYTES`]) and deletes it.
+/// The bucket is looked up once for both (a JetStream API request each time).
 pub(crate) async fn take(client: &async_nats::Client, name: &str) -> Result<Vec<u8>, NatsError> {
-    let read = read(client, name, MAX_CLAIM_BYTES).await;
-    discard(client, name);
-    read
+    let taken = tokio::time::timeout(MOVE_WITHIN, async {
+        let store = store_of(client, Bucket::CLAIMS).await?;
+        let body = read_object(&store, name, MAX_CLAIM_BYTES).await;
+        delete_in_background(store, name);
+        body
+    })
+    .await;
+    match taken {
+        // Deleted, however the read went; or the bucket could not be looked up, and its
+        // TTL removes the object.
+        Ok(read) => read,
+        Err(_) => {
+            discard(client, name);
+            Err(moving_took_too_long(name))
+        }
+    }
 }
 
 /// Reads the claim `name` (digest checked, at most `limit` bytes, itself at most
@@ -159,23 +173,27 @@ pub(crate) async fn read_from(
     name: &str,
     limit: usize,
 ) -> Result<Vec<u8>, NatsError> {
-    let limit = limit.min(MAX_CLAIM_BYTES);
-    tokio::time::timeout(MOVE_WITHIN, read_unbounded(client, bucket, name, limit))
-        .await
-        .map_err(|_| {
-            NatsError::Bus(format!(
-                "reading the claim {name} took over {MOVE_WITHIN:?}"
-            ))
-        })?
+    tokio::time::timeout(MOVE_WITHIN, async {
+        read_object(&store_of(client, bucket).await?, name, limit).await
+    })
+    .await
+    .map_err(|_| moving_took_too_long(name))?
 }
 
-async fn read_unbounded(
-    client: &async_nats::Client,
-    bucket: Bucket,
+fn moving_took_too_long(name: &str) -> NatsError {
+    NatsError::Bus(format!(
+        "reading the claim {name} took over {MOVE_WITHIN:?}"
+    ))
+}
+
+/// The object `name` of `store`, at most `limit` bytes (itself at most [`MAX_CLAIM_BYTES`]),
+/// its digest checked by async-nats as it is read.
+async fn read_object(
+    store: &object_store::ObjectStore,
     name: &str,
     limit: usize,
 ) -> Result<Vec<u8>, NatsError> {
-    let store = store_of(client, bucket).await?;
+    let limit = limit.min(MAX_CLAIM_BYTES);
     let object = store
         .get(name)
         .await
@@ -216,5 +234,17 @@ pub(crate) fn discard_from(client: &async_nats::Client, bucket: Bucket, name: &s
             }
         })
         .await;
+    });
+}
+
+/// Deletes `name` from `store` in the background, as [`discard_from`] does, with the bucket
+/// already looked up.
+fn delete_in_background(store: object_store::ObjectStore, name: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let name = name.to_owned();
+    runtime.spawn(async move {
+        let _ = tokio::time::timeout(DELETE_WITHIN, store.delete(name)).await;
     });
 }
