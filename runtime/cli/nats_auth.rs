@@ -1,4 +1,4 @@
-//! The NATS connection's credentials and TLS flags, shared by `serve --nats` and `worker`:
+//! The NATS connection's credentials, TLS and inbox prefix flags, shared by `serve --nats` and `worker`:
 //! each overrides the config file's `[nats]` setting of the same name
 //! (`toolyard_nats::NatsAuth`).
 
@@ -40,6 +40,10 @@ pub(crate) struct NatsAuthArgs {
     /// TLS before the server's INFO, for a NATS server with `handshake_first`.
     #[arg(long, env = "TOOLYARD_NATS_TLS_FIRST")]
     nats_tls_first: bool,
+    /// The prefix of the connection's reply subjects (default _INBOX), for a NATS user
+    /// allowed to subscribe only under a prefix of its own.
+    #[arg(long, env = "TOOLYARD_NATS_INBOX_PREFIX", value_name = "PREFIX")]
+    nats_inbox_prefix: Option<String>,
 }
 
 impl NatsAuthArgs {
@@ -60,6 +64,9 @@ impl NatsAuthArgs {
             auth.tls_key_file = Some(key.clone());
         }
         auth.tls_first |= self.nats_tls_first;
+        if let Some(prefix) = &self.nats_inbox_prefix {
+            auth.inbox_prefix = Some(prefix.clone());
+        }
         auth
     }
 }

@@ -287,6 +287,24 @@ fn a_worker_and_a_gateway_sign_in_with_an_nkey_seed_and_a_stranger_is_refused() 
     );
 }
 
+/// A broker whose user may subscribe only under `_TY.>` (and the bridge's own subjects), as
+/// a deployment scopes each tenant's replies: a worker and a gateway given that inbox prefix
+/// (the gateway by its config file) serve a call, their call replies, JetStream answers and
+/// KV watches all under it.
+#[test]
+fn a_worker_and_a_gateway_whose_user_may_subscribe_only_under_its_own_inbox_prefix_serve_a_call() {
+    let dir = Scratch::new("nats-inbox");
+    let nats = NatsServer::start_with_config(
+        "authorization {\n  users = [ { user: tenant, password: secret, permissions: {\n    \
+         publish: \">\"\n    subscribe: [\"mcp.v1.>\", \"_TY.>\", \"$SRV.>\"]\n  } } ]\n}",
+    );
+    let url = format!("nats://tenant:secret@127.0.0.1:{}", nats.port());
+    let config = dir.write("gateway.toml", "[nats]\ninbox_prefix = \"_TY\"\n");
+    let _worker = ready_worker_with(&url, "calc", &["--nats-inbox-prefix", "_TY"]);
+    let echoed = echo_through_gateway(&url, &format!("--config '{config}'"), "scoped replies");
+    assert_eq!(echoed["content"][0]["text"], "scoped replies");
+}
+
 /// A JWT as nsc writes one: `claims` signed by `issuer`.
 fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: Value) -> String {
     let claims = json!({

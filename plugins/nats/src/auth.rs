@@ -1,8 +1,9 @@
-//! [`NatsAuth`]: how a connection proves who it is and checks whom it talks to, for a bus
-//! that spans machines: a NATS `.creds` file (a user JWT and its seed: decentralized auth,
+//! [`NatsAuth`]: how a connection proves who it is, checks whom it talks to, and names its
+//! reply subjects where its permissions say so, for a bus that spans machines: a NATS `.creds` file (a user JWT and its seed: decentralized auth,
 //! operator mode, NGS/Synadia Cloud), a user nkey seed, or the URL's user and password or
 //! token (`lib.rs`); TLS with the deployment's own CA, a client certificate where the server
-//! verifies clients (mutual TLS), and `handshake_first` servers.
+//! verifies clients (mutual TLS), and `handshake_first` servers; a custom inbox prefix for a
+//! user allowed to subscribe only under its own.
 //!
 //! Every file is checked when the options are built, so a missing or unreadable one stops
 //! the process at start with its path named, instead of a connection that retries for ever.
@@ -32,6 +33,10 @@ pub struct NatsAuth {
     pub tls_required: bool,
     /// TLS before the server's INFO (the server's `handshake_first`). Implies TLS.
     pub tls_first: bool,
+    /// The prefix of this connection's reply subjects (default `_INBOX`), where the user's
+    /// permissions allow subscribing only under a prefix of its own: every reply subject the
+    /// bridge and async-nats make (calls, JetStream, KV watches) is `{prefix}.<nuid>...`.
+    pub inbox_prefix: Option<String>,
 }
 
 impl NatsAuth {
@@ -123,6 +128,15 @@ impl NatsAuth {
         if self.tls_first {
             options = options.tls_first();
         }
+        if let Some(prefix) = &self.inbox_prefix {
+            if !crate::wire::usable_reply_subject(prefix, "") || prefix.ends_with('.') {
+                return Err(config(format!(
+                    "the inbox prefix `{}` is not a subject prefix (tokens of letters, digits, `_` or `-`, separated by dots)",
+                    prefix.escape_debug()
+                )));
+            }
+            options = options.custom_inbox_prefix(prefix);
+        }
         Ok(options)
     }
 }
@@ -204,6 +218,22 @@ mod tests {
             ..NatsAuth::default()
         });
         assert!(e.contains("give one"), "{e}");
+    }
+
+    #[test]
+    fn an_inbox_prefix_must_be_a_subject_prefix() {
+        for bad in ["", "_INBOX.*", "a b", "a..b", ">", "$SYS"] {
+            let e = refusal(&NatsAuth {
+                inbox_prefix: Some(bad.into()),
+                ..NatsAuth::default()
+            });
+            assert!(e.contains("is not a subject prefix"), "{bad:?}: {e}");
+        }
+        let ok = NatsAuth {
+            inbox_prefix: Some("_INBOX_tenant.gw".into()),
+            ..NatsAuth::default()
+        };
+        assert!(ok.options().is_ok());
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct NatsSection {
     pub tls_required: Option<bool>,
     /// TLS before the server's INFO, for a server with `handshake_first` (default false).
     pub tls_first: Option<bool>,
+    /// The prefix of the connection's reply subjects (default `_INBOX`), for a user allowed
+    /// to subscribe only under a prefix of its own.
+    pub inbox_prefix: Option<String>,
 }
 
 /// The NATS bridge's sections of a config file.
@@ -82,6 +85,7 @@ impl NatsSection {
             tls_key_file: self.tls_key_file.clone(),
             tls_required: self.tls_required.unwrap_or(false),
             tls_first: self.tls_first.unwrap_or(false),
+            inbox_prefix: self.inbox_prefix.clone(),
         }
         .relative_to(base)
     }
