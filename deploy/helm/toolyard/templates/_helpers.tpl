@@ -81,6 +81,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: TOOLYARD_NATS_CREDS
   value: {{ printf "/var/run/secrets/toolyard/nats-creds/%s" (required "nats.credentialsSecret.key is required with nats.credentialsSecret.name" $root.Values.nats.credentialsSecret.key) | quote }}
 {{- end }}
+{{- with $root.Values.nats.inboxPrefix }}
+- name: TOOLYARD_NATS_INBOX_PREFIX
+  value: {{ . | quote }}
+{{- end }}
 {{- if $root.Values.nats.tlsSecret.name }}
 - name: TOOLYARD_NATS_TLS_CA
   value: /var/run/secrets/toolyard/nats-tls/ca.crt
