@@ -305,19 +305,38 @@ fn a_worker_and_a_gateway_whose_user_may_subscribe_only_under_its_own_inbox_pref
     assert_eq!(echoed["content"][0]["text"], "scoped replies");
 }
 
+/// Seconds since 1970.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
 /// A JWT as nsc writes one: `claims` signed by `issuer`.
 fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: Value) -> String {
-    let claims = json!({
+    jwt_until(issuer, subject, name, nats, None)
+}
+
+/// [`jwt`], expiring at `expires` (unix seconds) when given.
+fn jwt_until(
+    issuer: &nkeys::KeyPair,
+    subject: &str,
+    name: &str,
+    nats: Value,
+    expires: Option<u64>,
+) -> String {
+    let mut claims = json!({
         "jti": nkeys::KeyPair::new_user().public_key(),
-        "iat": std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after 1970")
-            .as_secs(),
+        "iat": unix_now(),
         "iss": issuer.public_key(),
         "name": name,
         "sub": subject,
         "nats": nats,
     });
+    if let Some(exp) = expires {
+        claims["exp"] = json!(exp);
+    }
     let head = URL_SAFE_NO_PAD.encode(r#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
     let body = URL_SAFE_NO_PAD.encode(claims.to_string());
     let signed = format!("{head}.{body}");
@@ -327,11 +346,17 @@ fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: Value) -> Strin
 
 /// A `.creds` file's text for `user`, signed by `account`.
 fn creds(account: &nkeys::KeyPair, user: &nkeys::KeyPair) -> String {
-    let user_jwt = jwt(
+    creds_until(account, user, None)
+}
+
+/// [`creds`] whose JWT expires at `expires` (unix seconds) when given.
+fn creds_until(account: &nkeys::KeyPair, user: &nkeys::KeyPair, expires: Option<u64>) -> String {
+    let user_jwt = jwt_until(
         account,
         &user.public_key(),
         "toolyard",
         json!({"type": "user", "version": 2, "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}),
+        expires,
     );
     format!(
         "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
@@ -340,12 +365,9 @@ fn creds(account: &nkeys::KeyPair, user: &nkeys::KeyPair) -> String {
     )
 }
 
-/// A broker in operator mode (decentralized JWT auth, the account preloaded with JetStream
-/// enabled): a worker and a gateway given a `.creds` file serve a call; a user signed by an
-/// account the operator does not know is refused.
-#[test]
-fn a_worker_and_a_gateway_sign_in_with_a_creds_file_on_an_operator_mode_broker() {
-    let dir = Scratch::new("nats-creds");
+/// A broker in operator mode (decentralized JWT auth: the operator's JWT, and an account with
+/// JetStream enabled preloaded beside the system account) and that account's key.
+fn operator_mode_broker() -> (NatsServer, nkeys::KeyPair) {
     let operator = nkeys::KeyPair::new_operator();
     let account = nkeys::KeyPair::new_account();
     let system = nkeys::KeyPair::new_account();
@@ -373,11 +395,20 @@ fn a_worker_and_a_gateway_sign_in_with_a_creds_file_on_an_operator_mode_broker()
         json!({"type": "account", "version": 2, "limits": {"subs": -1, "data": -1, "payload": -1, "conn": -1}}),
     );
     let nats = NatsServer::start_with_config(&format!(
-        "operator: \"{operator_jwt}\"\nsystem_account: \"{sys}\"\nresolver: MEMORY\n\
+        "debug: true\noperator: \"{operator_jwt}\"\nsystem_account: \"{sys}\"\nresolver: MEMORY\n\
          resolver_preload: {{\n  {acc}: \"{account_jwt}\"\n  {sys}: \"{system_jwt}\"\n}}",
         sys = system.public_key(),
         acc = account.public_key(),
     ));
+    (nats, account)
+}
+
+/// A broker in operator mode: a worker and a gateway given a `.creds` file serve a call; a
+/// user signed by an account the operator does not know is refused.
+#[test]
+fn a_worker_and_a_gateway_sign_in_with_a_creds_file_on_an_operator_mode_broker() {
+    let dir = Scratch::new("nats-creds");
+    let (nats, account) = operator_mode_broker();
     let creds_file = dir.write(
         "worker.creds",
         &creds(&account, &nkeys::KeyPair::new_user()),
@@ -403,4 +434,43 @@ fn a_worker_and_a_gateway_sign_in_with_a_creds_file_on_an_operator_mode_broker()
         "cannot connect to NATS",
     );
     assert!(said.contains("refused our credentials"), "{said}");
+}
+
+/// A worker's user JWT that expires: the broker ends its connection then ("Authentication
+/// Expired"), and the worker signs in again with the `.creds` file as it is on disk by then,
+/// rotated with a fresh JWT for the same user (as a Kubernetes Secret updated in place is),
+/// and serves on. With the file read only at start, its reconnects would offer the expired
+/// JWT and be refused for good.
+#[test]
+fn a_worker_whose_jwt_expires_signs_in_again_with_the_rotated_creds_file() {
+    let dir = Scratch::new("nats-creds-rotated");
+    let (nats, account) = operator_mode_broker();
+    let user = nkeys::KeyPair::new_user();
+    let expires = unix_now() + 4;
+    let creds_file = dir.write("worker.creds", &creds_until(&account, &user, Some(expires)));
+    let _worker = ready_worker_with(&nats.url(), "calc", &["--nats-creds", &creds_file]);
+    let gateway_creds = dir.write(
+        "gateway.creds",
+        &creds(&account, &nkeys::KeyPair::new_user()),
+    );
+    let flags = format!("--nats-creds '{gateway_creds}'");
+    let echoed = echo_through_gateway(&nats.url(), &flags, "before");
+    assert_eq!(echoed["content"][0]["text"], "before");
+    // Rotated before the old JWT expires, as an operator's tooling does.
+    dir.write("worker.creds", &creds(&account, &user));
+    let log = nats.log_path().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("Expired")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the broker never ended the expired connection"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its catalog entry is re-put once it is back: a call through a new gateway is served.
+    let echoed = echo_through_gateway(&nats.url(), &flags, "after");
+    assert_eq!(echoed["content"][0]["text"], "after");
 }

@@ -7,8 +7,9 @@
 //!
 //! Every file is checked when the options are built, so a missing or unreadable one stops
 //! the process at start with its path named, instead of a connection that retries for ever.
-//! (async-nats reads the certificate files again at each connection attempt: a certificate
-//! rotated on disk is picked up by the next reconnect.) A seed is never printed.
+//! The credentials file is read again at each connection attempt, and so are the certificate
+//! files (by async-nats): a user JWT or a certificate rotated on disk is used from the next
+//! reconnect. A seed is never printed.
 
 use crate::NatsError;
 use std::path::{Path, PathBuf};
@@ -81,12 +82,13 @@ impl NatsAuth {
             )),
             (Some(creds), None) => {
                 let text = read("credentials file", creds)?;
-                options = options.credentials(&text).map_err(|e| {
+                creds_of(&text).map_err(|e| {
                     config(format!(
                         "the credentials file {} does not hold a user JWT and seed: {e}",
                         creds.display()
                     ))
                 })?;
+                options = signing_in_with(creds.clone());
             }
             (None, Some(seed_file)) => {
                 let seed = read("nkey seed file", seed_file)?;
@@ -139,6 +141,48 @@ impl NatsAuth {
         }
         Ok(options)
     }
+}
+
+/// Options that sign in with the credentials file at `path`, read again at each connection
+/// attempt: a user JWT rotated on disk (a Kubernetes Secret updated in place, `nsc` writing
+/// a new one) is used from the next reconnect, as a server that ends a connection whose JWT
+/// expired expects. An attempt with a file that no longer reads fails, and the next one reads
+/// it again.
+fn signing_in_with(path: PathBuf) -> async_nats::ConnectOptions {
+    async_nats::ConnectOptions::with_auth_callback(move |nonce| {
+        let path = path.clone();
+        async move {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                async_nats::AuthError::new(format!("the credentials file {}: {e}", path.display()))
+            })?;
+            let (jwt, key) = creds_of(&text).map_err(|e| {
+                async_nats::AuthError::new(format!("the credentials file {}: {e}", path.display()))
+            })?;
+            let signature = key.sign(&nonce).map_err(async_nats::AuthError::new)?;
+            let mut auth = async_nats::Auth::new();
+            auth.jwt = Some(jwt);
+            auth.signature = Some(signature);
+            Ok(auth)
+        }
+    })
+}
+
+/// The user JWT and the key pair of its seed in a `.creds` file's text: the first line inside
+/// its `-----BEGIN ... JWT-----` block and the first inside its `-----BEGIN ... SEED-----`
+/// block, as `nsc` writes them. The error never quotes the seed.
+fn creds_of(text: &str) -> Result<(String, nkeys::KeyPair), String> {
+    let block = |what: &str| {
+        let mut lines = text.lines().map(str::trim);
+        lines.find(|l| l.starts_with("-----BEGIN") && l.contains(what))?;
+        lines
+            .find(|l| !l.is_empty())
+            .filter(|l| !l.starts_with("---"))
+    };
+    let jwt = block("JWT").ok_or("no user JWT in it")?;
+    let seed = block("SEED").ok_or("no nkey seed in it")?;
+    let key =
+        nkeys::KeyPair::from_seed(seed).map_err(|e| format!("its seed does not parse: {e}"))?;
+    Ok((jwt.to_owned(), key))
 }
 
 fn config(message: impl Into<String>) -> NatsError {
@@ -201,6 +245,26 @@ mod tests {
         });
         assert!(e.contains("does not hold a user JWT and seed"), "{e}");
         assert!(!e.contains("hunter2"), "the seed is never printed: {e}");
+    }
+
+    #[test]
+    fn a_creds_files_jwt_and_seed_are_read_from_their_blocks() {
+        let user = nkeys::KeyPair::new_user();
+        let seed = user.seed().expect("a seed");
+        let text = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0.eyJ1.c2ln\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+        );
+        let (jwt, key) = creds_of(&text).expect("a creds file");
+        assert_eq!(jwt, "eyJ0.eyJ1.c2ln");
+        assert_eq!(key.public_key(), user.public_key());
+        for broken in [
+            "",
+            "-----BEGIN NATS USER JWT-----\n------END NATS USER JWT------\n",
+        ] {
+            assert!(creds_of(broken).is_err(), "{broken:?}");
+        }
     }
 
     #[test]
