@@ -296,9 +296,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     toolyard_nats::connect_with(url, "ty-gateway", auth.options()?).await?;
                 let remote = nats_file.nats.remote();
                 let store = if remote.durable_tasks {
+                    // Opened in the background: a gateway started before its broker serves
+                    // at once (not ready until the bus and the catalog are there).
                     let store =
-                        toolyard_nats::NatsTaskStore::open(&client, remote.catalog_replicas)
-                            .await?;
+                        toolyard_nats::NatsTaskStore::opening(&client, remote.catalog_replicas);
                     builder = builder.tasks(std::sync::Arc::new(store.clone()));
                     Some(store)
                 } else {

@@ -154,18 +154,26 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let events =
             toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)
                 .await?;
-        let worker = Worker::start(server.clone(), client, worker_config).await?;
-        eprintln!(
-            "toolyard: worker `{}` serving on {}",
-            args.name,
-            toolyard_nats::without_credentials(&url)
-        );
-        tokio::select! {
-            () = crate::terminated() => {}
-            _ = tokio::signal::ctrl_c() => {}
+        // A worker started before its broker waits for it (async-nats keeps connecting, and
+        // says why it cannot), as one that loses it does; SIGTERM ends the wait.
+        let worker = tokio::select! {
+            worker = Worker::start_when_reachable(&server, &client, &worker_config) => Some(worker?),
+            () = crate::terminated() => None,
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        if let Some(worker) = worker {
+            eprintln!(
+                "toolyard: worker `{}` serving on {}",
+                args.name,
+                toolyard_nats::without_credentials(&url)
+            );
+            tokio::select! {
+                () = crate::terminated() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            // Calls in flight may be using the sources: they stop after the drain.
+            worker.shutdown().await;
         }
-        // Calls in flight may be using the sources: they stop after the drain.
-        worker.shutdown().await;
         events.shutdown();
         if let Some(gateway) = gateway {
             gateway.shutdown().await;

@@ -850,3 +850,135 @@ async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// How long a worker without its broker lived before it waited for it.
+const GAVE_UP: Duration = Duration::from_secs(8);
+
+/// A gateway and a worker started while their broker is down wait for it instead of
+/// failing (both used to exit once their first bucket lookup ran out, ~6-10 s in): the
+/// gateway serves HTTP at once, `/healthz` 200 and `/readyz` 503 naming the bus and the
+/// catalog; the worker says it cannot join yet. Once the broker comes up, the gateway is
+/// ready, lists the worker's tools, calls one, and runs a durable task on it (its task
+/// bucket opened late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then_serve() {
+    use std::io::BufRead;
+    let nats = NatsServer::start();
+    nats.kill();
+    let url = nats.url();
+    let gateway = tokio::task::spawn_blocking(move || {
+        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &url])
+    })
+    .await
+    .unwrap();
+    let readyz = || {
+        let url = format!("{}/readyz", gateway.base_url());
+        async move {
+            let r = reqwest::get(url).await.unwrap();
+            let status = r.status().as_u16();
+            let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+            (status, body)
+        }
+    };
+    let (status, body) = readyz().await;
+    assert_eq!(status, 503, "{body}");
+    let down: Vec<&str> = body["down"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["kind"] == "nats" && d["required"] == true)
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    assert!(down.contains(&"bus") && down.contains(&"catalog"), "{body}");
+
+    let spawned = Instant::now();
+    let mut child = spawn_worker(&["--nats", &nats.url(), "--name", "late"], Stdio::piped());
+    let stderr = child.stderr.take().unwrap();
+    let mut worker = WorkerProcess(child);
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            eprintln!("{line}");
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for_line = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines_rx.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return,
+                Ok(_) => {}
+                Err(e) => panic!("the worker never said {what:?} ({e}): it exited, or hangs"),
+            }
+        }
+    };
+    // It says why it cannot connect, and is still there past the point where it used to
+    // give up (~6 s after its start).
+    wait_for_line("cannot connect to NATS");
+    tokio::time::sleep(GAVE_UP.saturating_sub(spawned.elapsed())).await;
+    assert!(
+        worker.0.try_wait().unwrap().is_none(),
+        "the worker exited without its broker"
+    );
+    assert_eq!(readyz().await.0, 503);
+
+    let restarted = tokio::task::spawn_blocking(move || {
+        nats.restart();
+        nats
+    })
+    .await
+    .unwrap();
+    wait_for_line("serving on");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = readyz().await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mcp = gateway.url();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = modern_rpc(
+            &mcp,
+            "tools/call",
+            "late__echo",
+            json!({"name": "late__echo", "arguments": {"message": "after the broker"}}),
+        )
+        .await;
+        if r["result"]["content"][0]["text"] == "after the broker" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never called: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let created = modern_rpc(
+        &mcp,
+        "tools/call",
+        "late__slow_task",
+        json!({"name": "late__slow_task", "arguments": {"steps": 2, "delay_ms": 10}}),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let t = modern_rpc(&mcp, "tasks/get", &id, json!({"taskId": id})).await["result"].clone();
+        if t["status"] != "working" {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "never finished: {t}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "done after 2 steps");
+    drop(restarted);
+}

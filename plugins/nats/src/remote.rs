@@ -99,8 +99,25 @@ struct Inner {
     /// been dropped while the connection was down; N5, N9), instead of at its inactivity
     /// deadline (`watch_connection`).
     replies: Replies,
-    /// Where task-augmented calls go, with `durable_tasks`.
-    jobs: Option<crate::jobs::Submitter>,
+    /// Where task-augmented calls go, with `durable_tasks` (set before the first catalog
+    /// entry is applied, so no worker's tool is exposed before it is).
+    jobs: std::sync::OnceLock<crate::jobs::Submitter>,
+    /// Whether the catalog has been loaded (`follow_catalog`).
+    catalog: Mutex<CatalogState>,
+    /// Woken when the catalog is first loaded.
+    catalog_loaded: tokio::sync::Notify,
+}
+
+/// Where following the catalog is; `start` and `follow_catalog` agree under its lock on
+/// whether the `nats`/`catalog` component was reported down, so an "up" never comes before
+/// its "down".
+#[derive(Debug, Default)]
+struct CatalogState {
+    loaded: bool,
+    /// Reported down to the lifecycle (`start` gave up waiting), so its load reports it up.
+    reported_down: bool,
+    /// Why the last attempt to load it failed.
+    failure: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -129,58 +146,65 @@ struct Installed {
 
 impl RemoteTools {
     /// Starts following the catalog and exposing the workers' tools through `server`.
+    ///
+    /// Returns once the catalog is loaded, so the first listing has the workers' tools, or
+    /// after a few seconds when it cannot be (the NATS server is not reachable yet, JetStream
+    /// has no quorum): it is then loaded in the background as soon as it can be, the tools
+    /// appearing with `list_changed`, and until then the server is not ready (`/readyz`:
+    /// component `nats`/`catalog` down). A gateway started before its broker serves at once
+    /// instead of failing.
     pub async fn start(
         server: Server,
         client: Client,
         config: RemoteConfig,
     ) -> Result<RemoteTools, NatsError> {
-        // Bounded (`catalog::TIMEOUT`): a gateway starting while JetStream has no quorum is
-        // told so in seconds, and the watch's consumer, lost in an outage, is recreated by
-        // attempts of that length.
-        let js = catalog::context(client.clone());
-        let store = catalog::bucket(&js, catalog::HEARTBEAT, config.catalog_replicas).await?;
-        let mut watch = store
-            .watch_all()
-            .await
-            .map_err(|e| NatsError::Bus(format!("watching the catalog: {e}")))?;
         let replies = Replies::start(&client)
             .await
             .map_err(|e| NatsError::Bus(format!("subscribing for the answers: {e}")))?;
-        let jobs = if config.durable_tasks {
-            Some(
-                crate::jobs::Submitter::open(&client, &config.prefix, config.catalog_replicas)
-                    .await?,
-            )
-        } else {
-            None
-        };
         let inner = Arc::new(Inner {
             server,
             client,
             config,
             state: Mutex::default(),
             replies,
-            jobs,
+            jobs: std::sync::OnceLock::new(),
+            catalog: Mutex::default(),
+            catalog_loaded: tokio::sync::Notify::new(),
         });
-        // What the bucket holds now, before returning, so the first listing has it (the
-        // watch delivers these again; applying an entry twice changes nothing).
-        if let Ok(mut keys) = store.keys().await {
-            while let Some(Ok(key)) = keys.next().await {
-                if let Ok(Some(entry)) = store.entry(key).await {
-                    inner.apply(&entry);
-                }
+        let following = inner.clone();
+        let watcher = tokio::spawn(follow_catalog(following));
+        {
+            // Armed before the check: a load between the two still wakes it.
+            let loaded = inner.catalog_loaded.notified();
+            tokio::pin!(loaded);
+            loaded.as_mut().enable();
+            if !inner.catalog().loaded {
+                let _ = tokio::time::timeout(FIRST_LOAD, loaded).await;
             }
         }
-        let following = inner.clone();
-        let watcher = tokio::spawn(async move {
-            while let Some(entry) = watch.next().await {
-                match entry {
-                    Ok(entry) => following.apply(&entry),
-                    Err(e) => tracing::warn!(error = %e, "catalog watch"),
-                }
+        {
+            let mut catalog = inner.catalog();
+            if !catalog.loaded {
+                let reason = format!(
+                    "the workers' catalog is not loaded yet ({}); retrying",
+                    catalog
+                        .failure
+                        .as_deref()
+                        .unwrap_or("no answer from the NATS server or JetStream yet")
+                );
+                tracing::warn!(target: "toolyard::nats", %reason, "serving without the workers' tools for now");
+                inner
+                    .server
+                    .lifecycle()
+                    .publish(toolyard::LifecycleEvent::ComponentDown {
+                        kind: "nats",
+                        name: "catalog".to_owned(),
+                        reason,
+                        required: true,
+                    });
+                catalog.reported_down = true;
             }
-            tracing::warn!("the catalog watch ended");
-        });
+        }
         let connection = tokio::spawn(watch_connection(
             inner.server.clone(),
             inner.client.clone(),
@@ -264,6 +288,91 @@ impl Drop for RemoteTools {
     }
 }
 
+/// How long [`RemoteTools::start`] waits for the catalog before serving without it.
+const FIRST_LOAD: Duration = catalog::TIMEOUT;
+
+/// Opens the catalog bucket (and, with durable tasks, the job stream), loads what it holds
+/// and follows its changes; when that cannot be done (no NATS server yet, JetStream without
+/// quorum) or the watch ends, does it again after a pause. Entries that went away while it
+/// was not watching are dropped when it loads again.
+async fn follow_catalog(inner: Arc<Inner>) {
+    let mut attempt = 0u32;
+    loop {
+        match attach(&inner).await {
+            Ok(mut watch) => {
+                attempt = 0;
+                {
+                    let mut catalog = inner.catalog();
+                    if !catalog.loaded {
+                        catalog.loaded = true;
+                        inner.catalog_loaded.notify_waiters();
+                        if catalog.reported_down {
+                            tracing::warn!(target: "toolyard::nats", "the workers' catalog is loaded: serving their tools");
+                            inner.server.lifecycle().publish(
+                                toolyard::LifecycleEvent::ComponentUp {
+                                    kind: "nats",
+                                    name: "catalog".to_owned(),
+                                },
+                            );
+                        }
+                    }
+                }
+                while let Some(entry) = watch.next().await {
+                    match entry {
+                        Ok(entry) => inner.apply(&entry),
+                        Err(e) => tracing::warn!(error = %e, "catalog watch"),
+                    }
+                }
+                tracing::warn!(target: "toolyard::nats", "the catalog watch ended: following it again");
+            }
+            Err(e) => {
+                attempt += 1;
+                if attempt == 1 || attempt.is_multiple_of(12) {
+                    tracing::debug!(target: "toolyard::nats", error = %e, attempt, "the catalog cannot be loaded yet; retrying");
+                }
+                inner.catalog().failure = Some(e.to_string());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt.clamp(1, 10)))).await;
+    }
+}
+
+/// One attempt of `follow_catalog`: the catalog's watch, once what the bucket holds is
+/// applied.
+async fn attach(inner: &Arc<Inner>) -> Result<async_nats::jetstream::kv::Watch, NatsError> {
+    // Bounded (`catalog::TIMEOUT`): a gateway starting while JetStream has no quorum is told
+    // so in seconds, and the watch's consumer, lost in an outage, is recreated by attempts
+    // of that length.
+    let js = catalog::context(inner.client.clone());
+    let config = &inner.config;
+    let store = catalog::bucket(&js, catalog::HEARTBEAT, config.catalog_replicas).await?;
+    let watch = store
+        .watch_all()
+        .await
+        .map_err(|e| NatsError::Bus(format!("watching the catalog: {e}")))?;
+    if config.durable_tasks && inner.jobs.get().is_none() {
+        let jobs =
+            crate::jobs::Submitter::open(&inner.client, &config.prefix, config.catalog_replicas)
+                .await?;
+        let _ = inner.jobs.set(jobs);
+    }
+    // What the bucket holds now, before the first listing (the watch delivers these again;
+    // applying an entry twice changes nothing).
+    let mut present = std::collections::HashSet::new();
+    let mut keys = store
+        .keys()
+        .await
+        .map_err(|e| NatsError::Bus(format!("listing the catalog: {e}")))?;
+    while let Some(Ok(key)) = keys.next().await {
+        if let Ok(Some(entry)) = store.entry(key.clone()).await {
+            inner.apply(&entry);
+        }
+        present.insert(key);
+    }
+    inner.keep_only(&present);
+    Ok(watch)
+}
+
 /// How long after a connection event its client's state is read (`watch_connection`).
 const EVENT_SETTLES: Duration = Duration::from_millis(20);
 
@@ -341,8 +450,12 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn catalog(&self) -> std::sync::MutexGuard<'_, CatalogState> {
+        self.catalog.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// One catalog change: the entry is recorded (or dropped), then the server's tools,
-    /// resources, templates and prompts are made to match every live entry.
+    /// resources, templates and prompts are made to match every live entry (`install`).
     fn apply(self: &Arc<Self>, entry: &Entry) {
         let mut state = self.state();
         match entry.operation {
@@ -361,6 +474,22 @@ impl Inner {
                 state.entries.remove(&entry.key);
             }
         }
+        self.install(state);
+    }
+
+    /// After following the catalog again (its watch had ended): entries the bucket no
+    /// longer holds went away meanwhile, unseen.
+    fn keep_only(self: &Arc<Self>, present: &std::collections::HashSet<String>) {
+        let mut state = self.state();
+        let before = state.entries.len();
+        state.entries.retain(|key, _| present.contains(key));
+        if state.entries.len() != before {
+            self.install(state);
+        }
+    }
+
+    /// Makes the server's tools, resources, templates and prompts match every live entry.
+    fn install(self: &Arc<Self>, mut state: std::sync::MutexGuard<'_, State>) {
         // Per worker server, the newest entry wins (replicas normally agree).
         let mut newest: BTreeMap<&str, &(u64, CatalogEntry)> = BTreeMap::new();
         for e in state.entries.values() {
@@ -651,7 +780,7 @@ async fn call_tool(
     // every call, and glibc serves only allocations up to 1016 bytes from its thread
     // cache; a larger one consolidates its fast bins first (~2 000 instructions per
     // forwarded call, callgrind; see the size test below).
-    if let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.as_ref()) {
+    if let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.get()) {
         let bodies = inner.reads_task_bodies(server);
         return Box::pin(jobs.run(&ctx, task_id, server, tool, &args, bodies)).await;
     }

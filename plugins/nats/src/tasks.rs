@@ -181,7 +181,7 @@ pub(crate) async fn bucket(
 /// that support tasks then run as durable jobs.
 #[derive(Debug, Clone)]
 pub struct NatsTaskStore {
-    kv: kv::Store,
+    bucket: Arc<Records>,
     /// Digests of the records this store wrote (taken before each write), so that
     /// [`follow`](Self::follow) tells its server only of changes made elsewhere: the server
     /// told its listeners of its own already.
@@ -202,18 +202,110 @@ fn backend(e: impl std::fmt::Display) -> TaskStoreError {
     TaskStoreError::Backend(format!("durable task store unavailable: {e}"))
 }
 
+/// The task bucket, open or being opened: a gateway started while the NATS server is not
+/// reachable yet serves at once (its local tools, `/healthz`), and its task store opens the
+/// bucket in the background once the server is there ([`NatsTaskStore::opening`]).
+#[derive(Debug, Default)]
+struct Records {
+    store: std::sync::OnceLock<kv::Store>,
+    /// Woken once `store` is set.
+    opened: tokio::sync::Notify,
+    /// Why the last attempt to open it failed, for the calls that find it not open.
+    failure: Mutex<Option<String>>,
+}
+
+/// How long a task operation waits for a bucket still being opened before it fails (as long
+/// as one JetStream request may take).
+const OPEN_WAIT: Duration = crate::catalog::TIMEOUT;
+
 impl NatsTaskStore {
-    /// Opens the bucket (creating it with `replicas` when it does not exist yet).
+    /// Opens the bucket (creating it with `replicas` when it does not exist yet); fails when
+    /// it cannot within a few seconds (the NATS server or JetStream is not there).
     pub async fn open(client: &async_nats::Client, replicas: usize) -> Result<Self, NatsError> {
         let js = crate::catalog::context(client.clone());
         Ok(Self::from_bucket(bucket(&js, replicas).await?))
     }
 
+    /// A store that opens its bucket in the background, retrying (with a warning now and
+    /// then) until the NATS server and JetStream are there, for as long as the store lives.
+    /// Until then each operation waits a few seconds for it and fails with
+    /// [`TaskStoreError::Backend`] naming why the bucket is not open. Needs a Tokio runtime.
+    pub fn opening(client: &async_nats::Client, replicas: usize) -> Self {
+        let store = NatsTaskStore {
+            bucket: Arc::default(),
+            own: Arc::default(),
+        };
+        let records = Arc::downgrade(&store.bucket);
+        let js = crate::catalog::context(client.clone());
+        tokio::spawn(async move {
+            let mut attempt = 0u32;
+            loop {
+                let opened = bucket(&js, replicas).await;
+                // Dropped meanwhile: nobody needs the bucket any more.
+                let Some(records) = records.upgrade() else {
+                    return;
+                };
+                match opened {
+                    Ok(kv) => {
+                        let _ = records.store.set(kv);
+                        records.opened.notify_waiters();
+                        if attempt > 0 {
+                            tracing::warn!(target: "toolyard::nats", "the durable task bucket is open: task calls run now");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        attempt += 1;
+                        if attempt == 1 || attempt.is_multiple_of(12) {
+                            tracing::warn!(target: "toolyard::nats", error = %e, attempt, "the durable task bucket cannot be opened yet: task calls fail until it is; retrying");
+                        }
+                        *records.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(e.to_string());
+                    }
+                }
+                drop(records);
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt.min(10)))).await;
+            }
+        });
+        store
+    }
+
     pub(crate) fn from_bucket(kv: kv::Store) -> Self {
+        let records = Records::default();
+        let _ = records.store.set(kv);
         NatsTaskStore {
-            kv,
+            bucket: Arc::new(records),
             own: Arc::default(),
         }
+    }
+
+    /// The bucket, waiting up to `wait` for it to open.
+    async fn kv_within(&self, wait: Duration) -> Result<&kv::Store, TaskStoreError> {
+        let records = &*self.bucket;
+        if let Some(kv) = records.store.get() {
+            return Ok(kv);
+        }
+        // Created before the check: a wake-up between the two is not lost.
+        let opened = records.opened.notified();
+        if records.store.get().is_none() {
+            let _ = tokio::time::timeout(wait, opened).await;
+        }
+        records.store.get().ok_or_else(|| {
+            let why = records
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .unwrap_or_else(|| "still opening it".to_owned());
+            TaskStoreError::Backend(format!(
+                "durable task store unavailable: the task bucket is not open yet ({why})"
+            ))
+        })
+    }
+
+    /// The bucket, waiting a few seconds at most for it to open.
+    async fn kv(&self) -> Result<&kv::Store, TaskStoreError> {
+        self.kv_within(OPEN_WAIT).await
     }
 
     /// Tells `server`'s listeners (`subscriptions/listen` with task ids) of every change a
@@ -224,14 +316,18 @@ impl NatsTaskStore {
         &self,
         server: toolyard::Server,
     ) -> Result<tokio::task::JoinHandle<()>, NatsError> {
-        let first = self
-            .kv
-            .watch_all()
-            .await
-            .map_err(|e| NatsError::Bus(format!("watching the task bucket: {e}")))?;
+        // Watched at once when the bucket is open; otherwise from when it opens.
+        let first = match self.bucket.store.get() {
+            Some(kv) => Some(
+                kv.watch_all()
+                    .await
+                    .map_err(|e| NatsError::Bus(format!("watching the task bucket: {e}")))?,
+            ),
+            None => None,
+        };
         let store = self.clone();
         Ok(tokio::spawn(async move {
-            let mut watch = Some(first);
+            let mut watch = first;
             loop {
                 if let Some(w) = watch.as_mut() {
                     while let Some(Ok(entry)) = w.next().await {
@@ -243,9 +339,13 @@ impl NatsTaskStore {
                         }
                     }
                 }
-                // The watch ended (the connection was lost): watch again.
+                // The watch ended (the connection was lost), or the bucket is not open yet:
+                // watch again.
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                watch = store.kv.watch_all().await.ok();
+                watch = match store.kv_within(Duration::MAX).await {
+                    Ok(kv) => kv.watch_all().await.ok(),
+                    Err(_) => None,
+                };
             }
         }))
     }
@@ -280,7 +380,7 @@ impl NatsTaskStore {
         if !valid_id(id) {
             return Ok(None);
         }
-        match self.kv.entry(key(id)).await.map_err(backend)? {
+        match self.kv().await?.entry(key(id)).await.map_err(backend)? {
             Some(e) if e.operation == kv::Operation::Put => {
                 Ok(Some((Stored::parse(&e.value)?, e.revision)))
             }
@@ -295,13 +395,9 @@ impl NatsTaskStore {
         if !valid_id(id) {
             return Ok(None);
         }
-        let subject = format!("{}{}", self.kv.prefix, key(id));
-        match self
-            .kv
-            .stream
-            .get_last_raw_message_by_subject(&subject)
-            .await
-        {
+        let kv = self.kv().await?;
+        let subject = format!("{}{}", kv.prefix, key(id));
+        match kv.stream.get_last_raw_message_by_subject(&subject).await {
             // A delete or purge says so in `KV-Operation` (a put has none, or `PUT`); a
             // server-written marker (TTL, purge) in `Nats-Marker-Reason`.
             Ok(m)
@@ -324,7 +420,7 @@ impl NatsTaskStore {
         if !valid_id(id) {
             return None;
         }
-        self.kv.watch_with_history(key(id)).await.ok()
+        self.kv().await.ok()?.watch_with_history(key(id)).await.ok()
     }
 
     /// The record of `id` as `owner` may see it (`None`: the server's own access, whoever
@@ -368,7 +464,7 @@ impl NatsTaskStore {
             let out = change(&mut stored)?;
             let bytes = stored.bytes();
             self.writing(&bytes);
-            match self.kv.update(key(id), bytes, revision).await {
+            match self.kv().await?.update(key(id), bytes, revision).await {
                 Ok(_) => return Ok((stored, out)),
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
                 Err(e) => return Err(backend(e)),
@@ -398,7 +494,8 @@ impl TaskStore for NatsTaskStore {
             let record = TaskRecord::new(new);
             let bytes = Stored::from_record(&record, None).bytes();
             self.writing(&bytes);
-            self.kv
+            self.kv()
+                .await?
                 .create(key(&record.task_id), bytes)
                 .await
                 .map_err(backend)?;
@@ -479,7 +576,7 @@ impl TaskStore for NatsTaskStore {
                     None => return Err(TaskStoreError::NotFound),
                 },
             };
-            let mut keys = self.kv.keys().await.map_err(backend)?;
+            let mut keys = self.kv().await?.keys().await.map_err(backend)?;
             let now = SystemTime::now();
             let mut mine = Vec::new();
             while let Some(k) = keys.next().await {
@@ -565,8 +662,9 @@ mod tests {
             assert_eq!(leader_revision, revision);
             assert_eq!(leader.bytes(), direct.bytes());
         }
-        store.kv.delete(key(&ids[0])).await.unwrap();
-        store.kv.purge(key(&ids[1])).await.unwrap();
+        let kv = store.kv().await.unwrap();
+        kv.delete(key(&ids[0])).await.unwrap();
+        kv.purge(key(&ids[1])).await.unwrap();
         for id in &ids {
             assert!(store.read_from_leader(id).await.unwrap().is_none(), "{id}");
             assert!(store.read(id).await.unwrap().is_none(), "{id}");

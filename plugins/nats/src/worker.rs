@@ -128,6 +128,31 @@ struct Inner {
 }
 
 impl Worker {
+    /// [`Worker::start`] once the bus lets it: after `client`'s first connection (a client
+    /// made by [`connect_with`](crate::connect_with) keeps attempting it), and again, with a
+    /// warning, while the catalog cannot be written yet (JetStream not there or without
+    /// quorum), so a worker started before its broker waits for it instead of failing. A
+    /// setting the bus cannot fix ([`NatsError::Config`]) fails at once.
+    pub async fn start_when_reachable(
+        server: &Server,
+        client: &Client,
+        config: &WorkerConfig,
+    ) -> Result<Worker, NatsError> {
+        let mut attempt = 0u64;
+        loop {
+            crate::connected(client).await;
+            match Worker::start(server.clone(), client.clone(), config.clone()).await {
+                Ok(worker) => return Ok(worker),
+                Err(e @ NatsError::Config(_)) => return Err(e),
+                Err(e) => {
+                    attempt += 1;
+                    tracing::warn!(target: "toolyard::nats", server = %config.server, error = %e, attempt, "the worker cannot join the bus yet; retrying");
+                    tokio::time::sleep(Duration::from_millis(500 * attempt.min(10))).await;
+                }
+            }
+        }
+    }
+
     /// Starts serving `server`'s tools over `client`: puts the catalog entry, then subscribes.
     pub async fn start(
         server: Server,

@@ -1153,9 +1153,11 @@ async fn a_read_only_call_whose_worker_dies_is_reissued_once_on_the_survivor() {
 /// node) is out of reach. Core request/reply between a gateway and a worker on the surviving
 /// node still works; the gateway keeps serving the catalog it last saw (stale but serving);
 /// a catalog write fails within its bound instead of hanging (a worker starting now is told
-/// so in seconds, and so is a gateway; a worker whose tools change keeps serving); the outage
+/// so in seconds; a worker whose tools change keeps serving); a gateway starting now serves
+/// within seconds without the catalog, not ready (`nats`/`catalog` down); the outage
 /// outlasts the gateway's catalog watch (two missed 5 s heartbeats), and once the nodes are
-/// back the change made during the outage reaches the gateway's tool list within seconds.
+/// back the change made during the outage reaches the gateway's tool list within seconds,
+/// and the gateway started during the outage loads the catalog and is ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
     let cluster = toolyard_testkit::NatsCluster::start(3);
@@ -1243,30 +1245,39 @@ async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
         took < Duration::from_secs(9),
         "the catalog's failure took {took:?} to surface: {e}"
     );
-    // So is a gateway starting now.
+    // A gateway starting now serves all the same, within a few seconds, and says it is not
+    // ready: the catalog is down. It follows the catalog once quorum is back (below).
     let started = std::time::Instant::now();
+    let late_server = ServerBuilder::new("late-gateway", "1.0")
+        .start()
+        .await
+        .unwrap();
     let late_gateway = tokio::time::timeout(
         WAIT,
-        RemoteTools::start(
-            ServerBuilder::new("late-gateway", "1.0")
-                .start()
-                .await
-                .unwrap(),
-            connect(&url).await,
-            quick(),
-        ),
+        RemoteTools::start(late_server.clone(), connect(&url).await, quick()),
     )
     .await
-    .expect("a gateway starting without JetStream quorum does not hang");
+    .expect("a gateway starting without JetStream quorum does not hang")
+    .expect("a gateway starting without JetStream quorum serves without the catalog");
     let took = started.elapsed();
-    let Err(e) = late_gateway else {
-        panic!("a gateway started without a catalog to watch")
-    };
-    assert!(e.to_string().contains("catalog"), "{e}");
     assert!(
         took < Duration::from_secs(9),
-        "the catalog's failure took {took:?} to surface: {e}"
+        "the gateway took {took:?} to serve without its catalog"
     );
+    let readiness = late_server.lifecycle().readiness();
+    assert!(!readiness.ready, "{:?}", readiness.down);
+    assert!(
+        readiness
+            .down
+            .iter()
+            .any(|(kind, name, reason, required)| kind == "nats"
+                && name == "catalog"
+                && reason.contains("catalog")
+                && *required),
+        "{:?}",
+        readiness.down
+    );
+    assert!(late_gateway.tools().is_empty());
     // Until the gateway's watch has failed (no consumer heartbeat for 10 s), and after: the
     // gateway serves what it last saw, and calls go through.
     tokio::time::sleep(Duration::from_secs(12).saturating_sub(outage.elapsed())).await;
@@ -1303,6 +1314,19 @@ async fn losing_quorum_keeps_calls_and_the_last_catalog_and_converges_after() {
         .await
         .unwrap();
     assert_eq!(text(&late), "late");
+    // The gateway that started during the outage has loaded the catalog, and is ready.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !late_gateway.tools().iter().any(|t| t == "steady__late")
+        || !late_server.lifecycle().readiness().ready
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway started during the outage never loaded the catalog: {:?} {:?}",
+            late_gateway.tools(),
+            late_server.lifecycle().readiness().down
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A TCP proxy between one NATS client and the broker whose broker-to-client direction can
