@@ -327,7 +327,10 @@ async fn follow_catalog(inner: Arc<Inner>) {
             }
             Err(e) => {
                 attempt += 1;
-                if attempt == 1 || attempt.is_multiple_of(12) {
+                // `start` warned once already; then about once a minute.
+                if attempt.is_multiple_of(12) {
+                    tracing::warn!(target: "toolyard::nats", error = %e, attempt, "the workers' catalog cannot be loaded yet; retrying");
+                } else {
                     tracing::debug!(target: "toolyard::nats", error = %e, attempt, "the catalog cannot be loaded yet; retrying");
                 }
                 inner.catalog().failure = Some(e.to_string());
