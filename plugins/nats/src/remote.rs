@@ -104,8 +104,8 @@ struct Inner {
     jobs: std::sync::OnceLock<crate::jobs::Submitter>,
     /// Whether the catalog has been loaded (`follow_catalog`).
     catalog: Mutex<CatalogState>,
-    /// Woken when the catalog is first loaded.
-    catalog_loaded: tokio::sync::Notify,
+    /// Woken when the catalog is first loaded, or an attempt to load it fails.
+    catalog_changed: tokio::sync::Notify,
 }
 
 /// Where following the catalog is; `start` and `follow_catalog` agree under its lock on
@@ -148,8 +148,9 @@ impl RemoteTools {
     /// Starts following the catalog and exposing the workers' tools through `server`.
     ///
     /// Returns once the catalog is loaded, so the first listing has the workers' tools, or
-    /// after a few seconds when it cannot be (the NATS server is not reachable yet, JetStream
-    /// has no quorum): it is then loaded in the background as soon as it can be, the tools
+    /// when it cannot be: a first attempt failed (JetStream has no quorum; within about 8 s),
+    /// or 3 s passed without a connection to the NATS server (not reachable yet). It is then
+    /// loaded in the background as soon as it can be, the tools
     /// appearing with `list_changed`, and until then the server is not ready (`/readyz`:
     /// component `nats`/`catalog` down). A gateway started before its broker serves at once
     /// instead of failing.
@@ -169,19 +170,11 @@ impl RemoteTools {
             replies,
             jobs: std::sync::OnceLock::new(),
             catalog: Mutex::default(),
-            catalog_loaded: tokio::sync::Notify::new(),
+            catalog_changed: tokio::sync::Notify::new(),
         });
         let following = inner.clone();
         let watcher = tokio::spawn(follow_catalog(following));
-        {
-            // Armed before the check: a load between the two still wakes it.
-            let loaded = inner.catalog_loaded.notified();
-            tokio::pin!(loaded);
-            loaded.as_mut().enable();
-            if !inner.catalog().loaded {
-                let _ = tokio::time::timeout(FIRST_LOAD, loaded).await;
-            }
-        }
+        inner.first_load().await;
         {
             let mut catalog = inner.catalog();
             if !catalog.loaded {
@@ -288,8 +281,13 @@ impl Drop for RemoteTools {
     }
 }
 
-/// How long [`RemoteTools::start`] waits for the catalog before serving without it.
+/// How long [`RemoteTools::start`] waits for the catalog without a connection to the NATS
+/// server before it serves without the catalog.
 const FIRST_LOAD: Duration = catalog::TIMEOUT;
+
+/// The most [`RemoteTools::start`] waits for the catalog in any case (a first attempt is
+/// bounded: a few seconds of lookups, then requests of `catalog::TIMEOUT`).
+const FIRST_LOAD_AT_MOST: Duration = Duration::from_secs(15);
 
 /// Opens the catalog bucket (and, with durable tasks, the job stream), loads what it holds
 /// and follows its changes; when that cannot be done (no NATS server yet, JetStream without
@@ -305,7 +303,7 @@ async fn follow_catalog(inner: Arc<Inner>) {
                     let mut catalog = inner.catalog();
                     if !catalog.loaded {
                         catalog.loaded = true;
-                        inner.catalog_loaded.notify_waiters();
+                        inner.catalog_changed.notify_waiters();
                         if catalog.reported_down {
                             tracing::warn!(target: "toolyard::nats", "the workers' catalog is loaded: serving their tools");
                             inner.server.lifecycle().publish(
@@ -334,6 +332,7 @@ async fn follow_catalog(inner: Arc<Inner>) {
                     tracing::debug!(target: "toolyard::nats", error = %e, attempt, "the catalog cannot be loaded yet; retrying");
                 }
                 inner.catalog().failure = Some(e.to_string());
+                inner.catalog_changed.notify_waiters();
             }
         }
         tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt.clamp(1, 10)))).await;
@@ -455,6 +454,36 @@ impl Inner {
 
     fn catalog(&self) -> std::sync::MutexGuard<'_, CatalogState> {
         self.catalog.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the catalog is loaded or a first attempt to load it failed; without a
+    /// connection to the NATS server, [`FIRST_LOAD`] at most (a broker that is not there yet
+    /// does not hold the gateway up), with one, as long as that attempt takes (a slow broker
+    /// does not make the gateway serve without its tools).
+    async fn first_load(&self) {
+        let began = tokio::time::Instant::now();
+        loop {
+            // Armed before the check: a change between the two still wakes it.
+            let changed = self.catalog_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let catalog = self.catalog();
+                if catalog.loaded || catalog.failure.is_some() {
+                    return;
+                }
+            }
+            let connected = matches!(
+                self.client.connection_state(),
+                async_nats::connection::State::Connected
+            );
+            let waited = began.elapsed();
+            if (!connected && waited >= FIRST_LOAD) || waited >= FIRST_LOAD_AT_MOST {
+                return;
+            }
+            // Woken by the attempt's end; the connection's state is looked at again.
+            let _ = tokio::time::timeout(Duration::from_millis(250), changed).await;
+        }
     }
 
     /// One catalog change: the entry is recorded (or dropped), then the server's tools,
