@@ -43,12 +43,25 @@ def own_cpu():
 def put(own, total):
     open(sys.argv[1] + ".tmp", "w").write(f"{own} {total}\n")
     os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+def tree_cpu(pid):
+    # A process and every process under it, read from /proc while they still run: its
+    # own time, its reaped children (cutime, cstime) and those not reaped yet.
+    total = 0.0
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        total = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        for task in os.listdir(f"/proc/{pid}/task"):
+            for kid in open(f"/proc/{pid}/task/{task}/children").read().split():
+                total += tree_cpu(int(kid))
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        pass
+    return total
 def term(*_):
     # mcpload stops the group when the server has not exited 300 ms after EOF (its
     # stdout full, nobody reading); a server that never exits is then killed, so its
-    # figure is taken now (the calls are over).
+    # figure, and that of its upstreams, are taken now (the calls are over).
     own = own_cpu()
-    put(own, own)
+    put(own, max(own, tree_cpu(child.pid)))
     child.send_signal(signal.SIGTERM)
 signal.signal(signal.SIGTERM, term)
 os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
