@@ -785,3 +785,62 @@ async fn a_task_too_large_for_its_job_fails_32012_at_once_when_a_worker_cannot_r
         "{done}"
     );
 }
+
+/// A task store made while its broker is down (`NatsTaskStore::opening`, what `serve --nats`
+/// uses) answers at once that the bucket is not open yet, within a few seconds, rather than
+/// hanging or failing the process; once the broker is there, it opens the bucket in the
+/// background, and a task is created and read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_store_made_before_its_broker_fails_clearly_until_the_bucket_opens() {
+    use toolyard::{NewTask, TaskGeneration, TaskStore, TaskStoreError};
+    let nats = NatsServer::start();
+    nats.kill();
+    let client = toolyard_nats::connect(&nats.url(), "early").await.unwrap();
+    let store = NatsTaskStore::opening(&client, 1);
+    let new = || NewTask {
+        owner: Some("alice".into()),
+        generation: TaskGeneration::Legacy,
+        ttl: None,
+        poll_interval: None,
+    };
+    let started = std::time::Instant::now();
+    let refused = tokio::time::timeout(Duration::from_secs(10), store.create(new()))
+        .await
+        .expect("a task operation without the bucket does not hang");
+    match refused {
+        Err(TaskStoreError::Backend(why)) => {
+            assert!(why.contains("not open yet"), "{why}");
+        }
+        other => panic!("created without a broker: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "took {:?} to say so",
+        started.elapsed()
+    );
+    let nats = tokio::task::spawn_blocking(move || {
+        nats.restart();
+        nats
+    })
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        match store.create(new()).await {
+            Ok(created) => break created,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the bucket never opened: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let read = store
+        .get(&created.task_id, Some("alice"))
+        .await
+        .expect("the task created once the bucket opened is read back");
+    assert_eq!(read.task_id, created.task_id);
+    drop(nats);
+}
