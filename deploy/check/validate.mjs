@@ -8,8 +8,8 @@
 //    securityContext (non-root, read-only root, no privilege escalation, ALL capabilities
 //    dropped, RuntimeDefault seccomp), terminationGracePeriodSeconds >= preStop sleep +
 //    TOOLYARD_DRAIN_SECONDS, HTTP containers probed on /readyz (readiness) and /healthz
-//    (liveness, startup) with a preStop sleep, a checksum/config annotation, secrets only
-//    through secretKeyRef;
+//    (liveness; for those serving traffic, startup too, and a preStop sleep), a
+//    checksum/config annotation, secrets only through secretKeyRef;
 // 3. cross-references: PDB and HPA targets, ConfigMaps mounted, Service selectors.
 //
 // Exits 1 with every problem listed; prints one summary line otherwise.
@@ -218,8 +218,12 @@ for (const d of deployments) {
       const path = (p) => p?.httpGet?.path;
       if (path(c.readinessProbe) !== "/readyz") fail(cw, "readinessProbe must be an httpGet on /readyz");
       if (path(c.livenessProbe) !== "/healthz") fail(cw, "livenessProbe must be an httpGet on /healthz");
-      if (path(c.startupProbe) !== "/healthz") fail(cw, "startupProbe must be an httpGet on /healthz");
-      if (!(preStop > 0)) fail(cw, "an HTTP server needs a preStop sleep so its endpoint leaves load balancers first");
+      // A worker's port serves only its probes (`--health`), no traffic through a Service:
+      // it needs no startup grace before liveness (the port answers at once, before the
+      // bus) and no preStop pause.
+      const servesTraffic = args[0] !== "worker";
+      if (servesTraffic && path(c.startupProbe) !== "/healthz") fail(cw, "startupProbe must be an httpGet on /healthz");
+      if (servesTraffic && !(preStop > 0)) fail(cw, "an HTTP server needs a preStop sleep so its endpoint leaves load balancers first");
     } else if (args[0] !== "worker") {
       fail(cw, `neither a gateway (serve with a port) nor a worker: args ${JSON.stringify(args)}`);
     }

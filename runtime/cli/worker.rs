@@ -67,6 +67,11 @@ pub(crate) struct WorkerArgs {
     /// Log filter (tracing syntax), written to stderr.
     #[arg(long, env = "TOOLYARD_LOG", default_value = "warn")]
     log: String,
+    /// Serve `/healthz` and `/readyz` over HTTP on this address (e.g. 0.0.0.0:8081), for an
+    /// orchestrator's probes: `/readyz` is 200 only while the worker serves on the bus (not
+    /// while it waits for the NATS server, has lost it, or drains).
+    #[arg(long, env = "TOOLYARD_HEALTH", value_name = "ADDR")]
+    health: Option<std::net::SocketAddr>,
     #[command(flatten)]
     telemetry: crate::telemetry::TelemetryArgs,
 }
@@ -154,10 +159,25 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let events =
             toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)
                 .await?;
+        // Probes answer from the start: alive while it waits for the bus, ready once it
+        // serves (not ready from here on: `start_when_reachable` says so when called).
+        let starting = Worker::start_when_reachable(&server, &client, &worker_config);
+        let health = match args.health {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    anyhow::anyhow!("cannot listen for health probes on {addr}: {e}")
+                })?;
+                let app = toolyard::http::health_router(server.clone());
+                Some(tokio::spawn(
+                    async move { axum::serve(listener, app).await },
+                ))
+            }
+            None => None,
+        };
         // A worker started before its broker waits for it (async-nats keeps connecting, and
         // says why it cannot), as one that loses it does; SIGTERM ends the wait.
         let worker = tokio::select! {
-            worker = Worker::start_when_reachable(&server, &client, &worker_config) => Some(worker?),
+            worker = starting => Some(worker?),
             () = crate::terminated() => None,
             _ = tokio::signal::ctrl_c() => None,
         };
@@ -175,6 +195,9 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             worker.shutdown().await;
         }
         events.shutdown();
+        if let Some(health) = health {
+            health.abort();
+        }
         if let Some(gateway) = gateway {
             gateway.shutdown().await;
         }

@@ -859,7 +859,8 @@ const GAVE_UP: Duration = Duration::from_secs(8);
 /// gateway serves HTTP at once, `/healthz` 200 and `/readyz` 503 naming the bus and the
 /// catalog; the worker says it cannot join yet. Once the broker comes up, the gateway is
 /// ready, lists the worker's tools, calls one, and runs a durable task on it (its task
-/// bucket opened late).
+/// bucket opened late). The worker's probes (`--health`): `/healthz` 200 throughout,
+/// `/readyz` 503 until it serves on the bus, then 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then_serve() {
     use std::io::BufRead;
@@ -892,7 +893,11 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     assert!(down.contains(&"bus") && down.contains(&"catalog"), "{body}");
 
     let spawned = Instant::now();
-    let mut child = spawn_worker(&["--nats", &nats.url(), "--name", "late"], Stdio::piped());
+    let health = format!("127.0.0.1:{}", toolyard_testkit::free_port());
+    let mut child = spawn_worker(
+        &["--nats", &nats.url(), "--name", "late", "--health", &health],
+        Stdio::piped(),
+    );
     let stderr = child.stderr.take().unwrap();
     let mut worker = WorkerProcess(child);
     let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
@@ -927,6 +932,21 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
         "the worker exited without its broker"
     );
     assert_eq!(readyz().await.0, 503);
+    // The worker's probes: alive, not ready (not serving on the bus yet).
+    let probe = |path: &str| {
+        let url = format!("http://{health}{path}");
+        async move {
+            let r = reqwest::get(url).await.unwrap();
+            let status = r.status().as_u16();
+            let body: Value =
+                serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
+            (status, body)
+        }
+    };
+    assert_eq!(probe("/healthz").await.0, 200);
+    let (status, body) = probe("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["down"][0]["name"], "bus", "{body}");
 
     let restarted = tokio::task::spawn_blocking(move || {
         nats.restart();
@@ -935,6 +955,15 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     .await
     .unwrap();
     wait_for_line("serving on");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = probe("/readyz").await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the worker never ready: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = readyz().await;

@@ -201,7 +201,7 @@ impl RemoteTools {
         let connection = tokio::spawn(watch_connection(
             inner.server.clone(),
             inner.client.clone(),
-            inner.replies.loss_signal(),
+            Some(inner.replies.loss_signal()),
         ));
         Ok(RemoteTools {
             inner,
@@ -388,13 +388,18 @@ const EVENT_SETTLES: Duration = Duration::from_millis(20);
 /// An outage shorter than a tick (async-nats reconnects at once when the server closes the
 /// connection, e.g. as a slow consumer) is seen in the client's count of connections; it
 /// loses the calls in flight just the same, since frames sent while it lasted are gone.
-async fn watch_connection(server: Server, client: Client, lost: crate::replies::LossSignal) {
+pub(crate) async fn watch_connection(
+    server: Server,
+    client: Client,
+    lost: Option<crate::replies::LossSignal>,
+) {
     use async_nats::connection::State as Conn;
     use std::sync::atomic::Ordering;
     let lifecycle = server.lifecycle();
     let statistics = client.statistics();
     let mut connects = statistics.connects.load(Ordering::Relaxed);
-    let mut up = true;
+    // Unknown at first: the first look publishes what it sees.
+    let mut up: Option<bool> = None;
     let every = if crate::events_wired(&client) {
         Duration::from_secs(5)
     } else {
@@ -420,18 +425,22 @@ async fn watch_connection(server: Server, client: Client, lost: crate::replies::
         // the broker is not there at start), not a loss.
         let reconnected = count != connects && connects > 0;
         connects = count;
-        if now == up {
+        if up == Some(now) {
             if now && reconnected {
-                tracing::warn!(target: "toolyard::nats", "the NATS connection was lost and is back: the calls in flight end with -32010");
-                lost.lost();
+                if let Some(lost) = &lost {
+                    tracing::warn!(target: "toolyard::nats", "the NATS connection was lost and is back: the calls in flight end with -32010");
+                    lost.lost();
+                }
             }
             continue;
         }
-        up = now;
-        if !up {
-            lost.lost();
+        up = Some(now);
+        if !now {
+            if let Some(lost) = &lost {
+                lost.lost();
+            }
         }
-        lifecycle.publish(if up {
+        lifecycle.publish(if now {
             toolyard::LifecycleEvent::ComponentUp {
                 kind: "nats",
                 name: "bus".to_owned(),

@@ -103,6 +103,9 @@ pub struct Worker {
     inner: Arc<Inner>,
     serving: tokio::task::JoinHandle<()>,
     heartbeat: tokio::task::JoinHandle<()>,
+    /// The bus connection as a required component of the server's lifecycle (its
+    /// readiness, e.g. `toolyard worker --health`'s `/readyz`).
+    connection: tokio::task::JoinHandle<()>,
     /// Pulls the server's task jobs (with `tasks`).
     jobs: Option<tokio::task::JoinHandle<()>>,
 }
@@ -133,21 +136,34 @@ impl Worker {
     /// warning, while the catalog cannot be written yet (JetStream not there or without
     /// quorum), so a worker started before its broker waits for it instead of failing. A
     /// setting the bus cannot fix ([`NatsError::Config`]) fails at once.
-    pub async fn start_when_reachable(
-        server: &Server,
-        client: &Client,
-        config: &WorkerConfig,
-    ) -> Result<Worker, NatsError> {
-        let mut attempt = 0u64;
-        loop {
-            crate::connected(client).await;
-            match Worker::start(server.clone(), client.clone(), config.clone()).await {
-                Ok(worker) => return Ok(worker),
-                Err(e @ NatsError::Config(_)) => return Err(e),
-                Err(e) => {
-                    attempt += 1;
-                    tracing::warn!(target: "toolyard::nats", server = %config.server, error = %e, attempt, "the worker cannot join the bus yet; retrying");
-                    tokio::time::sleep(Duration::from_millis(500 * attempt.min(10))).await;
+    ///
+    /// `server` is not ready (its lifecycle's component `nats`/`bus` is down) from this
+    /// call, before the returned future is first polled, until the worker serves.
+    pub fn start_when_reachable<'a>(
+        server: &'a Server,
+        client: &'a Client,
+        config: &'a WorkerConfig,
+    ) -> impl std::future::Future<Output = Result<Worker, NatsError>> + 'a {
+        server
+            .lifecycle()
+            .publish(toolyard::LifecycleEvent::ComponentDown {
+                kind: "nats",
+                name: "bus".to_owned(),
+                reason: "not serving on the NATS server yet".to_owned(),
+                required: true,
+            });
+        async move {
+            let mut attempt = 0u64;
+            loop {
+                crate::connected(client).await;
+                match Worker::start(server.clone(), client.clone(), config.clone()).await {
+                    Ok(worker) => return Ok(worker),
+                    Err(e @ NatsError::Config(_)) => return Err(e),
+                    Err(e) => {
+                        attempt += 1;
+                        tracing::warn!(target: "toolyard::nats", server = %config.server, error = %e, attempt, "the worker cannot join the bus yet; retrying");
+                        tokio::time::sleep(Duration::from_millis(500 * attempt.min(10))).await;
+                    }
                 }
             }
         }
@@ -231,11 +247,17 @@ impl Worker {
             .then(|| tokio::spawn(run_jobs(inner.clone(), client.clone())));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
+        let connection = tokio::spawn(crate::remote::watch_connection(
+            inner.server.clone(),
+            client.clone(),
+            None,
+        ));
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
         Ok(Worker {
             inner,
             serving,
             heartbeat,
+            connection,
             jobs,
         })
     }
@@ -252,6 +274,12 @@ impl Worker {
     pub async fn shutdown(mut self) {
         let inner = self.inner.clone();
         inner.draining.cancel();
+        // Not ready from now on (an orchestrator's readiness probe sees the drain).
+        self.connection.abort();
+        inner
+            .server
+            .lifecycle()
+            .publish(toolyard::LifecycleEvent::Stopping);
         self.heartbeat.abort();
         // The bus may be gone (that may be why we stop): what needs it is bounded, or a
         // SIGTERM would wait for a reconnection that never comes.

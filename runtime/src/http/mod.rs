@@ -11,6 +11,7 @@
 //! - **HTTP+SSE** clients open `GET /sse` and POST to `/messages?sessionId=...`.
 
 mod auth;
+mod health;
 mod legacy_sse;
 mod security;
 mod streamable;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use toolyard_actors::Server;
 
 pub use auth::{AccessClaims, JwksSource, OAuthConfig, OAuthConfigError, Principal};
+pub use health::health_router;
 pub use security::Security;
 
 /// HTTP settings.
