@@ -860,7 +860,8 @@ const GAVE_UP: Duration = Duration::from_secs(8);
 /// catalog; the worker says it cannot join yet. Once the broker comes up, the gateway is
 /// ready, lists the worker's tools, calls one, and runs a durable task on it (its task
 /// bucket opened late). The worker's probes (`--health`): `/healthz` 200 throughout,
-/// `/readyz` 503 until it serves on the bus, then 200.
+/// `/readyz` 503 until it serves on the bus, then 200, 503 again while the broker is
+/// killed and 200 once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then_serve() {
     use std::io::BufRead;
@@ -1009,5 +1010,35 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     };
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "done after 2 steps");
+    // The worker's readiness follows its connection: the broker killed, 503 naming the bus;
+    // back, 200.
+    restarted.kill();
+    let wait_worker = |want: u16| {
+        let probe = &probe;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let (status, body) = probe("/readyz").await;
+                if status == want {
+                    return body;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the worker's /readyz never {want}: {body}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let body = wait_worker(503).await;
+    assert_eq!(body["down"][0]["name"], "bus", "{body}");
+    let restarted = tokio::task::spawn_blocking(move || {
+        restarted.restart();
+        restarted
+    })
+    .await
+    .unwrap();
+    wait_worker(200).await;
+    assert_eq!(probe("/healthz").await.0, 200);
     drop(restarted);
 }
