@@ -16,6 +16,7 @@ mod auth;
 mod catalog;
 mod claims;
 mod config;
+mod connection;
 mod denied;
 mod error;
 mod events;
@@ -31,6 +32,7 @@ pub use auth::NatsAuth;
 pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
 pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES, TASK_BODIES as TASK_BODIES_BUCKET};
 pub use config::{NatsConfig, NatsSection};
+pub use connection::connected;
 pub use error::NatsError;
 pub use events::{events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER};
 pub use jobs::{DEADLINE as DEADLINE_HEADER, STREAM as JOBS_STREAM};
@@ -147,30 +149,9 @@ fn connect_failed(error: &str) {
     tracing::warn!(target: "toolyard::nats", %error, "cannot connect to NATS: {hint}");
 }
 
-/// Waits until `client` is connected: a client made by [`connect_with`] returns before its
-/// first connection, which it keeps attempting (with a warning now and then) until the
-/// server is there.
-pub async fn connected(client: &async_nats::Client) {
-    let events = connection_events();
-    loop {
-        // Armed before the state is read: a connection from here on wakes it.
-        let changed = events.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        if matches!(
-            client.connection_state(),
-            async_nats::connection::State::Connected
-        ) {
-            return;
-        }
-        // A client of the embedder's own reports no events: it is polled.
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(250), changed).await;
-    }
-}
-
 /// Woken when a connection made by [`connect_with`] goes down or comes back. Process-wide:
 /// the event callback does not know which client it serves, so each watcher reads its own
-/// client's state (`remote::watch_connection`).
+/// client's state (`connection::watch_connection`).
 pub(crate) fn connection_events() -> &'static tokio::sync::Notify {
     static EVENTS: tokio::sync::Notify = tokio::sync::Notify::const_new();
     &EVENTS

@@ -97,7 +97,7 @@ struct Inner {
     /// The one reply subscription every call is answered on (`replies`). A call in flight
     /// when the bus connection is lost ends there at once with -32010 (its frames may have
     /// been dropped while the connection was down; N5, N9), instead of at its inactivity
-    /// deadline (`watch_connection`).
+    /// deadline (`connection::watch_connection`).
     replies: Replies,
     /// Where task-augmented calls go, with `durable_tasks` (set before the first catalog
     /// entry is applied, so no worker's tool is exposed before it is).
@@ -198,7 +198,7 @@ impl RemoteTools {
                 catalog.reported_down = true;
             }
         }
-        let connection = tokio::spawn(watch_connection(
+        let connection = tokio::spawn(crate::connection::watch_connection(
             inner.server.clone(),
             inner.client.clone(),
             Some(inner.replies.loss_signal()),
@@ -373,87 +373,6 @@ async fn attach(inner: &Arc<Inner>) -> Result<async_nats::jetstream::kv::Watch, 
     }
     inner.keep_only(&present);
     Ok(watch)
-}
-
-/// How long after a connection event its client's state is read (`watch_connection`).
-const EVENT_SETTLES: Duration = Duration::from_millis(20);
-
-/// The bus connection as a required component of the server's lifecycle: a gateway whose
-/// NATS connection is down cannot reach any worker, so it is not ready (`/readyz` 503) until
-/// the client reconnects. async-nats reports connection events only to a callback set before
-/// connecting: a client made by [`crate::connect`] has ours, which wakes this watch at once
-/// (it then looks every 5 s only as a backstop, so an idle gateway does not wake four times a
-/// second); a client of the embedder's own is polled every 250 ms.
-///
-/// An outage shorter than a tick (async-nats reconnects at once when the server closes the
-/// connection, e.g. as a slow consumer) is seen in the client's count of connections; it
-/// loses the calls in flight just the same, since frames sent while it lasted are gone.
-pub(crate) async fn watch_connection(
-    server: Server,
-    client: Client,
-    lost: Option<crate::replies::LossSignal>,
-) {
-    use async_nats::connection::State as Conn;
-    use std::sync::atomic::Ordering;
-    let lifecycle = server.lifecycle();
-    let statistics = client.statistics();
-    let mut connects = statistics.connects.load(Ordering::Relaxed);
-    // Unknown at first: the first look publishes what it sees.
-    let mut up: Option<bool> = None;
-    let every = if crate::events_wired(&client) {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_millis(250)
-    };
-    let mut tick = tokio::time::interval(every);
-    let events = crate::connection_events();
-    let mut changed = Box::pin(events.notified());
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = changed.as_mut() => {
-                // async-nats sends the event a moment before its state says so.
-                tokio::time::sleep(EVENT_SETTLES).await;
-            }
-        }
-        // Armed before the state is read: a change from here on wakes the next round.
-        changed.set(events.notified());
-        changed.as_mut().enable();
-        let now = matches!(client.connection_state(), Conn::Connected);
-        let count = statistics.connects.load(Ordering::Relaxed);
-        // From none, it is the first connection (async-nats connects in the background when
-        // the broker is not there at start), not a loss.
-        let reconnected = count != connects && connects > 0;
-        connects = count;
-        if up == Some(now) {
-            if now && reconnected {
-                if let Some(lost) = &lost {
-                    tracing::warn!(target: "toolyard::nats", "the NATS connection was lost and is back: the calls in flight end with -32010");
-                    lost.lost();
-                }
-            }
-            continue;
-        }
-        up = Some(now);
-        if !now {
-            if let Some(lost) = &lost {
-                lost.lost();
-            }
-        }
-        lifecycle.publish(if now {
-            toolyard::LifecycleEvent::ComponentUp {
-                kind: "nats",
-                name: "bus".to_owned(),
-            }
-        } else {
-            toolyard::LifecycleEvent::ComponentDown {
-                kind: "nats",
-                name: "bus".to_owned(),
-                reason: "disconnected from the NATS server; reconnecting".to_owned(),
-                required: true,
-            }
-        });
-    }
 }
 
 impl Inner {

@@ -247,7 +247,7 @@ impl Worker {
             .then(|| tokio::spawn(run_jobs(inner.clone(), client.clone())));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
-        let connection = tokio::spawn(crate::remote::watch_connection(
+        let connection = tokio::spawn(crate::connection::watch_connection(
             inner.server.clone(),
             client.clone(),
             None,
