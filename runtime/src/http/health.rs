@@ -26,13 +26,7 @@ fn readyz(server: &Server) -> Response {
         // Started and nothing required down: it is stopping (or not started yet).
         "shutting-down"
     };
-    let down: Vec<_> = readiness
-        .down
-        .iter()
-        .map(|(kind, name, reason, required)| {
-            serde_json::json!({"kind": kind, "name": name, "reason": reason, "required": required})
-        })
-        .collect();
+    let down = down_json(&readiness);
     let code = if readiness.ready {
         StatusCode::OK
     } else {
@@ -44,6 +38,17 @@ fn readyz(server: &Server) -> Response {
         serde_json::json!({"status": status, "down": down}).to_string(),
     )
         .into_response()
+}
+
+/// The components down, as both `/readyz` bodies list them.
+pub(crate) fn down_json(readiness: &toolyard_actors::Readiness) -> Vec<serde_json::Value> {
+    readiness
+        .down
+        .iter()
+        .map(|(kind, name, reason, required)| {
+            serde_json::json!({"kind": kind, "name": name, "reason": reason, "required": required})
+        })
+        .collect()
 }
 
 #[cfg(test)]

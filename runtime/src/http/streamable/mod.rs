@@ -87,13 +87,7 @@ pub(crate) async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
     } else {
         "not-ready"
     };
-    let down: Vec<_> = readiness
-        .down
-        .iter()
-        .map(|(kind, name, reason, required)| {
-            serde_json::json!({"kind": kind, "name": name, "reason": reason, "required": required})
-        })
-        .collect();
+    let down = super::health::down_json(&readiness);
     let body = serde_json::json!({
         "status": status_text,
         "sessions": state.sessions.len(),
