@@ -851,6 +851,30 @@ async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `GET url`: its status and its JSON body (null when it is not JSON).
+async fn get_json(url: &str) -> (u16, Value) {
+    let r = reqwest::get(url).await.unwrap();
+    let status = r.status().as_u16();
+    let body = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// Polls `GET url` until it answers `want` (30 s at most); its body then.
+async fn wait_for_status(url: &str, want: u16) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = get_json(url).await;
+        if status == want {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url} never answered {want}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// How long a worker without its broker lived before it waited for it.
 const GAVE_UP: Duration = Duration::from_secs(8);
 
@@ -873,16 +897,8 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     })
     .await
     .unwrap();
-    let readyz = || {
-        let url = format!("{}/readyz", gateway.base_url());
-        async move {
-            let r = reqwest::get(url).await.unwrap();
-            let status = r.status().as_u16();
-            let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
-            (status, body)
-        }
-    };
-    let (status, body) = readyz().await;
+    let gateway_readyz = format!("{}/readyz", gateway.base_url());
+    let (status, body) = get_json(&gateway_readyz).await;
     assert_eq!(status, 503, "{body}");
     let down: Vec<&str> = body["down"]
         .as_array()
@@ -932,20 +948,14 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
         worker.0.try_wait().unwrap().is_none(),
         "the worker exited without its broker"
     );
-    assert_eq!(readyz().await.0, 503);
+    assert_eq!(get_json(&gateway_readyz).await.0, 503);
     // The worker's probes: alive, not ready (not serving on the bus yet).
-    let probe = |path: &str| {
-        let url = format!("http://{health}{path}");
-        async move {
-            let r = reqwest::get(url).await.unwrap();
-            let status = r.status().as_u16();
-            let body: Value =
-                serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
-            (status, body)
-        }
-    };
-    assert_eq!(probe("/healthz").await.0, 200);
-    let (status, body) = probe("/readyz").await;
+    let (worker_healthz, worker_readyz) = (
+        format!("http://{health}/healthz"),
+        format!("http://{health}/readyz"),
+    );
+    assert_eq!(get_json(&worker_healthz).await.0, 200);
+    let (status, body) = get_json(&worker_readyz).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["down"][0]["name"], "bus", "{body}");
 
@@ -956,24 +966,8 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     .await
     .unwrap();
     wait_for_line("serving on");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = probe("/readyz").await;
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the worker never ready: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = readyz().await;
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never ready: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_status(&worker_readyz, 200).await;
+    wait_for_status(&gateway_readyz, 200).await;
     let mcp = gateway.url();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -1013,24 +1007,7 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     // The worker's readiness follows its connection: the broker killed, 503 naming the bus;
     // back, 200.
     restarted.kill();
-    let wait_worker = |want: u16| {
-        let probe = &probe;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let (status, body) = probe("/readyz").await;
-                if status == want {
-                    return body;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "the worker's /readyz never {want}: {body}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    let body = wait_worker(503).await;
+    let body = wait_for_status(&worker_readyz, 503).await;
     assert_eq!(body["down"][0]["name"], "bus", "{body}");
     let restarted = tokio::task::spawn_blocking(move || {
         restarted.restart();
@@ -1038,7 +1015,7 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     })
     .await
     .unwrap();
-    wait_worker(200).await;
-    assert_eq!(probe("/healthz").await.0, 200);
+    wait_for_status(&worker_readyz, 200).await;
+    assert_eq!(get_json(&worker_healthz).await.0, 200);
     drop(restarted);
 }
