@@ -16,6 +16,7 @@ mod client;
 mod config_file;
 #[cfg(feature = "nats")]
 mod nats_auth;
+mod probe;
 mod telemetry;
 #[cfg(feature = "nats")]
 mod worker;
@@ -47,6 +48,9 @@ enum Command {
     /// Serve tools on a NATS bus, as one of any number of workers sharing the load.
     #[cfg(feature = "nats")]
     Worker(Box<worker::WorkerArgs>),
+    /// GET an HTTP health endpoint (a worker's --health, a gateway's /readyz) and exit 0
+    /// only on a 2xx answer: the container healthcheck of an image with no shell or curl.
+    Probe(probe::ProbeArgs),
     /// The orphan watchdog (started by Toolyard itself; see `toolyard::client::orphans`).
     #[command(name = toolyard_client::orphans::WATCHDOG_ARG, hide = true)]
     ReapOrphans,
@@ -176,6 +180,12 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
         Command::Worker(args) => worker::run(*args).map(|()| std::process::ExitCode::SUCCESS),
         #[cfg(feature = "agent")]
         Command::Agent(args) => agent::main(*args),
+        Command::Probe(args) => {
+            let runtime = runtime(1)?;
+            runtime
+                .block_on(probe::run(args))
+                .map(|()| std::process::ExitCode::SUCCESS)
+        }
         Command::Client(args) => {
             telemetry::init_logging(
                 &std::env::var("TOOLYARD_LOG").unwrap_or_else(|_| "warn".into()),

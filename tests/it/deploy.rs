@@ -156,6 +156,15 @@ fn assert_compose_says(compose: &str, service: &Service, common: &[(&str, &str, 
                 && compose.contains("replicas: 3"),
             "compose mounts deploy/config/worker.toml into a pool of 3 workers"
         );
+        // The workers here run without TOOLYARD_HEALTH (three on one host cannot share its
+        // port); in compose, the healthcheck asks the port TOOLYARD_HEALTH gives.
+        assert!(
+            compose.contains("TOOLYARD_HEALTH: 127.0.0.1:8081")
+                && compose.contains(
+                    r#"test: ["CMD", "/usr/local/bin/toolyard", "probe", "http://127.0.0.1:8081/readyz"]"#
+                ),
+            "compose's worker healthcheck probes the /readyz of the worker's TOOLYARD_HEALTH"
+        );
     } else {
         assert!(compose.contains("../config/gateway.toml:/etc/toolyard/gateway.toml:ro"));
     }

@@ -28,4 +28,5 @@ mod nats;
 mod nats_auth;
 #[cfg(all(feature = "otel", feature = "nats"))]
 mod otel;
+mod probe;
 mod stdio;
