@@ -294,7 +294,6 @@ mod tests {
     fn a_server_older_than_2_11_is_named_with_the_version_needed() {
         let info = |version: &str| async_nats::ServerInfo {
             version: version.to_owned(),
-            server_name: "n1".to_owned(),
             ..Default::default()
         };
         let why = older_than_supported(&info("2.9.10")).expect("2.9 is too old");

@@ -91,37 +91,11 @@ pub async fn connect_with(
     options
         .name(name)
         .retry_on_initial_connect()
-        // A publish the server's permissions refuse is reported only here (N15): the calls
-        // waiting on that subject end at once with -32013 instead of at their deadline.
+        // Every event is handled at once, without awaiting: async-nats runs the callbacks
+        // one after another.
         .event_callback(move |event| {
-            let servers = servers.clone();
-            async move {
-            match event {
-                async_nats::Event::ServerError(async_nats::ServerError::Other(message)) => {
-                    match denied::refused_publish(&message) {
-                        Some(subject) => replies::refuse(subject, &message),
-                        None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
-                    }
-                }
-                // Otherwise a process whose credentials the server refuses, or whose TLS
-                // fails, would retry in silence.
-                async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
-                    tracing::warn!(target: "toolyard::nats", "the NATS server refused our credentials (authorization violation): check the URL's user or token, the credentials file or the nkey seed");
-                }
-                async_nats::Event::ClientError(error) => connect_failed(error.to_string(), servers),
-                // The connection watchers look now, not at their next tick.
-                async_nats::Event::Connected | async_nats::Event::Disconnected => {
-                    tracing::debug!(target: "toolyard::nats", event = %event, "NATS connection event");
-                    connection_events().notify_waiters();
-                }
-                // Frames for the calls in flight may be gone: they end now, -32010 (`replies`).
-                async_nats::Event::SlowConsumer(sid) => {
-                    tracing::warn!(target: "toolyard::nats", sid, "the NATS connection dropped messages for a slow subscription: the calls in flight end with -32010");
-                    replies::slow_consumer();
-                }
-                other => tracing::debug!(target: "toolyard::nats", event = %other, "NATS connection event"),
-            }
-            }
+            on_event(event, &servers);
+            std::future::ready(())
         })
         .connect(urls)
         .await
@@ -134,6 +108,37 @@ pub async fn connect_with(
             url: without_credentials(url),
             reason: e.to_string(),
         })
+}
+
+/// What the bridge does with a connection event of a client made by [`connect_with`]. A
+/// publish the server's permissions refuse is reported only here (N15): the calls waiting on
+/// that subject end at once with -32013 instead of at their deadline.
+fn on_event(event: async_nats::Event, servers: &std::sync::Arc<[String]>) {
+    match event {
+        async_nats::Event::ServerError(async_nats::ServerError::Other(message)) => {
+            match denied::refused_publish(&message) {
+                Some(subject) => replies::refuse(subject, &message),
+                None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
+            }
+        }
+        // Otherwise a process whose credentials the server refuses, or whose TLS
+        // fails, would retry in silence.
+        async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
+            tracing::warn!(target: "toolyard::nats", "the NATS server refused our credentials (authorization violation): check the URL's user or token, the credentials file or the nkey seed");
+        }
+        async_nats::Event::ClientError(error) => connect_failed(error.to_string(), servers.clone()),
+        // The connection watchers look now, not at their next tick.
+        async_nats::Event::Connected | async_nats::Event::Disconnected => {
+            tracing::debug!(target: "toolyard::nats", event = %event, "NATS connection event");
+            connection_events().notify_waiters();
+        }
+        // Frames for the calls in flight may be gone: they end now, -32010 (`replies`).
+        async_nats::Event::SlowConsumer(sid) => {
+            tracing::warn!(target: "toolyard::nats", sid, "the NATS connection dropped messages for a slow subscription: the calls in flight end with -32010");
+            replies::slow_consumer();
+        }
+        other => tracing::debug!(target: "toolyard::nats", event = %other, "NATS connection event"),
+    }
 }
 
 /// A connection attempt failed (async-nats retries with a backoff): said at most every 5 s.
