@@ -1036,21 +1036,28 @@ async fn a_gateway_and_a_worker_on_a_nats_server_older_than_2_11_say_the_version
     let mut child = spawn_worker(&["--nats", &nats.url(), "--name", "old"], Stdio::piped());
     let stderr = child.stderr.take().unwrap();
     let _worker = WorkerProcess(child);
-    let said = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(30);
+    // Read on a thread of its own, so a worker that says nothing fails the test at the
+    // deadline instead of hanging it.
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
             .lines()
             .map_while(Result::ok)
         {
             eprintln!("{line}");
-            if line.contains("2.11 or newer") || Instant::now() > deadline {
-                return line;
+            if lines_tx.send(line).is_err() {
+                break;
             }
         }
-        String::new()
-    })
-    .await
-    .unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let said = loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if line.contains("2.11 or newer") => break line,
+            Ok(_) => {}
+            Err(e) => panic!("the worker never said which version it needs ({e})"),
+        }
+    };
     assert!(
         said.contains("version 2.10.26") && said.contains("2.11 or newer"),
         "the worker did not say the server's version and the one it needs: {said:?}"
