@@ -878,6 +878,44 @@ async fn wait_for_status(url: &str, want: u16) -> Value {
 /// How long a worker without its broker lived before it waited for it.
 const GAVE_UP: Duration = Duration::from_secs(8);
 
+/// A child's stderr, line by line, read on a thread of its own (each line echoed to the
+/// test's stderr), so that waiting for a line has a deadline: a process that says nothing
+/// fails the test instead of hanging it.
+struct StderrLines(std::sync::mpsc::Receiver<String>);
+
+impl StderrLines {
+    fn of(child: &mut Child) -> StderrLines {
+        use std::io::BufRead;
+        let stderr = child.stderr.take().expect("spawned with a piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                eprintln!("{line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        StderrLines(rx)
+    }
+
+    /// The next line containing `what`, within 30 s.
+    fn wait_for(&self, what: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.0.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("the process never said {what:?} ({e}): it exited, or hangs"),
+            }
+        }
+    }
+}
+
 /// A gateway and a worker started while their broker is down wait for it instead of
 /// failing (both used to exit once their first bucket lookup ran out, ~6-10 s in): the
 /// gateway serves HTTP at once, `/healthz` 200 and `/readyz` 503 naming the bus and the
@@ -888,7 +926,6 @@ const GAVE_UP: Duration = Duration::from_secs(8);
 /// killed and 200 once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then_serve() {
-    use std::io::BufRead;
     let nats = NatsServer::start();
     nats.kill();
     let url = nats.url();
@@ -915,35 +952,12 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
         &["--nats", &nats.url(), "--name", "late", "--health", &health],
         Stdio::piped(),
     );
-    let stderr = child.stderr.take().unwrap();
+    let lines = StderrLines::of(&mut child);
     let mut worker = WorkerProcess(child);
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            eprintln!("{line}");
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_for_line = |what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lines_rx.recv_timeout(left) {
-                Ok(line) if line.contains(what) => return,
-                Ok(_) => {}
-                Err(e) => panic!("the worker never said {what:?} ({e}): it exited, or hangs"),
-            }
-        }
-    };
     // It says why it cannot connect (what a plain TCP connection to the broker's address
     // says), and is still there past the point where it used to give up (~6 s after its
     // start).
-    wait_for_line(&format!(
+    lines.wait_for(&format!(
         "cannot connect to NATS: 127.0.0.1:{}: Connection refused",
         nats.port()
     ));
@@ -969,7 +983,7 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
     })
     .await
     .unwrap();
-    wait_for_line("serving on");
+    lines.wait_for("serving on");
     wait_for_status(&worker_readyz, 200).await;
     wait_for_status(&gateway_readyz, 200).await;
     let mcp = gateway.url();
@@ -1031,33 +1045,11 @@ async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then
 /// worker on stderr, the gateway in its `/readyz` (the catalog down, with that reason).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_and_a_worker_on_a_nats_server_older_than_2_11_say_the_version_they_need() {
-    use std::io::BufRead;
     let nats = NatsServer::start_old();
     let mut child = spawn_worker(&["--nats", &nats.url(), "--name", "old"], Stdio::piped());
-    let stderr = child.stderr.take().unwrap();
+    let lines = StderrLines::of(&mut child);
     let _worker = WorkerProcess(child);
-    // Read on a thread of its own, so a worker that says nothing fails the test at the
-    // deadline instead of hanging it.
-    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            eprintln!("{line}");
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let said = loop {
-        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) if line.contains("2.11 or newer") => break line,
-            Ok(_) => {}
-            Err(e) => panic!("the worker never said which version it needs ({e})"),
-        }
-    };
+    let said = lines.wait_for("2.11 or newer");
     assert!(
         said.contains("version 2.10.26") && said.contains("2.11 or newer"),
         "the worker did not say the server's version and the one it needs: {said:?}"
