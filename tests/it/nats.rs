@@ -178,6 +178,99 @@ fn a_plain_nats_client_sends_and_gets_oversize_bodies_through_claims() {
     );
 }
 
+/// `toolyard worker --notification-backlog 4` in front of an upstream that floods progress
+/// (a gateway source, `tests/fixtures/fault_server.py progress-flood`: 2 000 reports written
+/// with the answer in one go, relayed by the one-thread worker as fast as it reads them):
+/// at most 4 reports wait in the worker to be published, newer ones are dropped. A plain
+/// NATS client still gets the answer and an unbroken `Mcp-Seq`; the worker says it drops
+/// some, and how many once the request ends: what came plus what it dropped is every report
+/// the upstream made, so none is lost unsaid. (The crate test pins the default, 512, with a
+/// tool in the worker's own process.)
+#[test]
+fn a_worker_given_a_notification_backlog_drops_a_progress_flood_beyond_it_and_says_how_many() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let dir =
+        std::env::temp_dir().join(format!("toolyard-it-worker-backlog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("worker.toml");
+    let fixture = repo().join("tests/fixtures/fault_server.py");
+    std::fs::write(
+        &config,
+        format!(
+            "[[sources]]\nname = \"up\"\ncommand = \"python3\"\nargs = [\"-S\", {:?}, \"progress-flood\"]\n",
+            fixture.to_string_lossy()
+        ),
+    )
+    .unwrap();
+    let mut child = spawn_worker(
+        &[
+            "--nats",
+            &url,
+            "--name",
+            "calc",
+            "--config",
+            &config.to_string_lossy(),
+            "--workers",
+            "1",
+            "--notification-backlog",
+            "4",
+        ],
+        Stdio::piped(),
+    );
+    let stderr = StderrLines::of(&mut child);
+    let _worker = WorkerProcess(child);
+    stderr.wait_for("serving on");
+    let reports = 2000;
+    let answer = nats_client(&url, "up__echo", &json!({ "reports": reports }), &[]);
+    let frames = answer["frames"].as_array().unwrap();
+    let last = frames.last().unwrap();
+    assert_eq!(last["frame"], "end", "{last}");
+    let echoed: Value = serde_json::from_str(
+        last["body"]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    assert_eq!(echoed, json!({ "reports": reports }), "{last}");
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(f["seq"], i, "frames are numbered without gaps");
+    }
+    let progress: Vec<f64> = frames
+        .iter()
+        .filter(|f| f["frame"] == "msg")
+        .map(|f| {
+            assert_eq!(f["body"]["method"], "notifications/progress", "{f}");
+            f["body"]["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    // Each time the worker's reader yields, the publisher takes what waits (at most 4): a
+    // few dozen turns over 2 000 lines at most. The default backlog would have kept 512.
+    assert!(
+        !progress.is_empty() && progress.len() < 256,
+        "a few reports came and the rest were dropped: {} came",
+        progress.len()
+    );
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "the reports that came are in order: {progress:?}"
+    );
+    stderr.wait_for("dropping new ones until it catches up");
+    let count = stderr.wait_for("notifications of a request dropped");
+    let dropped: usize = count
+        .split("dropped=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {count:?}"));
+    assert_eq!(
+        progress.len() + dropped,
+        reports,
+        "every report either came or was counted as dropped"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A `toolyard worker` process that has subscribed (it said so on stderr); the rest of its
 /// stderr is passed on.
 fn ready_worker(url: &str, name: &str) -> WorkerProcess {
