@@ -878,12 +878,7 @@ async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
     let first = tokio::task::spawn_blocking(move || ready_worker_with_config(&url, "pool", &cfg))
         .await
         .unwrap();
-    let url = nats.url();
-    let gateway = tokio::task::spawn_blocking(move || {
-        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &url])
-    })
-    .await
-    .unwrap();
+    let gateway = gateway_process(&nats.url()).await;
     let mcp = gateway.url();
     let deadline = Instant::now() + Duration::from_secs(30);
     let created = loop {
@@ -971,6 +966,17 @@ async fn wait_for_status(url: &str, want: u16) -> Value {
 /// How long a worker without its broker lived before it waited for it.
 const GAVE_UP: Duration = Duration::from_secs(8);
 
+/// `toolyard serve --nats URL` as a process (started on a blocking thread: it waits until
+/// the gateway serves HTTP, which may be before its broker is up).
+async fn gateway_process(url: &str) -> toolyard_testkit::ServerProcess {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &url])
+    })
+    .await
+    .unwrap()
+}
+
 /// A child's stderr, line by line, read on a thread of its own (each line echoed to the
 /// test's stderr), so that waiting for a line has a deadline: a process that says nothing
 /// fails the test instead of hanging it.
@@ -1021,12 +1027,7 @@ impl StderrLines {
 async fn a_gateway_and_a_worker_started_before_their_broker_wait_for_it_and_then_serve() {
     let nats = NatsServer::start();
     nats.kill();
-    let url = nats.url();
-    let gateway = tokio::task::spawn_blocking(move || {
-        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &url])
-    })
-    .await
-    .unwrap();
+    let gateway = gateway_process(&nats.url()).await;
     let gateway_readyz = format!("{}/readyz", gateway.base_url());
     let (status, body) = get_json(&gateway_readyz).await;
     assert_eq!(status, 503, "{body}");
@@ -1148,12 +1149,7 @@ async fn a_gateway_and_a_worker_on_a_nats_server_older_than_2_11_say_the_version
         "the worker did not say the server's version and the one it needs: {said:?}"
     );
 
-    let url = nats.url();
-    let gateway = tokio::task::spawn_blocking(move || {
-        toolyard_testkit::ServerProcess::start(BIN, &["serve", "--nats", &url])
-    })
-    .await
-    .unwrap();
+    let gateway = gateway_process(&nats.url()).await;
     let readyz = format!("{}/readyz", gateway.base_url());
     let deadline = Instant::now() + Duration::from_secs(30);
     let reason = loop {
