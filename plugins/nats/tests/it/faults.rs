@@ -237,6 +237,14 @@ async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_u
         message.contains("2025-06-18") && message.contains("2026-07-28"),
         "{message}"
     );
+    // A deadline too far to count from now is no deadline; one that is not a number is
+    // ignored too.
+    for far in ["18446744073709551615", "9223372036854775807", "-5", "soon"] {
+        let mut h = headers("tools/call", Some("echo"));
+        h.insert(wire::TIMEOUT_MS, far);
+        let frames = raw_call(&raw, &echo, h, &call_body("echo")).await;
+        assert_eq!(frames.last().unwrap().0, "end", "{far}: {frames:?}");
+    }
     // The same header naming the body's revision is served.
     let mut same_version = headers("tools/call", Some("echo"));
     same_version.insert(wire::PROTOCOL_VERSION, "2026-07-28");
@@ -1769,19 +1777,16 @@ async fn a_worker_killed_before_its_first_frame_is_32010_long_before_the_inactiv
     );
 }
 
-/// Requests of every kind a worker serves (tools, resources, templates, prompts), their
-/// bodies mutated at random (members dropped or mistyped at any depth, ids and methods
-/// replaced, odd `_meta`), cut short or replaced by junk, published by a plain NATS client
-/// on the subject and headers of the request before the mutation: each gets a terminal
-/// frame (`end` or `err`) on its inbox, an answer to an intact request carries its id, and
-/// the worker still serves a clean call at the end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_stays_up() {
-    use toolyard_testkit::{mutate, Xorshift};
-    let (_nats, _worker, raw) = calc_on_a_broker().await;
-    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientCapabilities": {}});
-    let requests = [
+/// The `_meta` a 2026-07-28 request carries.
+fn modern_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+/// Requests of every kind a `calc` worker serves (tools, resources, templates, prompts) and a
+/// tool it does not: method, name (for the subject and `Mcp-Name`), and params without `_meta`.
+fn served_requests() -> [(&'static str, Option<&'static str>, Value); 5] {
+    [
         (
             "tools/call",
             Some("echo"),
@@ -1799,7 +1804,21 @@ async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_st
             Some("greet"),
             json!({"name": "greet", "arguments": {"name": "x"}}),
         ),
-    ];
+    ]
+}
+
+/// Requests of every kind a worker serves (tools, resources, templates, prompts), their
+/// bodies mutated at random (members dropped or mistyped at any depth, ids and methods
+/// replaced, odd `_meta`), cut short or replaced by junk, published by a plain NATS client
+/// on the subject and headers of the request before the mutation: each gets a terminal
+/// frame (`end` or `err`) on its inbox, an answer to an intact request carries its id, and
+/// the worker still serves a clean call at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_stays_up() {
+    use toolyard_testkit::{mutate, Xorshift};
+    let (_nats, _worker, raw) = calc_on_a_broker().await;
+    let meta = modern_meta();
+    let requests = served_requests();
     let mut rng = Xorshift(0x51_7cc1_b727_220a ^ 21);
     let mut answered = 0;
     for n in 0..300i64 {
@@ -1845,6 +1864,414 @@ async fn mutated_requests_on_the_bus_each_get_a_terminal_frame_and_the_worker_st
     assert!(answered > 150, "{answered} intact requests answered");
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
     assert_echo_answers(&raw, &echo).await;
+}
+
+/// Values a request header may be given instead of its own: empty, blank, numbers out of
+/// range, negative or fractional, another revision, non-ASCII, wildcards, an inbox, a broken
+/// trace context, a value far over any sane length.
+fn odd_header_values() -> Vec<String> {
+    [
+        "",
+        " ",
+        "0",
+        "1",
+        "-1",
+        "1.5",
+        "18446744073709551615",
+        "18446744073709551616",
+        "abc",
+        "2025-06-18",
+        "tools/call",
+        "é€😀",
+        "*",
+        ">",
+        "_INBOX.x.y",
+        "00-zz-zz-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain([
+        "x".repeat(5_000),
+        "k=v,".repeat(300),
+        "claims/../../etc".to_owned(),
+    ])
+    .collect()
+}
+
+/// Requests whose headers are mutated (a header dropped, given an odd value or a second one,
+/// a header the request should not carry added: a frame's, a claim's, a deadline of 0 ms)
+/// and whose subjects sometimes name another method or name, published by a plain NATS
+/// client: each gets the wire's whole answer contract on its inbox — frames numbered from 0
+/// without a gap, each with a known `Mcp-Frame`, exactly one terminal frame (`err` with a
+/// JSON-RPC error that has a code and a message, or `end` with a JSON-RPC response), and
+/// nothing after it — and the worker still serves a clean call at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_with_mutated_headers_and_subjects_each_get_one_numbered_terminal_frame() {
+    use async_nats::header::HeaderName;
+    use std::collections::BTreeMap;
+    use toolyard_testkit::Xorshift;
+    let (_nats, _worker, raw) = calc_on_a_broker().await;
+    let requests = served_requests();
+    let odd = odd_header_values();
+    let names: [HeaderName; 13] = [
+        wire::WIRE,
+        wire::METHOD,
+        wire::NAME,
+        wire::PROTOCOL_VERSION,
+        wire::TIMEOUT_MS,
+        wire::ACCEPT_CLAIM,
+        wire::BODY_CLAIM,
+        wire::TRACEPARENT,
+        wire::TRACESTATE,
+        wire::BAGGAGE,
+        wire::FRAME,
+        wire::SEQ,
+        HeaderName::from_static("X-Junk"),
+    ];
+    // One subscription for every case's inbox, `{inbox}.{case}`: a frame for a case that
+    // has ended shows up here whenever it comes.
+    let inbox = raw.new_inbox();
+    let mut replies = raw.subscribe(format!("{inbox}.*")).await.unwrap();
+    let mut rng = Xorshift(0x6865_6164_6572_7321);
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    for case in 0..300usize {
+        let (method, name, params) = &requests[rng.below(requests.len())];
+        let mut params = params.clone();
+        params["_meta"] = modern_meta();
+        let body = json!({"jsonrpc": "2.0", "id": case, "method": method, "params": params});
+        let mut headers = headers(method, *name);
+        for _ in 0..1 + rng.below(3) {
+            let header = names[rng.below(names.len())].clone();
+            let value = odd[rng.below(odd.len())].clone();
+            match rng.below(3) {
+                0 => {
+                    let mut kept = HeaderMap::new();
+                    for (n, values) in headers.iter().filter(|(n, _)| **n != header) {
+                        for v in values {
+                            kept.append(n.clone(), v.as_str());
+                        }
+                    }
+                    headers = kept;
+                }
+                1 => headers.insert(header, value),
+                _ => headers.append(header, value),
+            }
+        }
+        let subject = if rng.chance(15) {
+            let (other_method, other_name, _) = &requests[rng.below(requests.len())];
+            wire::request_subject(wire::DEFAULT_PREFIX, "calc", other_method, *other_name)
+        } else {
+            wire::request_subject(wire::DEFAULT_PREFIX, "calc", method, *name)
+        };
+        let sent = format!("{subject} {headers:?} {body}");
+        raw.publish_with_reply_and_headers(
+            subject,
+            format!("{inbox}.{case}"),
+            headers,
+            body.to_string().into(),
+        )
+        .await
+        .unwrap();
+        for seq in 0.. {
+            let message = tokio::time::timeout(WAIT, replies.next())
+                .await
+                .unwrap_or_else(|_| panic!("no terminal frame for {sent}"))
+                .expect("the reply subscription ended");
+            let token = message.subject.rsplit('.').next().unwrap_or_default();
+            assert_eq!(
+                token,
+                case.to_string(),
+                "a frame for another case (after its terminal frame?) while waiting for {sent}"
+            );
+            assert_eq!(
+                header_value(&message, wire::SEQ),
+                seq.to_string(),
+                "frames numbered with a gap for {sent}"
+            );
+            let frame = header_value(&message, wire::FRAME);
+            let payload: Value = match frame.as_str() {
+                "msg" | "ka" => continue,
+                "end" | "err" => serde_json::from_slice(&message.payload)
+                    .unwrap_or_else(|e| panic!("{frame} frame not JSON ({e}) for {sent}")),
+                other => panic!("unknown frame `{other}` for {sent}"),
+            };
+            assert_eq!(payload["jsonrpc"], "2.0", "{payload} for {sent}");
+            let outcome = if let Some(error) = payload.get("error") {
+                assert!(error["code"].is_i64(), "{payload} for {sent}");
+                assert!(
+                    error["message"].as_str().is_some_and(|m| !m.is_empty()),
+                    "{payload} for {sent}"
+                );
+                format!("{frame} {}", error["code"])
+            } else {
+                assert_eq!(frame, "end", "an `err` frame without an error: {payload}");
+                assert!(payload["result"].is_object(), "{payload} for {sent}");
+                assert_eq!(payload["id"], json!(case), "{payload} for {sent}");
+                "end result".to_owned()
+            };
+            *outcomes.entry(outcome).or_default() += 1;
+            break;
+        }
+    }
+    // Nothing follows a terminal frame.
+    if let Ok(Some(late)) = tokio::time::timeout(Duration::from_millis(500), replies.next()).await {
+        panic!("a frame after its request's terminal frame: {late:?}");
+    }
+    eprintln!("outcomes: {outcomes:?}");
+    assert!(
+        outcomes.get("end result").is_some_and(|n| *n > 30),
+        "too few requests survived their mutations to be served: {outcomes:?}"
+    );
+    let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
+    assert_echo_answers(&raw, &echo).await;
+}
+
+/// A worker speaking the wire by hand whose one tool, `play`, answers with the frames its
+/// arguments script (`{"case": n, "script": [{"frame", "seq", "body"}, ...]}`): the frame
+/// header (`end`, `err`, `msg`, `ka`, or an unknown or missing one), its `Mcp-Seq` (`ok`,
+/// or a gap, the previous number again, junk, none: the last two leave the frame unnumbered) and its body (a result, an error, a progress report,
+/// nothing, junk, a result that is not an object, a claim that does not exist).
+async fn scripted_frames_worker(url: &str, server: &str) {
+    let bus = connect(url).await;
+    put_catalog_entry(&bus, server, "scripted-1", &["play"]).await;
+    // Its catalog entry put again on a heartbeat, as a worker's is (else it expires after
+    // three heartbeats, and a long run would find the tool gone).
+    let (beat, name) = (bus.clone(), server.to_owned());
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(toolyard_nats::HEARTBEAT).await;
+            put_catalog_entry(&beat, &name, "scripted-1", &["play"]).await;
+        }
+    });
+    let mut requests = bus
+        .subscribe(wire::worker_subject("mcp.v1", server))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let Some(reply) = request.reply.clone() else {
+                continue;
+            };
+            let body: Value = serde_json::from_slice(&request.payload).unwrap_or_default();
+            let id = body["id"].clone();
+            let arguments = &body["params"]["arguments"];
+            let case = arguments["case"].as_u64().unwrap_or_default();
+            let mut seq = 0u64;
+            for step in arguments["script"].as_array().into_iter().flatten() {
+                let field = |name: &str| step[name].as_str().unwrap_or_default().to_owned();
+                let mut headers = HeaderMap::new();
+                if !field("frame").is_empty() {
+                    headers.insert(wire::FRAME, field("frame").as_str());
+                }
+                // The numbered frames count; one with junk or no number is not numbered.
+                let numbered = match field("seq").as_str() {
+                    "ok" => Some(seq),
+                    "skip" => Some(seq + 1),
+                    "repeat" => Some(seq.saturating_sub(1)),
+                    "junk" => {
+                        headers.insert(wire::SEQ, "x");
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(n) = numbered {
+                    headers.insert(wire::SEQ, n.to_string().as_str());
+                    seq += 1;
+                }
+                let payload = match field("body").as_str() {
+                    "result" => json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "content": [{"type": "text", "text": format!("case {case}")}]}})
+                    .to_string(),
+                    "error" => json!({"jsonrpc": "2.0", "id": id, "error": {
+                        "code": -32099, "message": format!("scripted error {case}")}})
+                    .to_string(),
+                    "progress" => json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                        "params": {"progressToken": "t", "progress": 1}})
+                    .to_string(),
+                    "junk" => "{not json".to_owned(),
+                    "not_object" => {
+                        json!({"jsonrpc": "2.0", "id": id, "result": "a string"}).to_string()
+                    }
+                    "claim" => {
+                        headers.insert(wire::CLAIM, "no-such-claim");
+                        String::new()
+                    }
+                    _ => String::new(),
+                };
+                let _ = bus
+                    .publish_with_headers(reply.clone(), headers, payload.into())
+                    .await;
+            }
+        }
+    });
+}
+
+/// What a gateway must make of a script of frames, by the wire's rules (docs/nats.md): the
+/// first frame that ends the call decides. `Ok` is the result's text; `Err` the JSON-RPC
+/// code, or `None` for a call the worker says it cancelled (an empty `end`: a tool error).
+fn scripted_outcome(script: &[Value]) -> Result<String, Option<i32>> {
+    let mut numbered = 0;
+    for step in script {
+        let field = |name: &str| step[name].as_str().unwrap_or_default();
+        match field("seq") {
+            "skip" => return Err(Some(wire::STREAM_LOST)),
+            // The first numbered frame's repeat is itself (numbers start at 0).
+            "repeat" if numbered > 0 => return Err(Some(wire::STREAM_LOST)),
+            "ok" | "repeat" => numbered += 1,
+            // A frame without a number (or with one that is not a number) is not counted.
+            _ => {}
+        }
+        match (field("frame"), field("body")) {
+            ("msg" | "ka", _) => continue,
+            ("end" | "err", "result") => return Ok(step["text"].as_str().unwrap().to_owned()),
+            ("end" | "err", "error") => return Err(Some(-32099)),
+            ("end", "claim") => return Err(Some(wire::PAYLOAD_TOO_LARGE)),
+            ("end", "empty") => return Err(None),
+            // Junk, a result of the wrong shape, an empty `err`, an unknown or missing frame.
+            _ => return Err(Some(wire::STREAM_LOST)),
+        }
+    }
+    // No terminal frame: the call ends at its inactivity deadline.
+    Err(Some(wire::STREAM_LOST))
+}
+
+/// A script of one to four frames; one script in twenty has no terminal frame.
+fn frame_script(rng: &mut toolyard_testkit::Xorshift, case: u64) -> Vec<Value> {
+    let pick = |rng: &mut toolyard_testkit::Xorshift, weighted: &[(&'static str, usize)]| {
+        let total: usize = weighted.iter().map(|w| w.1).sum();
+        let mut at = rng.below(total);
+        for (value, weight) in weighted {
+            if at < *weight {
+                return *value;
+            }
+            at -= weight;
+        }
+        unreachable!()
+    };
+    let silent = rng.chance(5);
+    let frames = 1 + rng.below(4);
+    (0..frames)
+        .map(|i| {
+            let last = i + 1 == frames;
+            let frame = if silent || !last && rng.chance(60) {
+                pick(rng, &[("msg", 3), ("ka", 2)])
+            } else {
+                pick(
+                    rng,
+                    &[("end", 60), ("err", 25), ("zzz", 5), ("", 5), ("msg", 5)],
+                )
+            };
+            let body = match frame {
+                "msg" => pick(rng, &[("progress", 4), ("junk", 1)]),
+                "ka" => "empty",
+                "end" => pick(
+                    rng,
+                    &[
+                        ("result", 60),
+                        ("error", 15),
+                        ("empty", 5),
+                        ("junk", 10),
+                        ("not_object", 5),
+                        ("claim", 5),
+                    ],
+                ),
+                "err" => pick(rng, &[("error", 8), ("junk", 1), ("empty", 1)]),
+                _ => pick(rng, &[("result", 1), ("junk", 1)]),
+            };
+            let seq = pick(
+                rng,
+                &[
+                    ("ok", 80),
+                    ("skip", 5),
+                    ("repeat", 5),
+                    ("junk", 5),
+                    ("none", 5),
+                ],
+            );
+            json!({"frame": frame, "seq": seq, "body": body, "text": format!("case {case}")})
+        })
+        .collect()
+}
+
+/// Scripted frame streams from a worker — frames and keepalives numbered right or with a
+/// gap, a repeat, junk or no number; unknown or missing `Mcp-Frame`; answers that are
+/// results, errors, empty, junk, of the wrong shape or a claim that does not exist; streams
+/// with no terminal frame at all — eight calls at a time through one gateway: each call ends
+/// as the wire's rules say (`scripted_outcome`): the scripted result, or the JSON-RPC error
+/// that names the fault, never a success from a broken stream and never a hang; and the
+/// gateway then still serves a real worker's tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripted_frame_streams_from_a_worker_each_end_as_the_wire_says_and_the_gateway_stays_up() {
+    use toolyard_testkit::Xorshift;
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let gw = gateway(
+        &nats.url(),
+        RemoteConfig {
+            inactivity: Duration::from_secs(1),
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
+    scripted_frames_worker(&nats.url(), "scripted").await;
+    listed(&gw.client, |n| {
+        n.iter().any(|t| t == "scripted__play") && n.iter().any(|t| t == "calc__echo")
+    })
+    .await;
+    let mut rng = Xorshift(0x7363_7269_7074_7321);
+    let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();
+    for round in 0..25u64 {
+        let calls = (0..8u64).map(|i| {
+            let case = round * 8 + i;
+            let script = frame_script(&mut rng, case);
+            let client = gw.client.clone();
+            async move {
+                let arguments = json!({"case": case, "script": script});
+                let outcome = tokio::time::timeout(
+                    WAIT,
+                    client.call_tool("scripted__play", arguments.clone()),
+                )
+                .await
+                .unwrap_or_else(|_| panic!("the call hung: {arguments}"));
+                (script, outcome)
+            }
+        });
+        for (script, outcome) in futures_util::future::join_all(calls).await {
+            let expected = scripted_outcome(&script);
+            let seen = match &outcome {
+                Ok(result) if result.is_error != Some(true) => Ok(text(result)),
+                // A call its worker says it cancelled is a tool error that says so.
+                Ok(result) if text(result) == "the call was cancelled" => Err(None),
+                Ok(result) => panic!("a tool error for {script:?}: {}", text(result)),
+                Err(e) => match e.rpc() {
+                    Some(error) => Err(Some(error.code)),
+                    None => panic!("not a JSON-RPC error for {script:?}: {e}"),
+                },
+            };
+            assert_eq!(seen, expected, "{script:?} -> {outcome:?}");
+            let kind = match seen {
+                Ok(_) => "answered".to_owned(),
+                Err(None) => "cancelled".to_owned(),
+                Err(Some(code)) => code.to_string(),
+            };
+            *outcomes.entry(kind).or_default() += 1;
+        }
+    }
+    eprintln!("outcomes: {outcomes:?}");
+    // The seed's scripts reach every kind of ending.
+    for kind in ["answered", "cancelled", "-32010", "-32012", "-32099"] {
+        assert!(
+            outcomes.contains_key(kind),
+            "no call ended {kind}: {outcomes:?}"
+        );
+    }
+    let echo = gw
+        .client
+        .call_tool("calc__echo", json!({"message": "still serving"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echo), "still serving");
 }
 
 /// A worker speaking the wire by hand that answers each of its tools with a frame that is
