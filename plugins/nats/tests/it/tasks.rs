@@ -867,3 +867,88 @@ async fn a_task_store_made_before_its_broker_fails_clearly_until_the_bucket_open
     assert_eq!(read.task_id, created.task_id);
     drop(nats);
 }
+
+/// Jobs no gateway wrote, published straight to the work queue by a plain JetStream client —
+/// no `Nats-Msg-Id`, one that is no task id, a body that is not a call, a task with no
+/// record, a deadline passed, a body claim with a body, a tool the worker lacks: each is
+/// terminated (the queue empties, so none is redelivered for ever), none runs a tool or
+/// creates a record, and a real task submitted after them runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_jobs_on_the_work_queue_are_terminated_and_the_next_task_runs() {
+    use async_nats::HeaderMap;
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(5)).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let bus = connect(&nats.url()).await;
+    let js = jetstream::new(bus.clone());
+    let call = json!({"name": "sleep_task", "arguments": {"ms": 1}}).to_string();
+    let id = |id| ("Nats-Msg-Id", id);
+    // The tool of the job's subject, its headers and its body.
+    let jobs = [
+        ("sleep_task", vec![], "{not json"),
+        ("sleep_task", vec![id("../../x")], call.as_str()),
+        ("sleep_task", vec![id("NoRecordJunk1")], "{not json"),
+        ("sleep_task", vec![id("NoRecordCall2")], call.as_str()),
+        (
+            "sleep_task",
+            vec![id("PassedDeadline3"), ("Mcp-Deadline", "1")],
+            call.as_str(),
+        ),
+        (
+            "sleep_task",
+            vec![id("ClaimWithBody4"), ("Mcp-Body-Claim", "1")],
+            call.as_str(),
+        ),
+        (
+            "nope",
+            vec![id("NoSuchTool5")],
+            r#"{"name":"nope","arguments":{}}"#,
+        ),
+        (
+            "sleep_task",
+            vec![id("WrongShape6")],
+            r#"{"name":7,"arguments":[]}"#,
+        ),
+    ];
+    for (tool, pairs, body) in jobs {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(name, value);
+        }
+        js.publish_with_headers(
+            format!("mcp.v1.task.calc.{tool}"),
+            headers,
+            body.to_owned().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    // Terminated, not redelivered: the work queue empties well before a redelivery would
+    // be due (ack_wait 5 s) and stays empty.
+    jobs_settled(&bus).await;
+    assert_eq!(seen.started.load(Ordering::SeqCst), 0, "a hostile job ran");
+    let kv = js.get_key_value(TASKS_BUCKET).await.unwrap();
+    for id in [
+        "NoRecordJunk1",
+        "NoRecordCall2",
+        "PassedDeadline3",
+        "ClaimWithBody4",
+        "NoSuchTool5",
+        "WrongShape6",
+    ] {
+        assert!(
+            kv.entry(format!("task.{id}")).await.unwrap().is_none(),
+            "a record for {id}"
+        );
+    }
+    // The worker goes on taking jobs.
+    let id = submit(&client, 10).await;
+    let done = terminal(&client, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(seen.started.load(Ordering::SeqCst), 1);
+    jobs_settled(&bus).await;
+}
