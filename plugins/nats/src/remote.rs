@@ -1717,6 +1717,15 @@ async fn call_once(
             Some(Frame::End) if message.payload.is_empty() => {
                 break Err(HandlerError::failed("the call was cancelled").into())
             }
+            // An `err` frame carries the bridge's JSON-RPC error: a result in one is a
+            // broken worker's, never an answer.
+            Some(Frame::Err) if carries_result(&message.payload) => {
+                break Err(bus_error(
+                    wire::STREAM_LOST,
+                    "an `err` frame whose body is a result, not a JSON-RPC error",
+                )
+                .into())
+            }
             Some(Frame::End | Frame::Err) => break Ok(message.payload),
             None => {
                 let why = match frame {
@@ -1927,6 +1936,15 @@ fn answer<T: Forwarded>(payload: &[u8]) -> Result<Answer<T>, HandlerError> {
             "the worker's answer is not a JSON-RPC response",
         )),
     }
+}
+
+/// Whether a response has a `result` member (an `err` frame's must not).
+fn carries_result(payload: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Response {
+        result: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Response>(payload).is_ok_and(|r| r.result.is_some())
 }
 
 #[cfg(test)]

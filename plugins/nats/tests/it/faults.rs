@@ -2124,11 +2124,12 @@ fn scripted_outcome(script: &[Value]) -> Result<String, Option<i32>> {
         }
         match (field("frame"), field("body")) {
             ("msg" | "ka", _) => continue,
-            ("end" | "err", "result") => return Ok(step["text"].as_str().unwrap().to_owned()),
+            ("end", "result") => return Ok(step["text"].as_str().unwrap().to_owned()),
             ("end" | "err", "error") => return Err(Some(-32099)),
             ("end", "claim") => return Err(Some(wire::PAYLOAD_TOO_LARGE)),
             ("end", "empty") => return Err(None),
-            // Junk, a result of the wrong shape, an empty `err`, an unknown or missing frame.
+            // Junk, a result of the wrong shape, an empty `err` or one carrying a result, an
+            // unknown or missing frame.
             _ => return Err(Some(wire::STREAM_LOST)),
         }
     }
@@ -2176,7 +2177,10 @@ fn frame_script(rng: &mut toolyard_testkit::Xorshift, case: u64) -> Vec<Value> {
                         ("claim", 5),
                     ],
                 ),
-                "err" => pick(rng, &[("error", 8), ("junk", 1), ("empty", 1)]),
+                "err" => pick(
+                    rng,
+                    &[("error", 8), ("junk", 1), ("empty", 1), ("result", 1)],
+                ),
                 _ => pick(rng, &[("result", 1), ("junk", 1)]),
             };
             let seq = pick(
