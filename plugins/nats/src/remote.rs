@@ -1082,7 +1082,7 @@ impl Forwarded for RawResult {
         match serde_json::from_slice::<Response>(payload) {
             Ok(Response {
                 result: Some(result),
-                ..
+                error: None,
             }) if result.result_type() != Some("input_required") => Ok(Answer::Complete(result)),
             Ok(Response {
                 error: Some(error),
@@ -1924,17 +1924,17 @@ fn answer<T: Forwarded>(payload: &[u8]) -> Result<Answer<T>, HandlerError> {
             "the worker's answer is not a JSON-RPC response",
         )
     };
+    // Exactly one of `result` and `error`, as JSON-RPC says; both is a broken worker's.
     match serde_json::from_slice::<Response<'_>>(payload) {
         Ok(Response {
-            result: Some(raw), ..
+            result: Some(raw),
+            error: None,
         }) => T::parse(raw).ok_or_else(malformed),
         Ok(Response {
-            error: Some(error), ..
+            error: Some(error),
+            result: None,
         }) => Err(HandlerError::Protocol(error)),
-        _ => Err(bus_error(
-            wire::STREAM_LOST,
-            "the worker's answer is not a JSON-RPC response",
-        )),
+        _ => Err(malformed()),
     }
 }
 

@@ -2031,7 +2031,8 @@ async fn requests_with_mutated_headers_and_subjects_each_get_one_numbered_termin
 /// arguments script (`{"case": n, "script": [{"frame", "seq", "body"}, ...]}`): the frame
 /// header (`end`, `err`, `msg`, `ka`, or an unknown or missing one), its `Mcp-Seq` (`ok`,
 /// or a gap, the previous number again, junk, none: the last two leave the frame unnumbered) and its body (a result, an error, a progress report,
-/// nothing, junk, a result that is not an object, a claim that does not exist).
+/// nothing, junk, a result that is not an object, a result and an error both, a claim that
+/// does not exist).
 async fn scripted_frames_worker(url: &str, server: &str) {
     let bus = connect(url).await;
     put_catalog_entry(&bus, server, "scripted-1", &["play"]).await;
@@ -2090,6 +2091,9 @@ async fn scripted_frames_worker(url: &str, server: &str) {
                         "params": {"progressToken": "t", "progress": 1}})
                     .to_string(),
                     "junk" => "{not json".to_owned(),
+                    "both" => json!({"jsonrpc": "2.0", "id": id, "result": {"content": []},
+                        "error": {"code": -32099, "message": "and a result"}})
+                    .to_string(),
                     "not_object" => {
                         json!({"jsonrpc": "2.0", "id": id, "result": "a string"}).to_string()
                     }
@@ -2128,8 +2132,8 @@ fn scripted_outcome(script: &[Value]) -> Result<String, Option<i32>> {
             ("end" | "err", "error") => return Err(Some(-32099)),
             ("end", "claim") => return Err(Some(wire::PAYLOAD_TOO_LARGE)),
             ("end", "empty") => return Err(None),
-            // Junk, a result of the wrong shape, an empty `err` or one carrying a result, an
-            // unknown or missing frame.
+            // Junk, a result of the wrong shape, a result and an error both, an empty `err`
+            // or one carrying a result, an unknown or missing frame.
             _ => return Err(Some(wire::STREAM_LOST)),
         }
     }
@@ -2174,6 +2178,7 @@ fn frame_script(rng: &mut toolyard_testkit::Xorshift, case: u64) -> Vec<Value> {
                         ("empty", 5),
                         ("junk", 10),
                         ("not_object", 5),
+                        ("both", 3),
                         ("claim", 5),
                     ],
                 ),
