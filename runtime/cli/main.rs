@@ -328,7 +328,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some((client, remote, store)) => {
                 // Task changes made elsewhere (a worker finishing one) reach our listeners.
                 let following = match store {
-                    Some(store) => Some(store.follow(server.clone()).await?),
+                    Some(store) => Some(store.follow(server.clone()).await),
                     None => None,
                 };
                 // Change events raised here reach every gateway's subscribers, and theirs ours.

@@ -311,22 +311,24 @@ impl NatsTaskStore {
     /// Tells `server`'s listeners (`subscriptions/listen` with task ids) of every change a
     /// task's record gets elsewhere: the worker finishing it, another gateway cancelling it.
     /// Give it the server this store serves; the watch lives as long as the returned handle
-    /// (abort it to stop).
-    pub async fn follow(
-        &self,
-        server: toolyard::Server,
-    ) -> Result<tokio::task::JoinHandle<()>, NatsError> {
+    /// (abort it to stop). The first watch is set up before this returns when it can be; when
+    /// it cannot (the bucket not open yet, or JetStream slow to answer: a cluster still
+    /// placing consumers), the handle's task keeps trying every second, so a gateway starts
+    /// and serves all the same.
+    pub async fn follow(&self, server: toolyard::Server) -> tokio::task::JoinHandle<()> {
         // Watched at once when the bucket is open; otherwise from when it opens.
         let first = match self.bucket.store.get() {
-            Some(kv) => Some(
-                kv.watch_all()
-                    .await
-                    .map_err(|e| NatsError::Bus(format!("watching the task bucket: {e}")))?,
-            ),
+            Some(kv) => match kv.watch_all().await {
+                Ok(watch) => Some(watch),
+                Err(e) => {
+                    tracing::warn!(target: "toolyard::nats", error = %e, "watching the task bucket failed; trying again every second");
+                    None
+                }
+            },
             None => None,
         };
         let store = self.clone();
-        Ok(tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut watch = first;
             loop {
                 if let Some(w) = watch.as_mut() {
@@ -339,15 +341,15 @@ impl NatsTaskStore {
                         }
                     }
                 }
-                // The watch ended (the connection was lost), or the bucket is not open yet:
-                // watch again.
+                // The watch ended (the connection was lost), or could not be set up, or the
+                // bucket is not open yet: watch again.
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 watch = match store.kv_within(Duration::MAX).await {
                     Ok(kv) => kv.watch_all().await.ok(),
                     Err(_) => None,
                 };
             }
-        }))
+        })
     }
 
     fn own(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {

@@ -37,7 +37,7 @@ async fn durable_gateway(url: &str) -> (Server, RemoteTools, RawClient) {
         .await
         .unwrap();
     // Lives as long as the test's runtime.
-    let _following = store.follow(server.clone()).await.unwrap();
+    let _following = store.follow(server.clone()).await;
     let config = RemoteConfig {
         durable_tasks: true,
         ..quick()
@@ -951,4 +951,40 @@ async fn hostile_jobs_on_the_work_queue_are_terminated_and_the_next_task_runs() 
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(seen.started.load(Ordering::SeqCst), 1);
     jobs_settled(&bus).await;
+}
+
+/// A gateway whose first watch of the task bucket cannot be set up (here its broker is
+/// frozen while it starts; in CI once, a cluster still placing consumers timed it out) still
+/// starts — `follow` used to fail, and `serve --nats` with it — and keeps trying: once the
+/// broker answers, its listeners hear a task that another gateway took, through the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_whose_first_task_watch_fails_starts_and_then_hears_other_gateways_tasks() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let (_a, _ra, a) = durable_gateway(&nats.url()).await;
+    wait_listed(&a).await;
+    // Gateway B: its store opens, then its broker freezes before it follows the bucket.
+    let bus = connect(&nats.url()).await;
+    let store = NatsTaskStore::open(&bus, 1).await.unwrap();
+    let server = ServerBuilder::new("gateway-b", "1.0")
+        .tasks(Arc::new(store.clone()))
+        .start()
+        .await
+        .unwrap();
+    nats.stop();
+    let following = tokio::time::timeout(WAIT, store.follow(server.clone()))
+        .await
+        .expect("following returns though the bucket cannot be watched");
+    nats.resume();
+    let b = Arc::new(RawClient::connect(&server).await.unwrap());
+    // Its retry (every second) sets the watch up once the broker answers again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let id = submit(&a, 1_000).await;
+    listen(&b, &id).await;
+    let notices = statuses_until_terminal(&b).await;
+    let last = notices.last().unwrap();
+    assert_eq!(last["params"]["taskId"], id.as_str(), "{last}");
+    assert_eq!(last["params"]["status"], "completed", "{last}");
+    following.abort();
 }
