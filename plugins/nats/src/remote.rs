@@ -416,25 +416,44 @@ impl Inner {
 
     /// One catalog change: the entry is recorded (or dropped), then the server's tools,
     /// resources, templates and prompts are made to match every live entry (`install`).
+    ///
+    /// Anything on the bus can write the bucket, so an entry is taken only as a worker writes
+    /// it: its server a subject token (else its tools would be called on subjects with
+    /// wildcards or extra tokens) and its key its own (`srv.{server}.{instance}`: else one
+    /// bad entry could stand in for another server's, the newest winning). A put that is not
+    /// taken still replaces what the key held.
     fn apply(self: &Arc<Self>, entry: &Entry) {
         let mut state = self.state();
-        match entry.operation {
+        let taken = match entry.operation {
             Operation::Put => match serde_json::from_slice::<CatalogEntry>(&entry.value) {
-                Ok(parsed) => {
-                    state
-                        .entries
-                        .insert(entry.key.clone(), (entry.revision, parsed));
+                Ok(parsed) if !wire::token_safe(&parsed.server) => {
+                    tracing::warn!(key = %entry.key, server = %parsed.server, "a catalog entry whose server is no subject token: ignored");
+                    None
                 }
+                Ok(parsed) if parsed.key() != entry.key => {
+                    tracing::warn!(key = %entry.key, server = %parsed.server, instance = %parsed.instance, "a catalog entry under another key than its own: ignored");
+                    None
+                }
+                Ok(parsed) => Some(parsed),
                 Err(e) => {
                     tracing::warn!(key = %entry.key, error = %e, "an unreadable catalog entry: ignored");
-                    return;
+                    None
                 }
             },
-            Operation::Delete | Operation::Purge => {
-                state.entries.remove(&entry.key);
+            Operation::Delete | Operation::Purge => None,
+        };
+        let changed = match taken {
+            Some(parsed) => {
+                state
+                    .entries
+                    .insert(entry.key.clone(), (entry.revision, parsed));
+                true
             }
+            None => state.entries.remove(&entry.key).is_some(),
+        };
+        if changed {
+            self.install(state);
         }
-        self.install(state);
     }
 
     /// After following the catalog again (its watch had ended): entries the bucket no

@@ -2380,3 +2380,60 @@ async fn malformed_frames_from_a_worker_are_clear_errors_and_the_gateway_stays_u
         assert_eq!(text(&echo), "still serving");
     }
 }
+
+/// Catalog entries a worker would never write, put by a plain client: server names that are
+/// no subject token (empty, dotted, wildcards, spaces), an entry whose server is not its
+/// key's (and so would stand in for the real `calc`, the newest entry winning), one that is
+/// not JSON: none is listed, so nothing is published on a subject they would make; the real
+/// worker's tools go on working; and a put the gateway cannot take still replaces what its
+/// key held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_entries_no_worker_would_write_are_ignored_and_the_gateway_serves_on() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let gw = gateway(&nats.url(), quick()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    let bus = connect(&nats.url()).await;
+    let kv = async_nats::jetstream::new(bus.clone())
+        .get_key_value(toolyard_nats::CATALOG_BUCKET)
+        .await
+        .unwrap();
+    let entry = |server: &str, tool: &str| {
+        json!({"server": server, "instance": "x1", "sha256": "", "tools": [
+            {"name": tool, "inputSchema": {"type": "object"}}]})
+        .to_string()
+    };
+    for (key, value) in [
+        ("srv.empty.x1", entry("", "t_empty")),
+        ("srv.dotted.x1", entry("a.b", "t_dotted")),
+        ("srv.star.x1", entry("*", "t_star")),
+        ("srv.gt.x1", entry(">", "t_gt")),
+        ("srv.space.x1", entry("a b", "t_space")),
+        ("srv.other.x1", entry("calc", "t_shadow")),
+        ("srv.junk.x1", "{not json".to_owned()),
+    ] {
+        kv.put(key, value.into()).await.unwrap();
+    }
+    // A good entry put after them: once it is listed, the ones before were seen.
+    put_catalog_entry(&bus, "late", "late-1", &["t_late"]).await;
+    let names = listed(&gw.client, |n| n.iter().any(|t| t == "late__t_late")).await;
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("calc__") || n == "late__t_late"),
+        "{names:?}"
+    );
+    // The real `calc` is not shadowed by the entry that claims its name.
+    let echo = gw
+        .client
+        .call_tool("calc__echo", json!({"message": "still serving"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echo), "still serving");
+    // A put the gateway cannot take replaces what its key held: the tool goes.
+    kv.put("srv.late.late-1", "{not json".into()).await.unwrap();
+    listed(&gw.client, |n| {
+        !n.iter().any(|t| t == "late__t_late") && n.iter().any(|t| t == "calc__echo")
+    })
+    .await;
+}
