@@ -284,14 +284,7 @@ async fn the_broker_killed_mid_call_ends_the_call_with_a_clear_error_and_a_resta
     let _worker = start_worker(&nats.url(), "slow", Arc::default()).await;
     // A long inactivity deadline: the call must end because the connection was lost, not
     // because its frames stopped.
-    let gw = gateway(
-        &nats.url(),
-        RemoteConfig {
-            inactivity: Duration::from_secs(60),
-            ..RemoteConfig::default()
-        },
-    )
-    .await;
+    let gw = gateway(&nats.url(), inactive_after(Duration::from_secs(60))).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "slow__sleep")).await;
     let client = gw.client.clone();
     let call =
@@ -885,14 +878,7 @@ async fn a_frame_flood_ends_with_the_answer_or_32010_never_a_truncated_stream() 
     )
     .await
     .unwrap();
-    let gw = gateway_on(
-        bus,
-        RemoteConfig {
-            inactivity: Duration::from_secs(60),
-            ..RemoteConfig::default()
-        },
-    )
-    .await;
+    let gw = gateway_on(bus, inactive_after(Duration::from_secs(60))).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "flood__flood")).await;
     let progressed = Arc::new(AtomicUsize::new(0));
     let counter = progressed.clone();
@@ -1085,10 +1071,7 @@ async fn a_publish_the_brokers_permissions_refuse_is_32013_at_once() {
     let _denied = start_worker(&as_user("worker", "w"), "secret", Arc::default()).await;
     // A gateway whose inactivity deadline is long: an answer in time can only come from the
     // refusal.
-    let config = RemoteConfig {
-        inactivity: Duration::from_secs(30),
-        ..RemoteConfig::default()
-    };
+    let config = inactive_after(Duration::from_secs(30));
     let gw = gateway(&as_user("gateway", "g"), config).await;
     listed(&gw.client, |n| {
         n.iter().any(|t| t == "allowed__echo") && n.iter().any(|t| t == "secret__echo")
@@ -1473,10 +1456,7 @@ async fn a_gateway_the_broker_drops_as_a_slow_consumer_fails_its_call_32010_and_
         .unwrap();
     // An inactivity window far longer than the connection watch's tick, so the answer
     // below is the lost connection's, not the silence's.
-    let config = RemoteConfig {
-        inactivity: Duration::from_secs(20),
-        ..quick()
-    };
+    let config = inactive_after(Duration::from_secs(20));
     let gw = gateway_on(bus.clone(), config).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "gush__gush")).await;
 
@@ -1731,14 +1711,7 @@ async fn a_worker_killed_before_its_first_frame_is_32010_long_before_the_inactiv
     )
     .await
     .unwrap();
-    let gw = gateway(
-        &nats.url(),
-        RemoteConfig {
-            inactivity: Duration::from_secs(60),
-            ..RemoteConfig::default()
-        },
-    )
-    .await;
+    let gw = gateway(&nats.url(), inactive_after(Duration::from_secs(60))).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "lost__echo")).await;
     // The real worker leaves the bus (its catalog entry stays); in its place a member of its
     // queue group takes the next request and dies without a word: no frame, no listener.
@@ -2215,14 +2188,7 @@ async fn scripted_frame_streams_from_a_worker_each_end_as_the_wire_says_and_the_
     use toolyard_testkit::Xorshift;
     let nats = NatsServer::start();
     let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
-    let gw = gateway(
-        &nats.url(),
-        RemoteConfig {
-            inactivity: Duration::from_secs(1),
-            ..RemoteConfig::default()
-        },
-    )
-    .await;
+    let gw = gateway(&nats.url(), inactive_after(Duration::from_secs(1))).await;
     scripted_frames_worker(&nats.url(), "scripted").await;
     listed(&gw.client, |n| {
         n.iter().any(|t| t == "scripted__play") && n.iter().any(|t| t == "calc__echo")

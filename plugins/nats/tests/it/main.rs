@@ -463,8 +463,13 @@ pub(crate) async fn gateway_on(bus: async_nats::Client, config: RemoteConfig) ->
 
 /// Short deadlines, so fault tests end quickly.
 pub(crate) fn quick() -> RemoteConfig {
+    inactive_after(Duration::from_secs(2))
+}
+
+/// A gateway's settings with calls failing after `silence` without a frame.
+pub(crate) fn inactive_after(silence: Duration) -> RemoteConfig {
     RemoteConfig {
-        inactivity: Duration::from_secs(2),
+        inactivity: silence,
         ..RemoteConfig::default()
     }
 }
