@@ -13,26 +13,8 @@
 # under 1 + that, which is printed too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
-export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
-(cd "$MCPLOAD_DIR" && cargo build --release -q)
-[ -n "${TOOLYARD_BIN:-}" ] || cargo build --release -q -p toolyard-cli --bins
-# The floor: async-nats request/reply with nothing of ours on either side.
-cargo build --release -q -p toolyard-nats --example bare_request_reply
-M=$CARGO_TARGET_DIR/release; T=${TOOLYARD_BIN:-$CARGO_TARGET_DIR/release/toolyard}
-BARE=$CARGO_TARGET_DIR/release/examples/bare_request_reply
-NATS=${NATS_SERVER:-${TOOLYARD_CACHE:-$HOME/.cache/toolyard}/venv/bin/nats-server}
+. benches/nats-bus.sh
 out=${OUT:-/tmp/toolyard-nats-load.jsonl}; : > "$out"
-work=$(mktemp -d); port=$((20000 + RANDOM % 20000)); url=nats://127.0.0.1:$port
-taskset -c 0 "$NATS" -a 127.0.0.1 -p "$port" -js -sd "$work/js" > "$work/nats.log" 2>&1 &
-nats_pid=$!
-trap 'kill $worker_pid $bare_pid $nats_pid 2>/dev/null; rm -rf "$work"' EXIT
-sleep 1
-taskset -c 1 "$T" worker --nats "$url" --name calc --workers 1 2> "$work/worker.log" &
-worker_pid=$!
-taskset -c 1 "$BARE" respond "$url" bare.echo &
-bare_pid=$!
-sleep 1
 cpu() { awk '{print $14 + $15}' "/proc/$worker_pid/stat"; }
 # The server's CPU is read as it exits (benches/served-cpu.py). Nothing runs beside the calls
 # while they run: sampling the server's ticks every 20 ms with pgrep and awk (as this script

@@ -11,29 +11,13 @@
 #
 #   benches/nats-syscalls.sh [C]
 #
-# TOOLYARD_BIN: the build to count (default: cargo's release build). Needs perf, valgrind
-# is not needed; ../shared/mcpload and scripts/install-test-deps' nats-server.
+# TOOLYARD_BIN: the build to count (default: cargo's release build). Needs perf,
+# ../shared/mcpload and scripts/install-test-deps' nats-server (benches/nats-bus.sh starts them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 c=${1:-64}
-MCPLOAD_DIR=${MCPLOAD_DIR:-../shared/mcpload}
-export CARGO_TARGET_DIR=${MCPLOAD_TARGET:-/tmp/mcpload-target}
-(cd "$MCPLOAD_DIR" && cargo build --release -q)
-[ -n "${TOOLYARD_BIN:-}" ] || cargo build --release -q -p toolyard-cli --bins
-cargo build --release -q -p toolyard-nats --example bare_request_reply
-M=$CARGO_TARGET_DIR/release; T=${TOOLYARD_BIN:-$M/toolyard}; BARE=$M/examples/bare_request_reply
-NATS=${NATS_SERVER:-${TOOLYARD_CACHE:-$HOME/.cache/toolyard}/venv/bin/nats-server}
 command -v perf >/dev/null || { echo "needs perf (apt-get install linux-perf)" >&2; exit 1; }
-work=$(mktemp -d); port=$((20000 + RANDOM % 20000)); url=nats://127.0.0.1:$port
-taskset -c 0 "$NATS" -a 127.0.0.1 -p "$port" -js -sd "$work/js" > "$work/nats.log" 2>&1 &
-nats_pid=$!
-trap 'kill $worker_pid $bare_pid $nats_pid 2>/dev/null; rm -rf "$work"' EXIT
-sleep 1
-taskset -c 1 "$T" worker --nats "$url" --name calc --workers 1 2> "$work/worker.log" &
-worker_pid=$!
-taskset -c 1 "$BARE" respond "$url" bare.echo &
-bare_pid=$!
-sleep 1.5
+. benches/nats-bus.sh
 events=raw_syscalls:sys_enter,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,context-switches,task-clock
 # Counts 3 s of the newest process matching $2, from 1.5 s into the run, into $work/perf.$1.
 count() {
