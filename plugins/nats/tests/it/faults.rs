@@ -2241,12 +2241,7 @@ async fn scripted_frame_streams_from_a_worker_each_end_as_the_wire_says_and_the_
             "no call ended {kind}: {outcomes:?}"
         );
     }
-    let echo = gw
-        .client
-        .call_tool("calc__echo", json!({"message": "still serving"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&echo), "still serving");
+    still_serves(&gw.client).await;
 }
 
 /// A worker speaking the wire by hand that answers each of its tools with a frame that is
@@ -2338,12 +2333,7 @@ async fn malformed_frames_from_a_worker_are_clear_errors_and_the_gateway_stays_u
         .unwrap_or_else(|_| panic!("{tool}: the call hung"));
         assert_eq!(code_of(&outcome), code, "{tool}: {outcome:?}");
         assert!(format!("{outcome:?}").contains(says), "{tool}: {outcome:?}");
-        let echo = gw
-            .client
-            .call_tool("calc__echo", json!({"message": "still serving"}))
-            .await
-            .unwrap();
-        assert_eq!(text(&echo), "still serving");
+        still_serves(&gw.client).await;
     }
 }
 
@@ -2390,12 +2380,7 @@ async fn catalog_entries_no_worker_would_write_are_ignored_and_the_gateway_serve
         "{names:?}"
     );
     // The real `calc` is not shadowed by the entry that claims its name.
-    let echo = gw
-        .client
-        .call_tool("calc__echo", json!({"message": "still serving"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&echo), "still serving");
+    still_serves(&gw.client).await;
     // A put the gateway cannot take replaces what its key held: the tool goes.
     kv.put("srv.late.late-1", "{not json".into()).await.unwrap();
     listed(&gw.client, |n| {

@@ -474,6 +474,18 @@ pub(crate) fn inactive_after(silence: Duration) -> RemoteConfig {
     }
 }
 
+/// The real `calc` worker's `echo` still answers through this gateway.
+pub(crate) async fn still_serves(client: &Client) {
+    let echo = client
+        .call_tool(
+            "calc__echo",
+            serde_json::json!({"message": "still serving"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&echo), "still serving");
+}
+
 pub(crate) fn text(result: &CallToolResult) -> String {
     result
         .content
