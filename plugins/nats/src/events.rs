@@ -6,25 +6,39 @@
 //! (core NATS: an event nobody hears is worth nothing later, so no stream) with its origin in
 //! `Mcp-Origin`, and re-raises the others' events in its own server with
 //! [`Server::publish_relayed`], which does not tell the taps: an event crosses the bus once
-//! and never echoes. Publishing never blocks the server's event bus: events go through a
-//! bounded channel to a publisher task, and an event that does not fit is dropped and counted
-//! (a list-changed notification is advisory; a later one says the same).
+//! and never echoes.
+//!
+//! Both ways are paced (see [`PACE`]): every event says only "this changed, look again", so
+//! those that come while one was just passed on are gathered, one per kind and per resource,
+//! and passed on together a pace later. A flood (a catalog that flaps, a backend publishing
+//! a resource's updates thousands of times a second, anyone with publish rights on the
+//! subject) then costs each subscriber a few notifications a second, never an unbounded
+//! queue in front of a slow client, and the last word always gets through. Publishing never
+//! blocks the server's event bus.
 
 use crate::NatsError;
 use async_nats::HeaderMap;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use toolyard::{Event, Server};
 
 /// `Mcp-Origin`: the process an event was raised in.
 pub const ORIGIN: &str = "Mcp-Origin";
 
-/// Events waiting to be published; more are dropped.
-const QUEUE: usize = 1024;
+/// The least time between two passes of a relay's gathered events, each way: an event that
+/// comes after a quiet pace goes on at once, the rest wait for the pace to end.
+pub const PACE: Duration = Duration::from_millis(100);
+
+/// The bytes of resource URIs whose updates may wait at once, each way; an update for one
+/// more resource is dropped and counted (kinds' list changes always fit: one flag each).
+const MAX_WAITING_URI_BYTES: usize = 1 << 20;
 
 /// The subject events travel on.
 pub fn events_subject(prefix: &str) -> String {
@@ -68,12 +82,116 @@ impl WireEvent {
     }
 }
 
+/// The events gathered since the last pass: each kind and each resource once.
+#[derive(Debug, Default)]
+struct Gathered {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    /// Updated resources, first come first passed on.
+    uris: Vec<String>,
+    uri_set: HashSet<String>,
+    uri_bytes: usize,
+}
+
+impl Gathered {
+    /// Takes `event` in; false when it had to be dropped (too many resources waiting).
+    fn add(&mut self, event: Event) -> bool {
+        match event {
+            Event::ToolsChanged => self.tools = true,
+            Event::PromptsChanged => self.prompts = true,
+            Event::ResourcesChanged => self.resources = true,
+            Event::ResourceUpdated(uri) => {
+                if self.uri_set.contains(&uri) {
+                    return true;
+                }
+                if self.uri_bytes + uri.len() > MAX_WAITING_URI_BYTES {
+                    return false;
+                }
+                self.uri_bytes += uri.len();
+                self.uri_set.insert(uri.clone());
+                self.uris.push(uri);
+            }
+        }
+        true
+    }
+
+    /// Everything gathered, emptying it.
+    fn take(&mut self) -> Vec<Event> {
+        let taken = std::mem::take(self);
+        let kinds = [
+            (taken.tools, Event::ToolsChanged),
+            (taken.prompts, Event::PromptsChanged),
+            (taken.resources, Event::ResourcesChanged),
+        ];
+        kinds
+            .into_iter()
+            .filter_map(|(raised, event)| raised.then_some(event))
+            .chain(taken.uris.into_iter().map(Event::ResourceUpdated))
+            .collect()
+    }
+}
+
+/// One direction of a relay: events go in from anywhere at once, and one task passes them on
+/// at most once a [`PACE`].
+#[derive(Debug, Default)]
+struct Paced {
+    gathered: Mutex<Gathered>,
+    wake: Notify,
+    dropped: AtomicU64,
+}
+
+impl Paced {
+    /// Never waits (the server's event bus actor calls it).
+    fn add(&self, event: Event) {
+        let fits = self
+            .gathered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(event);
+        if fits {
+            self.wake.notify_one();
+        } else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                target: "toolyard::nats",
+                "dropped a resource update: updates for over 1 MiB of resource URIs wait to be relayed"
+            );
+        }
+    }
+
+    fn take(&self) -> Vec<Event> {
+        self.gathered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Waits for the next events to pass on: at once when the last pass (`last`, which it
+    /// updates) was a pace ago or more, else when that pace ends.
+    async fn next(&self, last: &mut Option<Instant>) -> Vec<Event> {
+        loop {
+            if let Some(at) = *last {
+                tokio::time::sleep_until(at + PACE).await;
+            }
+            let events = self.take();
+            if !events.is_empty() {
+                *last = Some(Instant::now());
+                return events;
+            }
+            *last = None;
+            self.wake.notified().await;
+        }
+    }
+}
+
 /// A running relay: stop it with [`shutdown`](Self::shutdown) (or drop it).
 #[derive(Debug)]
 pub struct EventRelay {
     origin: String,
     tasks: Vec<JoinHandle<()>>,
-    dropped: Arc<AtomicU64>,
+    /// Out to the bus, in from it.
+    ways: [Arc<Paced>; 2],
 }
 
 impl EventRelay {
@@ -90,36 +208,46 @@ impl EventRelay {
             .subscribe(subject.clone())
             .await
             .map_err(|e| NatsError::Bus(format!("subscribing to {subject}: {e}")))?;
-        let dropped = Arc::new(AtomicU64::new(0));
-        let (tx, mut rx) = mpsc::channel::<Event>(QUEUE);
-        let lost = dropped.clone();
-        server.tap_events(Arc::new(move |event: &Event| {
-            if tx.try_send(event.clone()).is_err() {
-                lost.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
+        let outgoing = Arc::new(Paced::default());
+        let relayed = Arc::new(Paced::default());
+        let tapped = outgoing.clone();
+        server.tap_events(Arc::new(move |event: &Event| tapped.add(event.clone())));
         let publisher = {
-            let client = client.clone();
+            let outgoing = outgoing.clone();
             let origin = origin.clone();
-            let subject = subject.clone();
             tokio::spawn(async move {
-                while let Some(event) = rx.recv().await {
-                    let mut headers = HeaderMap::new();
-                    headers.insert(ORIGIN, origin.as_str());
-                    let Ok(body) = serde_json::to_vec(&WireEvent::of(&event)) else {
-                        continue;
-                    };
-                    if let Err(e) = client
-                        .publish_with_headers(subject.clone(), headers, body.into())
-                        .await
-                    {
-                        tracing::warn!(target: "toolyard::nats", error = %e, "could not publish a change event");
+                let mut last = None;
+                loop {
+                    for event in outgoing.next(&mut last).await {
+                        let mut headers = HeaderMap::new();
+                        headers.insert(ORIGIN, origin.as_str());
+                        let Ok(body) = serde_json::to_vec(&WireEvent::of(&event)) else {
+                            continue;
+                        };
+                        if let Err(e) = client
+                            .publish_with_headers(subject.clone(), headers, body.into())
+                            .await
+                        {
+                            tracing::warn!(target: "toolyard::nats", error = %e, "could not publish a change event");
+                        }
+                    }
+                }
+            })
+        };
+        let deliverer = {
+            let relayed = relayed.clone();
+            tokio::spawn(async move {
+                let mut last = None;
+                loop {
+                    for event in relayed.next(&mut last).await {
+                        server.publish_relayed(event);
                     }
                 }
             })
         };
         let listener = {
             let origin = origin.clone();
+            let relayed = relayed.clone();
             tokio::spawn(async move {
                 while let Some(message) = incoming.next().await {
                     let from = message
@@ -134,7 +262,7 @@ impl EventRelay {
                         .ok()
                         .and_then(|w| w.to_event())
                     {
-                        Some(event) => server.publish_relayed(event),
+                        Some(event) => relayed.add(event),
                         None => tracing::warn!(
                             target: "toolyard::nats",
                             subject = %message.subject,
@@ -146,8 +274,8 @@ impl EventRelay {
         };
         Ok(EventRelay {
             origin,
-            tasks: vec![publisher, listener],
-            dropped,
+            tasks: vec![publisher, deliverer, listener],
+            ways: [outgoing, relayed],
         })
     }
 
@@ -156,9 +284,13 @@ impl EventRelay {
         &self.origin
     }
 
-    /// Events dropped because the publisher fell more than 1024 behind.
+    /// Resource updates dropped, either way, because updates for over 1 MiB of resource URIs
+    /// were already waiting for the [`PACE`] to end.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.ways
+            .iter()
+            .map(|way| way.dropped.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Stops relaying.
@@ -196,5 +328,101 @@ mod tests {
         let bad: WireEvent = serde_json::from_str(r#"{"event":"resources/updated"}"#).unwrap();
         assert!(bad.to_event().is_none(), "updated without a uri is refused");
         assert_eq!(events_subject(crate::wire::DEFAULT_PREFIX), "mcp.v1.events");
+    }
+
+    #[test]
+    fn gathered_events_pass_on_each_kind_and_resource_once_in_order_and_stay_bounded() {
+        let mut g = Gathered::default();
+        for _ in 0..3 {
+            assert!(g.add(Event::ResourceUpdated("file:///b".into())));
+            assert!(g.add(Event::ToolsChanged));
+            assert!(g.add(Event::ResourceUpdated("file:///a".into())));
+        }
+        assert_eq!(
+            g.take(),
+            vec![
+                Event::ToolsChanged,
+                Event::ResourceUpdated("file:///b".into()),
+                Event::ResourceUpdated("file:///a".into()),
+            ]
+        );
+        assert!(g.take().is_empty(), "taking empties it");
+
+        let long = "x".repeat(MAX_WAITING_URI_BYTES / 2);
+        assert!(g.add(Event::ResourceUpdated(format!("a{long}"))));
+        assert!(
+            !g.add(Event::ResourceUpdated(format!("bb{long}"))),
+            "over the bound"
+        );
+        assert!(
+            g.add(Event::ResourceUpdated(format!("a{long}"))),
+            "already waiting"
+        );
+        assert!(g.add(Event::PromptsChanged), "a kind always fits");
+        assert_eq!(g.take().len(), 2);
+        assert!(
+            g.add(Event::ResourceUpdated(format!("bb{long}"))),
+            "room again"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_is_passed_on_once_a_pace_and_its_last_event_gets_through() {
+        let paced = Arc::new(Paced::default());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let runner = {
+            let paced = paced.clone();
+            tokio::spawn(async move {
+                let mut last = None;
+                loop {
+                    for event in paced.next(&mut last).await {
+                        let _ = tx.send((Instant::now(), event));
+                    }
+                }
+            })
+        };
+        let start = Instant::now();
+        paced.add(Event::ToolsChanged);
+        let (at, first) = rx.recv().await.unwrap();
+        assert_eq!(
+            (at, first),
+            (start, Event::ToolsChanged),
+            "after quiet: at once"
+        );
+
+        // 10 000 events over one second of (paused) time.
+        for i in 0..10_000u32 {
+            paced.add(Event::ToolsChanged);
+            paced.add(Event::ResourceUpdated(format!("file:///{}", i % 3)));
+            if i % 100 == 99 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        paced.add(Event::ResourceUpdated("file:///last".into()));
+        let mut passed = Vec::new();
+        while let Ok(Some(p)) = tokio::time::timeout(PACE * 3, rx.recv()).await {
+            passed.push(p);
+        }
+        assert_eq!(
+            passed.last().map(|(_, e)| e.clone()),
+            Some(Event::ResourceUpdated("file:///last".into()))
+        );
+        let passes: std::collections::BTreeSet<_> = passed.iter().map(|(at, _)| *at).collect();
+        assert!(
+            passes.len() <= 12,
+            "one pass a pace over about a second: {}",
+            passes.len()
+        );
+        for pair in passes.iter().collect::<Vec<_>>().windows(2) {
+            assert!(*pair[1] - *pair[0] >= PACE, "passes a pace apart");
+        }
+        assert!(
+            passed.len() <= passes.len() * 5,
+            "each pass has each kind and resource once: {} in {} passes",
+            passed.len(),
+            passes.len()
+        );
+        assert_eq!(paced.dropped.load(Ordering::Relaxed), 0);
+        runner.abort();
     }
 }

@@ -34,7 +34,9 @@ pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES, TASK_BODIES as TASK_B
 pub use config::{NatsConfig, NatsSection};
 pub use connection::connected;
 pub use error::NatsError;
-pub use events::{events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER};
+pub use events::{
+    events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER, PACE as EVENT_PACE,
+};
 pub use jobs::{DEADLINE as DEADLINE_HEADER, STREAM as JOBS_STREAM};
 pub use remote::{RemoteConfig, RemoteTools};
 pub use tasks::{NatsTaskStore, BUCKET as TASKS_BUCKET};

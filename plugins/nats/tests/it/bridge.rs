@@ -491,6 +491,117 @@ async fn change_events_raised_anywhere_reach_the_subscribers_of_every_gateway_on
     assert!(relays.iter().all(|r| r.dropped() == 0));
 }
 
+/// A flood of change events, from a plain NATS client on the subject or raised by another
+/// process, reaches a gateway's subscriber as a few notifications (each kind and resource
+/// once a pace), the last word among them, and the gateway serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_change_events_reaches_subscribers_paced_with_its_last_word() {
+    use futures_util::StreamExt;
+    const FLOOD: usize = 20_000;
+    let nats = NatsServer::start();
+    let gw_server = toolyard_testkit::demo(ServerBuilder::new("gw", "1"))
+        .start()
+        .await
+        .unwrap();
+    let gw_relay =
+        toolyard_nats::EventRelay::start(gw_server.clone(), connect(&nats.url()).await, "mcp.v1")
+            .await
+            .unwrap();
+    let flooder = toolyard_testkit::demo(ServerBuilder::new("flooder", "1"))
+        .start()
+        .await
+        .unwrap();
+    let flooder_relay =
+        toolyard_nats::EventRelay::start(flooder.clone(), connect(&nats.url()).await, "mcp.v1")
+            .await
+            .unwrap();
+    let on_gw = toolyard_testkit::RawClient::connect(&gw_server)
+        .await
+        .unwrap();
+    on_gw.initialize(json!({})).await.unwrap();
+    for uri in ["demo://readme", "demo://logo"] {
+        on_gw
+            .request("resources/subscribe", json!({"uri": uri}))
+            .await
+            .unwrap();
+    }
+    let raw = connect(&nats.url()).await;
+    // Everything on the subject, to count what the flooding process publishes.
+    let mut on_bus = raw.subscribe("mcp.v1.events").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // From a plain client: a backend gone wild.
+    let list_changed = br#"{"event":"tools/list_changed"}"#;
+    let updated = br#"{"event":"resources/updated","uri":"demo://readme"}"#;
+    for i in 0..FLOOD {
+        let body: &[u8] = if i % 2 == 0 { list_changed } else { updated };
+        raw.publish("mcp.v1.events", bytes::Bytes::from_static(body))
+            .await
+            .unwrap();
+    }
+    raw.publish(
+        "mcp.v1.events",
+        r#"{"event":"resources/updated","uri":"demo://logo"}"#.into(),
+    )
+    .await
+    .unwrap();
+    raw.flush().await.unwrap();
+    let seen = notifications_within(&on_gw, 1_000).await;
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("notifications/resources/updated demo://logo"),
+        "the last word gets through: {seen:?}"
+    );
+    assert!(
+        seen.len() < FLOOD / 20,
+        "{} notifications for {FLOOD} events",
+        seen.len()
+    );
+    assert!(seen.contains(&"notifications/tools/list_changed ".to_owned()));
+    assert!(seen.contains(&"notifications/resources/updated demo://readme".to_owned()));
+
+    // Raised in another process: it publishes few events on the bus, the last among them.
+    while tokio::time::timeout(Duration::from_millis(300), on_bus.next())
+        .await
+        .is_ok_and(|m| m.is_some())
+    {}
+    for _ in 0..FLOOD {
+        flooder.publish(toolyard::Event::ToolsChanged);
+        flooder.notify_resource_updated("demo://readme");
+    }
+    flooder.notify_resource_updated("demo://logo");
+    let mut published = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(1_000), on_bus.next()).await
+    {
+        published.push(String::from_utf8_lossy(&m.payload).into_owned());
+    }
+    assert!(
+        published.len() < FLOOD / 20,
+        "{} published for {} raised",
+        published.len(),
+        2 * FLOOD
+    );
+    assert_eq!(
+        published.last().map(String::as_str),
+        Some(r#"{"event":"resources/updated","uri":"demo://logo"}"#)
+    );
+    let seen = notifications_within(&on_gw, 500).await;
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("notifications/resources/updated demo://logo"),
+        "{seen:?}"
+    );
+    assert!(seen.len() < FLOOD / 20, "{}", seen.len());
+    assert_eq!(gw_relay.dropped() + flooder_relay.dropped(), 0);
+
+    // The gateway's server serves on.
+    let listed = on_gw.request("tools/list", json!({})).await.unwrap();
+    assert!(
+        listed["tools"].as_array().is_some_and(|t| !t.is_empty()),
+        "{listed}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workers_elicitation_reaches_the_gateways_caller_in_both_generations() {
     use toolyard::proto::{ElicitAction, ElicitRequestParams, ElicitResult, ProtocolVersion};
