@@ -520,18 +520,27 @@ async fn refuse_busy(inner: &Inner, message: &Message, concurrency: usize, waiti
 }
 
 /// Re-puts the catalog entry every heartbeat, and when the server's tools, resources or
-/// prompts change.
+/// prompts change: at once, then not again for a pace ([`crate::EVENT_PACE`], like the
+/// change events), so a server whose lists flap (an upstream source that keeps saying
+/// `list_changed`) costs the replicated bucket, and every gateway's subscribers, at most one
+/// write a pace; a change made meanwhile waits in `changed` and is put when the pace ends.
 async fn heartbeat(inner: Arc<Inner>, changed: Arc<Notify>) {
     let mut tick = tokio::time::interval(inner.config.heartbeat);
     tick.tick().await;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = changed.notified() => tick.reset(),
-        }
+        let on_change = tokio::select! {
+            _ = tick.tick() => false,
+            () = changed.notified() => {
+                tick.reset();
+                true
+            }
+        };
         if let Err(e) = inner.put_catalog().await {
             // Requests are core NATS: they are still served; the next beat tries again.
             tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed: still serving, retrying at the next heartbeat");
+        }
+        if on_change {
+            tokio::time::sleep(crate::EVENT_PACE).await;
         }
     }
 }

@@ -688,6 +688,71 @@ async fn a_workers_tools_changing_reach_the_gateway_before_the_next_heartbeat() 
     worker.shutdown().await;
 }
 
+/// A worker whose tools flap (here 400 times added and removed in two seconds) writes its
+/// catalog entry at most once a pace, and the last state is the one every gateway ends with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_tools_flap_puts_its_catalog_at_most_once_a_pace_and_its_last_state_lands() {
+    let nats = NatsServer::start();
+    let server = worker_server(Arc::default()).await;
+    let mut config = WorkerConfig::new("calc");
+    config.heartbeat = Duration::from_secs(3600);
+    let worker = Worker::start(server.clone(), connect(&nats.url()).await, config)
+        .await
+        .unwrap();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    let js = async_nats::jetstream::new(connect(&nats.url()).await);
+    // The bucket's last write (asked afresh each time): this worker is its only writer.
+    let revision = async || {
+        js.get_stream(format!("KV_{}", toolyard_nats::CATALOG_BUCKET))
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .last_sequence
+    };
+    let before = revision().await;
+    let started = tokio::time::Instant::now();
+    let flapping = || {
+        tool_fn("flapping", "Comes and goes", |_ctx, a: Echo| async move {
+            Ok(a.message)
+        })
+        .unwrap()
+    };
+    for _ in 0..400 {
+        server.add_tools(vec![flapping()]);
+        tokio::time::sleep(Duration::from_micros(2_500)).await;
+        server.remove_tools(vec!["flapping".into()]);
+        tokio::time::sleep(Duration::from_micros(2_500)).await;
+    }
+    server.add_tools(vec![tool_fn(
+        "last",
+        "Here to stay",
+        |_ctx, a: Echo| async move { Ok(a.message) },
+    )
+    .unwrap()]);
+    let names = listed(&gw.client, |n| n.iter().any(|t| t == "calc__last")).await;
+    assert!(!names.iter().any(|t| t == "calc__flapping"), "{names:?}");
+    // Nothing more is put once the flapping is over.
+    tokio::time::sleep(toolyard_nats::EVENT_PACE * 3).await;
+    let elapsed = started.elapsed();
+    let puts = revision().await - before;
+    let most = elapsed.as_millis() / toolyard_nats::EVENT_PACE.as_millis() + 2;
+    assert!(
+        u128::from(puts) <= most,
+        "{puts} catalog writes in {elapsed:?} (at most {most}) for 801 changes"
+    );
+    let r = gw
+        .client
+        .call_tool("calc__last", json!({"message": "landed"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "landed");
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_rounds_whose_retries_land_on_another_worker_of_the_name_succeed() {
     use toolyard::proto::{ElicitAction, ElicitRequestParams, ElicitResult};
