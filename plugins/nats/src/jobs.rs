@@ -41,7 +41,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::{HandlerError, RawArgs, RawResult, RequestContext, Server, TaskRecord, TaskUpdate};
 use toolyard_proto::jsonrpc::{self, Incoming};
-use toolyard_proto::{ErrorObject, RequestMeta, TaskStatus};
+use toolyard_proto::{
+    ClientCapabilities, ErrorObject, InputRequests, InputResponses, RequestMeta, TaskStatus,
+};
 
 /// The JetStream stream of task jobs (work-queue retention: a job is gone once acked).
 pub const STREAM: &str = "TY_TASK_JOBS";
@@ -181,6 +183,23 @@ impl Submitter {
         body.extend_from_slice(&serde_json::to_vec(tool).unwrap_or_default());
         body.extend_from_slice(b",\"arguments\":");
         body.extend_from_slice(args.get().as_bytes());
+        {
+            // What the caller can answer, so that the worker's tool may ask it through the
+            // record: a tasks-extension caller reads the questions with `tasks/get` and
+            // answers with `tasks/update`; a 2025-11-25 session is asked by this gateway.
+            let caps = ctx.client_capabilities();
+            let asks = ClientCapabilities {
+                roots: caps.roots.clone(),
+                sampling: caps.sampling.clone(),
+                elicitation: caps.elicitation.clone(),
+                ..ClientCapabilities::default()
+            };
+            if asks != ClientCapabilities::default() {
+                body.extend_from_slice(b",\"clientCapabilities\":");
+                // Plain JSON values always serialise.
+                body.extend_from_slice(&serde_json::to_vec(&asks).unwrap_or_default());
+            }
+        }
         body.push(b'}');
         let body = Bytes::from(body);
         let subject = subject(&self.prefix, server, tool);
@@ -269,13 +288,22 @@ impl Submitter {
             }
             return Err(unavailable(last));
         }
-        self.wait(task_id).await
+        let relay = (!stored.is_extension()).then(|| ctx.clone());
+        self.wait(task_id, relay).await
     }
 
     /// Waits for the record of `task_id` to be terminal: a watch on its key, and a read every
-    /// few seconds in case the watch was lost with the connection.
-    async fn wait(&self, task_id: &str) -> Result<RawResult, HandlerError> {
+    /// few seconds in case the watch was lost with the connection. With `relay` (a 2025-11-25
+    /// task's context), the questions the worker puts in the record are asked of that
+    /// session, and its answers written back for the worker.
+    async fn wait(
+        &self,
+        task_id: &str,
+        relay: Option<RequestContext>,
+    ) -> Result<RawResult, HandlerError> {
         let mut poll = tokio::time::interval(Duration::from_secs(5));
+        let mut asked = std::collections::HashSet::new();
+        let mut asking = tokio::task::JoinSet::new();
         loop {
             let mut watch = self.store.watch(task_id).await;
             loop {
@@ -292,8 +320,34 @@ impl Submitter {
                     },
                     _ = poll.tick() => self.store.read(task_id).await.ok().flatten().map(|(s, _)| s),
                 };
-                if let Some(stored) = stored.filter(|s| s.status.is_terminal()) {
+                let Some(stored) = stored else { continue };
+                if stored.status.is_terminal() {
                     return finished(&stored.record());
+                }
+                if let Some(ctx) = &relay {
+                    // A question no longer outstanding may be asked again later (by a worker
+                    // that took the task over and runs it from the start).
+                    asked.retain(|key| stored.input_requests.contains_key(key));
+                    let new: Vec<_> = stored
+                        .input_requests
+                        .iter()
+                        .filter(|(key, _)| asked.insert((*key).clone()))
+                        .map(|(key, request)| (key.clone(), request.clone()))
+                        .collect();
+                    if !new.is_empty() {
+                        let (ctx, store, id) =
+                            (ctx.clone(), self.store.clone(), task_id.to_owned());
+                        asking.spawn(async move {
+                            match ctx.gather(new).await {
+                                Ok(answers) => {
+                                    if let Err(e) = store.answered(&id, answers).await {
+                                        tracing::warn!(task = %id, error = %e, "could not write the session's answers for the task's worker");
+                                    }
+                                }
+                                Err(e) => tracing::info!(task = %id, error = %e, "the session did not answer the task's question"),
+                            }
+                        });
+                    }
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -607,6 +661,10 @@ struct CallParams {
     name: String,
     #[serde(default)]
     arguments: Option<Box<serde_json::value::RawValue>>,
+    /// What the task's caller can answer (a tasks-extension task): the worker's tool may ask
+    /// it through the record.
+    #[serde(default, rename = "clientCapabilities")]
+    client_capabilities: Option<ClientCapabilities>,
 }
 
 enum Claim {
@@ -684,9 +742,17 @@ enum Ran {
     Abandoned,
 }
 
+/// Input rounds a durable task's call may take (the gateway's own limit for a forwarded
+/// call's rounds).
+const MAX_INPUT_ROUNDS: usize = 16;
+
 /// Runs the call through the server as an ordinary 2026-07-28 request (its own tasks
 /// machinery is not involved: the task is this job), telling JetStream it is working and
-/// stopping when the record says so.
+/// stopping when the record says so. A tool that asks for input (a tasks-extension task whose
+/// caller can answer) answers `input_required`: the questions go into the record, where
+/// `tasks/get` on any gateway shows them; the answers a `tasks/update` on any gateway puts
+/// there are taken, and the call is retried with them and its `requestState`, as a caller of
+/// the modern revision would.
 async fn execute(
     runner: &Runner,
     message: &jetstream::Message,
@@ -705,26 +771,20 @@ async fn execute(
             }
         }
     }
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": format!("task-{task_id}"),
-        "method": "tools/call",
-        "params": params,
-    });
-    let bytes = serde_json::to_vec(&body).unwrap_or_default();
-    let Ok(Incoming::Request(request)) = jsonrpc::parse(&bytes) else {
-        return Ran::Answered(Err(ErrorObject::internal("the job's call is malformed")));
-    };
     let meta = RequestMeta {
         protocol_version: Some(toolyard_proto::ProtocolVersion::LATEST.as_str().to_owned()),
-        // Nobody is there to answer a question: a tool that asks for input fails with a
-        // clear missing-capability error instead of waiting.
-        client_capabilities: Some(toolyard_proto::ClientCapabilities::default()),
+        // Without a caller who can answer, a tool that asks for input fails with a clear
+        // missing-capability error instead of waiting.
+        client_capabilities: Some(call.client_capabilities.unwrap_or_default()),
         traceparent: wire::header(message, wire::TRACEPARENT).map(str::to_owned),
         tracestate: wire::header(message, wire::TRACESTATE).map(str::to_owned),
         baggage: wire::header(message, wire::BAGGAGE).map(str::to_owned),
         ..Default::default()
     };
+    // The task's end (its TTL), past which nobody can read what it answers.
+    let deadline = wire::header(message, DEADLINE)
+        .and_then(|d| d.parse::<u64>().ok())
+        .map(|at| tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
     let stop = CancellationToken::new();
     // Answers "are you running it?" while it runs.
     let control = match runner
@@ -747,7 +807,9 @@ async fn execute(
             None
         }
     };
-    // A cancel on any gateway, or another worker's take-over, stops the handler.
+    // A cancel on any gateway, or another worker's take-over, stops the handler; answers to
+    // every outstanding question are signalled.
+    let (answered_tx, mut answered) = tokio::sync::watch::channel(false);
     let watching = {
         let store = runner.store.clone();
         let me = runner.instance.clone();
@@ -762,6 +824,9 @@ async fn execute(
                                 stop.cancel();
                                 return;
                             }
+                            answered_tx.send_replace(
+                                s.input_requests.is_empty() && !s.input_responses.is_empty(),
+                            );
                         }
                     }
                 }
@@ -769,50 +834,195 @@ async fn execute(
             }
         })
     };
-    let cancel = CancellationToken::new();
-    let Served {
-        messages: mut rx,
-        answer_prefix: prefix,
-    } = serve_here(
-        &runner.server,
-        request,
-        meta,
-        cancel.clone(),
-        None,
-        Some(runner.peer.clone()),
-        // A task's notifications have no caller to go to: they are taken and dropped.
-        NOTIFICATION_BACKLOG,
-    );
     let period = (runner.ack_wait / 3).max(Duration::from_millis(100));
     let mut working = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let ran = loop {
-        tokio::select! {
-            bytes = rx.next() => match bytes {
-                Some(b) if b.starts_with(&prefix) => break Ran::Answered(answer(&b)),
-                // Progress and log messages of a task have no caller to go to.
-                Some(_) => {}
-                None => break Ran::Answered(Err(ErrorObject::internal("the call ended without an answer"))),
-            },
-            () = stop.cancelled() => {
-                cancel.cancel();
-                break Ran::Stopped;
-            }
-            () = runner.abandon.cancelled() => {
-                cancel.cancel();
-                break Ran::Abandoned;
-            }
-            _ = working.tick() => {
-                if let Err(e) = message.ack_with(AckKind::Progress).await {
-                    tracing::debug!(task = %task_id, error = %e, "telling JetStream the task is running failed");
-                }
-            }
+    let expired = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
         }
+    };
+    tokio::pin!(expired);
+    let mut rounds = 0;
+    let ran = 'rounds: loop {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": format!("task-{task_id}"),
+            "method": "tools/call",
+            "params": params,
+        });
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let Ok(Incoming::Request(request)) = jsonrpc::parse(&bytes) else {
+            break Ran::Answered(Err(ErrorObject::internal("the job's call is malformed")));
+        };
+        let cancel = CancellationToken::new();
+        let Served {
+            messages: mut rx,
+            answer_prefix: prefix,
+        } = serve_here(
+            &runner.server,
+            request,
+            meta.clone(),
+            cancel.clone(),
+            None,
+            Some(runner.peer.clone()),
+            // A task's notifications have no caller to go to: they are taken and dropped.
+            NOTIFICATION_BACKLOG,
+        );
+        let outcome = loop {
+            tokio::select! {
+                bytes = rx.next() => match bytes {
+                    Some(b) if b.starts_with(&prefix) => break answer(&b),
+                    // Progress and log messages of a task have no caller to go to.
+                    Some(_) => {}
+                    None => break Err(ErrorObject::internal("the call ended without an answer")),
+                },
+                () = stop.cancelled() => {
+                    cancel.cancel();
+                    break 'rounds Ran::Stopped;
+                }
+                () = runner.abandon.cancelled() => {
+                    cancel.cancel();
+                    break 'rounds Ran::Abandoned;
+                }
+                _ = working.tick() => in_progress(message, task_id).await,
+            }
+        };
+        let asked = match outcome {
+            Ok(result)
+                if result.get("resultType").and_then(|t| t.as_str()) == Some("input_required") =>
+            {
+                result
+            }
+            other => break Ran::Answered(other),
+        };
+        rounds += 1;
+        if rounds > MAX_INPUT_ROUNDS {
+            break Ran::Answered(Err(ErrorObject::internal(format!(
+                "the tool asked for input more than {MAX_INPUT_ROUNDS} times"
+            ))));
+        }
+        let requests: InputRequests = match asked
+            .get("inputRequests")
+            .map(|r| serde_json::from_value(r.clone()))
+        {
+            Some(Ok(r)) => r,
+            _ => {
+                break Ran::Answered(Err(ErrorObject::internal(
+                    "the tool asked for input without readable inputRequests",
+                )))
+            }
+        };
+        answered.borrow_and_update();
+        if let Err(e) = ask(runner, task_id, requests).await {
+            tracing::info!(task = %task_id, error = %e, "could not put the task's questions in its record: stopped");
+            break Ran::Stopped;
+        }
+        let responses = loop {
+            tokio::select! {
+                changed = answered.changed() => {
+                    if changed.is_err() {
+                        break 'rounds Ran::Stopped;
+                    }
+                    if !*answered.borrow_and_update() {
+                        continue;
+                    }
+                    match take_answers(runner, task_id).await {
+                        Ok(a) if !a.is_empty() => break a,
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::info!(task = %task_id, error = %e, "could not take the answers to the task's questions: stopped");
+                            break 'rounds Ran::Stopped;
+                        }
+                    }
+                }
+                () = stop.cancelled() => break 'rounds Ran::Stopped,
+                () = runner.abandon.cancelled() => break 'rounds Ran::Abandoned,
+                () = &mut expired => {
+                    tracing::info!(task = %task_id, "the task expired while waiting for input");
+                    break 'rounds Ran::Stopped;
+                }
+                _ = working.tick() => in_progress(message, task_id).await,
+            }
+        };
+        params.insert(
+            "inputResponses".into(),
+            serde_json::Value::Object(responses),
+        );
+        match asked.get("requestState") {
+            Some(state) => params.insert("requestState".into(), state.clone()),
+            None => params.remove("requestState"),
+        };
     };
     watching.abort();
     if let Some(c) = control {
         c.abort();
     }
     ran
+}
+
+/// Tells JetStream the task's job is being worked on (not to be redelivered yet).
+async fn in_progress(message: &jetstream::Message, task_id: &str) {
+    if let Err(e) = message.ack_with(AckKind::Progress).await {
+        tracing::debug!(task = %task_id, error = %e, "telling JetStream the task is running failed");
+    }
+}
+
+/// Puts the tool's questions in the record (`input_required`), while this worker owns it.
+/// A question the record already holds an answer to (given before this worker took the task
+/// over and ran it again) is not asked again: the answer is taken with the others.
+async fn ask(
+    runner: &Runner,
+    task_id: &str,
+    requests: InputRequests,
+) -> Result<(), toolyard::TaskStoreError> {
+    let me = runner.instance.as_str();
+    runner
+        .store
+        .modify(task_id, None, |s| {
+            if s.worker.as_deref() != Some(me) {
+                return Err(toolyard::TaskStoreError::Backend("taken over".into()));
+            }
+            let open: InputRequests = requests
+                .iter()
+                .filter(|(key, _)| !s.input_responses.contains_key(*key))
+                .map(|(key, request)| (key.clone(), request.clone()))
+                .collect();
+            if open.is_empty() {
+                return Ok(());
+            }
+            NatsTaskStore::apply(s, |r| r.apply(TaskUpdate::InputRequired(open)))
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Takes the answers the record holds once every question is answered (none while some are
+/// outstanding), while this worker owns it.
+async fn take_answers(
+    runner: &Runner,
+    task_id: &str,
+) -> Result<InputResponses, toolyard::TaskStoreError> {
+    let me = runner.instance.as_str();
+    // A signal from an older revision finds questions outstanding: nothing is written then.
+    if let Some((s, _)) = runner.store.read(task_id).await? {
+        if !s.input_requests.is_empty() || s.input_responses.is_empty() {
+            return Ok(InputResponses::new());
+        }
+    }
+    runner
+        .store
+        .modify(task_id, None, |s| {
+            if s.worker.as_deref() != Some(me) {
+                return Err(toolyard::TaskStoreError::Backend("taken over".into()));
+            }
+            if !s.input_requests.is_empty() {
+                return Ok(InputResponses::new());
+            }
+            Ok(std::mem::take(&mut s.input_responses))
+        })
+        .await
+        .map(|(_, taken)| taken)
 }
 
 /// The result or error of a JSON-RPC response.

@@ -62,7 +62,11 @@ pub(crate) struct Stored {
     /// `legacy` (2025-11-25) or `extension`.
     generation: String,
     #[serde(default, skip_serializing_if = "InputRequests::is_empty")]
-    input_requests: InputRequests,
+    pub(crate) input_requests: InputRequests,
+    /// Answers a caller gave (`tasks/update`, on any gateway) that the worker running the
+    /// task has not taken yet: how a durable task's input reaches the worker.
+    #[serde(default, skip_serializing_if = "InputResponses::is_empty")]
+    pub(crate) input_responses: InputResponses,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     result: Option<JsonObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,10 +112,17 @@ impl Stored {
             }
             .to_owned(),
             input_requests: r.input_requests.clone(),
+            input_responses: InputResponses::new(),
             result,
             error,
             worker,
         }
+    }
+
+    /// A task of the tasks extension (2026-07-28), whose caller answers its input requests
+    /// through the record; a 2025-11-25 task's questions would need its session.
+    pub(crate) fn is_extension(&self) -> bool {
+        self.generation != "legacy"
     }
 
     pub(crate) fn record(&self) -> TaskRecord {
@@ -479,13 +490,44 @@ impl NatsTaskStore {
 
     /// Applies a change to the record as a task's worker does: through [`TaskRecord`]'s
     /// rules, keeping the claim.
-    fn apply(
+    /// Writes answers to the worker's questions (a 2025-11-25 session's, relayed by the
+    /// gateway that asked it): they wait in the record for the worker, and the task is
+    /// `working` again once nothing is outstanding.
+    pub(crate) async fn answered(
+        &self,
+        id: &str,
+        answers: InputResponses,
+    ) -> Result<(), TaskStoreError> {
+        self.modify(id, None, |s| {
+            if s.status.is_terminal() {
+                return Err(TaskStoreError::Terminal(s.status));
+            }
+            for (key, value) in &answers {
+                s.input_requests.remove(key);
+                s.input_responses.insert(key.clone(), value.clone());
+            }
+            if s.input_requests.is_empty() && s.status == TaskStatus::InputRequired {
+                s.status = TaskStatus::Working;
+            }
+            s.last_updated_at_ms = ms(SystemTime::now());
+            Ok(())
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Answers not yet taken are kept until the task ends.
+    pub(crate) fn apply(
         stored: &mut Stored,
         f: impl FnOnce(&mut TaskRecord) -> Result<(), TaskStoreError>,
     ) -> Result<(), TaskStoreError> {
         let mut record = stored.record();
         f(&mut record)?;
+        let answers = std::mem::take(&mut stored.input_responses);
         *stored = Stored::from_record(&record, stored.worker.take());
+        if !stored.status.is_terminal() {
+            stored.input_responses = answers;
+        }
         Ok(())
     }
 }
@@ -539,6 +581,13 @@ impl TaskStore for NatsTaskStore {
                         accepted = r.accept_input(responses.clone());
                         Ok(())
                     })?;
+                    // For the worker running a durable task (it watches the record); a task
+                    // a gateway runs itself gets them from the caller of `provide_input`.
+                    if stored.worker.is_some() {
+                        stored
+                            .input_responses
+                            .extend(accepted.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    }
                     Ok(accepted)
                 })
                 .await?;

@@ -57,7 +57,8 @@ impl Drop for Unfinished {
 
 /// A worker's server: `echo`, `boom` (panics at once), `progress` (three progress steps, then "done"), `sleep`
 /// (sleeps `ms`, counting cancellations and completions in `seen`), `sleep_task` (the same,
-/// with optional task support), `flood` (`n` progress notifications at once, then
+/// with optional task support), `ask` (elicits two names), `ask_task` (the same, with
+/// optional task support), `flood` (`n` progress notifications at once, then
 /// "flooded"), `big` (answers `n` bytes of text); the resource `worker://readme` ("read
 /// me"), the template `worker://items/{id}` ("item {id}", and a failure for the id
 /// `broken`) and the prompt `greet` (argument `name`).
@@ -200,35 +201,9 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
             )
             .unwrap()
         })
-        .tool(
-            tool_fn(
-                "ask",
-                "Asks the caller's user for a name (elicitation), twice under one key",
-                |ctx, _a: serde_json::Value| async move {
-                    let form = |q: &str| {
-                        let mut schema = toolyard::proto::JsonObject::new();
-                        schema.insert("type".into(), "object".into());
-                        schema.insert(
-                            "properties".into(),
-                            serde_json::json!({"name": {"type": "string"}}),
-                        );
-                        toolyard::proto::ElicitRequestParams::form(q, schema)
-                    };
-                    let first = ctx.elicit("name", form("First name?")).await?;
-                    let name = |r: &toolyard::proto::ElicitResult| {
-                        r.content
-                            .as_ref()
-                            .and_then(|c| c.get("name"))
-                            .and_then(|v| v.as_str())
-                            .unwrap_or("?")
-                            .to_owned()
-                    };
-                    let second = ctx.elicit("again", form("Last name?")).await?;
-                    Ok::<_, HandlerError>(format!("{} {}", name(&first), name(&second)))
-                },
-            )
-            .unwrap(),
-        )
+        .tool(asker("ask"))
+        // `ask` that runs as a task for a caller of the tasks extension.
+        .tool(asker("ask_task").with_task_support(toolyard::proto::TaskSupport::Optional))
         .tool(
             tool_fn(
                 "progress",
@@ -266,6 +241,38 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
         .start()
         .await
         .unwrap()
+}
+
+/// A tool that asks the caller's user for a name (elicitation), twice under one key, and
+/// answers both names.
+fn asker(name: &str) -> toolyard::ToolDef {
+    tool_fn(
+        name,
+        "Asks the caller's user for a name (elicitation), twice under one key",
+        |ctx, _a: serde_json::Value| async move {
+            let form = |q: &str| {
+                let mut schema = toolyard::proto::JsonObject::new();
+                schema.insert("type".into(), "object".into());
+                schema.insert(
+                    "properties".into(),
+                    serde_json::json!({"name": {"type": "string"}}),
+                );
+                toolyard::proto::ElicitRequestParams::form(q, schema)
+            };
+            let first = ctx.elicit("name", form("First name?")).await?;
+            let name = |r: &toolyard::proto::ElicitResult| {
+                r.content
+                    .as_ref()
+                    .and_then(|c| c.get("name"))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            let second = ctx.elicit("again", form("Last name?")).await?;
+            Ok::<_, HandlerError>(format!("{} {}", name(&first), name(&second)))
+        },
+    )
+    .unwrap()
 }
 
 /// A tool that sleeps `ms`, counting in `seen` the calls that finished and those dropped

@@ -988,3 +988,212 @@ async fn a_gateway_whose_first_task_watch_fails_starts_and_then_hears_other_gate
     assert_eq!(last["params"]["status"], "completed", "{last}");
     following.abort();
 }
+
+/// Polls `tasks/get` until the task asks `key`; the task then.
+async fn asked(client: &RawClient, id: &str, key: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let t = get(client, id).await;
+        if t["status"] == "input_required" && t["inputRequests"].get(key).is_some() {
+            return t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never asked {key}: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+/// Answers the elicitation `key` of task `id` with `name`, by `tasks/update`.
+async fn answer(client: &RawClient, id: &str, key: &str, name: &str) {
+    let params = json!({
+        "taskId": id,
+        "inputResponses": {key: {"action": "accept", "content": {"name": name}}},
+        "_meta": ext_meta(),
+    });
+    let ack = client.request("tasks/update", params).await.unwrap();
+    assert!(ack.get("error").is_none(), "{ack}");
+}
+
+/// The `_meta` of a tasks-extension caller with these client capabilities.
+fn caller_meta(caps: &Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    })
+}
+
+/// A tasks-extension task whose tool asks for input: the questions show in the record, on
+/// any gateway (`tasks/get`: `input_required` with `inputRequests`); answers given with
+/// `tasks/update` on any gateway reach the worker, which retries the call with them, round
+/// after round, until it completes. A caller that cannot answer gets the tool's
+/// missing-capability error, not a task waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_worker() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen, true, Duration::from_secs(30)).await;
+    let (_a, _ra, a) = durable_gateway(&nats.url()).await;
+    let (_b, _rb, b) = durable_gateway(&nats.url()).await;
+    wait_listed(&a).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let created = a
+        .request(
+            "tools/call",
+            json!({"name": "calc__ask_task", "arguments": {}, "_meta": answering}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().unwrap().to_owned();
+
+    // Asked on the worker, read on B; answered on B, then on A.
+    let t = asked(&b, &id, "name").await;
+    assert_eq!(
+        t["inputRequests"]["name"]["params"]["message"], "First name?",
+        "{t}"
+    );
+    answer(&b, &id, "name", "Ada").await;
+    let t = asked(&a, &id, "again").await;
+    assert_eq!(
+        t["inputRequests"]["again"]["params"]["message"], "Last name?",
+        "{t}"
+    );
+    answer(&a, &id, "again", "Lovelace").await;
+    let done = terminal(&b, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Ada Lovelace",
+        "{done}"
+    );
+    assert_eq!(terminal(&a, &id).await["result"], done["result"]);
+    let bus = connect(&nats.url()).await;
+    let (stored, _) = record(&bus, &id).await;
+    assert!(
+        stored.get("inputResponses").is_none(),
+        "answers are taken: {stored}"
+    );
+
+    // A caller that cannot answer: the tool's own error, at once.
+    let mute = caller_meta(&json!({"extensions": {EXT: {}}}));
+    let created = a
+        .request(
+            "tools/call",
+            json!({"name": "calc__ask_task", "arguments": {}, "_meta": mute}),
+        )
+        .await
+        .unwrap();
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    let failed = terminal(&b, &id).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], -32021, "{failed}");
+    jobs_settled(&bus).await;
+}
+
+/// A task's question answered while nobody ran it (its worker died after asking): the worker
+/// the job is redelivered to runs the tool again, finds that answer in the record instead of
+/// asking again, and only asks what is new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_given_after_its_worker_died_is_used_by_the_worker_that_takes_the_task_over() {
+    let nats = NatsServer::start();
+    let ack_wait = Duration::from_secs(1);
+    let listing = task_worker(&nats.url(), Arc::default(), false, ack_wait).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__ask_task", "arguments": {}, "_meta": answering}),
+        )
+        .await
+        .unwrap();
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    // The worker that dies: takes the job, claims the task, asks, and is gone.
+    let bus = connect(&nats.url()).await;
+    let job = pull_job(&jobs_consumer(&bus, ack_wait).await).await;
+    let (mut rec, rev) = record(&bus, &id).await;
+    rec["worker"] = json!("gone-1");
+    rec["status"] = json!("input_required");
+    rec["inputRequests"] = json!({"name": {
+        "method": "elicitation/create",
+        "params": {"message": "First name?", "requestedSchema": {
+            "type": "object", "properties": {"name": {"type": "string"}}}},
+    }});
+    write_record(&bus, &id, &rec, rev).await.unwrap();
+    asked(&client, &id, "name").await;
+    answer(&client, &id, "name", "Ada").await;
+    let (now, _) = record(&bus, &id).await;
+    assert_eq!(now["status"], "working", "{now}");
+    assert_eq!(
+        now["inputResponses"]["name"]["content"]["name"], "Ada",
+        "{now}"
+    );
+    drop(job);
+
+    // Redelivered after ack_wait to a worker of ours: it asks only for the last name.
+    let worker = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
+    let t = asked(&client, &id, "again").await;
+    assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
+    answer(&client, &id, "again", "Lovelace").await;
+    let done = terminal(&client, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Ada Lovelace",
+        "{done}"
+    );
+    assert_eq!(record(&bus, &id).await.0["worker"], worker.instance());
+    jobs_settled(&bus).await;
+    listing.shutdown().await;
+}
+
+/// A 2025-11-25 session's task whose tool asks for input: the gateway that created it asks
+/// the session (an `elicitation/create` with the related-task `_meta`), writes the answers
+/// back for the worker, and `tasks/result` gets what the tool made of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sessions_task_that_asks_is_asked_through_its_session_and_completes() {
+    let nats = NatsServer::start();
+    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (server, _r, modern) = durable_gateway(&nats.url()).await;
+    wait_listed(&modern).await;
+    let client = Arc::new(RawClient::connect(&server).await.unwrap());
+    client
+        .initialize(json!({"elicitation": {"form": {}}}))
+        .await
+        .unwrap();
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__ask_task", "arguments": {}, "task": {"ttl": 60_000}}),
+        )
+        .await
+        .unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let c = client.clone();
+    let tid = id.clone();
+    let result =
+        tokio::spawn(async move { c.request("tasks/result", json!({"taskId": tid})).await });
+    for (question, name) in [("First name?", "Ada"), ("Last name?", "Lovelace")] {
+        let asked = tokio::time::timeout(WAIT, client.next_request())
+            .await
+            .expect("the session is asked")
+            .expect("a request");
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        assert_eq!(asked["params"]["message"], question, "{asked}");
+        assert_eq!(
+            asked["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+            id.as_str(),
+            "{asked}"
+        );
+        client.respond(
+            &asked["id"],
+            json!({"action": "accept", "content": {"name": name}}),
+        );
+    }
+    let result = tokio::time::timeout(WAIT, result)
+        .await
+        .expect("tasks/result answers once the worker is done")
+        .unwrap()
+        .unwrap();
+    assert_eq!(result["content"][0]["text"], "Ada Lovelace", "{result}");
+}
