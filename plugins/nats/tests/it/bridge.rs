@@ -655,20 +655,27 @@ async fn a_workers_elicitation_reaches_the_gateways_caller_in_both_generations()
     }
 }
 
+/// A worker of `calc` ([`worker_server`]) whose heartbeat is an hour, so that whatever reaches
+/// a gateway within a test came from a change; its server, and a gateway that lists it.
+async fn calc_on_an_hourly_heartbeat(url: &str) -> (Server, Worker, Gateway) {
+    let server = worker_server(Arc::default()).await;
+    let mut config = WorkerConfig::new("calc");
+    config.heartbeat = Duration::from_secs(3600);
+    let worker = Worker::start(server.clone(), connect(url).await, config)
+        .await
+        .unwrap();
+    let gw = gateway(url, RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    (server, worker, gw)
+}
+
 /// A worker's tools changing (here added and removed in process; under `toolyard worker`,
 /// a gateway source's tools changing upstream) re-put its catalog entry at once, not on the
 /// next heartbeat: the heartbeat here is an hour, far beyond the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workers_tools_changing_reach_the_gateway_before_the_next_heartbeat() {
     let nats = NatsServer::start();
-    let server = worker_server(Arc::default()).await;
-    let mut config = WorkerConfig::new("calc");
-    config.heartbeat = Duration::from_secs(3600);
-    let worker = Worker::start(server.clone(), connect(&nats.url()).await, config)
-        .await
-        .unwrap();
-    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
-    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    let (server, worker, gw) = calc_on_an_hourly_heartbeat(&nats.url()).await;
     server.add_tools(vec![tool_fn(
         "late",
         "Added later",
@@ -693,14 +700,7 @@ async fn a_workers_tools_changing_reach_the_gateway_before_the_next_heartbeat() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_tools_flap_puts_its_catalog_at_most_once_a_pace_and_its_last_state_lands() {
     let nats = NatsServer::start();
-    let server = worker_server(Arc::default()).await;
-    let mut config = WorkerConfig::new("calc");
-    config.heartbeat = Duration::from_secs(3600);
-    let worker = Worker::start(server.clone(), connect(&nats.url()).await, config)
-        .await
-        .unwrap();
-    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
-    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    let (server, worker, gw) = calc_on_an_hourly_heartbeat(&nats.url()).await;
     let js = async_nats::jetstream::new(connect(&nats.url()).await);
     // The bucket's last write (asked afresh each time): this worker is its only writer.
     let revision = async || {

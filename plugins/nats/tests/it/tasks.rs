@@ -1015,6 +1015,19 @@ async fn answer(client: &RawClient, id: &str, key: &str, name: &str) {
     assert!(ack.get("error").is_none(), "{ack}");
 }
 
+/// Starts `calc__ask_task` as a task for a caller with `meta`; its id.
+async fn submit_ask(client: &RawClient, meta: Value) -> String {
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "calc__ask_task", "arguments": {}, "_meta": meta}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    created["taskId"].as_str().unwrap().to_owned()
+}
+
 /// The `_meta` of a tasks-extension caller with these client capabilities.
 fn caller_meta(caps: &Value) -> Value {
     json!({
@@ -1037,15 +1050,7 @@ async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_
     let (_b, _rb, b) = durable_gateway(&nats.url()).await;
     wait_listed(&a).await;
     let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
-    let created = a
-        .request(
-            "tools/call",
-            json!({"name": "calc__ask_task", "arguments": {}, "_meta": answering}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(created["resultType"], "task", "{created}");
-    let id = created["taskId"].as_str().unwrap().to_owned();
+    let id = submit_ask(&a, answering).await;
 
     // Asked on the worker, read on B; answered on B, then on A.
     let t = asked(&b, &id, "name").await;
@@ -1076,14 +1081,7 @@ async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_
 
     // A caller that cannot answer: the tool's own error, at once.
     let mute = caller_meta(&json!({"extensions": {EXT: {}}}));
-    let created = a
-        .request(
-            "tools/call",
-            json!({"name": "calc__ask_task", "arguments": {}, "_meta": mute}),
-        )
-        .await
-        .unwrap();
-    let id = created["taskId"].as_str().unwrap().to_owned();
+    let id = submit_ask(&a, mute).await;
     let failed = terminal(&b, &id).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     assert_eq!(failed["error"]["code"], -32021, "{failed}");
@@ -1101,14 +1099,7 @@ async fn an_answer_given_after_its_worker_died_is_used_by_the_worker_that_takes_
     let (_server, _remote, client) = durable_gateway(&nats.url()).await;
     wait_listed(&client).await;
     let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
-    let created = client
-        .request(
-            "tools/call",
-            json!({"name": "calc__ask_task", "arguments": {}, "_meta": answering}),
-        )
-        .await
-        .unwrap();
-    let id = created["taskId"].as_str().unwrap().to_owned();
+    let id = submit_ask(&client, answering).await;
     // The worker that dies: takes the job, claims the task, asks, and is gone.
     let bus = connect(&nats.url()).await;
     let job = pull_job(&jobs_consumer(&bus, ack_wait).await).await;
