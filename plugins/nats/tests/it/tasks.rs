@@ -1050,7 +1050,7 @@ async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_
     let (_b, _rb, b) = durable_gateway(&nats.url()).await;
     wait_listed(&a).await;
     let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
-    let id = submit_ask(&a, answering).await;
+    let id = submit_ask(&a, answering.clone()).await;
 
     // Asked on the worker, read on B; answered on B, then on A.
     let t = asked(&b, &id, "name").await;
@@ -1078,6 +1078,19 @@ async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_
         stored.get("inputResponses").is_none(),
         "answers are taken: {stored}"
     );
+
+    // An answer that is no answer (not an elicitation result): the tool fails, saying so.
+    let id = submit_ask(&a, answering.clone()).await;
+    asked(&b, &id, "name").await;
+    let params = json!({"taskId": id, "inputResponses": {"name": "junk"}, "_meta": ext_meta()});
+    let ack = b.request("tasks/update", params).await.unwrap();
+    assert!(ack.get("error").is_none(), "{ack}");
+    let ended = terminal(&a, &id).await;
+    assert_eq!(ended["result"]["isError"], true, "{ended}");
+    let said = ended["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.contains("answer is malformed"), "{ended}");
 
     // A caller that cannot answer: the tool's own error, at once.
     let mute = caller_meta(&json!({"extensions": {EXT: {}}}));
