@@ -1092,6 +1092,17 @@ async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_
         .unwrap_or_default();
     assert!(said.contains("answer is malformed"), "{ended}");
 
+    // Cancelled on B while it waits for an answer: the worker stops waiting, the job is acked.
+    let id = submit_ask(&a, answering.clone()).await;
+    asked(&a, &id, "name").await;
+    let ack = b
+        .request("tasks/cancel", json!({"taskId": id, "_meta": ext_meta()}))
+        .await
+        .unwrap();
+    assert!(ack.get("error").is_none(), "{ack}");
+    assert_eq!(terminal(&a, &id).await["status"], "cancelled");
+    jobs_settled(&bus).await;
+
     // A caller that cannot answer: the tool's own error, at once.
     let mute = caller_meta(&json!({"extensions": {EXT: {}}}));
     let id = submit_ask(&a, mute).await;
