@@ -915,8 +915,7 @@ async fn execute(
         };
         answered.borrow_and_update();
         if let Err(e) = ask(runner, task_id, requests).await {
-            tracing::info!(task = %task_id, error = %e, "could not put the task's questions in its record: stopped");
-            break Ran::Stopped;
+            break e.ran(task_id, "putting the task's questions in its record");
         }
         let responses = loop {
             tokio::select! {
@@ -930,10 +929,7 @@ async fn execute(
                     match take_answers(runner, task_id).await {
                         Ok(a) if !a.is_empty() => break a,
                         Ok(_) => {}
-                        Err(e) => {
-                            tracing::info!(task = %task_id, error = %e, "could not take the answers to the task's questions: stopped");
-                            break 'rounds Ran::Stopped;
-                        }
+                        Err(e) => break 'rounds e.ran(task_id, "taking the answers to the task's questions"),
                     }
                 }
                 () = stop.cancelled() => break 'rounds Ran::Stopped,
@@ -968,61 +964,93 @@ async fn in_progress(message: &jetstream::Message, task_id: &str) {
     }
 }
 
-/// Puts the tool's questions in the record (`input_required`), while this worker owns it.
-/// A question the record already holds an answer to (given before this worker took the task
-/// over and ran it again) is not asked again: the answer is taken with the others.
-async fn ask(
+/// A write of a task's record on its behalf that did not happen.
+enum NotWritten {
+    /// The task ended, or another worker took it over: nothing more to do here.
+    Lost,
+    /// The store failed: the job goes back, to be run again when it can be.
+    Store(toolyard::TaskStoreError),
+}
+
+impl NotWritten {
+    /// Why the task stops running here.
+    fn ran(self, task_id: &str, doing: &str) -> Ran {
+        match self {
+            NotWritten::Lost => Ran::Stopped,
+            NotWritten::Store(e) => {
+                tracing::warn!(task = %task_id, error = %e, "{doing} failed: the job is handed back");
+                Ran::Abandoned
+            }
+        }
+    }
+}
+
+/// Changes the task's record by compare-and-swap while this worker owns it.
+async fn as_owner<T>(
     runner: &Runner,
     task_id: &str,
-    requests: InputRequests,
-) -> Result<(), toolyard::TaskStoreError> {
+    mut change: impl FnMut(&mut Stored) -> Result<T, toolyard::TaskStoreError>,
+) -> Result<T, NotWritten> {
+    use toolyard::TaskStoreError as E;
     let me = runner.instance.as_str();
-    runner
+    let mut lost = false;
+    let written = runner
         .store
         .modify(task_id, None, |s| {
             if s.worker.as_deref() != Some(me) {
-                return Err(toolyard::TaskStoreError::Backend("taken over".into()));
+                lost = true;
+                return Err(E::Backend(format!("task {task_id} is another worker's")));
             }
-            let open: InputRequests = requests
-                .iter()
-                .filter(|(key, _)| !s.input_responses.contains_key(*key))
-                .map(|(key, request)| (key.clone(), request.clone()))
-                .collect();
-            if open.is_empty() {
-                return Ok(());
-            }
-            NatsTaskStore::apply(s, |r| r.apply(TaskUpdate::InputRequired(open)))
+            change(s)
         })
-        .await
-        .map(|_| ())
+        .await;
+    match written {
+        Ok((_, out)) => Ok(out),
+        Err(E::Terminal(_) | E::NotFound | E::Expired) => Err(NotWritten::Lost),
+        Err(_) if lost => Err(NotWritten::Lost),
+        Err(e) => Err(NotWritten::Store(e)),
+    }
+}
+
+/// Puts the tool's questions in the record (`input_required`), while this worker owns it.
+/// A question the record already holds an answer to (given before this worker took the task
+/// over and ran it again) is not asked again: the answer is taken with the others.
+async fn ask(runner: &Runner, task_id: &str, requests: InputRequests) -> Result<(), NotWritten> {
+    as_owner(runner, task_id, |s| {
+        let open: InputRequests = requests
+            .iter()
+            .filter(|(key, _)| !s.input_responses.contains_key(*key))
+            .map(|(key, request)| (key.clone(), request.clone()))
+            .collect();
+        if open.is_empty() {
+            // Written unchanged all the same: the watch then tells this worker the answers
+            // are there.
+            return Ok(());
+        }
+        NatsTaskStore::apply(s, |r| r.apply(TaskUpdate::InputRequired(open)))
+    })
+    .await
 }
 
 /// Takes the answers the record holds once every question is answered (none while some are
 /// outstanding), while this worker owns it.
-async fn take_answers(
-    runner: &Runner,
-    task_id: &str,
-) -> Result<InputResponses, toolyard::TaskStoreError> {
-    let me = runner.instance.as_str();
+async fn take_answers(runner: &Runner, task_id: &str) -> Result<InputResponses, NotWritten> {
     // A signal from an older revision finds questions outstanding: nothing is written then.
-    if let Some((s, _)) = runner.store.read(task_id).await? {
-        if !s.input_requests.is_empty() || s.input_responses.is_empty() {
-            return Ok(InputResponses::new());
+    match runner.store.read(task_id).await {
+        Ok(Some((s, _))) if !s.input_requests.is_empty() || s.input_responses.is_empty() => {
+            return Ok(InputResponses::new())
         }
+        Ok(_) => {}
+        Err(e) => return Err(NotWritten::Store(e)),
     }
-    runner
-        .store
-        .modify(task_id, None, |s| {
-            if s.worker.as_deref() != Some(me) {
-                return Err(toolyard::TaskStoreError::Backend("taken over".into()));
-            }
-            if !s.input_requests.is_empty() {
-                return Ok(InputResponses::new());
-            }
-            Ok(std::mem::take(&mut s.input_responses))
+    as_owner(runner, task_id, |s| {
+        Ok(if s.input_requests.is_empty() {
+            std::mem::take(&mut s.input_responses)
+        } else {
+            InputResponses::new()
         })
-        .await
-        .map(|(_, taken)| taken)
+    })
+    .await
 }
 
 /// The result or error of a JSON-RPC response.
