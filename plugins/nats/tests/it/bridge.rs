@@ -701,18 +701,10 @@ async fn a_workers_tools_changing_reach_the_gateway_before_the_next_heartbeat() 
 async fn a_worker_whose_tools_flap_puts_its_catalog_at_most_once_a_pace_and_its_last_state_lands() {
     let nats = NatsServer::start();
     let (server, worker, gw) = calc_on_an_hourly_heartbeat(&nats.url()).await;
-    let js = async_nats::jetstream::new(connect(&nats.url()).await);
-    // The bucket's last write (asked afresh each time): this worker is its only writer.
-    let revision = async || {
-        js.get_stream(format!("KV_{}", toolyard_nats::CATALOG_BUCKET))
-            .await
-            .unwrap()
-            .info()
-            .await
-            .unwrap()
-            .state
-            .last_sequence
-    };
+    let bus = connect(&nats.url()).await;
+    let stream = format!("KV_{}", toolyard_nats::CATALOG_BUCKET);
+    // The bucket's last write: this worker is its only writer.
+    let revision = async || stream_state(&bus, &stream).await.last_sequence;
     let before = revision().await;
     let started = tokio::time::Instant::now();
     let flapping = || {

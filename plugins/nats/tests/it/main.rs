@@ -332,6 +332,18 @@ pub(crate) async fn put_catalog_entry(
         .unwrap();
 }
 
+/// The state of JetStream stream `name` now (asked of the server each time, not cached).
+pub(crate) async fn stream_state(
+    bus: &async_nats::Client,
+    name: &str,
+) -> async_nats::jetstream::stream::State {
+    let mut stream = async_nats::jetstream::new(bus.clone())
+        .get_stream(name)
+        .await
+        .unwrap();
+    stream.info().await.unwrap().state.clone()
+}
+
 /// Waits (bounded) until object store `bucket`, which must be there (an object was put),
 /// holds no object.
 pub(crate) async fn all_deleted_from(raw: &async_nats::Client, bucket: &str) {

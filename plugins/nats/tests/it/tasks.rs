@@ -191,10 +191,8 @@ async fn pull_job(consumer: &jetstream::consumer::PullConsumer) -> jetstream::Me
 /// Waits until every job of `calc` is acknowledged (the work queue holds none).
 async fn jobs_settled(bus: &async_nats::Client) {
     let deadline = tokio::time::Instant::now() + WAIT;
-    let js = jetstream::new(bus.clone());
     loop {
-        let mut stream = js.get_stream(JOBS_STREAM).await.unwrap();
-        let messages = stream.info().await.unwrap().state.messages;
+        let messages = stream_state(bus, JOBS_STREAM).await.messages;
         if messages == 0 {
             return;
         }
@@ -276,16 +274,7 @@ async fn a_task_waits_for_a_worker_and_a_republished_job_runs_once() {
         again.duplicate,
         "the second publish of one task is a duplicate"
     );
-    let messages = js
-        .get_stream(JOBS_STREAM)
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .messages;
-    assert_eq!(messages, 1);
+    assert_eq!(stream_state(&bus, JOBS_STREAM).await.messages, 1);
 
     // The next worker to come runs it, once.
     let _runner = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
