@@ -661,8 +661,8 @@ struct CallParams {
     name: String,
     #[serde(default)]
     arguments: Option<Box<serde_json::value::RawValue>>,
-    /// What the task's caller can answer (a tasks-extension task): the worker's tool may ask
-    /// it through the record.
+    /// What the task's caller can answer: the worker's tool may ask it through the record
+    /// (absent from a job of an older gateway: the tool's questions then fail -32021).
     #[serde(default, rename = "clientCapabilities")]
     client_capabilities: Option<ClientCapabilities>,
 }
@@ -748,11 +748,11 @@ const MAX_INPUT_ROUNDS: usize = 16;
 
 /// Runs the call through the server as an ordinary 2026-07-28 request (its own tasks
 /// machinery is not involved: the task is this job), telling JetStream it is working and
-/// stopping when the record says so. A tool that asks for input (a tasks-extension task whose
-/// caller can answer) answers `input_required`: the questions go into the record, where
-/// `tasks/get` on any gateway shows them; the answers a `tasks/update` on any gateway puts
-/// there are taken, and the call is retried with them and its `requestState`, as a caller of
-/// the modern revision would.
+/// stopping when the record says so. A tool that asks for input (of a caller that can
+/// answer) answers `input_required`: the questions go into the record, where `tasks/get` on
+/// any gateway shows them (and the gateway that created a 2025-11-25 task asks its session);
+/// the answers put there are taken, and the call is retried with them and its
+/// `requestState`, as a caller of the modern revision would.
 async fn execute(
     runner: &Runner,
     message: &jetstream::Message,
