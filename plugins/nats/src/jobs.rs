@@ -36,7 +36,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::{HandlerError, RawArgs, RawResult, RequestContext, Server, TaskRecord, TaskUpdate};
@@ -394,6 +394,9 @@ pub(crate) struct Runner {
     /// The tasks this worker runs now: a redelivery of one of them (its progress signal was
     /// lost) is put back, not run a second time beside itself.
     pub(crate) running: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// A task answered after it waited for input wants a slot again: the job pull waiting
+    /// idle gives up the slot it holds.
+    pub(crate) resuming: tokio::sync::Notify,
     /// Where a job's request is when it did not fit the job (`Mcp-Body-Claim`).
     pub(crate) bodies: crate::claims::Bucket,
     /// The largest such request read (the worker's `max_claimed_request_bytes`).
@@ -483,16 +486,29 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
                 continue;
             }
         };
-        let next = tokio::select! {
-            m = batch.next() => m,
-            () = runner.draining.cancelled() => return,
+        let mut permit = Some(permit);
+        let next = loop {
+            tokio::select! {
+                m = batch.next() => break m,
+                () = runner.draining.cancelled() => return,
+                // A task back from waiting for input goes first; a job that comes meanwhile
+                // runs only if a slot is free then.
+                () = runner.resuming.notified(), if permit.is_some() => drop(permit.take()),
+            }
         };
         match next {
             Some(Ok(message)) => {
+                let Ok(permit) = permit.map_or_else(|| permits.clone().try_acquire_owned(), Ok)
+                else {
+                    let id = wire::header(&message, "Nats-Msg-Id").unwrap_or("?");
+                    tracing::debug!(task = %id, "a job came while its slot went to a task back from waiting for input: put back");
+                    ack(&message, AckKind::Nak(None), id).await;
+                    continue;
+                };
                 let r = runner.clone();
                 runner.tracker.spawn(async move {
-                    run_job(&r, message).await;
-                    drop(permit);
+                    // The slot goes with the job (given back while it waits for input).
+                    run_job(&r, message, permit).await;
                 });
             }
             Some(Err(e)) => tracing::debug!(error = %e, "a task job pull ended"),
@@ -508,7 +524,7 @@ async fn ack(message: &jetstream::Message, kind: AckKind, task_id: &str) {
 }
 
 /// Runs one delivery of a job to its end (see the module's doc for what it decides).
-async fn run_job(runner: &Runner, message: jetstream::Message) {
+async fn run_job(runner: &Runner, message: jetstream::Message, slot: OwnedSemaphorePermit) {
     let Some(task_id) = wire::header(&message, "Nats-Msg-Id")
         .filter(|id| tasks::valid_id(id))
         .map(str::to_owned)
@@ -559,7 +575,7 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
             Err(error) => return fail_unreadable(runner, &message, &task_id, error).await,
         },
     };
-    let answer = execute(runner, &message, &task_id, call).await;
+    let answer = execute(runner, &message, &task_id, call, slot).await;
     match answer {
         Ran::Answered(outcome) => {
             if finish(runner, &task_id, outcome).await {
@@ -758,7 +774,12 @@ async fn execute(
     message: &jetstream::Message,
     task_id: &str,
     call: CallParams,
+    slot: OwnedSemaphorePermit,
 ) -> Ran {
+    // One of the worker's `--concurrency` slots: held while the tool runs, given back while
+    // it waits for its caller's answers (which may take hours), taken again to go on.
+    let slots = slot.semaphore().clone();
+    let mut slot = Some(slot);
     let mut params = serde_json::Map::new();
     params.insert("name".into(), serde_json::Value::String(call.name));
     if let Some(a) = call.arguments {
@@ -917,6 +938,7 @@ async fn execute(
         if let Err(e) = ask(runner, task_id, requests).await {
             break e.ran(task_id, "putting the task's questions in its record");
         }
+        drop(slot.take());
         let responses = loop {
             tokio::select! {
                 changed = answered.changed() => {
@@ -941,6 +963,19 @@ async fn execute(
                 _ = working.tick() => in_progress(message, task_id).await,
             }
         };
+        runner.resuming.notify_one();
+        while slot.is_none() {
+            tokio::select! {
+                taken = slots.clone().acquire_owned() => match taken {
+                    Ok(p) => slot = Some(p),
+                    // Closed: the worker is going away.
+                    Err(_) => break 'rounds Ran::Abandoned,
+                },
+                () = stop.cancelled() => break 'rounds Ran::Stopped,
+                () = runner.abandon.cancelled() => break 'rounds Ran::Abandoned,
+                _ = working.tick() => in_progress(message, task_id).await,
+            }
+        }
         params.insert(
             "inputResponses".into(),
             serde_json::Value::Object(responses),

@@ -1201,3 +1201,41 @@ async fn a_legacy_sessions_task_that_asks_is_asked_through_its_session_and_compl
         .unwrap();
     assert_eq!(result["content"][0]["text"], "Ada Lovelace", "{result}");
 }
+
+/// A task waiting for its caller's answer gives its worker's slot back: on a worker of
+/// `--concurrency 1`, another task runs and completes meanwhile, and the first, answered,
+/// takes the slot again and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_input_gives_its_slot_to_the_next_task_meanwhile() {
+    let nats = NatsServer::start();
+    let mut config = WorkerConfig::new("calc");
+    config.concurrency = 1;
+    let _worker = Worker::start(
+        worker_server(Arc::default()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let asking = submit_ask(&client, answering).await;
+    asked(&client, &asking, "name").await;
+    let sleeping = submit(&client, 50).await;
+    let done = terminal(&client, &sleeping).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        get(&client, &asking).await["status"],
+        "input_required",
+        "still waiting"
+    );
+    answer(&client, &asking, "name", "Ada").await;
+    asked(&client, &asking, "again").await;
+    answer(&client, &asking, "again", "Lovelace").await;
+    let done = terminal(&client, &asking).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Ada Lovelace",
+        "{done}"
+    );
+}
