@@ -977,6 +977,47 @@ async fn gateway_process(url: &str) -> toolyard_testkit::ServerProcess {
     .unwrap()
 }
 
+/// Junk on the change-event subject is dropped and logged, but not a line per message: a
+/// worker sent 1 000 messages that are not events says so ten times (the 1st, 2nd, 4th, ...
+/// 512th, each with the count) and then nothing more.
+#[test]
+fn junk_on_the_event_subject_is_logged_at_each_doubling_not_per_message() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let mut child = spawn_worker(
+        &["--nats", &url, "--name", "calc", "--workers", "1"],
+        Stdio::piped(),
+    );
+    let stderr = StderrLines::of(&mut child);
+    let _worker = WorkerProcess(child);
+    stderr.wait_for("serving on");
+    let junk = r#"
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    for _ in range(1000):
+        await nc.publish("mcp.v1.events", b"not an event")
+    await nc.flush()
+    await nc.close()
+asyncio.run(main())
+"#;
+    let sent = Command::new(cache().join("venv/bin/python"))
+        .args(["-c", junk, &url])
+        .status()
+        .expect("run python (scripts/install-test-deps installs nats-py)");
+    assert!(sent.success());
+    stderr.wait_for("dropped=512");
+    let more = stderr.lines_within(Duration::from_millis(500));
+    assert!(
+        !more.iter().any(|l| l.contains("dropped a change event")),
+        "logged again after the 512th: {more:?}"
+    );
+    // The worker serves on.
+    let answer = nats_client(&url, "echo", &json!({"message": "still here"}), &[]);
+    let last = answer["frames"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["frame"], "end", "{last}");
+}
+
 /// A child's stderr, line by line, read on a thread of its own (each line echoed to the
 /// test's stderr), so that waiting for a line has a deadline: a process that says nothing
 /// fails the test instead of hanging it.
@@ -999,6 +1040,15 @@ impl StderrLines {
             }
         });
         StderrLines(rx)
+    }
+
+    /// The lines said until `quiet` passes without one.
+    fn lines_within(&self, quiet: Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Ok(line) = self.0.recv_timeout(quiet) {
+            lines.push(line);
+        }
+        lines
     }
 
     /// The next line containing `what`, within 30 s.

@@ -152,11 +152,15 @@ impl Paced {
         if fits {
             self.wake.notify_one();
         } else {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                target: "toolyard::nats",
-                "dropped a resource update: updates for over 1 MiB of resource URIs wait to be relayed"
-            );
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            // A flood must not become a flood of log lines: the 1st, 2nd, 4th, 8th... drop.
+            if dropped.is_power_of_two() {
+                tracing::warn!(
+                    target: "toolyard::nats",
+                    dropped,
+                    "dropped a resource update: updates for over 1 MiB of resource URIs wait to be relayed"
+                );
+            }
         }
     }
 
@@ -249,6 +253,7 @@ impl EventRelay {
             let origin = origin.clone();
             let relayed = relayed.clone();
             tokio::spawn(async move {
+                let mut junk = 0u64;
                 while let Some(message) = incoming.next().await {
                     let from = message
                         .headers
@@ -263,11 +268,19 @@ impl EventRelay {
                         .and_then(|w| w.to_event())
                     {
                         Some(event) => relayed.add(event),
-                        None => tracing::warn!(
-                            target: "toolyard::nats",
-                            subject = %message.subject,
-                            "dropped a change event that is not one (expected {{\"event\": ...}})"
-                        ),
+                        None => {
+                            junk += 1;
+                            // The 1st, 2nd, 4th, 8th...: junk on the subject is logged, not
+                            // echoed line for line.
+                            if junk.is_power_of_two() {
+                                tracing::warn!(
+                                    target: "toolyard::nats",
+                                    subject = %message.subject,
+                                    dropped = junk,
+                                    "dropped a change event that is not one (expected {{\"event\": ...}})"
+                                );
+                            }
+                        }
                     }
                 }
             })
