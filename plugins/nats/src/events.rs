@@ -16,12 +16,12 @@
 //! queue in front of a slow client, and the last word always gets through. Publishing never
 //! blocks the server's event bus.
 
+use crate::doubling::Doubling;
 use crate::NatsError;
 use async_nats::HeaderMap;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -138,7 +138,7 @@ impl Gathered {
 struct Paced {
     gathered: Mutex<Gathered>,
     wake: Notify,
-    dropped: AtomicU64,
+    dropped: Doubling,
 }
 
 impl Paced {
@@ -151,16 +151,12 @@ impl Paced {
             .add(event);
         if fits {
             self.wake.notify_one();
-        } else {
-            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            // A flood must not become a flood of log lines: the 1st, 2nd, 4th, 8th... drop.
-            if dropped.is_power_of_two() {
-                tracing::warn!(
-                    target: "toolyard::nats",
-                    dropped,
-                    "dropped a resource update: updates for over 1 MiB of resource URIs wait to be relayed"
-                );
-            }
+        } else if let Some(dropped) = self.dropped.count() {
+            tracing::warn!(
+                target: "toolyard::nats",
+                dropped,
+                "dropped a resource update: updates for over 1 MiB of resource URIs wait to be relayed"
+            );
         }
     }
 
@@ -253,7 +249,7 @@ impl EventRelay {
             let origin = origin.clone();
             let relayed = relayed.clone();
             tokio::spawn(async move {
-                let mut junk = 0u64;
+                let junk = Doubling::default();
                 while let Some(message) = incoming.next().await {
                     let from = message
                         .headers
@@ -269,14 +265,11 @@ impl EventRelay {
                     {
                         Some(event) => relayed.add(event),
                         None => {
-                            junk += 1;
-                            // The 1st, 2nd, 4th, 8th...: junk on the subject is logged, not
-                            // echoed line for line.
-                            if junk.is_power_of_two() {
+                            if let Some(dropped) = junk.count() {
                                 tracing::warn!(
                                     target: "toolyard::nats",
                                     subject = %message.subject,
-                                    dropped = junk,
+                                    dropped,
                                     "dropped a change event that is not one (expected {{\"event\": ...}})"
                                 );
                             }
@@ -300,10 +293,7 @@ impl EventRelay {
     /// Resource updates dropped, either way, because updates for over 1 MiB of resource URIs
     /// were already waiting for the [`PACE`] to end.
     pub fn dropped(&self) -> u64 {
-        self.ways
-            .iter()
-            .map(|way| way.dropped.load(Ordering::Relaxed))
-            .sum()
+        self.ways.iter().map(|way| way.dropped.get()).sum()
     }
 
     /// Stops relaying.
@@ -435,7 +425,7 @@ mod tests {
             passed.len(),
             passes.len()
         );
-        assert_eq!(paced.dropped.load(Ordering::Relaxed), 0);
+        assert_eq!(paced.dropped.get(), 0);
         runner.abort();
     }
 }

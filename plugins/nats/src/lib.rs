@@ -18,6 +18,7 @@ mod claims;
 mod config;
 mod connection;
 mod denied;
+mod doubling;
 mod error;
 mod events;
 mod jobs;

@@ -128,6 +128,8 @@ struct Inner {
     last_entry: std::sync::Mutex<Option<CatalogEntry>>,
     /// Where the bus's requests come from, as telemetry reports it (`messaging.*`).
     peer: Arc<Peer>,
+    /// Requests dropped for a reply subject no frame may go to (logged at each doubling).
+    unusable_replies: crate::doubling::Doubling,
 }
 
 impl Worker {
@@ -200,6 +202,7 @@ impl Worker {
             running: Semaphore::new(concurrency),
             last_entry: std::sync::Mutex::new(None),
             peer,
+            unusable_replies: crate::doubling::Doubling::default(),
         });
         // A JetStream cluster that has just elected its meta leader may not know the bucket's
         // stream for a moment ("no stream found"): the first put is retried for a few seconds,
@@ -495,7 +498,9 @@ fn reply_subject(inner: &Inner, message: &Message) -> Option<Subject> {
         return None;
     };
     if !wire::usable_reply_subject(&reply, &inner.config.prefix) {
-        tracing::warn!(subject = %message.subject, %reply, "a request with an unusable reply subject: dropped");
+        if let Some(dropped) = inner.unusable_replies.count() {
+            tracing::warn!(subject = %message.subject, %reply, dropped, "a request with an unusable reply subject: dropped");
+        }
         return None;
     }
     Some(reply)
