@@ -660,6 +660,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn answers_for_a_worker_wait_in_the_record_until_taken_and_go_when_the_task_ends() {
+        let r = TaskRecord::new(NewTask {
+            owner: None,
+            generation: TaskGeneration::Extension,
+            ttl: None,
+            poll_interval: None,
+        });
+        let mut s = Stored::from_record(&r, Some("w1".into()));
+        let ask: InputRequests =
+            serde_json::from_value(serde_json::json!({"name": {"method": "roots/list"}})).unwrap();
+        NatsTaskStore::apply(&mut s, |r| r.apply(TaskUpdate::InputRequired(ask))).unwrap();
+        assert_eq!(s.status, TaskStatus::InputRequired);
+        s.input_responses
+            .insert("name".into(), serde_json::json!({"roots": []}));
+        // Stored and read back, and through a change of another kind, the answer stays.
+        let mut s = Stored::parse(&s.bytes()).unwrap();
+        assert_eq!(s.input_responses.len(), 1);
+        NatsTaskStore::apply(&mut s, |r| {
+            r.apply(TaskUpdate::StatusMessage("still going".into()))
+        })
+        .unwrap();
+        assert_eq!(s.input_responses.len(), 1, "kept across a change");
+        assert_eq!(s.worker.as_deref(), Some("w1"), "the claim too");
+        assert!(s.is_extension());
+        // A task that ends drops what nobody took.
+        NatsTaskStore::apply(&mut s, TaskRecord::cancel).unwrap();
+        assert!(s.input_responses.is_empty());
+        assert!(!Stored::parse(&s.bytes())
+            .unwrap()
+            .bytes()
+            .windows(b"inputResponses".len())
+            .any(|w| w == b"inputResponses"));
+    }
+
+    #[test]
     fn a_record_survives_its_stored_form() {
         let mut r = TaskRecord::new(NewTask {
             owner: Some("alice".into()),
