@@ -428,4 +428,66 @@ mod tests {
         assert_eq!(paced.dropped.get(), 0);
         runner.abort();
     }
+
+    /// Generated scripts of events and pauses (a fixed seed, so a failure replays): whatever
+    /// the script, each event's last raise is followed by a pass carrying it, passes are a
+    /// pace apart or more, and no pass carries one kind or resource twice.
+    #[tokio::test(start_paused = true)]
+    async fn any_script_of_events_ends_with_each_ones_last_raise_passed_on_and_passes_a_pace_apart()
+    {
+        use std::collections::{BTreeMap, BTreeSet};
+        let mut rng = toolyard_testkit::Xorshift(0x5eed_0e7e_a7ed_0001);
+        for script in 0..200 {
+            let paced = Arc::new(Paced::default());
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let runner = {
+                let paced = paced.clone();
+                tokio::spawn(async move {
+                    let mut last = None;
+                    loop {
+                        let events = paced.next(&mut last).await;
+                        let _ = tx.send((Instant::now(), events));
+                    }
+                })
+            };
+            let mut last_raised = BTreeMap::new();
+            for _ in 0..=rng.below(300) {
+                let event = match rng.below(5) {
+                    0 => Event::ToolsChanged,
+                    1 => Event::PromptsChanged,
+                    2 => Event::ResourcesChanged,
+                    _ => Event::ResourceUpdated(format!("file:///{}", rng.below(4))),
+                };
+                last_raised.insert(format!("{event:?}"), Instant::now());
+                paced.add(event);
+                if rng.chance(30) {
+                    let ms = rng.below(250) as u64;
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+            }
+            tokio::time::sleep(PACE * 3).await;
+            let mut passes = Vec::new();
+            while let Ok(pass) = rx.try_recv() {
+                passes.push(pass);
+            }
+            for (key, raised) in &last_raised {
+                assert!(
+                    passes.iter().any(|(at, events)| at >= raised
+                        && events.iter().any(|e| format!("{e:?}") == *key)),
+                    "script {script}: {key}, last raised at {raised:?}, never passed on after"
+                );
+            }
+            for pair in passes.windows(2) {
+                assert!(
+                    pair[1].0 - pair[0].0 >= PACE,
+                    "script {script}: passes closer than a pace"
+                );
+            }
+            for (_, events) in &passes {
+                let distinct: BTreeSet<_> = events.iter().map(|e| format!("{e:?}")).collect();
+                assert_eq!(distinct.len(), events.len(), "script {script}: {events:?}");
+            }
+            runner.abort();
+        }
+    }
 }
