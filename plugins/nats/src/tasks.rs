@@ -488,11 +488,11 @@ impl NatsTaskStore {
         )))
     }
 
-    /// Applies a change to the record as a task's worker does: through [`TaskRecord`]'s
-    /// rules, keeping the claim.
     /// Writes answers to the worker's questions (a 2025-11-25 session's, relayed by the
     /// gateway that asked it): they wait in the record for the worker, and the task is
-    /// `working` again once nothing is outstanding.
+    /// `working` again once nothing is outstanding. All of them, not only the keys still
+    /// outstanding (as `provide_input` takes): the session's own wait may have cleared the
+    /// questions already when it ended.
     pub(crate) async fn answered(
         &self,
         id: &str,
@@ -516,7 +516,8 @@ impl NatsTaskStore {
         .map(|_| ())
     }
 
-    /// Answers not yet taken are kept until the task ends.
+    /// Applies a change to the record as a task's worker does: through [`TaskRecord`]'s
+    /// rules, keeping the claim, and the answers not yet taken until the task ends.
     pub(crate) fn apply(
         stored: &mut Stored,
         f: impl FnOnce(&mut TaskRecord) -> Result<(), TaskStoreError>,
