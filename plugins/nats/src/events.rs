@@ -315,6 +315,44 @@ impl Drop for EventRelay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::mpsc;
+
+    /// Runs `paced`'s passes as a relay does, sending each with its time.
+    fn passed_on(
+        paced: &Arc<Paced>,
+    ) -> (
+        JoinHandle<()>,
+        mpsc::UnboundedReceiver<(Instant, Vec<Event>)>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let paced = paced.clone();
+        let runner = tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                let events = paced.next(&mut last).await;
+                let _ = tx.send((Instant::now(), events));
+            }
+        });
+        (runner, rx)
+    }
+
+    /// [`passed_on`], each event on its own with the time of its pass.
+    fn passed_on_one_by_one(
+        paced: &Arc<Paced>,
+    ) -> (JoinHandle<()>, mpsc::UnboundedReceiver<(Instant, Event)>) {
+        let (runner, mut passes) = passed_on(paced);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let flatten = tokio::spawn(async move {
+            while let Some((at, events)) = passes.recv().await {
+                for event in events {
+                    let _ = tx.send((at, event));
+                }
+            }
+        });
+        // Aborting the runner ends `passes`, and with it the flattening task.
+        drop(flatten);
+        (runner, rx)
+    }
 
     #[test]
     fn events_round_trip_through_the_wire_form() {
@@ -372,18 +410,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_flood_is_passed_on_once_a_pace_and_its_last_event_gets_through() {
         let paced = Arc::new(Paced::default());
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let runner = {
-            let paced = paced.clone();
-            tokio::spawn(async move {
-                let mut last = None;
-                loop {
-                    for event in paced.next(&mut last).await {
-                        let _ = tx.send((Instant::now(), event));
-                    }
-                }
-            })
-        };
+        let (runner, mut rx) = passed_on_one_by_one(&paced);
         let start = Instant::now();
         paced.add(Event::ToolsChanged);
         let (at, first) = rx.recv().await.unwrap();
@@ -439,17 +466,7 @@ mod tests {
         let mut rng = toolyard_testkit::Xorshift(0x5eed_0e7e_a7ed_0001);
         for script in 0..200 {
             let paced = Arc::new(Paced::default());
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            let runner = {
-                let paced = paced.clone();
-                tokio::spawn(async move {
-                    let mut last = None;
-                    loop {
-                        let events = paced.next(&mut last).await;
-                        let _ = tx.send((Instant::now(), events));
-                    }
-                })
-            };
+            let (runner, mut rx) = passed_on(&paced);
             let mut last_raised = BTreeMap::new();
             for _ in 0..=rng.below(300) {
                 let event = match rng.below(5) {

@@ -511,13 +511,7 @@ async fn a_claimed_request_over_the_workers_limit_is_32012_and_one_under_it_is_s
     let mut config = WorkerConfig::new("calc");
     config.keepalive = Duration::from_millis(200);
     config.max_claimed_request_bytes = 100_000;
-    let _worker = Worker::start(
-        worker_server(Arc::default()).await,
-        connect(&nats.url()).await,
-        config,
-    )
-    .await
-    .unwrap();
+    let _worker = configured_worker(&nats.url(), config).await;
     let gw = gateway(&nats.url(), quick()).await;
     listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
     let e = gw

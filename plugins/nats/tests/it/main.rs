@@ -375,6 +375,17 @@ pub(crate) fn header_value(
         .unwrap_or_default()
 }
 
+/// A worker of [`worker_server`]'s tools on its own connection to `url`, as `config` says.
+pub(crate) async fn configured_worker(url: &str, config: WorkerConfig) -> Worker {
+    Worker::start(
+        worker_server(Arc::default()).await,
+        connect(url).await,
+        config,
+    )
+    .await
+    .unwrap()
+}
+
 pub(crate) async fn start_worker(url: &str, name: &str, seen: Arc<Seen>) -> Worker {
     let mut config = WorkerConfig::new(name);
     config.keepalive = Duration::from_millis(200);

@@ -1210,13 +1210,7 @@ async fn a_task_waiting_for_input_gives_its_slot_to_the_next_task_meanwhile() {
     let nats = NatsServer::start();
     let mut config = WorkerConfig::new("calc");
     config.concurrency = 1;
-    let _worker = Worker::start(
-        worker_server(Arc::default()).await,
-        connect(&nats.url()).await,
-        config,
-    )
-    .await
-    .unwrap();
+    let _worker = configured_worker(&nats.url(), config).await;
     let (_server, _remote, client) = durable_gateway(&nats.url()).await;
     wait_listed(&client).await;
     let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
