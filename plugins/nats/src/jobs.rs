@@ -24,6 +24,12 @@
 //! cancels the handler), and writes the terminal record before it acks. The gateway that
 //! took the call waits on the record too, so its subscribers hear the outcome; if that
 //! gateway is gone, `tasks/get` on any other one reads it.
+//!
+//! A tool that asks its caller for input does not keep its job while a person takes hours
+//! to answer: the worker puts the questions in the record with what the call goes on with
+//! (`tasks::Resume`), lets go of the task and acks the job. Whoever records the last answer
+//! publishes the job resuming it (`Mcp-Task-Id`, `Mcp-Resume-Round`), which any worker takes
+//! for the round the record waits in, and nothing else.
 
 use crate::error::NatsError;
 use crate::served::{serve_here, Served, NOTIFICATION_BACKLOG};
@@ -36,7 +42,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::{HandlerError, RawArgs, RawResult, RequestContext, Server, TaskRecord, TaskUpdate};
@@ -51,6 +57,18 @@ pub const STREAM: &str = "TY_TASK_JOBS";
 /// `Mcp-Deadline`: when the task's TTL runs out (unix ms); a job dequeued after it is
 /// terminated, not run.
 pub const DEADLINE: &str = "Mcp-Deadline";
+
+/// `Mcp-Task-Id`: the task a job resuming it after its caller's answers belongs to (its
+/// `Nats-Msg-Id` is `{taskId}.{round}`; a first job's message id is the task's id).
+pub const TASK_ID: &str = "Mcp-Task-Id";
+
+/// `Mcp-Resume-Round`: the input round a resuming job goes on from (1 after the tool's first
+/// question).
+pub const RESUME_ROUND: &str = "Mcp-Resume-Round";
+
+/// A job body at most this large is kept in the record of a task waiting for input; a larger
+/// one waits in `TY_TASK_BODIES` (as a request too large for its job does from the start).
+const PARKED_BODY_INLINE: usize = 64 * 1024;
 
 /// How long a job may wait in its stream; a task's request too large for its job lives as
 /// long in `TY_TASK_BODIES`.
@@ -154,8 +172,8 @@ impl Submitter {
         stream(&js, prefix, replicas).await?;
         let kv = tasks::bucket(&js, replicas).await?;
         Ok(Submitter {
+            store: NatsTaskStore::from_bucket(js.clone(), kv),
             js,
-            store: NatsTaskStore::from_bucket(kv),
             prefix: prefix.to_owned(),
             bodies: bodies(replicas),
         })
@@ -355,6 +373,46 @@ impl Submitter {
     }
 }
 
+/// Publishes the job that goes on with task `id` where `resume` says it waits (see
+/// [`NatsTaskStore::resume`]): its body (or the name of its body in `TY_TASK_BODIES`) and
+/// headers, `Mcp-Task-Id`, `Mcp-Resume-Round`, and the message id `{id}.{round}`, which the
+/// stream de-duplicates. A lost ack is retried, as for a task's first job.
+pub(crate) async fn publish_resume(
+    js: &jetstream::Context,
+    id: &str,
+    resume: &tasks::Resume,
+) -> Result<(), String> {
+    let message = || {
+        let mut m = jetstream::message::PublishMessage::build()
+            .message_id(format!("{id}.{}", resume.round))
+            .header(TASK_ID, id)
+            .header(RESUME_ROUND, resume.round.to_string().as_str());
+        m = match &resume.body {
+            Some(body) => m.payload(Bytes::copy_from_slice(body.get().as_bytes())),
+            None => m.header(wire::BODY_CLAIM, id),
+        };
+        for (name, value) in &resume.headers {
+            // Read from a job's headers, so they parse; a record written by hand may not.
+            if let Ok(value) = value.parse::<HeaderValue>() {
+                m = m.header(name.as_str(), value);
+            }
+        }
+        m
+    };
+    let mut last = String::new();
+    for attempt in 0..3u64 {
+        match js.send_publish(resume.subject.clone(), message()).await {
+            Ok(ack) => match ack.await {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            },
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
+    }
+    Err(last)
+}
+
 /// What a finished task's call answered.
 fn finished(record: &TaskRecord) -> Result<RawResult, HandlerError> {
     match (&record.status, &record.outcome) {
@@ -396,7 +454,6 @@ pub(crate) struct Runner {
     pub(crate) running: std::sync::Mutex<std::collections::HashSet<String>>,
     /// A task answered after it waited for input wants a slot again: the job pull waiting
     /// idle gives up the slot it holds.
-    pub(crate) resuming: tokio::sync::Notify,
     /// Where a job's request is when it did not fit the job (`Mcp-Body-Claim`).
     pub(crate) bodies: crate::claims::Bucket,
     /// The largest such request read (the worker's `max_claimed_request_bytes`).
@@ -459,7 +516,7 @@ pub(crate) async fn consumer(
         )
         .await
         .map_err(|e| NatsError::Bus(format!("the job consumer {name}: {e}")))?;
-    Ok((consumer, NatsTaskStore::from_bucket(kv)))
+    Ok((consumer, NatsTaskStore::from_bucket(js, kv)))
 }
 
 /// Pulls jobs one at a time while a slot is free, each run in the worker's tracker, until
@@ -486,29 +543,17 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
                 continue;
             }
         };
-        let mut permit = Some(permit);
-        let next = loop {
-            tokio::select! {
-                m = batch.next() => break m,
-                () = runner.draining.cancelled() => return,
-                // A task back from waiting for input goes first; a job that comes meanwhile
-                // runs only if a slot is free then.
-                () = runner.resuming.notified(), if permit.is_some() => drop(permit.take()),
-            }
+        let next = tokio::select! {
+            m = batch.next() => m,
+            () = runner.draining.cancelled() => return,
         };
         match next {
             Some(Ok(message)) => {
-                let Ok(permit) = permit.map_or_else(|| permits.clone().try_acquire_owned(), Ok)
-                else {
-                    let id = wire::header(&message, "Nats-Msg-Id").unwrap_or("?");
-                    tracing::debug!(task = %id, "a job came while its slot went to a task back from waiting for input: put back");
-                    ack(&message, AckKind::Nak(None), id).await;
-                    continue;
-                };
                 let r = runner.clone();
                 runner.tracker.spawn(async move {
-                    // The slot goes with the job (given back while it waits for input).
-                    run_job(&r, message, permit).await;
+                    // The slot goes with the job.
+                    let _slot = permit;
+                    run_job(&r, message).await;
                 });
             }
             Some(Err(e)) => tracing::debug!(error = %e, "a task job pull ended"),
@@ -524,12 +569,9 @@ async fn ack(message: &jetstream::Message, kind: AckKind, task_id: &str) {
 }
 
 /// Runs one delivery of a job to its end (see the module's doc for what it decides).
-async fn run_job(runner: &Runner, message: jetstream::Message, slot: OwnedSemaphorePermit) {
-    let Some(task_id) = wire::header(&message, "Nats-Msg-Id")
-        .filter(|id| tasks::valid_id(id))
-        .map(str::to_owned)
-    else {
-        tracing::warn!(subject = %message.subject, "a task job without a usable Nats-Msg-Id: terminated");
+async fn run_job(runner: &Runner, message: jetstream::Message) {
+    let Some((task_id, round)) = job_of(&message) else {
+        tracing::warn!(subject = %message.subject, "a task job without a usable Nats-Msg-Id (or Mcp-Task-Id and Mcp-Resume-Round): terminated");
         return ack(&message, AckKind::Term, "?").await;
     };
     // A request too large for the job is in `TY_TASK_BODIES` under the task's id, read
@@ -554,8 +596,14 @@ async fn run_job(runner: &Runner, message: jetstream::Message, slot: OwnedSemaph
         tracing::debug!(task = %task_id, "redelivered while this worker runs it: put back");
         return ack(&message, AckKind::Nak(Some(runner.ack_wait)), &task_id).await;
     };
-    match claim(runner, &task_id).await {
-        Claim::Run => {}
+    let resumed = match claim(runner, &task_id, round).await {
+        Claim::Run(resumed) => resumed,
+        Claim::Past => {
+            // Delivered again after its worker left the task waiting for input (its ack was
+            // lost), or a resuming job published twice: the task goes on from its record.
+            tracing::debug!(task = %task_id, round, "a job of a round the task is past: dropped");
+            return ack(&message, AckKind::Ack, &task_id).await;
+        }
         Claim::Done => {
             forget_body(runner, claimed, &task_id);
             return ack(&message, AckKind::Ack, &task_id).await;
@@ -567,7 +615,7 @@ async fn run_job(runner: &Runner, message: jetstream::Message, slot: OwnedSemaph
             forget_body(runner, claimed, &task_id);
             return ack(&message, AckKind::Term, &task_id).await;
         }
-    }
+    };
     let call = match call {
         Some(call) => call,
         None => match read_body(runner, &message, &task_id).await {
@@ -575,7 +623,7 @@ async fn run_job(runner: &Runner, message: jetstream::Message, slot: OwnedSemaph
             Err(error) => return fail_unreadable(runner, &message, &task_id, error).await,
         },
     };
-    let answer = execute(runner, &message, &task_id, call, slot).await;
+    let answer = execute(runner, &message, &task_id, call, round, resumed).await;
     match answer {
         Ran::Answered(outcome) => {
             if finish(runner, &task_id, outcome).await {
@@ -593,6 +641,13 @@ async fn run_job(runner: &Runner, message: jetstream::Message, slot: OwnedSemaph
             }
             ack(&message, AckKind::Ack, &task_id).await;
         }
+        Ran::Parked => {
+            // The task waits in its record; the job going on with it is published with the
+            // last answer. A lost ack: the redelivery finds the task past its round.
+            if let Err(e) = message.double_ack().await {
+                tracing::warn!(task = %task_id, error = %e, "the task waits for input but its job's ack was not confirmed; a redelivery will be dropped");
+            }
+        }
         Ran::Abandoned => {
             // Draining: the claim is released and the job handed back at once, so another
             // worker runs it from the start.
@@ -609,6 +664,19 @@ async fn run_job(runner: &Runner, message: jetstream::Message, slot: OwnedSemaph
             ack(&message, AckKind::Nak(None), &task_id).await;
         }
     }
+}
+
+/// The task a job belongs to and the input round it goes on from: a task's first job is
+/// named by its message id (round 0); a job resuming it says so in its headers.
+fn job_of(message: &jetstream::Message) -> Option<(String, u32)> {
+    let (id, round) = match wire::header(message, TASK_ID) {
+        Some(id) => {
+            let round = wire::header(message, RESUME_ROUND)?.parse::<u32>().ok();
+            (id, round.filter(|r| *r > 0)?)
+        }
+        None => (wire::header(message, "Nats-Msg-Id")?, 0),
+    };
+    tasks::valid_id(id).then(|| (id.to_owned(), round))
 }
 
 /// The call a job carries: `{"name": ..., "arguments": ...}`.
@@ -684,8 +752,11 @@ struct CallParams {
 }
 
 enum Claim {
-    /// This worker owns the task now.
-    Run,
+    /// This worker owns the task now (with the answers and state of the round a resuming
+    /// job goes on from).
+    Run(Option<Resumed>),
+    /// The job is not the one the task waits for: drop it.
+    Past,
     /// The task is finished: ack.
     Done,
     /// A live worker runs it: put the job back for later.
@@ -694,8 +765,25 @@ enum Claim {
     Gone,
 }
 
+/// What a job resuming a task goes on with: the caller's answers and the tool's state.
+struct Resumed {
+    answers: InputResponses,
+    request_state: Option<serde_json::Value>,
+}
+
+/// Whether a job of input round `round` is the one the task waits for: its first job while
+/// no worker left it waiting for input, else the job of the round it waits in once every
+/// question is answered (kept so until the tool asks again or the task ends, so that a
+/// worker taking the task over goes on from there too).
+fn waits_for(s: &Stored, round: u32) -> bool {
+    match &s.resume {
+        None => round == 0,
+        Some(r) => r.round == round && s.input_requests.is_empty() && !s.input_responses.is_empty(),
+    }
+}
+
 /// Takes the task for this worker, or says why not.
-async fn claim(runner: &Runner, task_id: &str) -> Claim {
+async fn claim(runner: &Runner, task_id: &str, round: u32) -> Claim {
     for _ in 0..4 {
         let (stored, _) = match runner.store.read(task_id).await {
             Ok(Some(found)) => found,
@@ -707,6 +795,9 @@ async fn claim(runner: &Runner, task_id: &str) -> Claim {
         };
         if stored.status.is_terminal() {
             return Claim::Done;
+        }
+        if !waits_for(&stored, round) {
+            return Claim::Past;
         }
         if let Some(owner) = stored.worker.as_deref().filter(|w| *w != runner.instance) {
             let ping = runner.client.request(
@@ -721,11 +812,16 @@ async fn claim(runner: &Runner, task_id: &str) -> Claim {
         }
         let me = runner.instance.clone();
         let owner_before = stored.worker.clone();
+        let mut past = false;
         let taken = runner
             .store
             .modify(task_id, None, |s| {
                 if s.status.is_terminal() {
                     return Err(toolyard::TaskStoreError::Terminal(s.status));
+                }
+                if !waits_for(s, round) {
+                    past = true;
+                    return Err(toolyard::TaskStoreError::Backend("past".into()));
                 }
                 if s.worker != owner_before {
                     // Someone else claimed it meanwhile.
@@ -733,11 +829,15 @@ async fn claim(runner: &Runner, task_id: &str) -> Claim {
                 }
                 s.worker = Some(me.clone());
                 s.status_message = Some(format!("running on worker {me}"));
-                Ok(())
+                Ok(s.resume.as_ref().map(|r| Resumed {
+                    answers: s.input_responses.clone(),
+                    request_state: r.request_state.clone(),
+                }))
             })
             .await;
         match taken {
-            Ok(_) => return Claim::Run,
+            Ok((_, resumed)) => return Claim::Run(resumed),
+            Err(_) if past => return Claim::Past,
             Err(toolyard::TaskStoreError::Terminal(_)) => return Claim::Done,
             Err(toolyard::TaskStoreError::NotFound | toolyard::TaskStoreError::Expired) => {
                 return Claim::Gone
@@ -756,30 +856,30 @@ enum Ran {
     Stopped,
     /// The worker is draining and gave the task back.
     Abandoned,
+    /// The tool asked its caller; the task waits in its record, its job done with.
+    Parked,
 }
 
 /// Input rounds a durable task's call may take (the gateway's own limit for a forwarded
 /// call's rounds).
-const MAX_INPUT_ROUNDS: usize = 16;
+const MAX_INPUT_ROUNDS: u32 = 16;
 
 /// Runs the call through the server as an ordinary 2026-07-28 request (its own tasks
 /// machinery is not involved: the task is this job), telling JetStream it is working and
 /// stopping when the record says so. A tool that asks for input (of a caller that can
 /// answer) answers `input_required`: the questions go into the record, where `tasks/get` on
-/// any gateway shows them (and the gateway that created a 2025-11-25 task asks its session);
-/// the answers put there are taken, and the call is retried with them and its
-/// `requestState`, as a caller of the modern revision would.
+/// any gateway shows them (and the gateway that created a 2025-11-25 task asks its session),
+/// with what the call goes on with ([`Resume`](tasks::Resume)), and the job is done with
+/// (`Parked`): the job resuming it, published with the last answer, is retried with them and
+/// its `requestState` (`resumed`, round `round`), on whichever worker takes it.
 async fn execute(
     runner: &Runner,
     message: &jetstream::Message,
     task_id: &str,
     call: CallParams,
-    slot: OwnedSemaphorePermit,
+    round: u32,
+    resumed: Option<Resumed>,
 ) -> Ran {
-    // One of the worker's `--concurrency` slots: held while the tool runs, given back while
-    // it waits for its caller's answers (which may take hours), taken again to go on.
-    let slots = slot.semaphore().clone();
-    let mut slot = Some(slot);
     let mut params = serde_json::Map::new();
     params.insert("name".into(), serde_json::Value::String(call.name));
     if let Some(a) = call.arguments {
@@ -792,6 +892,9 @@ async fn execute(
             }
         }
     }
+    if let Some(resumed) = resumed {
+        go_on(&mut params, resumed.answers, resumed.request_state);
+    }
     let meta = RequestMeta {
         protocol_version: Some(toolyard_proto::ProtocolVersion::LATEST.as_str().to_owned()),
         // Without a caller who can answer, a tool that asks for input fails with a clear
@@ -802,10 +905,6 @@ async fn execute(
         baggage: wire::header(message, wire::BAGGAGE).map(str::to_owned),
         ..Default::default()
     };
-    // The task's end (its TTL), past which nobody can read what it answers.
-    let deadline = wire::header(message, DEADLINE)
-        .and_then(|d| d.parse::<u64>().ok())
-        .map(|at| tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
     let stop = CancellationToken::new();
     // Answers "are you running it?" while it runs.
     let control = match runner
@@ -828,9 +927,7 @@ async fn execute(
             None
         }
     };
-    // A cancel on any gateway, or another worker's take-over, stops the handler; answers to
-    // every outstanding question are signalled.
-    let (answered_tx, mut answered) = tokio::sync::watch::channel(false);
+    // A cancel on any gateway, or another worker's take-over, stops the handler.
     let watching = {
         let store = runner.store.clone();
         let me = runner.instance.clone();
@@ -845,9 +942,6 @@ async fn execute(
                                 stop.cancel();
                                 return;
                             }
-                            answered_tx.send_replace(
-                                s.input_requests.is_empty() && !s.input_responses.is_empty(),
-                            );
                         }
                     }
                 }
@@ -857,14 +951,7 @@ async fn execute(
     };
     let period = (runner.ack_wait / 3).max(Duration::from_millis(100));
     let mut working = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let expired = async {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(expired);
-    let mut rounds = 0;
+    let mut rounds = round;
     let ran = 'rounds: loop {
         let body = serde_json::json!({
             "jsonrpc": "2.0",
@@ -934,62 +1021,90 @@ async fn execute(
                 )))
             }
         };
-        answered.borrow_and_update();
-        if let Err(e) = ask(runner, task_id, requests).await {
-            break e.ran(task_id, "putting the task's questions in its record");
-        }
-        drop(slot.take());
-        let responses = loop {
-            tokio::select! {
-                changed = answered.changed() => {
-                    if changed.is_err() {
-                        break 'rounds Ran::Stopped;
-                    }
-                    if !*answered.borrow_and_update() {
-                        continue;
-                    }
-                    match take_answers(runner, task_id).await {
-                        Ok(a) if !a.is_empty() => break a,
-                        Ok(_) => {}
-                        Err(e) => break 'rounds e.ran(task_id, "taking the answers to the task's questions"),
-                    }
-                }
-                () = stop.cancelled() => break 'rounds Ran::Stopped,
-                () = runner.abandon.cancelled() => break 'rounds Ran::Abandoned,
-                () = &mut expired => {
-                    tracing::info!(task = %task_id, "the task expired while waiting for input");
-                    break 'rounds Ran::Stopped;
-                }
-                _ = working.tick() => in_progress(message, task_id).await,
+        let state = asked.get("requestState").cloned();
+        let resume = match parked_job(runner, message, task_id, rounds, state.clone()).await {
+            Ok(resume) => resume,
+            Err(e) => {
+                break e.ran(
+                    task_id,
+                    "keeping the task's request while it waits for input",
+                )
             }
         };
-        runner.resuming.notify_one();
-        while slot.is_none() {
-            tokio::select! {
-                taken = slots.clone().acquire_owned() => match taken {
-                    Ok(p) => slot = Some(p),
-                    // Closed: the worker is going away.
-                    Err(_) => break 'rounds Ran::Abandoned,
-                },
-                () = stop.cancelled() => break 'rounds Ran::Stopped,
-                () = runner.abandon.cancelled() => break 'rounds Ran::Abandoned,
-                _ = working.tick() => in_progress(message, task_id).await,
-            }
+        match park(runner, task_id, requests, resume).await {
+            Ok(None) => break Ran::Parked,
+            // Every question was answered already (before this worker took the task over).
+            Ok(Some(answers)) => go_on(&mut params, answers, state),
+            Err(e) => break e.ran(task_id, "putting the task's questions in its record"),
         }
-        params.insert(
-            "inputResponses".into(),
-            serde_json::Value::Object(responses),
-        );
-        match asked.get("requestState") {
-            Some(state) => params.insert("requestState".into(), state.clone()),
-            None => params.remove("requestState"),
-        };
     };
     watching.abort();
     if let Some(c) = control {
         c.abort();
     }
     ran
+}
+
+/// Sets the call's next round up: the caller's answers and the tool's state, as a caller of
+/// the modern revision retries.
+fn go_on(
+    params: &mut serde_json::Map<String, serde_json::Value>,
+    answers: InputResponses,
+    state: Option<serde_json::Value>,
+) {
+    params.insert("inputResponses".into(), serde_json::Value::Object(answers));
+    match state {
+        Some(state) => params.insert("requestState".into(), state),
+        None => params.remove("requestState"),
+    };
+}
+
+/// What goes on with the task after round `round`'s answers: this job's subject, its
+/// deadline and trace headers, its body (moved to `TY_TASK_BODIES` when too large to keep in
+/// the record; left there when it came from there), and the tool's state.
+async fn parked_job(
+    runner: &Runner,
+    message: &jetstream::Message,
+    task_id: &str,
+    round: u32,
+    request_state: Option<serde_json::Value>,
+) -> Result<tasks::Resume, NotWritten> {
+    let headers = [DEADLINE, "traceparent", "tracestate", "baggage"]
+        .into_iter()
+        .filter_map(|name| Some((name.to_owned(), wire::header(message, name)?.to_owned())))
+        .collect();
+    let inline = if wire::header(message, wire::BODY_CLAIM).is_some() {
+        None
+    } else if message.payload.len() <= PARKED_BODY_INLINE {
+        // Read as a call already, so JSON text.
+        let text = String::from_utf8(message.payload.to_vec()).ok();
+        text.and_then(|t| serde_json::value::RawValue::from_string(t).ok())
+    } else {
+        None
+    };
+    if inline.is_none() && wire::header(message, wire::BODY_CLAIM).is_none() {
+        let max_payload = runner.client.server_info().max_payload;
+        let put = crate::claims::put_as(
+            &runner.client,
+            runner.bodies,
+            task_id,
+            &message.payload,
+            max_payload,
+        );
+        Box::pin(put).await.map_err(|e| {
+            NotWritten::Store(toolyard::TaskStoreError::Backend(format!(
+                "keeping the task's request in {}: {e}",
+                crate::claims::TASK_BODIES
+            )))
+        })?;
+    }
+    Ok(tasks::Resume {
+        subject: message.subject.to_string(),
+        round,
+        body: inline,
+        request_state,
+        headers,
+    })
 }
 
 /// Tells JetStream the task's job is being worked on (not to be redelivered yet).
@@ -1047,43 +1162,34 @@ async fn as_owner<T>(
     }
 }
 
-/// Puts the tool's questions in the record (`input_required`), while this worker owns it.
-/// A question the record already holds an answer to (given before this worker took the task
-/// over and ran it again) is not asked again: the answer is taken with the others.
-async fn ask(runner: &Runner, task_id: &str, requests: InputRequests) -> Result<(), NotWritten> {
+/// Puts the tool's questions in the record (`input_required`) with what goes on with the
+/// task once they are answered, and lets go of it (no worker holds it while it waits), if
+/// this worker still owns it. A question the record already holds an answer to (given before
+/// this worker took the task over and ran it again) is not asked again; when none is left
+/// to ask, the answers are handed back (`Some`) and nothing waits.
+async fn park(
+    runner: &Runner,
+    task_id: &str,
+    requests: InputRequests,
+    resume: tasks::Resume,
+) -> Result<Option<InputResponses>, NotWritten> {
     as_owner(runner, task_id, |s| {
         let open: InputRequests = requests
             .iter()
             .filter(|(key, _)| !s.input_responses.contains_key(*key))
             .map(|(key, request)| (key.clone(), request.clone()))
             .collect();
+        // The answers of earlier rounds were used: only this round's stay.
+        s.input_responses
+            .retain(|key, _| requests.contains_key(key));
         if open.is_empty() {
-            // Written unchanged all the same: the watch then tells this worker the answers
-            // are there.
-            return Ok(());
+            return Ok(Some(s.input_responses.clone()));
         }
-        NatsTaskStore::apply(s, |r| r.apply(TaskUpdate::InputRequired(open)))
-    })
-    .await
-}
-
-/// Takes the answers the record holds once every question is answered (none while some are
-/// outstanding), while this worker owns it.
-async fn take_answers(runner: &Runner, task_id: &str) -> Result<InputResponses, NotWritten> {
-    // A signal from an older revision finds questions outstanding: nothing is written then.
-    match runner.store.read(task_id).await {
-        Ok(Some((s, _))) if !s.input_requests.is_empty() || s.input_responses.is_empty() => {
-            return Ok(InputResponses::new())
-        }
-        Ok(_) => {}
-        Err(e) => return Err(NotWritten::Store(e)),
-    }
-    as_owner(runner, task_id, |s| {
-        Ok(if s.input_requests.is_empty() {
-            std::mem::take(&mut s.input_responses)
-        } else {
-            InputResponses::new()
-        })
+        NatsTaskStore::apply(s, |r| r.apply(TaskUpdate::InputRequired(open)))?;
+        s.status_message = Some("waiting for the caller's answers".into());
+        s.resume = Some(resume.clone());
+        s.worker = None;
+        Ok(None)
     })
     .await
 }

@@ -38,7 +38,10 @@ pub use error::NatsError;
 pub use events::{
     events_subject, EventRelay, WireEvent, ORIGIN as ORIGIN_HEADER, PACE as EVENT_PACE,
 };
-pub use jobs::{DEADLINE as DEADLINE_HEADER, STREAM as JOBS_STREAM};
+pub use jobs::{
+    DEADLINE as DEADLINE_HEADER, RESUME_ROUND as RESUME_ROUND_HEADER, STREAM as JOBS_STREAM,
+    TASK_ID as TASK_ID_HEADER,
+};
 pub use remote::{RemoteConfig, RemoteTools};
 pub use tasks::{NatsTaskStore, BUCKET as TASKS_BUCKET};
 pub use worker::{Worker, WorkerConfig};

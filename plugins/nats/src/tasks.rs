@@ -74,6 +74,34 @@ pub(crate) struct Stored {
     /// The worker instance running (or that ran) the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) worker: Option<String>,
+    /// Set while the task waits for its caller's answers and no worker holds it: the job
+    /// that goes on with the call once every question is answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resume: Option<Resume>,
+}
+
+/// What a worker leaves in the record of a durable task that waits for its caller's answers,
+/// in place of the job it acknowledged: nothing is held while a person takes hours to
+/// answer (no job in progress counting against the consumer's `max_ack_pending`, no slot,
+/// no watch). Whoever records the last answer publishes the job ([`NatsTaskStore::resume`]),
+/// and any worker goes on with the call from there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Resume {
+    /// Where the job goes (`{prefix}.task.{server}.{tool}`).
+    pub(crate) subject: String,
+    /// How many times the tool has asked: the job goes on from this round, and a job of an
+    /// earlier one (delivered again) is dropped.
+    pub(crate) round: u32,
+    /// The job's body (the call), or `None` when it waits in `TY_TASK_BODIES`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) body: Option<Box<serde_json::value::RawValue>>,
+    /// The tool's `requestState`, handed back with the answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) request_state: Option<serde_json::Value>,
+    /// The job's headers carried on (its deadline, the trace context).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) headers: Vec<(String, String)>,
 }
 
 fn ms(t: SystemTime) -> u64 {
@@ -116,6 +144,7 @@ impl Stored {
             result,
             error,
             worker,
+            resume: None,
         }
     }
 
@@ -197,6 +226,8 @@ pub struct NatsTaskStore {
     /// [`follow`](Self::follow) tells its server only of changes made elsewhere: the server
     /// told its listeners of its own already.
     own: Arc<Mutex<HashSet<u64>>>,
+    /// Where the job resuming a task whose last question was answered here goes.
+    js: jetstream::Context,
 }
 
 /// At most this many digests of own writes are remembered (writes whose change never showed
@@ -234,7 +265,8 @@ impl NatsTaskStore {
     /// it cannot within a few seconds (the NATS server or JetStream is not there).
     pub async fn open(client: &async_nats::Client, replicas: usize) -> Result<Self, NatsError> {
         let js = crate::catalog::context(client.clone());
-        Ok(Self::from_bucket(bucket(&js, replicas).await?))
+        let kv = bucket(&js, replicas).await?;
+        Ok(Self::from_bucket(js, kv))
     }
 
     /// A store that opens its bucket in the background, retrying (with a warning now and
@@ -242,12 +274,13 @@ impl NatsTaskStore {
     /// Until then each operation waits a few seconds for it and fails with
     /// [`TaskStoreError::Backend`] naming why the bucket is not open. Needs a Tokio runtime.
     pub fn opening(client: &async_nats::Client, replicas: usize) -> Self {
+        let js = crate::catalog::context(client.clone());
         let store = NatsTaskStore {
             bucket: Arc::default(),
             own: Arc::default(),
+            js: js.clone(),
         };
         let records = Arc::downgrade(&store.bucket);
-        let js = crate::catalog::context(client.clone());
         tokio::spawn(async move {
             let mut attempt = 0u32;
             loop {
@@ -281,12 +314,13 @@ impl NatsTaskStore {
         store
     }
 
-    pub(crate) fn from_bucket(kv: kv::Store) -> Self {
+    pub(crate) fn from_bucket(js: jetstream::Context, kv: kv::Store) -> Self {
         let records = Records::default();
         let _ = records.store.set(kv);
         NatsTaskStore {
             bucket: Arc::new(records),
             own: Arc::default(),
+            js,
         }
     }
 
@@ -498,22 +532,51 @@ impl NatsTaskStore {
         id: &str,
         answers: InputResponses,
     ) -> Result<(), TaskStoreError> {
-        self.modify(id, None, |s| {
-            if s.status.is_terminal() {
-                return Err(TaskStoreError::Terminal(s.status));
-            }
-            for (key, value) in &answers {
-                s.input_requests.remove(key);
-                s.input_responses.insert(key.clone(), value.clone());
-            }
-            if s.input_requests.is_empty() && s.status == TaskStatus::InputRequired {
-                s.status = TaskStatus::Working;
-            }
-            s.last_updated_at_ms = ms(SystemTime::now());
-            Ok(())
-        })
-        .await
-        .map(|_| ())
+        let (stored, ()) = self
+            .modify(id, None, |s| {
+                if s.status.is_terminal() {
+                    return Err(TaskStoreError::Terminal(s.status));
+                }
+                for (key, value) in &answers {
+                    s.input_requests.remove(key);
+                    s.input_responses.insert(key.clone(), value.clone());
+                }
+                if s.input_requests.is_empty() && s.status == TaskStatus::InputRequired {
+                    s.status = TaskStatus::Working;
+                }
+                s.last_updated_at_ms = ms(SystemTime::now());
+                Ok(())
+            })
+            .await?;
+        self.resume(id, &stored).await
+    }
+
+    /// Publishes the job that goes on with a task a worker left waiting for input
+    /// ([`Resume`]), once every question is answered; nothing while some are outstanding, or
+    /// when a worker holds the task. Its message id names the round, so two gateways
+    /// recording the last answers at once put one job in the stream (and a worker drops a
+    /// job of a round the record is past). Called after every write of answers: a caller
+    /// whose answers were recorded but whose job was not published (the broker went away
+    /// between the two) gets an error and, sending them again, publishes it.
+    pub(crate) async fn resume(&self, id: &str, stored: &Stored) -> Result<(), TaskStoreError> {
+        let Some(resume) = &stored.resume else {
+            return Ok(());
+        };
+        if stored.status.is_terminal()
+            || stored.worker.is_some()
+            || !stored.input_requests.is_empty()
+            || stored.input_responses.is_empty()
+        {
+            return Ok(());
+        }
+        crate::jobs::publish_resume(&self.js, id, resume)
+            .await
+            .map_err(|e| {
+                TaskStoreError::Backend(format!(
+                    "the answers are recorded, but the job going on with task {id} could not be \
+                     published ({e}): send them again"
+                ))
+            })
     }
 
     /// Applies a change to the record as a task's worker does: through [`TaskRecord`]'s
@@ -525,9 +588,11 @@ impl NatsTaskStore {
         let mut record = stored.record();
         f(&mut record)?;
         let answers = std::mem::take(&mut stored.input_responses);
+        let resume = stored.resume.take();
         *stored = Stored::from_record(&record, stored.worker.take());
         if !stored.status.is_terminal() {
             stored.input_responses = answers;
+            stored.resume = resume;
         }
         Ok(())
     }
@@ -582,9 +647,10 @@ impl TaskStore for NatsTaskStore {
                         accepted = r.accept_input(responses.clone());
                         Ok(())
                     })?;
-                    // For the worker running a durable task (it watches the record); a task
-                    // a gateway runs itself gets them from the caller of `provide_input`.
-                    if stored.worker.is_some() {
+                    // For the worker going on with a durable task (the one holding it, or
+                    // the one the job published below reaches); a task a gateway runs itself
+                    // gets them from the caller of `provide_input`.
+                    if stored.worker.is_some() || stored.resume.is_some() {
                         stored
                             .input_responses
                             .extend(accepted.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -592,6 +658,7 @@ impl TaskStore for NatsTaskStore {
                     Ok(accepted)
                 })
                 .await?;
+            self.resume(id, &stored).await?;
             Ok((stored.record(), accepted))
         })
     }

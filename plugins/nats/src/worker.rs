@@ -379,7 +379,6 @@ async fn run_jobs(inner: Arc<Inner>, client: Client) {
         abandon: inner.abandon.clone(),
         tracker: inner.tracker.clone(),
         running: std::sync::Mutex::default(),
-        resuming: tokio::sync::Notify::new(),
         bodies: crate::jobs::bodies(config.catalog_replicas),
         max_body: config.max_claimed_request_bytes,
     });

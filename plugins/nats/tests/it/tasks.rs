@@ -157,6 +157,16 @@ async fn jobs_consumer(
     bus: &async_nats::Client,
     ack_wait: Duration,
 ) -> jetstream::consumer::PullConsumer {
+    jobs_consumer_holding(bus, ack_wait, 0).await
+}
+
+/// That consumer, delivering at most `max_ack_pending` jobs not acknowledged yet (0: the
+/// broker's default).
+async fn jobs_consumer_holding(
+    bus: &async_nats::Client,
+    ack_wait: Duration,
+    max_ack_pending: i64,
+) -> jetstream::consumer::PullConsumer {
     let stream = jetstream::new(bus.clone())
         .get_stream(JOBS_STREAM)
         .await
@@ -169,6 +179,7 @@ async fn jobs_consumer(
                 filter_subject: "mcp.v1.task.calc.>".into(),
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
                 ack_wait,
+                max_ack_pending,
                 ..Default::default()
             },
         )
@@ -1081,7 +1092,7 @@ async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_
         .unwrap_or_default();
     assert!(said.contains("answer is malformed"), "{ended}");
 
-    // Cancelled on B while it waits for an answer: the worker stops waiting, the job is acked.
+    // Cancelled on B while it waits for an answer: it ends cancelled, and no job is left.
     let id = submit_ask(&a, answering.clone()).await;
     asked(&a, &id, "name").await;
     let ack = b
@@ -1202,9 +1213,9 @@ async fn a_legacy_sessions_task_that_asks_is_asked_through_its_session_and_compl
     assert_eq!(result["content"][0]["text"], "Ada Lovelace", "{result}");
 }
 
-/// A task waiting for its caller's answer gives its worker's slot back: on a worker of
+/// A task waiting for its caller's answer holds no slot of its worker: on a worker of
 /// `--concurrency 1`, another task runs and completes meanwhile, and the first, answered,
-/// takes the slot again and completes.
+/// goes on and completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waiting_for_input_gives_its_slot_to_the_next_task_meanwhile() {
     let nats = NatsServer::start();
@@ -1232,4 +1243,96 @@ async fn a_task_waiting_for_input_gives_its_slot_to_the_next_task_meanwhile() {
         done["result"]["content"][0]["text"], "Ada Lovelace",
         "{done}"
     );
+}
+
+/// A task waiting for its caller's answers holds no job: its worker acknowledges the job,
+/// leaving in the record what goes on with the call, so tasks waiting on people never hold
+/// the consumer's `max_ack_pending` (2 here) and the queue never stalls behind them; the
+/// job resuming each is published with its last answer and taken by whichever worker is
+/// there, here another one, its first worker gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_waiting_for_input_hold_no_job_and_go_on_on_any_worker_once_answered() {
+    let nats = NatsServer::start();
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    let bus = connect(&nats.url()).await;
+    let ack_wait = Duration::from_secs(30);
+    let consumer = jobs_consumer_holding(&bus, ack_wait, 2).await;
+    let first = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
+    wait_listed(&client).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let id = submit_ask(&client, answering.clone()).await;
+        asked(&client, &id, "name").await;
+        waiting.push(id);
+    }
+    let done = terminal(&client, &submit(&client, 10).await).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    jobs_settled(&bus).await;
+    let mut consumer = consumer;
+    assert_eq!(consumer.info().await.unwrap().num_ack_pending, 0);
+    let (parked, _) = record(&bus, &waiting[0]).await;
+    assert!(parked.get("worker").is_none(), "{parked}");
+    assert_eq!(parked["resume"]["round"], 1, "{parked}");
+
+    first.shutdown().await;
+    let second = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
+    for id in &waiting {
+        answer(&client, id, "name", "Ada").await;
+    }
+    for id in &waiting {
+        let t = asked(&client, id, "again").await;
+        assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
+        answer(&client, id, "again", "Lovelace").await;
+    }
+    for id in &waiting {
+        let done = terminal(&client, id).await;
+        assert_eq!(
+            done["result"]["content"][0]["text"], "Ada Lovelace",
+            "{done}"
+        );
+        let (stored, _) = record(&bus, id).await;
+        assert_eq!(stored["worker"], second.instance(), "{stored}");
+        assert!(stored.get("resume").is_none(), "{stored}");
+    }
+    jobs_settled(&bus).await;
+}
+
+/// A task waiting for input whose request is too large to keep in its record (over 64 KiB)
+/// waits with its request in `TY_TASK_BODIES`: moved there when its worker lets go of it
+/// (a 1 MiB `max_payload`: the first job carried it), or left there when it came from there
+/// (64 KiB: too large for its job from the start). The job resuming it names it, the tool
+/// gets its arguments whole, and the object is deleted once the task has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_tasks_large_request_waits_in_task_bodies_and_is_deleted_when_it_ends() {
+    for max_payload in [1024 * 1024, 64 * 1024] {
+        let nats = NatsServer::start_with_max_payload(max_payload);
+        let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+        let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+        wait_listed(&client).await;
+        let meta = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+        let created = client
+            .request(
+                "tools/call",
+                json!({"name": "calc__ask_task", "arguments": {"pad": "p".repeat(100_000)},
+                       "_meta": meta}),
+            )
+            .await
+            .unwrap();
+        let id = created["taskId"].as_str().unwrap().to_owned();
+        asked(&client, &id, "name").await;
+        let bus = connect(&nats.url()).await;
+        let (parked, _) = record(&bus, &id).await;
+        assert!(parked["resume"].get("body").is_none(), "{parked}");
+        answer(&client, &id, "name", "Ada").await;
+        asked(&client, &id, "again").await;
+        answer(&client, &id, "again", "Lovelace").await;
+        let done = terminal(&client, &id).await;
+        assert_eq!(
+            done["result"]["content"][0]["text"], "Ada Lovelace",
+            "max_payload {max_payload}: {done}"
+        );
+        all_deleted_from(&bus, toolyard_nats::TASK_BODIES_BUCKET).await;
+        jobs_settled(&bus).await;
+    }
 }
