@@ -452,8 +452,6 @@ pub(crate) struct Runner {
     /// The tasks this worker runs now: a redelivery of one of them (its progress signal was
     /// lost) is put back, not run a second time beside itself.
     pub(crate) running: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// A task answered after it waited for input wants a slot again: the job pull waiting
-    /// idle gives up the slot it holds.
     /// Where a job's request is when it did not fit the job (`Mcp-Body-Claim`).
     pub(crate) bodies: crate::claims::Bucket,
     /// The largest such request read (the worker's `max_claimed_request_bytes`).
@@ -594,7 +592,14 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
     }
     let Some(_running) = Running::enter(runner, &task_id) else {
         tracing::debug!(task = %task_id, "redelivered while this worker runs it: put back");
-        return ack(&message, AckKind::Nak(Some(runner.ack_wait)), &task_id).await;
+        // A job resuming the task may come while this worker is still letting go of it
+        // (its answer given at once): looked at again soon, not after `ack_wait`.
+        let again = if round > 0 {
+            Duration::from_millis(200)
+        } else {
+            runner.ack_wait
+        };
+        return ack(&message, AckKind::Nak(Some(again)), &task_id).await;
     };
     let resumed = match claim(runner, &task_id, round).await {
         Claim::Run(resumed) => resumed,

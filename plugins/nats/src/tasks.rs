@@ -30,6 +30,10 @@ pub const BUCKET: &str = "TY_TASKS";
 /// past its own TTL reads as expired before that.
 const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long a gateway that sees a task's last answers recorded elsewhere waits for a worker
+/// to take the job resuming it before publishing that job itself.
+const RESUME_GRACE: Duration = Duration::from_secs(2);
+
 /// How many times a compare-and-swap is retried after losing a race.
 const CAS_ATTEMPTS: usize = 8;
 
@@ -186,6 +190,16 @@ impl Stored {
     pub(crate) fn parse(value: &[u8]) -> Result<Stored, TaskStoreError> {
         serde_json::from_slice(value)
             .map_err(|e| TaskStoreError::Backend(format!("an unreadable task record: {e}")))
+    }
+
+    /// Whether the task waits, every question answered, for the job resuming it to be taken
+    /// ([`Resume`]).
+    pub(crate) fn answered_and_waiting(&self) -> bool {
+        self.resume.is_some()
+            && !self.status.is_terminal()
+            && self.worker.is_none()
+            && self.input_requests.is_empty()
+            && !self.input_responses.is_empty()
     }
 
     /// When the task's TTL runs out (unix ms), if it has one.
@@ -383,6 +397,9 @@ impl NatsTaskStore {
                         }
                         if let Ok(stored) = Stored::parse(&entry.value) {
                             server.publish_task_status(&stored.record());
+                            if stored.answered_and_waiting() {
+                                store.resume_later(stored.task_id);
+                            }
                         }
                     }
                 }
@@ -395,6 +412,22 @@ impl NatsTaskStore {
                 };
             }
         })
+    }
+
+    /// Publishes the job resuming task `id`, seen answered and waiting for it, if it still
+    /// is [`RESUME_GRACE`] later (no worker took it): the gateway that recorded the last
+    /// answers may have gone away before it published the job. A job already in the stream
+    /// is not put there twice (its message id, within the stream's duplicate window).
+    fn resume_later(&self, id: String) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RESUME_GRACE).await;
+            if let Ok(Some((stored, _))) = store.read(&id).await {
+                if let Err(e) = store.resume(&id, &stored).await {
+                    tracing::warn!(target: "toolyard::nats", task = %id, error = %e, "publishing the job resuming an answered task failed");
+                }
+            }
+        });
     }
 
     fn own(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
@@ -559,16 +592,13 @@ impl NatsTaskStore {
     /// whose answers were recorded but whose job was not published (the broker went away
     /// between the two) gets an error and, sending them again, publishes it.
     pub(crate) async fn resume(&self, id: &str, stored: &Stored) -> Result<(), TaskStoreError> {
-        let Some(resume) = &stored.resume else {
+        let Some(resume) = stored
+            .resume
+            .as_ref()
+            .filter(|_| stored.answered_and_waiting())
+        else {
             return Ok(());
         };
-        if stored.status.is_terminal()
-            || stored.worker.is_some()
-            || !stored.input_requests.is_empty()
-            || stored.input_responses.is_empty()
-        {
-            return Ok(());
-        }
         crate::jobs::publish_resume(&self.js, id, resume)
             .await
             .map_err(|e| {

@@ -1336,3 +1336,33 @@ async fn a_waiting_tasks_large_request_waits_in_task_bodies_and_is_deleted_when_
         jobs_settled(&bus).await;
     }
 }
+
+/// A waiting task's last answers recorded by a gateway that went away before it published the
+/// job resuming the task (played by a plain client writing the record): another gateway,
+/// seeing the record answered and still waiting a moment later, publishes that job, and the
+/// task goes on to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_recorded_by_a_gateway_gone_before_resuming_the_task_are_resumed_by_another() {
+    let nats = NatsServer::start();
+    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let id = submit_ask(&client, answering).await;
+    asked(&client, &id, "name").await;
+    let bus = connect(&nats.url()).await;
+    let (mut rec, rev) = record(&bus, &id).await;
+    rec.as_object_mut().unwrap().remove("inputRequests");
+    rec["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
+    rec["status"] = json!("working");
+    write_record(&bus, &id, &rec, rev).await.unwrap();
+    let t = asked(&client, &id, "again").await;
+    assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
+    answer(&client, &id, "again", "Lovelace").await;
+    let done = terminal(&client, &id).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Ada Lovelace",
+        "{done}"
+    );
+    jobs_settled(&bus).await;
+}
