@@ -1018,6 +1018,54 @@ asyncio.run(main())
     assert_eq!(last["frame"], "end", "{last}");
 }
 
+/// Junk in the workers' catalog (anything on the bus may write the bucket) is ignored by
+/// `serve --nats` and logged at each doubling of the count, not per entry: 200 unreadable
+/// entries under keys of their own make 8 warning lines (the 1st, 2nd, 4th... 128th), not
+/// 200, and the gateway serves the worker's tools all the same.
+#[test]
+fn junk_in_the_catalog_is_logged_at_each_doubling_not_per_entry() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let mut worker = spawn_worker(&["--nats", &url, "--name", "calc"], Stdio::piped());
+    let worker_said = StderrLines::of(&mut worker);
+    let _worker = WorkerProcess(worker);
+    worker_said.wait_for("serving on");
+    let junk = r#"
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    kv = await nc.jetstream().key_value(sys.argv[2])
+    for i in range(200):
+        await kv.put(f"srv.junk.i{i}", b"not an entry")
+    await nc.close()
+asyncio.run(main())
+"#;
+    let sent = Command::new(cache().join("venv/bin/python"))
+        .args(["-c", junk, &url, toolyard_nats::CATALOG_BUCKET])
+        .status()
+        .expect("run python (scripts/install-test-deps installs nats-py)");
+    assert!(sent.success());
+    let mut gateway = Command::new(BIN)
+        .args(["serve", "--stdio", "--nats", &url])
+        .env_remove("TOOLYARD_NATS")
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolyard serve");
+    let said = StderrLines::of(&mut gateway);
+    let _gateway = WorkerProcess(gateway);
+    said.wait_for("ignored=128");
+    let more = said.lines_within(Duration::from_millis(500));
+    assert!(
+        !more.iter().any(|l| l.contains("catalog entry")),
+        "logged again after the 128th: {more:?}"
+    );
+    let tools = gateway_tools(&url, |names| names.contains(&"calc__echo"));
+    assert!(tools.iter().any(|n| n == "calc__echo"), "{tools:?}");
+}
+
 /// A child's stderr, line by line, read on a thread of its own (each line echoed to the
 /// test's stderr), so that waiting for a line has a deadline: a process that says nothing
 /// fails the test instead of hanging it.

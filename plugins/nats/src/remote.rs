@@ -106,6 +106,9 @@ struct Inner {
     catalog: Mutex<CatalogState>,
     /// Woken when the catalog is first loaded, or an attempt to load it fails.
     catalog_changed: tokio::sync::Notify,
+    /// Catalog entries not taken (anything on the bus can write the bucket), logged at each
+    /// doubling.
+    ignored: crate::doubling::Doubling,
 }
 
 /// Where following the catalog is; `start` and `follow_catalog` agree under its lock on
@@ -171,6 +174,7 @@ impl RemoteTools {
             jobs: std::sync::OnceLock::new(),
             catalog: Mutex::default(),
             catalog_changed: tokio::sync::Notify::new(),
+            ignored: crate::doubling::Doubling::default(),
         });
         let following = inner.clone();
         let watcher = tokio::spawn(follow_catalog(following));
@@ -427,16 +431,22 @@ impl Inner {
         let taken = match entry.operation {
             Operation::Put => match serde_json::from_slice::<CatalogEntry>(&entry.value) {
                 Ok(parsed) if !wire::token_safe(&parsed.server) => {
-                    tracing::warn!(key = %entry.key, server = %parsed.server, "a catalog entry whose server is no subject token: ignored");
+                    if let Some(ignored) = self.ignored.count() {
+                        tracing::warn!(key = %entry.key, server = %parsed.server, ignored, "a catalog entry whose server is no subject token: ignored (logged at each doubling of the count)");
+                    }
                     None
                 }
                 Ok(parsed) if parsed.key() != entry.key => {
-                    tracing::warn!(key = %entry.key, server = %parsed.server, instance = %parsed.instance, "a catalog entry under another key than its own: ignored");
+                    if let Some(ignored) = self.ignored.count() {
+                        tracing::warn!(key = %entry.key, server = %parsed.server, instance = %parsed.instance, ignored, "a catalog entry under another key than its own: ignored (logged at each doubling of the count)");
+                    }
                     None
                 }
                 Ok(parsed) => Some(parsed),
                 Err(e) => {
-                    tracing::warn!(key = %entry.key, error = %e, "an unreadable catalog entry: ignored");
+                    if let Some(ignored) = self.ignored.count() {
+                        tracing::warn!(key = %entry.key, error = %e, ignored, "an unreadable catalog entry: ignored (logged at each doubling of the count)");
+                    }
                     None
                 }
             },
