@@ -984,13 +984,7 @@ async fn gateway_process(url: &str) -> toolyard_testkit::ServerProcess {
 fn junk_on_the_event_subject_is_logged_at_each_doubling_not_per_message() {
     let nats = NatsServer::start();
     let url = nats.url();
-    let mut child = spawn_worker(
-        &["--nats", &url, "--name", "calc", "--workers", "1"],
-        Stdio::piped(),
-    );
-    let stderr = StderrLines::of(&mut child);
-    let _worker = WorkerProcess(child);
-    stderr.wait_for("serving on");
+    let (_worker, stderr) = worker_saying(&["--nats", &url, "--name", "calc", "--workers", "1"]);
     let junk = r#"
 import asyncio, sys, nats
 async def main():
@@ -1001,11 +995,7 @@ async def main():
     await nc.close()
 asyncio.run(main())
 "#;
-    let sent = Command::new(cache().join("venv/bin/python"))
-        .args(["-c", junk, &url])
-        .status()
-        .expect("run python (scripts/install-test-deps installs nats-py)");
-    assert!(sent.success());
+    run_python(junk, &[&url]);
     stderr.wait_for("dropped=512");
     let more = stderr.lines_within(Duration::from_millis(500));
     assert!(
@@ -1026,10 +1016,7 @@ asyncio.run(main())
 fn junk_in_the_catalog_is_logged_at_each_doubling_not_per_entry() {
     let nats = NatsServer::start();
     let url = nats.url();
-    let mut worker = spawn_worker(&["--nats", &url, "--name", "calc"], Stdio::piped());
-    let worker_said = StderrLines::of(&mut worker);
-    let _worker = WorkerProcess(worker);
-    worker_said.wait_for("serving on");
+    let (_worker, _said) = worker_saying(&["--nats", &url, "--name", "calc"]);
     let junk = r#"
 import asyncio, sys, nats
 async def main():
@@ -1040,11 +1027,7 @@ async def main():
     await nc.close()
 asyncio.run(main())
 "#;
-    let sent = Command::new(cache().join("venv/bin/python"))
-        .args(["-c", junk, &url, toolyard_nats::CATALOG_BUCKET])
-        .status()
-        .expect("run python (scripts/install-test-deps installs nats-py)");
-    assert!(sent.success());
+    run_python(junk, &[&url, toolyard_nats::CATALOG_BUCKET]);
     let mut gateway = Command::new(BIN)
         .args(["serve", "--stdio", "--nats", &url])
         .env_remove("TOOLYARD_NATS")
@@ -1064,6 +1047,26 @@ asyncio.run(main())
     );
     let tools = gateway_tools(&url, |names| names.contains(&"calc__echo"));
     assert!(tools.iter().any(|n| n == "calc__echo"), "{tools:?}");
+}
+
+/// `toolyard worker ARGS...` serving, and what it says on stderr.
+fn worker_saying(args: &[&str]) -> (WorkerProcess, StderrLines) {
+    let mut child = spawn_worker(args, Stdio::piped());
+    let said = StderrLines::of(&mut child);
+    let worker = WorkerProcess(child);
+    said.wait_for("serving on");
+    (worker, said)
+}
+
+/// Runs a Python `script` (nats-py at hand) with `args`, which must succeed.
+fn run_python(script: &str, args: &[&str]) {
+    let ran = Command::new(cache().join("venv/bin/python"))
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .status()
+        .expect("run python (scripts/install-test-deps installs nats-py)");
+    assert!(ran.success(), "the script failed: {ran}");
 }
 
 /// A child's stderr, line by line, read on a thread of its own (each line echoed to the

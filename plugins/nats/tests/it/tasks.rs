@@ -1015,6 +1015,21 @@ async fn answer(client: &RawClient, id: &str, key: &str, name: &str) {
     assert!(ack.get("error").is_none(), "{ack}");
 }
 
+/// Answers task `id`'s second question (its first answered: not asked again) with
+/// "Lovelace", and waits for its end: "Ada Lovelace". The task then.
+async fn answer_last_name(client: &RawClient, id: &str) -> Value {
+    let t = asked(client, id, "again").await;
+    assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
+    answer(client, id, "again", "Lovelace").await;
+    let done = terminal(client, id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Ada Lovelace",
+        "{done}"
+    );
+    done
+}
+
 /// Starts `calc__ask_task` as a task for a caller with `meta`; its id.
 async fn submit_ask(client: &RawClient, meta: Value) -> String {
     let created = client
@@ -1148,15 +1163,7 @@ async fn an_answer_given_after_its_worker_died_is_used_by_the_worker_that_takes_
 
     // Redelivered after ack_wait to a worker of ours: it asks only for the last name.
     let worker = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
-    let t = asked(&client, &id, "again").await;
-    assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
-    answer(&client, &id, "again", "Lovelace").await;
-    let done = terminal(&client, &id).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(
-        done["result"]["content"][0]["text"], "Ada Lovelace",
-        "{done}"
-    );
+    answer_last_name(&client, &id).await;
     assert_eq!(record(&bus, &id).await.0["worker"], worker.instance());
     jobs_settled(&bus).await;
     listing.shutdown().await;
@@ -1236,13 +1243,7 @@ async fn a_task_waiting_for_input_gives_its_slot_to_the_next_task_meanwhile() {
         "still waiting"
     );
     answer(&client, &asking, "name", "Ada").await;
-    asked(&client, &asking, "again").await;
-    answer(&client, &asking, "again", "Lovelace").await;
-    let done = terminal(&client, &asking).await;
-    assert_eq!(
-        done["result"]["content"][0]["text"], "Ada Lovelace",
-        "{done}"
-    );
+    answer_last_name(&client, &asking).await;
 }
 
 /// A task waiting for its caller's answers holds no job: its worker acknowledges the job,
@@ -1281,16 +1282,7 @@ async fn tasks_waiting_for_input_hold_no_job_and_go_on_on_any_worker_once_answer
         answer(&client, id, "name", "Ada").await;
     }
     for id in &waiting {
-        let t = asked(&client, id, "again").await;
-        assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
-        answer(&client, id, "again", "Lovelace").await;
-    }
-    for id in &waiting {
-        let done = terminal(&client, id).await;
-        assert_eq!(
-            done["result"]["content"][0]["text"], "Ada Lovelace",
-            "{done}"
-        );
+        answer_last_name(&client, id).await;
         let (stored, _) = record(&bus, id).await;
         assert_eq!(stored["worker"], second.instance(), "{stored}");
         assert!(stored.get("resume").is_none(), "{stored}");
@@ -1325,13 +1317,7 @@ async fn a_waiting_tasks_large_request_waits_in_task_bodies_and_is_deleted_when_
         let (parked, _) = record(&bus, &id).await;
         assert!(parked["resume"].get("body").is_none(), "{parked}");
         answer(&client, &id, "name", "Ada").await;
-        asked(&client, &id, "again").await;
-        answer(&client, &id, "again", "Lovelace").await;
-        let done = terminal(&client, &id).await;
-        assert_eq!(
-            done["result"]["content"][0]["text"], "Ada Lovelace",
-            "max_payload {max_payload}: {done}"
-        );
+        answer_last_name(&client, &id).await;
         all_deleted_from(&bus, toolyard_nats::TASK_BODIES_BUCKET).await;
         jobs_settled(&bus).await;
     }
@@ -1356,13 +1342,6 @@ async fn answers_recorded_by_a_gateway_gone_before_resuming_the_task_are_resumed
     rec["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
     rec["status"] = json!("working");
     write_record(&bus, &id, &rec, rev).await.unwrap();
-    let t = asked(&client, &id, "again").await;
-    assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
-    answer(&client, &id, "again", "Lovelace").await;
-    let done = terminal(&client, &id).await;
-    assert_eq!(
-        done["result"]["content"][0]["text"], "Ada Lovelace",
-        "{done}"
-    );
+    answer_last_name(&client, &id).await;
     jobs_settled(&bus).await;
 }
