@@ -1345,3 +1345,47 @@ async fn answers_recorded_by_a_gateway_gone_before_resuming_the_task_are_resumed
     answer_last_name(&client, &id).await;
     jobs_settled(&bus).await;
 }
+
+/// The job resuming an answered task, taken by a worker that dies before it ends the round
+/// (played by a plain client: it pulls the job, claims the task, and is gone): delivered
+/// again after `ack_wait`, the next worker takes the task over and goes on from the same
+/// round, with the answer still in the record, asking only what is new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_task_whose_worker_dies_goes_on_from_the_same_round_on_another() {
+    let nats = NatsServer::start();
+    let ack_wait = Duration::from_secs(1);
+    let first = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let id = submit_ask(&client, answering).await;
+    asked(&client, &id, "name").await;
+    first.shutdown().await;
+
+    answer(&client, &id, "name", "Ada").await;
+    let bus = connect(&nats.url()).await;
+    let job = pull_job(&jobs_consumer(&bus, ack_wait).await).await;
+    assert_eq!(
+        header_value(
+            &job,
+            async_nats::HeaderName::from_static(toolyard_nats::TASK_ID_HEADER)
+        ),
+        id
+    );
+    assert_eq!(
+        header_value(
+            &job,
+            async_nats::HeaderName::from_static(toolyard_nats::RESUME_ROUND_HEADER)
+        ),
+        "1"
+    );
+    let (mut rec, rev) = record(&bus, &id).await;
+    rec["worker"] = json!("gone-2");
+    write_record(&bus, &id, &rec, rev).await.unwrap();
+    drop(job);
+
+    let second = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
+    answer_last_name(&client, &id).await;
+    assert_eq!(record(&bus, &id).await.0["worker"], second.instance());
+    jobs_settled(&bus).await;
+}
