@@ -529,6 +529,12 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
             },
             () = runner.draining.cancelled() => return,
         };
+        // Armed before the pull: a pull made on a connection that then drops is gone with it
+        // (the broker restarted, say), and its batch would wait out its expiry and 5 s more
+        // before this worker pulled again, while jobs waited.
+        let bus_changed = crate::connection_events().notified();
+        tokio::pin!(bus_changed);
+        bus_changed.as_mut().enable();
         let batch = tokio::select! {
             b = consumer.fetch().max_messages(1).expires(PULL_EXPIRES).messages() => b,
             () = runner.draining.cancelled() => return,
@@ -543,6 +549,10 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
         };
         let next = tokio::select! {
             m = batch.next() => m,
+            () = &mut bus_changed => {
+                tracing::debug!("the bus connection changed: pulling task jobs again");
+                continue;
+            }
             () = runner.draining.cancelled() => return,
         };
         match next {

@@ -1389,3 +1389,23 @@ async fn a_resumed_task_whose_worker_dies_goes_on_from_the_same_round_on_another
     assert_eq!(record(&bus, &id).await.0["worker"], second.instance());
     jobs_settled(&bus).await;
 }
+
+/// A task waiting for input is only its record and its request, both on the broker's disk:
+/// the broker killed and restarted meanwhile, the gateway and the worker reconnect, and the
+/// answer resumes the task to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_input_outlives_a_broker_restart_and_goes_on_once_answered() {
+    let nats = NatsServer::start();
+    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let id = submit_ask(&client, answering).await;
+    asked(&client, &id, "name").await;
+    nats.kill();
+    nats.restart();
+    asked(&client, &id, "name").await;
+    answer(&client, &id, "name", "Ada").await;
+    answer_last_name(&client, &id).await;
+    jobs_settled(&connect(&nats.url()).await).await;
+}
