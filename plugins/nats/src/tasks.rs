@@ -78,8 +78,10 @@ pub(crate) struct Stored {
     /// The worker instance running (or that ran) the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) worker: Option<String>,
-    /// Set while the task waits for its caller's answers and no worker holds it: the job
-    /// that goes on with the call once every question is answered.
+    /// Set when a worker lets go of the task to wait for its caller's answers: the job that
+    /// goes on with the call once every question is answered. Kept while a worker runs that
+    /// round (one taking it over goes on from it), until the tool asks again or the task
+    /// ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) resume: Option<Resume>,
 }
@@ -818,6 +820,58 @@ mod tests {
         assert_eq!(again.generation, TaskGeneration::Legacy);
         assert_eq!(again.ttl, r.ttl);
         assert_eq!(back.expires_at_ms(), Some(ms(r.created_at) + 60_000));
+    }
+
+    /// A task left waiting for input keeps what resumes it through changes (answers, a
+    /// status message), reads as waiting for its job once every question is answered and no
+    /// worker holds it, loses it when it ends, and keeps it in its stored form.
+    #[test]
+    fn what_resumes_a_waiting_task_stays_until_it_ends_and_survives_its_stored_form() {
+        let r = TaskRecord::new(NewTask {
+            owner: None,
+            generation: TaskGeneration::Extension,
+            ttl: None,
+            poll_interval: None,
+        });
+        let mut s = Stored::from_record(&r, None);
+        let question: InputRequests = serde_json::from_value(serde_json::json!({
+            "name": {"method": "elicitation/create", "params": {"message": "Name?",
+                "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}}
+        }))
+        .unwrap();
+        NatsTaskStore::apply(&mut s, |r| r.apply(TaskUpdate::InputRequired(question))).unwrap();
+        s.resume = Some(Resume {
+            subject: "mcp.v1.task.calc.ask".into(),
+            round: 1,
+            body: serde_json::value::RawValue::from_string(r#"{"name":"ask"}"#.into()).ok(),
+            request_state: Some(serde_json::json!("sealed")),
+            headers: vec![("Mcp-Deadline".into(), "123".into())],
+        });
+        assert!(!s.answered_and_waiting(), "a question is outstanding");
+        NatsTaskStore::apply(&mut s, |r| {
+            let answer = serde_json::json!({"name": {"action": "accept"}});
+            r.accept_input(serde_json::from_value(answer).unwrap());
+            Ok(())
+        })
+        .unwrap();
+        s.input_responses
+            .insert("name".into(), serde_json::json!({"action": "accept"}));
+        assert!(s.answered_and_waiting());
+        let back = Stored::parse(&s.bytes()).unwrap();
+        let resume = back.resume.as_ref().unwrap();
+        assert_eq!(resume.round, 1);
+        assert_eq!(resume.body.as_ref().unwrap().get(), r#"{"name":"ask"}"#);
+        assert_eq!(resume.request_state, Some(serde_json::json!("sealed")));
+        assert_eq!(resume.headers, vec![("Mcp-Deadline".into(), "123".into())]);
+        s.worker = Some("w2".into());
+        assert!(!s.answered_and_waiting(), "a worker holds it");
+        NatsTaskStore::apply(&mut s, |r| {
+            r.apply(TaskUpdate::StatusMessage("working".into()))
+        })
+        .unwrap();
+        assert!(s.resume.is_some(), "kept across a change");
+        NatsTaskStore::apply(&mut s, TaskRecord::cancel).unwrap();
+        assert!(s.resume.is_none(), "gone once the task ends");
     }
 
     /// The leader read (a replica's miss is asked again of it) sees what the direct read
