@@ -31,8 +31,13 @@ pub const BUCKET: &str = "TY_TASKS";
 const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How long a gateway that sees a task's last answers recorded elsewhere waits for a worker
-/// to take the job resuming it before publishing that job itself.
+/// to take the job resuming it before publishing that job itself; the first of the waits
+/// between its tries, each one longer by as much.
 const RESUME_GRACE: Duration = Duration::from_secs(2);
+
+/// How many times a gateway tries to publish the job resuming an answered task in the
+/// background (over ~30 s) when it is not published at once.
+const RESUME_TRIES: u32 = 5;
 
 /// How many times a compare-and-swap is retried after losing a race.
 const CAS_ATTEMPTS: usize = 8;
@@ -416,17 +421,26 @@ impl NatsTaskStore {
         })
     }
 
-    /// Publishes the job resuming task `id`, seen answered and waiting for it, if it still
-    /// is [`RESUME_GRACE`] later (no worker took it): the gateway that recorded the last
-    /// answers may have gone away before it published the job. A job already in the stream
+    /// Publishes the job resuming task `id` if it still waits, answered, for one
+    /// [`RESUME_GRACE`] later (no worker took it), trying again a few times while that
+    /// fails: the gateway that recorded the last answers may have gone away before it
+    /// published the job, or the broker may not have taken it. A job already in the stream
     /// is not put there twice (its message id, within the stream's duplicate window).
     fn resume_later(&self, id: String) {
         let store = self.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(RESUME_GRACE).await;
-            if let Ok(Some((stored, _))) = store.read(&id).await {
-                if let Err(e) = store.resume(&id, &stored).await {
-                    tracing::warn!(target: "toolyard::nats", task = %id, error = %e, "publishing the job resuming an answered task failed");
+            for tries in 1..=RESUME_TRIES {
+                tokio::time::sleep(RESUME_GRACE * tries).await;
+                let stored = match store.read(&id).await {
+                    Ok(Some((stored, _))) => stored,
+                    Ok(None) => return,
+                    Err(_) => continue,
+                };
+                match store.publish_resume(&id, &stored).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(target: "toolyard::nats", task = %id, error = %e, tries, "publishing the job resuming an answered task failed")
+                    }
                 }
             }
         });
@@ -592,8 +606,18 @@ impl NatsTaskStore {
     /// recording the last answers at once put one job in the stream (and a worker drops a
     /// job of a round the record is past). Called after every write of answers: a caller
     /// whose answers were recorded but whose job was not published (the broker went away
-    /// between the two) gets an error and, sending them again, publishes it.
+    /// between the two) gets an error saying so, while this gateway keeps trying in the
+    /// background; sending them again publishes it too.
     pub(crate) async fn resume(&self, id: &str, stored: &Stored) -> Result<(), TaskStoreError> {
+        let published = self.publish_resume(id, stored).await;
+        if published.is_err() {
+            self.resume_later(id.to_owned());
+        }
+        published
+    }
+
+    /// [`resume`](Self::resume)'s publish, once.
+    async fn publish_resume(&self, id: &str, stored: &Stored) -> Result<(), TaskStoreError> {
         let Some(resume) = stored
             .resume
             .as_ref()
@@ -606,7 +630,8 @@ impl NatsTaskStore {
             .map_err(|e| {
                 TaskStoreError::Backend(format!(
                     "the answers are recorded, but the job going on with task {id} could not be \
-                     published ({e}): send them again"
+                     published ({e}); this gateway tries again for 30 s, and sending them again \
+                     publishes it too"
                 ))
             })
     }

@@ -1409,3 +1409,38 @@ async fn a_task_waiting_for_input_outlives_a_broker_restart_and_goes_on_once_ans
     answer_last_name(&client, &id).await;
     jobs_settled(&connect(&nats.url()).await).await;
 }
+
+/// The last answer recorded when the job resuming the task cannot be published (the job
+/// stream is gone, here deleted): `tasks/update` says so, and the gateway keeps trying in the
+/// background, so the task goes on once there is a stream again (a worker starting creates
+/// it) without the caller sending its answer again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resuming_job_the_broker_did_not_take_is_published_again_in_the_background() {
+    let nats = NatsServer::start();
+    let first = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let id = submit_ask(&client, answering).await;
+    asked(&client, &id, "name").await;
+    first.shutdown().await;
+    let bus = connect(&nats.url()).await;
+    jetstream::new(bus.clone())
+        .delete_stream(JOBS_STREAM)
+        .await
+        .unwrap();
+
+    let params = json!({
+        "taskId": id,
+        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        "_meta": ext_meta(),
+    });
+    let refused = client.request("tasks/update", params).await.unwrap_err();
+    assert!(
+        format!("{refused:?}").contains("could not be published"),
+        "{refused:?}"
+    );
+    let _second = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    answer_last_name(&client, &id).await;
+    jobs_settled(&bus).await;
+}
