@@ -800,7 +800,7 @@ fn waits_for(s: &Stored, round: u32) -> bool {
 /// Takes the task for this worker, or says why not.
 async fn claim(runner: &Runner, task_id: &str, round: u32) -> Claim {
     for _ in 0..4 {
-        let (stored, _) = match runner.store.read(task_id).await {
+        let (mut stored, _) = match runner.store.read(task_id).await {
             Ok(Some(found)) => found,
             Ok(None) => return Claim::Gone,
             Err(e) => {
@@ -808,6 +808,13 @@ async fn claim(runner: &Runner, task_id: &str, round: u32) -> Claim {
                 return Claim::Later;
             }
         };
+        if round > 0 && !waits_for(&stored, round) {
+            // The job was published right after the answers were written, which a replica
+            // may not have yet: the stream's leader has them.
+            if let Ok(Some((latest, _))) = runner.store.read_from_leader(task_id).await {
+                stored = latest;
+            }
+        }
         if stored.status.is_terminal() {
             return Claim::Done;
         }

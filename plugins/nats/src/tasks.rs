@@ -486,7 +486,10 @@ impl NatsTaskStore {
 
     /// The record of `id` and its revision as the bucket's stream leader has it (a JetStream
     /// API request, not a direct get).
-    async fn read_from_leader(&self, id: &str) -> Result<Option<(Stored, u64)>, TaskStoreError> {
+    pub(crate) async fn read_from_leader(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Stored, u64)>, TaskStoreError> {
         use async_nats::jetstream::stream::LastRawMessageErrorKind;
         if !valid_id(id) {
             return Ok(None);
