@@ -638,11 +638,14 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
             Err(error) => return fail_unreadable(runner, &message, &task_id, error).await,
         },
     };
-    let answer = execute(runner, &message, &task_id, call, round, resumed).await;
+    // Its request moved to `TY_TASK_BODIES` by a wait for input that did not happen after all
+    // (every answer was there, or the record refused it).
+    let mut moved = false;
+    let answer = execute(runner, &message, &task_id, call, round, resumed, &mut moved).await;
     match answer {
         Ran::Answered(outcome) => {
             if finish(runner, &task_id, outcome).await {
-                forget_body(runner, claimed, &task_id);
+                forget_body(runner, claimed || moved, &task_id);
                 if let Err(e) = message.double_ack().await {
                     tracing::warn!(task = %task_id, error = %e, "the task finished but its job's ack was not confirmed; a redelivery will find it finished");
                 }
@@ -651,8 +654,8 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
         // Cancelled by a `tasks/cancel` (the record is terminal) or taken over by another
         // worker (whose delivery it is now, and which needs the request): nothing to write.
         Ran::Stopped => {
-            if claimed && is_finished(runner, &task_id).await {
-                forget_body(runner, claimed, &task_id);
+            if (claimed || moved) && is_finished(runner, &task_id).await {
+                forget_body(runner, true, &task_id);
             }
             ack(&message, AckKind::Ack, &task_id).await;
         }
@@ -901,6 +904,7 @@ async fn execute(
     call: CallParams,
     round: u32,
     resumed: Option<Resumed>,
+    body_moved: &mut bool,
 ) -> Ran {
     let mut params = serde_json::Map::new();
     params.insert("name".into(), serde_json::Value::String(call.name));
@@ -1053,6 +1057,8 @@ async fn execute(
                 )
             }
         };
+        // Its body, moved to `TY_TASK_BODIES` for the wait: deleted when the task ends here.
+        *body_moved |= resume.body.is_none() && wire::header(message, wire::BODY_CLAIM).is_none();
         match park(runner, task_id, requests, resume).await {
             Ok(None) => break Ran::Parked,
             // Every question was answered already (before this worker took the task over).
