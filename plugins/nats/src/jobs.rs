@@ -1059,7 +1059,14 @@ async fn execute(
         };
         // Its body, moved to `TY_TASK_BODIES` for the wait: deleted when the task ends here.
         *body_moved |= resume.body.is_none() && wire::header(message, wire::BODY_CLAIM).is_none();
-        match park(runner, task_id, requests, resume).await {
+        // The answers this round was given: a question asked again under one of their keys
+        // is a new question (the answer did not do), not one answered already.
+        let given: Vec<String> = params
+            .get("inputResponses")
+            .and_then(serde_json::Value::as_object)
+            .map(|a| a.keys().cloned().collect())
+            .unwrap_or_default();
+        match park(runner, task_id, requests, &given, resume).await {
             Ok(None) => break Ran::Parked,
             // Every question was answered already (before this worker took the task over).
             Ok(Some(answers)) => go_on(&mut params, answers, state),
@@ -1192,24 +1199,27 @@ async fn as_owner<T>(
 
 /// Puts the tool's questions in the record (`input_required`) with what goes on with the
 /// task once they are answered, and lets go of it (no worker holds it while it waits), if
-/// this worker still owns it. A question the record already holds an answer to (given before
-/// this worker took the task over and ran it again) is not asked again; when none is left
-/// to ask, the answers are handed back (`Some`) and nothing waits.
+/// this worker still owns it. A question the record already holds an answer to, not `given`
+/// to the round just run (answered before this worker took the task over and ran it again),
+/// is not asked again; when none is left to ask, the answers are handed back (`Some`) and
+/// nothing waits.
 async fn park(
     runner: &Runner,
     task_id: &str,
     requests: InputRequests,
+    given: &[String],
     resume: tasks::Resume,
 ) -> Result<Option<InputResponses>, NotWritten> {
     as_owner(runner, task_id, |s| {
+        // The answers the round was given were used, and earlier rounds' too: only those to
+        // this round's questions not given yet stay.
+        s.input_responses
+            .retain(|key, _| requests.contains_key(key) && !given.contains(key));
         let open: InputRequests = requests
             .iter()
             .filter(|(key, _)| !s.input_responses.contains_key(*key))
             .map(|(key, request)| (key.clone(), request.clone()))
             .collect();
-        // The answers of earlier rounds were used: only this round's stay.
-        s.input_responses
-            .retain(|key, _| requests.contains_key(key));
         if open.is_empty() {
             return Ok(Some(s.input_responses.clone()));
         }
