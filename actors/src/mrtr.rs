@@ -109,6 +109,19 @@ impl StateSealer {
         format!("{}.{}", B64.encode(&payload), B64.encode(tag))
     }
 
+    /// `sealed` signed again with this sealer's key and a fresh expiry, for a state kept
+    /// where only trusted writers reach (a durable task's record, where it may wait hours
+    /// for a person's answer and then go on in another process, with another key): its
+    /// signature and expiry are not checked; what it is bound to (method, target,
+    /// arguments, principal) stays.
+    pub(crate) fn renew(&self, sealed: &str) -> Result<String, ErrorObject> {
+        let (payload, _) = sealed.split_once('.').ok_or_else(|| invalid("malformed"))?;
+        let payload = B64.decode(payload).map_err(|_| invalid("malformed"))?;
+        let state: RoundState =
+            serde_json::from_slice(&payload).map_err(|_| invalid("malformed payload"))?;
+        Ok(self.seal(state))
+    }
+
     /// Verifies `sealed` and checks it belongs to this request and caller.
     pub(crate) fn open(
         &self,
@@ -154,6 +167,47 @@ mod tests {
             r: Default::default(),
             s: Some(serde_json::json!({"step": 1})),
         }
+    }
+
+    #[test]
+    fn a_renewed_state_opens_under_another_key_and_stays_bound_to_its_request() {
+        let issuer = StateSealer::random(Duration::from_secs(1));
+        let other = StateSealer::random(Duration::from_secs(600));
+        let d = digest(&[b"{}"]);
+        let mut bound = state();
+        bound.p = Some("alice".into());
+        let sealed = issuer.seal(bound);
+        assert!(other
+            .open(&sealed, "tools/call", "ask", &d, Some("alice"))
+            .is_err());
+        let renewed = other.renew(&sealed).unwrap();
+        let opened = other
+            .open(&renewed, "tools/call", "ask", &d, Some("alice"))
+            .unwrap();
+        assert!(opened.e > now_secs() + 500, "a fresh expiry");
+        assert_eq!(opened.s, Some(serde_json::json!({"step": 1})));
+        assert!(other
+            .open(&renewed, "tools/call", "other", &d, Some("alice"))
+            .is_err());
+        assert!(other
+            .open(&renewed, "tools/call", "ask", &d, Some("bob"))
+            .is_err());
+        assert!(other.renew("not a state").is_err());
+        // Lapsed (an answer given hours later): renewed all the same.
+        let mut old = state();
+        old.e = 1;
+        let payload = serde_json::to_vec(&old).unwrap();
+        let mut mac = issuer.mac();
+        mac.update(&payload);
+        let lapsed = format!(
+            "{}.{}",
+            B64.encode(&payload),
+            B64.encode(mac.finalize().into_bytes())
+        );
+        let expired = issuer.open(&lapsed, "tools/call", "ask", &d, None);
+        assert!(expired.unwrap_err().message.contains("expired"));
+        let renewed = issuer.renew(&lapsed).unwrap();
+        assert!(issuer.open(&renewed, "tools/call", "ask", &d, None).is_ok());
     }
 
     #[test]

@@ -598,6 +598,15 @@ impl Server {
         self.core.tools.get(name)
     }
 
+    /// A modern `requestState` signed again with this server's key and a fresh expiry, for a
+    /// state kept where only trusted writers reach: a durable task's record, where a call
+    /// waits (hours, maybe) for its caller's answers and then goes on in another process,
+    /// whose key may differ. Its signature and expiry are not checked; what it is bound to
+    /// (method, target, arguments, principal) stays, and is checked when it is used.
+    pub fn renew_request_state(&self, sealed: &str) -> Result<String, ErrorObject> {
+        self.core.sealer.renew(sealed)
+    }
+
     /// The server's identity.
     pub fn info(&self) -> &Implementation {
         &self.core.info

@@ -836,11 +836,22 @@ fn a_worker_process_serves_its_resources_and_prompts_through_serve_nats() {
 
 /// One 2026-07-28 request over HTTP to `url`, declaring the tasks extension; the JSON-RPC
 /// response (the last message of an event stream, or the JSON body).
-async fn modern_rpc(url: &str, method: &str, name: &str, mut params: Value) -> Value {
+async fn modern_rpc(url: &str, method: &str, name: &str, params: Value) -> Value {
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    modern_rpc_as(url, method, name, params, caps).await
+}
+
+/// [`modern_rpc`] for a caller with these client capabilities.
+async fn modern_rpc_as(
+    url: &str,
+    method: &str,
+    name: &str,
+    mut params: Value,
+    caps: Value,
+) -> Value {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities":
-            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientCapabilities": caps,
     });
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let r = reqwest::Client::new()
@@ -937,6 +948,84 @@ async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
     assert_eq!(done["result"]["content"][0]["text"], "done after 30 steps");
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A durable task asking its caller, through the binaries: `pool__ask_name_task` started
+/// through `serve --nats` puts its question in the task (`tasks/get`: `input_required`);
+/// the worker that asked is SIGKILLed while the task waits (it holds nothing of it); the
+/// answer, given with `tasks/update`, resumes the task on another worker process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_its_callers_answer_outlives_its_worker_and_goes_on_on_another() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let first = tokio::task::spawn_blocking(move || worker(&url, "pool"))
+        .await
+        .unwrap();
+    let gateway = gateway_process(&nats.url()).await;
+    let mcp = gateway.url();
+    let caps = json!({
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
+        "elicitation": {"form": {}},
+    });
+    let rpc = |method: &'static str, name: String, params: Value| {
+        let (mcp, caps) = (mcp.clone(), caps.clone());
+        async move { modern_rpc_as(&mcp, method, &name, params, caps).await }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        let r = rpc(
+            "tools/call",
+            "pool__ask_name_task".into(),
+            json!({"name": "pool__ask_name_task", "arguments": {}}),
+        )
+        .await;
+        if r["result"]["resultType"] == "task" {
+            break r["result"].clone();
+        }
+        assert!(Instant::now() < deadline, "never a task: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    let until = |what: &'static str, done: fn(&Value) -> bool| {
+        let (rpc, id) = (&rpc, id.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let t = rpc("tasks/get", id.clone(), json!({"taskId": id})).await["result"].clone();
+                if done(&t) {
+                    return t;
+                }
+                assert!(Instant::now() < deadline, "never {what}: {t}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let asked = until("asked", |t| t["status"] == "input_required").await;
+    assert_eq!(
+        asked["inputRequests"]["name"]["params"]["message"], "What is your name?",
+        "{asked}"
+    );
+    drop(first); // SIGKILL, while the task waits
+    let url = nats.url();
+    let _second = tokio::task::spawn_blocking(move || worker(&url, "pool"))
+        .await
+        .unwrap();
+    let answered = rpc(
+        "tasks/update",
+        id.clone(),
+        json!({"taskId": id, "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}}),
+    )
+    .await;
+    assert!(answered.get("error").is_none(), "{answered}");
+    let done = until("ended", |t| {
+        t["status"] != "working" && t["status"] != "input_required"
+    })
+    .await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Hello, Ada!",
+        "{done}"
+    );
 }
 
 /// `GET url`: its status and its JSON body (null when it is not JSON).

@@ -919,7 +919,18 @@ async fn execute(
         }
     }
     if let Some(resumed) = resumed {
-        go_on(&mut params, resumed.answers, resumed.request_state);
+        // Sealed by the worker that asked, maybe hours ago and with another key: the record
+        // it waited in is trusted, so it is signed again here, fresh.
+        let state = match resumed.request_state {
+            Some(serde_json::Value::String(sealed)) => {
+                match runner.server.renew_request_state(&sealed) {
+                    Ok(renewed) => Some(serde_json::Value::String(renewed)),
+                    Err(e) => return Ran::Answered(Err(e)),
+                }
+            }
+            other => other,
+        };
+        go_on(&mut params, resumed.answers, state);
     }
     let meta = RequestMeta {
         protocol_version: Some(toolyard_proto::ProtocolVersion::LATEST.as_str().to_owned()),

@@ -290,6 +290,15 @@ pub fn demo(builder: ServerBuilder) -> ServerBuilder {
             "Asks the user for their name (elicitation)",
             ask_name,
         ))
+        .try_tool(
+            tool_fn(
+                "ask_name_task",
+                "Like `ask_name`, but runs as a task for clients that support tasks (the \
+                     question shows in tasks/get, the answer goes in with tasks/update)",
+                ask_name,
+            )
+            .map(|t| t.with_task_support(TaskSupport::Optional)),
+        )
         .try_tool(tool_fn(
             "summarize",
             "Asks the client's model to summarize a text (sampling)",
