@@ -841,6 +841,21 @@ async fn modern_rpc(url: &str, method: &str, name: &str, params: Value) -> Value
     modern_rpc_as(url, method, name, params, caps).await
 }
 
+/// Calls `tool` with `arguments` as a task (a caller with `caps`) through the gateway at
+/// `mcp` until the gateway lists it and answers with a task (30 s at most); the task's id.
+async fn started_task(mcp: &str, tool: &str, arguments: Value, caps: &Value) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let params = json!({"name": tool, "arguments": arguments});
+        let r = modern_rpc_as(mcp, "tools/call", tool, params, caps.clone()).await;
+        if r["result"]["resultType"] == "task" {
+            return r["result"]["taskId"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "never a task: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// [`modern_rpc`] for a caller with these client capabilities.
 async fn modern_rpc_as(
     url: &str,
@@ -891,22 +906,14 @@ async fn a_task_outlives_its_worker_killed_mid_run_and_finishes_on_another() {
         .unwrap();
     let gateway = gateway_process(&nats.url()).await;
     let mcp = gateway.url();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let created = loop {
-        let r = modern_rpc(
-            &mcp,
-            "tools/call",
-            "pool__slow_task",
-            json!({"name": "pool__slow_task", "arguments": {"steps": 30, "delay_ms": 100}}),
-        )
-        .await;
-        if r["result"]["resultType"] == "task" {
-            break r["result"].clone();
-        }
-        assert!(Instant::now() < deadline, "never a task: {r}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let id = created["taskId"].as_str().unwrap().to_owned();
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let id = started_task(
+        &mcp,
+        "pool__slow_task",
+        json!({"steps": 30, "delay_ms": 100}),
+        &caps,
+    )
+    .await;
     let get = || {
         let (mcp, id) = (mcp.clone(), id.clone());
         async move { modern_rpc(&mcp, "tasks/get", &id, json!({"taskId": id})).await["result"].clone() }
@@ -971,21 +978,7 @@ async fn a_task_waiting_for_its_callers_answer_outlives_its_worker_and_goes_on_o
         let (mcp, caps) = (mcp.clone(), caps.clone());
         async move { modern_rpc_as(&mcp, method, &name, params, caps).await }
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let created = loop {
-        let r = rpc(
-            "tools/call",
-            "pool__ask_name_task".into(),
-            json!({"name": "pool__ask_name_task", "arguments": {}}),
-        )
-        .await;
-        if r["result"]["resultType"] == "task" {
-            break r["result"].clone();
-        }
-        assert!(Instant::now() < deadline, "never a task: {r}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let id = created["taskId"].as_str().unwrap().to_owned();
+    let id = started_task(&mcp, "pool__ask_name_task", json!({}), &caps).await;
     let until = |what: &'static str, done: fn(&Value) -> bool| {
         let (rpc, id) = (&rpc, id.clone());
         async move {

@@ -1030,6 +1030,33 @@ async fn answer_last_name(client: &RawClient, id: &str) -> Value {
     done
 }
 
+/// A broker, a worker of `calc` that runs tasks, a durable gateway, and a task of
+/// `calc__ask_task` for a caller that can answer, asked its first question (`name`).
+struct Asking {
+    nats: NatsServer,
+    worker: Worker,
+    /// Kept running while the test runs.
+    _gateway: (Server, RemoteTools),
+    client: RawClient,
+    id: String,
+}
+
+async fn asking() -> Asking {
+    let nats = NatsServer::start();
+    let worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (server, remote, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let id = submit_ask(&client, answering_caller()).await;
+    asked(&client, &id, "name").await;
+    Asking {
+        nats,
+        worker,
+        _gateway: (server, remote),
+        client,
+        id,
+    }
+}
+
 /// Starts `calc__ask_task` as a task for a caller with `meta`; its id.
 async fn submit_ask(client: &RawClient, meta: Value) -> String {
     let created = client
@@ -1041,6 +1068,11 @@ async fn submit_ask(client: &RawClient, meta: Value) -> String {
         .unwrap();
     assert_eq!(created["resultType"], "task", "{created}");
     created["taskId"].as_str().unwrap().to_owned()
+}
+
+/// The `_meta` of a tasks-extension caller that can answer elicitations.
+fn answering_caller() -> Value {
+    caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}))
 }
 
 /// The `_meta` of a tasks-extension caller with these client capabilities.
@@ -1064,7 +1096,7 @@ async fn a_tasks_questions_show_on_every_gateway_and_answers_from_any_reach_its_
     let (_a, _ra, a) = durable_gateway(&nats.url()).await;
     let (_b, _rb, b) = durable_gateway(&nats.url()).await;
     wait_listed(&a).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let answering = answering_caller();
     let id = submit_ask(&a, answering.clone()).await;
 
     // Asked on the worker, read on B; answered on B, then on A.
@@ -1137,7 +1169,7 @@ async fn an_answer_given_after_its_worker_died_is_used_by_the_worker_that_takes_
     let listing = task_worker(&nats.url(), Arc::default(), false, ack_wait).await;
     let (_server, _remote, client) = durable_gateway(&nats.url()).await;
     wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let answering = answering_caller();
     let id = submit_ask(&client, answering).await;
     // The worker that dies: takes the job, claims the task, asks, and is gone.
     let bus = connect(&nats.url()).await;
@@ -1231,7 +1263,7 @@ async fn a_task_waiting_for_input_gives_its_slot_to_the_next_task_meanwhile() {
     let _worker = configured_worker(&nats.url(), config).await;
     let (_server, _remote, client) = durable_gateway(&nats.url()).await;
     wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let answering = answering_caller();
     let asking = submit_ask(&client, answering).await;
     asked(&client, &asking, "name").await;
     let sleeping = submit(&client, 50).await;
@@ -1260,7 +1292,7 @@ async fn tasks_waiting_for_input_hold_no_job_and_go_on_on_any_worker_once_answer
     let consumer = jobs_consumer_holding(&bus, ack_wait, 2).await;
     let first = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
     wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let answering = answering_caller();
     let mut waiting = Vec::new();
     for _ in 0..3 {
         let id = submit_ask(&client, answering.clone()).await;
@@ -1302,7 +1334,7 @@ async fn a_waiting_tasks_large_request_waits_in_task_bodies_and_is_deleted_when_
         let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
         let (_server, _remote, client) = durable_gateway(&nats.url()).await;
         wait_listed(&client).await;
-        let meta = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+        let meta = answering_caller();
         let created = client
             .request(
                 "tools/call",
@@ -1329,20 +1361,15 @@ async fn a_waiting_tasks_large_request_waits_in_task_bodies_and_is_deleted_when_
 /// task goes on to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_recorded_by_a_gateway_gone_before_resuming_the_task_are_resumed_by_another() {
-    let nats = NatsServer::start();
-    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
-    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
-    wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
-    let id = submit_ask(&client, answering).await;
-    asked(&client, &id, "name").await;
+    let a = asking().await;
+    let (nats, client, id) = (&a.nats, &a.client, a.id.as_str());
     let bus = connect(&nats.url()).await;
-    let (mut rec, rev) = record(&bus, &id).await;
+    let (mut rec, rev) = record(&bus, id).await;
     rec.as_object_mut().unwrap().remove("inputRequests");
     rec["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
     rec["status"] = json!("working");
-    write_record(&bus, &id, &rec, rev).await.unwrap();
-    answer_last_name(&client, &id).await;
+    write_record(&bus, id, &rec, rev).await.unwrap();
+    answer_last_name(client, id).await;
     jobs_settled(&bus).await;
 }
 
@@ -1357,7 +1384,7 @@ async fn a_resumed_task_whose_worker_dies_goes_on_from_the_same_round_on_another
     let first = task_worker(&nats.url(), Arc::default(), true, ack_wait).await;
     let (_server, _remote, client) = durable_gateway(&nats.url()).await;
     wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let answering = answering_caller();
     let id = submit_ask(&client, answering).await;
     asked(&client, &id, "name").await;
     first.shutdown().await;
@@ -1395,18 +1422,13 @@ async fn a_resumed_task_whose_worker_dies_goes_on_from_the_same_round_on_another
 /// answer resumes the task to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waiting_for_input_outlives_a_broker_restart_and_goes_on_once_answered() {
-    let nats = NatsServer::start();
-    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
-    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
-    wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
-    let id = submit_ask(&client, answering).await;
-    asked(&client, &id, "name").await;
+    let a = asking().await;
+    let (nats, client, id) = (&a.nats, &a.client, a.id.as_str());
     nats.kill();
     nats.restart();
-    asked(&client, &id, "name").await;
-    answer(&client, &id, "name", "Ada").await;
-    answer_last_name(&client, &id).await;
+    asked(client, id, "name").await;
+    answer(client, id, "name", "Ada").await;
+    answer_last_name(client, id).await;
     jobs_settled(&connect(&nats.url()).await).await;
 }
 
@@ -1416,14 +1438,9 @@ async fn a_task_waiting_for_input_outlives_a_broker_restart_and_goes_on_once_ans
 /// it) without the caller sending its answer again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resuming_job_the_broker_did_not_take_is_published_again_in_the_background() {
-    let nats = NatsServer::start();
-    let first = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
-    let (_server, _remote, client) = durable_gateway(&nats.url()).await;
-    wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
-    let id = submit_ask(&client, answering).await;
-    asked(&client, &id, "name").await;
-    first.shutdown().await;
+    let a = asking().await;
+    let (nats, client, id) = (&a.nats, &a.client, a.id.as_str());
+    a.worker.shutdown().await;
     let bus = connect(&nats.url()).await;
     jetstream::new(bus.clone())
         .delete_stream(JOBS_STREAM)
@@ -1441,7 +1458,7 @@ async fn a_resuming_job_the_broker_did_not_take_is_published_again_in_the_backgr
         "{refused:?}"
     );
     let _second = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
-    answer_last_name(&client, &id).await;
+    answer_last_name(client, id).await;
     jobs_settled(&bus).await;
 }
 
@@ -1461,7 +1478,7 @@ async fn tasks_waiting_for_input_go_on_across_a_three_node_cluster() {
     let _worker = configured_worker(&cluster.node(2).url(), config).await;
     let (_g, _r, client) = durable_gateway(&cluster.node(0).url()).await;
     wait_listed(&client).await;
-    let answering = caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}));
+    let answering = answering_caller();
     for _ in 0..3 {
         let id = submit_ask(&client, answering.clone()).await;
         asked(&client, &id, "name").await;
