@@ -29,7 +29,7 @@ pub async fn connected(client: &Client) {
 }
 
 /// How long after a connection event its client's state is read (`watch_connection`).
-const EVENT_SETTLES: Duration = Duration::from_millis(20);
+pub(crate) const EVENT_SETTLES: Duration = Duration::from_millis(20);
 
 /// The bus connection as a required component of the server's lifecycle: a gateway whose
 /// NATS connection is down cannot reach any worker, and a worker cannot be reached, so it

@@ -520,8 +520,11 @@ pub(crate) async fn consumer(
 /// Pulls jobs one at a time while a slot is free, each run in the worker's tracker, until
 /// the worker drains.
 pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurrency: usize) {
+    use futures_util::FutureExt as _;
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
-    loop {
+    let events = crate::connection_events();
+    let statistics = runner.client.statistics();
+    'pull: loop {
         let permit = tokio::select! {
             p = permits.clone().acquire_owned() => match p {
                 Ok(p) => p,
@@ -532,9 +535,11 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
         // Armed before the pull: a pull made on a connection that then drops is gone with it
         // (the broker restarted, say), and its batch would wait out its expiry and 5 s more
         // before this worker pulled again, while jobs waited.
-        let bus_changed = crate::connection_events().notified();
-        tokio::pin!(bus_changed);
+        let mut bus_changed = std::pin::pin!(events.notified());
         bus_changed.as_mut().enable();
+        let connects = statistics
+            .connects
+            .load(std::sync::atomic::Ordering::Relaxed);
         let batch = tokio::select! {
             b = consumer.fetch().max_messages(1).expires(PULL_EXPIRES).messages() => b,
             () = runner.draining.cancelled() => return,
@@ -547,13 +552,34 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
                 continue;
             }
         };
-        let next = tokio::select! {
-            m = batch.next() => m,
-            () = &mut bus_changed => {
-                tracing::debug!("the bus connection changed: pulling task jobs again");
-                continue;
+        let next = loop {
+            tokio::select! {
+                m = batch.next() => break m,
+                () = bus_changed.as_mut() => {
+                    // The events are process-wide: most are another client's (any connection
+                    // made in this process), and dropping this pull for them would lose the
+                    // job on its way to it until its `ack_wait`.
+                    tokio::time::sleep(crate::connection::EVENT_SETTLES).await;
+                    bus_changed.set(events.notified());
+                    bus_changed.as_mut().enable();
+                    let same = statistics.connects.load(std::sync::atomic::Ordering::Relaxed)
+                        == connects
+                        && matches!(
+                            runner.client.connection_state(),
+                            async_nats::connection::State::Connected
+                        );
+                    if same {
+                        continue;
+                    }
+                    // A job the broker handed to this pull before the change is run.
+                    if let Some(m) = batch.next().now_or_never() {
+                        break m;
+                    }
+                    tracing::debug!("the bus connection changed: pulling task jobs again");
+                    continue 'pull;
+                }
+                () = runner.draining.cancelled() => return,
             }
-            () = runner.draining.cancelled() => return,
         };
         match next {
             Some(Ok(message)) => {

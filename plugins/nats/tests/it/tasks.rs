@@ -255,6 +255,39 @@ async fn a_task_runs_on_a_worker_and_any_gateway_reads_and_cancels_it() {
     jobs_settled(&bus).await;
 }
 
+/// Regression: every connection made in the process woke the worker's job pull, which
+/// dropped its batch and pulled again; the broker then gave the next job to the dropped pull,
+/// and the task waited out the job's `ack_wait` (30 s here) before any worker ran it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_made_elsewhere_in_the_process_do_not_strand_the_next_task_job() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let _worker = task_worker(&nats.url(), seen.clone(), true, Duration::from_secs(30)).await;
+    let (_g, _r, client) = durable_gateway(&nats.url()).await;
+    wait_listed(&client).await;
+    let mut others = Vec::new();
+    for round in 1..=10 {
+        // Another client of this process connects (its event is process-wide) while the
+        // task's job is on its way to the worker, and the task runs at once, not after its
+        // job's ack_wait.
+        let id = submit(&client, 10).await;
+        others.push(connect(&nats.url()).await);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let t = get(&client, &id).await;
+            if t["status"] == "completed" {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "task {round} not run within 10 s: {t}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 10);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waits_for_a_worker_and_a_republished_job_runs_once() {
     let nats = NatsServer::start();
