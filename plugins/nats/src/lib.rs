@@ -94,21 +94,28 @@ pub async fn connect_with(
         .filter_map(|u| u.parse::<async_nats::ServerAddr>().ok())
         .map(|a| format!("{}:{}", a.host(), a.port()))
         .collect();
+    // Which connection an event is of: a refusal or a slow consumer ends only this
+    // connection's calls, not those of every client in the process.
+    let connection = {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
     options
         .name(name)
         .retry_on_initial_connect()
         // Every event is handled at once, without awaiting: async-nats runs the callbacks
         // one after another.
         .event_callback(move |event| {
-            on_event(event, &servers);
+            on_event(event, connection, &servers);
             std::future::ready(())
         })
         .connect(urls)
         .await
         .inspect(|client| {
             let mut wired = wired();
-            wired.retain(|s| s.strong_count() > 0);
-            wired.push(std::sync::Arc::downgrade(&client.statistics()));
+            wired.retain(|(s, _)| s.strong_count() > 0);
+            wired.push((std::sync::Arc::downgrade(&client.statistics()), connection));
         })
         .map_err(|e| NatsError::Connect {
             url: without_credentials(url),
@@ -119,11 +126,11 @@ pub async fn connect_with(
 /// What the bridge does with a connection event of a client made by [`connect_with`]. A
 /// publish the server's permissions refuse is reported only here (N15): the calls waiting on
 /// that subject end at once with -32013 instead of at their deadline.
-fn on_event(event: async_nats::Event, servers: &std::sync::Arc<[String]>) {
+fn on_event(event: async_nats::Event, connection: u64, servers: &std::sync::Arc<[String]>) {
     match event {
         async_nats::Event::ServerError(async_nats::ServerError::Other(message)) => {
             match denied::refused_publish(&message) {
-                Some(subject) => replies::refuse(subject, &message),
+                Some(subject) => replies::refuse(connection, subject, &message),
                 None => tracing::warn!(target: "toolyard::nats", %message, "NATS server error"),
             }
         }
@@ -141,7 +148,7 @@ fn on_event(event: async_nats::Event, servers: &std::sync::Arc<[String]>) {
         // Frames for the calls in flight may be gone: they end now, -32010 (`replies`).
         async_nats::Event::SlowConsumer(sid) => {
             tracing::warn!(target: "toolyard::nats", sid, "the NATS connection dropped messages for a slow subscription: the calls in flight end with -32010");
-            replies::slow_consumer();
+            replies::slow_consumer(connection);
         }
         other => tracing::debug!(target: "toolyard::nats", event = %other, "NATS connection event"),
     }
@@ -211,20 +218,28 @@ pub(crate) fn connection_events() -> &'static tokio::sync::Notify {
 }
 
 /// The connections made by [`connect_with`], by their statistics (shared by every clone of a
-/// client): those whose changes [`connection_events`] reports.
-fn wired() -> std::sync::MutexGuard<'static, Vec<std::sync::Weak<async_nats::Statistics>>> {
-    static WIRED: std::sync::Mutex<Vec<std::sync::Weak<async_nats::Statistics>>> =
-        std::sync::Mutex::new(Vec::new());
+/// client), with the number their events are reported under.
+type Wired = Vec<(std::sync::Weak<async_nats::Statistics>, u64)>;
+
+fn wired() -> std::sync::MutexGuard<'static, Wired> {
+    static WIRED: std::sync::Mutex<Wired> = std::sync::Mutex::new(Vec::new());
     WIRED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Whether `client` was made by [`connect_with`], so its connection events wake
-/// [`connection_events`] (a client of the embedder's own is only polled).
-pub(crate) fn events_wired(client: &async_nats::Client) -> bool {
+/// The number `client`'s connection events are reported under, if it was made by
+/// [`connect_with`] (a client of the embedder's own reports none, and is only polled).
+pub(crate) fn connection_of(client: &async_nats::Client) -> Option<u64> {
     let statistics = client.statistics();
     wired()
         .iter()
-        .any(|s| std::ptr::eq(s.as_ptr(), std::sync::Arc::as_ptr(&statistics)))
+        .find(|(s, _)| std::ptr::eq(s.as_ptr(), std::sync::Arc::as_ptr(&statistics)))
+        .map(|(_, connection)| *connection)
+}
+
+/// Whether `client` was made by [`connect_with`], so its connection events wake
+/// [`connection_events`].
+pub(crate) fn events_wired(client: &async_nats::Client) -> bool {
+    connection_of(client).is_some()
 }
 
 /// `url` with any `user:password@` / `token@` cut out of each of its servers.

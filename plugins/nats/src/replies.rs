@@ -19,8 +19,9 @@
 //! default) full because the router was starved of CPU. A call missing a frame in the
 //! middle sees the gap in `Mcp-Seq`; one whose only frame was dropped would wait out its
 //! inactivity window. So a slow-consumer event on the connection ([`slow_consumer`], from
-//! [`connect`](crate::connect)'s event callback) ends every call waiting on a reply
-//! subscription in the process at once with -32010: a re-issue instead of a silent wait.
+//! [`connect`](crate::connect)'s event callback) ends every call waiting on that
+//! connection's reply subscription at once with -32010: a re-issue instead of a silent wait.
+//! The event callback is the connection's own, so other connections' calls are left be.
 //!
 //! A publish the broker's permissions refuse ends the same way ([`refuse`]): each route
 //! knows the subject its call was published to, so the refusal ends exactly the calls sent
@@ -106,35 +107,44 @@ impl Slot {
 type Table = Mutex<FxHashMap<u64, Arc<Slot>>>;
 type Routes = Arc<Table>;
 
-/// Every reply subscription's routes in the process, for [`slow_consumer`].
-fn all_routes() -> MutexGuard<'static, Vec<std::sync::Weak<Table>>> {
-    static ALL: Mutex<Vec<std::sync::Weak<Table>>> = Mutex::new(Vec::new());
+/// Every reply subscription's routes in the process, each with the connection its events
+/// are reported under (`None`: a client of the embedder's own, which reports none), for
+/// [`slow_consumer`] and [`refuse`].
+fn all_routes() -> MutexGuard<'static, Vec<(Option<u64>, std::sync::Weak<Table>)>> {
+    static ALL: Mutex<Vec<(Option<u64>, std::sync::Weak<Table>)>> = Mutex::new(Vec::new());
     ALL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The bus connection dropped messages for a slow subscription: the calls waiting for
-/// replies may have lost theirs, so each ends now (its stream closes after what was queued).
-pub(crate) fn slow_consumer() {
+/// `connection` dropped messages for a slow subscription: the calls waiting for replies on
+/// it may have lost theirs, so each ends now (its stream closes after what was queued).
+/// Another connection's calls lost nothing.
+pub(crate) fn slow_consumer(connection: u64) {
     let mut all = all_routes();
-    all.retain(|routes| {
+    all.retain(|(of, routes)| {
         let Some(routes) = routes.upgrade() else {
             return false;
         };
-        for (_, slot) in lock(&routes).drain() {
-            slot.close();
+        if *of == Some(connection) {
+            for (_, slot) in lock(&routes).drain() {
+                slot.close();
+            }
         }
         true
     });
 }
 
-/// The broker refused a publish to `subject` (`message` is its error): every call published
-/// there ends now, and its stream says why.
-pub(crate) fn refuse(subject: &str, message: &str) {
+/// The broker refused `connection`'s publish to `subject` (`message` is its error): every
+/// call that connection published there ends now, and its stream says why. Another
+/// connection (another user, other permissions) publishing there was not refused.
+pub(crate) fn refuse(connection: u64, subject: &str, message: &str) {
     let mut all = all_routes();
-    all.retain(|routes| {
+    all.retain(|(of, routes)| {
         let Some(routes) = routes.upgrade() else {
             return false;
         };
+        if *of != Some(connection) {
+            return true;
+        }
         lock(&routes).retain(|_, slot| {
             if slot.published_to.as_str() != subject {
                 return true;
@@ -208,7 +218,7 @@ impl Replies {
         let prefix = format!("{}.", client.new_inbox());
         let mut subscription = client.subscribe(format!("{prefix}*")).await?;
         let routes = Routes::default();
-        all_routes().push(Arc::downgrade(&routes));
+        all_routes().push((crate::connection_of(client), Arc::downgrade(&routes)));
         let routing = routes.clone();
         let tokens = prefix.clone();
         let router = tokio::spawn(async move {
@@ -503,7 +513,8 @@ mod tests {
     /// A broker of the test's own, a client of it, and that client's reply subscription.
     async fn on_a_broker() -> (NatsServer, Client, Replies) {
         let nats = NatsServer::start();
-        let client = async_nats::connect(nats.url()).await.unwrap();
+        // Made by `connect`, whose events (refusals, slow consumers) reach the routes.
+        let client = crate::connect(&nats.url(), "test").await.unwrap();
         let replies = Replies::start(&client).await.unwrap();
         (nats, client, replies)
     }
@@ -576,7 +587,8 @@ mod tests {
         let (_nats, client, replies) = on_a_broker().await;
         let mut refused = replies.open(&Subject::from_static("s.one"));
         let mut other = replies.open(&Subject::from_static("s.two"));
-        refuse("s.one", "Permissions Violation");
+        let connection = crate::connection_of(&client).unwrap();
+        refuse(connection, "s.one", "Permissions Violation");
         let ended = tokio::time::timeout(Duration::from_secs(10), refused.next()).await;
         assert!(matches!(ended, Ok(None)), "the refused call's stream ends");
         assert_eq!(refused.refusal().as_deref(), Some("Permissions Violation"));
@@ -688,20 +700,39 @@ mod tests {
         assert!(!replies.open(&Subject::from_static("test.call")).lost());
     }
 
-    /// A slow-consumer event ends every waiting call at once (after what it had queued).
+    /// A slow-consumer event ends every call waiting on that connection at once (after
+    /// what it had queued), and no call of another connection, nor one refused there.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_slow_consumer_event_ends_the_calls_waiting_for_replies() {
+    async fn a_slow_consumer_event_ends_the_calls_waiting_for_replies_on_its_connection() {
         let _turn = PROCESS_WIDE.lock().await;
-        let (_nats, client, replies) = on_a_broker().await;
+        let (nats, client, replies) = on_a_broker().await;
+        let other_client = crate::connect(&nats.url(), "test").await.unwrap();
+        let other_replies = Replies::start(&other_client).await.unwrap();
         let mut waiting = replies.open(&Subject::from_static("test.call"));
+        let mut elsewhere = other_replies.open(&Subject::from_static("test.call"));
         client
             .publish(waiting.subject().to_owned(), "ka".into())
             .await
             .unwrap();
         let first = tokio::time::timeout(Duration::from_secs(10), waiting.next()).await;
         assert!(matches!(first, Ok(Some(_))));
-        slow_consumer();
+        slow_consumer(crate::connection_of(&client).unwrap());
+        // A refusal of the same subject on the first connection leaves the other's call be.
+        refuse(
+            crate::connection_of(&client).unwrap(),
+            "test.call",
+            "Permissions Violation",
+        );
         let next = tokio::time::timeout(Duration::from_secs(10), waiting.next()).await;
         assert!(matches!(next, Ok(None)), "the stream ends at once");
+        other_client
+            .publish(elsewhere.subject().to_owned(), "end".into())
+            .await
+            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), elsewhere.next())
+            .await
+            .expect("the other connection's call goes on");
+        assert_eq!(&got.unwrap().payload[..], b"end");
+        assert_eq!(elsewhere.refusal(), None);
     }
 }

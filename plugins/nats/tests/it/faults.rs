@@ -1087,6 +1087,56 @@ async fn a_publish_the_brokers_permissions_refuse_is_32013_at_once() {
     assert_eq!(text(&ok), "fine");
 }
 
+/// Regression: a refusal or a slow consumer reported on one connection ended the calls in
+/// flight on every connection of the process. Here another client of the gateway's process,
+/// whose user may not publish there, publishes to the very subject of the gateway's call in
+/// flight: the broker refuses that client, and the gateway's call goes on to its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_on_another_connection_of_the_process_leaves_the_gateways_calls_be() {
+    let nats = NatsServer::start_with_config(
+        r#"accounts {
+  APP: {
+    jetstream: enabled
+    users: [
+      { user: "full", password: "f" }
+      { user: "limited", password: "l", permissions: {
+          publish: { allow: ["_INBOX.>"] }
+          subscribe: { allow: [">"] } } }
+    ]
+  }
+}"#,
+    );
+    let as_user = |user: &str, password: &str| {
+        nats.url()
+            .replace("nats://", &format!("nats://{user}:{password}@"))
+    };
+    let _worker = start_worker(&as_user("full", "f"), "slowsrv", Arc::default()).await;
+    let gw = gateway(
+        &as_user("full", "f"),
+        inactive_after(Duration::from_secs(30)),
+    )
+    .await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "slowsrv__sleep")).await;
+    let client = gw.client.clone();
+    let call = tokio::spawn(async move {
+        client
+            .call_tool("slowsrv__sleep", json!({"ms": 1500}))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let limited = connect(&as_user("limited", "l")).await;
+    let subject =
+        toolyard_nats::wire::request_subject("mcp.v1", "slowsrv", "tools/call", Some("sleep"));
+    limited.publish(subject, "{}".into()).await.unwrap();
+    limited.flush().await.unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call ends")
+        .unwrap()
+        .expect("the gateway's call is answered, not ended by another client's refusal");
+    assert_eq!(text(&done), "slept");
+}
+
 /// N1, for a tool annotated `readOnlyHint`: its worker's connection dies mid-call, so the
 /// stream goes silent; after the inactivity deadline the gateway re-issues the call once and
 /// the other worker answers it. (A tool without the hint gets -32010 instead:
