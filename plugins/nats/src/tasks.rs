@@ -35,9 +35,11 @@ const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// between its tries, each one longer by as much.
 const RESUME_GRACE: Duration = Duration::from_secs(2);
 
-/// How many times a gateway tries to publish the job resuming an answered task in the
-/// background (over ~30 s) when it is not published at once.
-const RESUME_TRIES: u32 = 5;
+/// The longest wait between a gateway's tries to publish the job resuming an answered task
+/// in the background: it tries until the job is published, the task no longer waits or its
+/// TTL is over, so a broker that takes no jobs for minutes (JetStream without quorum) does
+/// not leave answered tasks waiting for ever.
+const RESUME_EVERY_MAX: Duration = Duration::from_secs(10);
 
 /// How many times a compare-and-swap is retried after losing a race.
 const CAS_ATTEMPTS: usize = 8;
@@ -422,25 +424,41 @@ impl NatsTaskStore {
     }
 
     /// Publishes the job resuming task `id` if it still waits, answered, for one
-    /// [`RESUME_GRACE`] later (no worker took it), trying again a few times while that
-    /// fails: the gateway that recorded the last answers may have gone away before it
-    /// published the job, or the broker may not have taken it. A job already in the stream
-    /// is not put there twice (its message id, within the stream's duplicate window).
+    /// [`RESUME_GRACE`] later (no worker took it), trying again while that fails (each wait
+    /// longer by as much, up to [`RESUME_EVERY_MAX`]) until the task no longer waits or its
+    /// TTL is over: the gateway that recorded the last answers may have gone away before it
+    /// published the job, or the broker may not take it for a while. A job already in the
+    /// stream is not put there twice (its message id, within the stream's duplicate window),
+    /// and one put there twice after that is dropped by the worker as past its round.
     fn resume_later(&self, id: String) {
         let store = self.clone();
         tokio::spawn(async move {
-            for tries in 1..=RESUME_TRIES {
-                tokio::time::sleep(RESUME_GRACE * tries).await;
+            // Until the record says when the task ends: the longest a record is kept.
+            let now = || ms(SystemTime::now());
+            let mut until = now().saturating_add(MAX_AGE.as_millis() as u64);
+            for tries in 1u32.. {
+                tokio::time::sleep((RESUME_GRACE * tries).min(RESUME_EVERY_MAX)).await;
+                if now() >= until {
+                    tracing::warn!(target: "toolyard::nats", task = %id, tries, "gave up publishing the job resuming an answered task: its TTL is over");
+                    return;
+                }
                 let stored = match store.read(&id).await {
                     Ok(Some((stored, _))) => stored,
                     Ok(None) => return,
                     Err(_) => continue,
                 };
+                until = stored.expires_at_ms().unwrap_or_else(|| {
+                    stored
+                        .created_at_ms
+                        .saturating_add(MAX_AGE.as_millis() as u64)
+                });
                 match store.publish_resume(&id, &stored).await {
                     Ok(()) => return,
-                    Err(e) => {
-                        tracing::warn!(target: "toolyard::nats", task = %id, error = %e, tries, "publishing the job resuming an answered task failed")
+                    // Said at the first tries, then now and then.
+                    Err(e) if tries <= 5 || tries.is_power_of_two() => {
+                        tracing::warn!(target: "toolyard::nats", task = %id, error = %e, tries, "publishing the job resuming an answered task failed; trying again")
                     }
+                    Err(_) => {}
                 }
             }
         });
@@ -633,7 +651,7 @@ impl NatsTaskStore {
             .map_err(|e| {
                 TaskStoreError::Backend(format!(
                     "the answers are recorded, but the job going on with task {id} could not be \
-                     published ({e}); this gateway tries again for 30 s, and sending them again \
+                     published ({e}); this gateway keeps trying while the task waits, and sending them again \
                      publishes it too"
                 ))
             })

@@ -1495,6 +1495,38 @@ async fn a_resuming_job_the_broker_did_not_take_is_published_again_in_the_backgr
     jobs_settled(&bus).await;
 }
 
+/// A broker that takes no resuming job for longer than the first tries (~30 s: JetStream
+/// without its stream, as without quorum) does not strand the answered task: the gateway
+/// keeps trying, and the task goes on once a job can be published again, the caller
+/// sending nothing more. Regression: the tries ended after ~30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resuming_job_the_broker_takes_only_long_after_the_answers_is_still_published() {
+    let a = asking().await;
+    let (nats, client, id) = (&a.nats, &a.client, a.id.as_str());
+    a.worker.shutdown().await;
+    let bus = connect(&nats.url()).await;
+    jetstream::new(bus.clone())
+        .delete_stream(JOBS_STREAM)
+        .await
+        .unwrap();
+    let params = json!({
+        "taskId": id,
+        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        "_meta": ext_meta(),
+    });
+    let refused = client.request("tasks/update", params).await.unwrap_err();
+    assert!(
+        format!("{refused:?}").contains("could not be published"),
+        "{refused:?}"
+    );
+    // Past the first five tries (waits of 2 + 4 + 6 + 8 + 10 s, each try ~1.2 s of three
+    // attempts), the stream is made again.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let _second = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    answer_last_name(client, id).await;
+    jobs_settled(&bus).await;
+}
+
 /// Input rounds on a three-node cluster, the records and jobs on all three nodes, the
 /// gateway on one node and the worker on another: each task goes on to its end. (A replica
 /// a write behind, which the worker then asks the stream's leader about, is not forced
