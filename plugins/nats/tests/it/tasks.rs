@@ -1471,36 +1471,23 @@ async fn a_task_waiting_for_input_outlives_a_broker_restart_and_goes_on_once_ans
 /// it) without the caller sending its answer again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resuming_job_the_broker_did_not_take_is_published_again_in_the_background() {
-    let a = asking().await;
-    let (nats, client, id) = (&a.nats, &a.client, a.id.as_str());
-    a.worker.shutdown().await;
-    let bus = connect(&nats.url()).await;
-    jetstream::new(bus.clone())
-        .delete_stream(JOBS_STREAM)
-        .await
-        .unwrap();
-
-    let params = json!({
-        "taskId": id,
-        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
-        "_meta": ext_meta(),
-    });
-    let refused = client.request("tasks/update", params).await.unwrap_err();
-    assert!(
-        format!("{refused:?}").contains("could not be published"),
-        "{refused:?}"
-    );
-    let _second = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
-    answer_last_name(client, id).await;
-    jobs_settled(&bus).await;
+    resumed_after_the_job_stream_was_gone_for(Duration::ZERO).await;
 }
 
-/// A broker that takes no resuming job for longer than the first tries (~30 s: JetStream
+/// A broker that takes no resuming job for longer than the first tries (~36 s: JetStream
 /// without its stream, as without quorum) does not strand the answered task: the gateway
 /// keeps trying, and the task goes on once a job can be published again, the caller
-/// sending nothing more. Regression: the tries ended after ~30 s.
+/// sending nothing more. Regression: the tries ended after five (waits of 2 + 4 + 6 + 8 +
+/// 10 s, each try ~1.2 s of three attempts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resuming_job_the_broker_takes_only_long_after_the_answers_is_still_published() {
+    resumed_after_the_job_stream_was_gone_for(Duration::from_secs(40)).await;
+}
+
+/// A task asked its first question; its worker gone and the job stream deleted, the last
+/// answer is given (`tasks/update` says the job could not be published); `gone` later a
+/// worker starts (making the stream again), and the task goes on to its end.
+async fn resumed_after_the_job_stream_was_gone_for(gone: Duration) {
     let a = asking().await;
     let (nats, client, id) = (&a.nats, &a.client, a.id.as_str());
     a.worker.shutdown().await;
@@ -1519,9 +1506,7 @@ async fn a_resuming_job_the_broker_takes_only_long_after_the_answers_is_still_pu
         format!("{refused:?}").contains("could not be published"),
         "{refused:?}"
     );
-    // Past the first five tries (waits of 2 + 4 + 6 + 8 + 10 s, each try ~1.2 s of three
-    // attempts), the stream is made again.
-    tokio::time::sleep(Duration::from_secs(40)).await;
+    tokio::time::sleep(gone).await;
     let _second = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
     answer_last_name(client, id).await;
     jobs_settled(&bus).await;
