@@ -383,10 +383,17 @@ impl NatsTaskStore {
     /// it cannot (the bucket not open yet, or JetStream slow to answer: a cluster still
     /// placing consumers), the handle's task keeps trying every second, so a gateway starts
     /// and serves all the same.
+    ///
+    /// The first watch starts from each record's last revision, not from now: a task whose
+    /// last answers were recorded while no gateway watched (the one that recorded them gone
+    /// before it could publish the job resuming the task, the broker not taking it) is seen
+    /// by the next gateway to start, which publishes that job. A watch made again after it
+    /// ended (the connection was lost) starts after the last revision seen, so a change made
+    /// meanwhile (a worker finishing a task) still reaches the listeners.
     pub async fn follow(&self, server: toolyard::Server) -> tokio::task::JoinHandle<()> {
         // Watched at once when the bucket is open; otherwise from when it opens.
         let first = match self.bucket.store.get() {
-            Some(kv) => match kv.watch_all().await {
+            Some(kv) => match kv.watch_with_history(">").await {
                 Ok(watch) => Some(watch),
                 Err(e) => {
                     tracing::warn!(target: "toolyard::nats", error = %e, "watching the task bucket failed; trying again every second");
@@ -398,9 +405,12 @@ impl NatsTaskStore {
         let store = self.clone();
         tokio::spawn(async move {
             let mut watch = first;
+            // The last revision seen: the next watch starts after it.
+            let mut seen = 0;
             loop {
                 if let Some(w) = watch.as_mut() {
                     while let Some(Ok(entry)) = w.next().await {
+                        seen = seen.max(entry.revision);
                         if entry.operation != kv::Operation::Put || store.was_own(&entry.value) {
                             continue;
                         }
@@ -416,7 +426,8 @@ impl NatsTaskStore {
                 // bucket is not open yet: watch again.
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 watch = match store.kv_within(Duration::MAX).await {
-                    Ok(kv) => kv.watch_all().await.ok(),
+                    Ok(kv) if seen > 0 => kv.watch_all_from_revision(seen + 1).await.ok(),
+                    Ok(kv) => kv.watch_with_history(">").await.ok(),
                     Err(_) => None,
                 };
             }

@@ -25,6 +25,15 @@ fn ext_meta() -> Value {
 
 /// A gateway whose tasks are durable: its task store is the bus's bucket.
 async fn durable_gateway(url: &str) -> (Server, RemoteTools, RawClient) {
+    // Its watch of the bucket lives as long as the test's runtime.
+    let (server, remote, client, _following) = durable_gateway_following(url).await;
+    (server, remote, client)
+}
+
+/// A durable gateway, and its watch of the task bucket (abort it to play a gateway gone).
+async fn durable_gateway_following(
+    url: &str,
+) -> (Server, RemoteTools, RawClient, tokio::task::JoinHandle<()>) {
     let bus = connect(url).await;
     let store = NatsTaskStore::open(&bus, 1).await.unwrap();
     let server = ServerBuilder::new("gateway", "1.0")
@@ -36,8 +45,7 @@ async fn durable_gateway(url: &str) -> (Server, RemoteTools, RawClient) {
         .start()
         .await
         .unwrap();
-    // Lives as long as the test's runtime.
-    let _following = store.follow(server.clone()).await;
+    let following = store.follow(server.clone()).await;
     let config = RemoteConfig {
         durable_tasks: true,
         ..quick()
@@ -46,7 +54,7 @@ async fn durable_gateway(url: &str) -> (Server, RemoteTools, RawClient) {
         .await
         .unwrap();
     let client = RawClient::connect(&server).await.unwrap();
-    (server, remote, client)
+    (server, remote, client, following)
 }
 
 /// A worker of `calc` whose task jobs are redelivered after `ack_wait` (or that runs none).
@@ -567,6 +575,45 @@ async fn listeners_on_every_gateway_hear_a_tasks_status_once() {
         .await;
         assert!(late.is_err(), "a second notice: {late:?}");
     }
+}
+
+/// A task's record changed just after the broker restarted (written by a plain client
+/// before the gateway may have reconnected) reaches the gateway's listeners: its watch of
+/// the bucket goes on over the restart from where it was (async-nats' ordered consumer),
+/// and one made again after it ended starts after the last revision it saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_just_after_a_broker_restart_reaches_the_gateways_listeners() {
+    let nats = NatsServer::start();
+    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (_g, _r, client) = durable_gateway(&nats.url()).await;
+    let client = Arc::new(client);
+    wait_listed(&client).await;
+    let id = submit(&client, 60_000).await;
+    let bus = connect(&nats.url()).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while record(&bus, &id).await.0.get("worker").is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    listen(&client, &id).await;
+
+    nats.restart();
+    let bus = connect(&nats.url()).await;
+    let (mut rec, rev) = record(&bus, &id).await;
+    rec["status"] = json!("cancelled");
+    rec["statusMessage"] = json!("cancelled by hand");
+    write_record(&bus, &id, &rec, rev).await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let n = notification(&client, "notifications/tasks").await;
+            if n["params"]["status"] == "cancelled" {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("the listener hears the change made just after the restart");
+    assert_eq!(heard["params"]["taskId"], id.as_str(), "{heard}");
 }
 
 /// 2025-11-25 tasks through a durable gateway: a session's `params.task` call gets `{task}`,
@@ -1403,6 +1450,38 @@ async fn answers_recorded_by_a_gateway_gone_before_resuming_the_task_are_resumed
     rec["status"] = json!("working");
     write_record(&bus, id, &rec, rev).await.unwrap();
     answer_last_name(client, id).await;
+    jobs_settled(&bus).await;
+}
+
+/// A waiting task's last answers recorded while no gateway watched the bucket (the one that
+/// recorded them gone before it published the job resuming the task, played by a plain
+/// client writing the record; the asking gateway's watch stopped): nothing resumes it until
+/// a gateway starts, which sees the record as it is and publishes the job; the task goes on
+/// to its end. Regression: a gateway's watch started from new changes only, and the task
+/// waited for its caller to answer again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_recorded_while_no_gateway_watched_are_resumed_by_the_next_gateway_to_start() {
+    let nats = NatsServer::start();
+    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (_server, _remote, first, following) = durable_gateway_following(&nats.url()).await;
+    wait_listed(&first).await;
+    let id = submit_ask(&first, answering_caller()).await;
+    asked(&first, &id, "name").await;
+    following.abort();
+
+    let bus = connect(&nats.url()).await;
+    let (mut rec, rev) = record(&bus, &id).await;
+    rec.as_object_mut().unwrap().remove("inputRequests");
+    rec["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
+    rec["status"] = json!("working");
+    write_record(&bus, &id, &rec, rev).await.unwrap();
+    // No gateway watches: no job resumes the task (a gateway would publish it after 2 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(get(&first, &id).await["status"], "working");
+    assert_eq!(stream_state(&bus, JOBS_STREAM).await.messages, 0);
+
+    let (_s, _r, next) = durable_gateway(&nats.url()).await;
+    answer_last_name(&next, &id).await;
     jobs_settled(&bus).await;
 }
 
