@@ -86,6 +86,10 @@ const OWNER_PING: Duration = Duration::from_secs(1);
 /// How long one pull waits for a job before asking again.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
+/// How long past its expiry a pull is given up on when the broker said nothing (async-nats
+/// waits 5 s more).
+const PULL_GRACE: Duration = Duration::from_millis(500);
+
 /// The subject of a job of `server`'s `tool`.
 pub(crate) fn subject(prefix: &str, server: &str, tool: &str) -> String {
     let tool = if wire::token_safe(tool) { tool } else { "_" };
@@ -532,6 +536,11 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
             },
             () = runner.draining.cancelled() => return,
         };
+        // Pulled only while connected (see below why not otherwise).
+        tokio::select! {
+            () = crate::connection::connected(&runner.client) => {}
+            () = runner.draining.cancelled() => return,
+        }
         // Armed before the pull: a pull made on a connection that then drops is gone with it
         // (the broker restarted, say), and its batch would wait out its expiry and 5 s more
         // before this worker pulled again, while jobs waited.
@@ -540,10 +549,25 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
         let connects = statistics
             .connects
             .load(std::sync::atomic::Ordering::Relaxed);
+        let expires = PULL_EXPIRES;
+        tracing::trace!("pulling a task job");
+        let pull = tokio::time::timeout(
+            expires + PULL_GRACE,
+            consumer.fetch().max_messages(1).expires(expires).messages(),
+        );
         let batch = tokio::select! {
-            b = consumer.fetch().max_messages(1).expires(PULL_EXPIRES).messages() => b,
+            b = pull => match b {
+                Ok(b) => b,
+                Err(_) => {
+                    tracing::debug!("a task-job pull was not made in time: pulling again");
+                    continue;
+                }
+            },
             () = runner.draining.cancelled() => return,
         };
+        // A pull the broker dropped (no job, no end of it) is given up on here.
+        let given_up = tokio::time::sleep(expires + PULL_GRACE);
+        tokio::pin!(given_up);
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -575,7 +599,18 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
                     if let Some(m) = batch.next().now_or_never() {
                         break m;
                     }
+                    // The next pull waits for the connection: one made while disconnected
+                    // would be sent on reconnecting, and the broker could hand a job to it
+                    // just as this worker, woken by the reconnection, drops it for a new one
+                    // (the job then waits for its `ack_wait`).
                     tracing::debug!("the bus connection changed: pulling task jobs again");
+                    continue 'pull;
+                }
+                () = given_up.as_mut() => {
+                    if let Some(m) = batch.next().now_or_never() {
+                        break m;
+                    }
+                    tracing::debug!("a task-job pull the broker did not end: pulling again");
                     continue 'pull;
                 }
                 () = runner.draining.cancelled() => return,
@@ -594,6 +629,32 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
             None => {}
         }
     }
+}
+
+/// How many times a job's last ack is sent in all when the broker does not confirm it.
+const ACK_TRIES: u32 = 4;
+
+/// Acknowledges a job for good (a double ack: the broker confirms it). When the
+/// confirmation does not come (the connection dropped as the ack was sent, a broker
+/// restarting), the ack is sent again every second a few times, in the background: else the
+/// job stays pending until its `ack_wait` and is delivered again for nothing. `outcome` says
+/// what a redelivery finds if every try fails.
+async fn confirm_ack(message: jetstream::Message, task_id: String, outcome: &'static str) {
+    if message.double_ack().await.is_ok() {
+        return;
+    }
+    tokio::spawn(async move {
+        for tries in 2..=ACK_TRIES {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match message.double_ack().await {
+                Ok(()) => return,
+                Err(e) if tries == ACK_TRIES => {
+                    tracing::warn!(task = %task_id, error = %e, tries, "a job's ack was not confirmed: {outcome}");
+                }
+                Err(_) => {}
+            }
+        }
+    });
 }
 
 async fn ack(message: &jetstream::Message, kind: AckKind, task_id: &str) {
@@ -652,6 +713,9 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
         Claim::Later => {
             return ack(&message, AckKind::Nak(Some(runner.ack_wait)), &task_id).await;
         }
+        Claim::Soon => {
+            return ack(&message, AckKind::Nak(Some(CLAIM_AGAIN)), &task_id).await;
+        }
         Claim::Gone => {
             forget_body(runner, claimed, &task_id);
             return ack(&message, AckKind::Term, &task_id).await;
@@ -672,9 +736,12 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
         Ran::Answered(outcome) => {
             if finish(runner, &task_id, outcome).await {
                 forget_body(runner, claimed || moved, &task_id);
-                if let Err(e) = message.double_ack().await {
-                    tracing::warn!(task = %task_id, error = %e, "the task finished but its job's ack was not confirmed; a redelivery will find it finished");
-                }
+                confirm_ack(
+                    message,
+                    task_id,
+                    "the task finished; a redelivery will find it finished",
+                )
+                .await;
             }
         }
         // Cancelled by a `tasks/cancel` (the record is terminal) or taken over by another
@@ -688,9 +755,12 @@ async fn run_job(runner: &Runner, message: jetstream::Message) {
         Ran::Parked => {
             // The task waits in its record; the job going on with it is published with the
             // last answer. A lost ack: the redelivery finds the task past its round.
-            if let Err(e) = message.double_ack().await {
-                tracing::warn!(task = %task_id, error = %e, "the task waits for input but its job's ack was not confirmed; a redelivery will be dropped");
-            }
+            confirm_ack(
+                message,
+                task_id,
+                "the task waits for input; a redelivery will be dropped",
+            )
+            .await;
         }
         Ran::Abandoned => {
             // Draining: the claim is released and the job handed back at once, so another
@@ -805,9 +875,15 @@ enum Claim {
     Done,
     /// A live worker runs it: put the job back for later.
     Later,
+    /// The record could not be read or claimed (the bucket unavailable a moment, a broker
+    /// just restarted): put the job back for [`CLAIM_AGAIN`], not its `ack_wait`.
+    Soon,
     /// There is no record (expired, purged): drop the job.
     Gone,
 }
+
+/// When a job whose task could not be claimed for a passing reason is looked at again.
+const CLAIM_AGAIN: Duration = Duration::from_secs(1);
 
 /// What a job resuming a task goes on with: the caller's answers and the tool's state.
 struct Resumed {
@@ -834,7 +910,7 @@ async fn claim(runner: &Runner, task_id: &str, round: u32) -> Claim {
             Ok(None) => return Claim::Gone,
             Err(e) => {
                 tracing::warn!(task = %task_id, error = %e, "reading a task record failed: the job is put back");
-                return Claim::Later;
+                return Claim::Soon;
             }
         };
         if round > 0 && !waits_for(&stored, round) {
@@ -893,11 +969,15 @@ async fn claim(runner: &Runner, task_id: &str, round: u32) -> Claim {
             Err(toolyard::TaskStoreError::NotFound | toolyard::TaskStoreError::Expired) => {
                 return Claim::Gone
             }
-            // Another claim landed first: look again.
-            Err(_) => continue,
+            // Another claim landed first, or the write failed: look again.
+            Err(e) => {
+                tracing::debug!(task = %task_id, error = %e, "claiming a task failed: looking again");
+                continue;
+            }
         }
     }
-    Claim::Later
+    tracing::warn!(task = %task_id, "a task could not be claimed: the job is put back for a moment");
+    Claim::Soon
 }
 
 enum Ran {
