@@ -549,11 +549,13 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
         let connects = statistics
             .connects
             .load(std::sync::atomic::Ordering::Relaxed);
-        let expires = PULL_EXPIRES;
-        tracing::trace!("pulling a task job");
         let pull = tokio::time::timeout(
-            expires + PULL_GRACE,
-            consumer.fetch().max_messages(1).expires(expires).messages(),
+            PULL_EXPIRES + PULL_GRACE,
+            consumer
+                .fetch()
+                .max_messages(1)
+                .expires(PULL_EXPIRES)
+                .messages(),
         );
         let batch = tokio::select! {
             b = pull => match b {
@@ -566,7 +568,7 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
             () = runner.draining.cancelled() => return,
         };
         // A pull the broker dropped (no job, no end of it) is given up on here.
-        let given_up = tokio::time::sleep(expires + PULL_GRACE);
+        let given_up = tokio::time::sleep(PULL_EXPIRES + PULL_GRACE);
         tokio::pin!(given_up);
         let mut batch = match batch {
             Ok(b) => b,
