@@ -7,7 +7,7 @@
 //! started again, then the three are restarted one by one (SIGTERM, drain, start again): the
 //! only calls allowed to fail are those in flight on the killed worker, and those NATS routed
 //! to a draining worker in the instant it left its queue group and that it never saw (a known
-//! gap of async-nats 0.51, counted apart; rare: one in six runs of 24 callers). A draining worker
+//! gap of async-nats 0.51 and 0.52, counted apart; rare: one in six runs of 24 callers). A draining worker
 //! never refuses a call it was given.
 
 use crate::http::free_port;
@@ -520,7 +520,7 @@ fn the_compose_topology_under_load_fails_only_calls_in_flight_on_a_killed_or_dra
         .collect();
     let failed: Vec<&Call> = calls.iter().filter(|c| c.outcome != Outcome::Ok).collect();
     // Lost in a drain: sent while a worker was leaving its queue group (SIGTERM to exit) and
-    // never answered. async-nats 0.51 drops a drained subscription once the UNSUB is
+    // never answered. async-nats (0.51, 0.52) drops a drained subscription once the UNSUB is
     // written, not once the server has taken it, so a request the server routes to the
     // worker in between is dropped unseen: it was in flight on the stopped worker, and only
     // the caller's deadline ends it, or the gateway's -32010 when, 5 s after it sent the call,

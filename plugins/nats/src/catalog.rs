@@ -227,8 +227,8 @@ pub(crate) async fn open_bucket(
 
 /// The oldest nats-server the buckets work with: the catalog's per-key delete markers
 /// (`limit_markers`) came with 2.11. Older servers failed without saying why: async-nats
-/// 0.51 cannot read 2.9's answers to a bucket lookup at all ("data did not match any variant
-/// of untagged enum Response"; Debian 12 ships 2.9), and refuses the catalog on 2.10 with
+/// 0.51 could not read 2.9's answers to a bucket lookup at all ("data did not match any variant
+/// of untagged enum Response"; Debian 12 ships 2.9), and refused the catalog on 2.10 with
 /// "limit markers not supported", while the task bucket opened there.
 const OLDEST_SERVER: (u64, u64) = (2, 11);
 

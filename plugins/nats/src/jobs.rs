@@ -237,8 +237,8 @@ impl Submitter {
             if let Some(at) = stored.expires_at_ms() {
                 m = m.header(DEADLINE, at.to_string().as_str());
             }
-            // The caller's text, which a header cannot always carry (async-nats panics on
-            // a line break): what does not parse stays out.
+            // The caller's text, which a header cannot always carry (a line break, which
+            // async-nats would turn into a space): what does not parse stays out.
             let value = |text: Option<&str>| text?.parse::<HeaderValue>().ok();
             if let Some(tp) = value(ctx.traceparent()) {
                 m = m.header(wire::TRACEPARENT, tp);

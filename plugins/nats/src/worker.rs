@@ -11,7 +11,7 @@
 //! the catalog bucket (`catalog`), re-put on a heartbeat and when its server's lists change,
 //! deleted on [`Worker::shutdown`], which leaves the queue group with a subscription drain
 //! (UNSUB, then a PING) and serves what arrives until the subscription ends. One gap is
-//! async-nats 0.51's: it forgets a draining subscription once the UNSUB is written, not at
+//! async-nats' (0.51 and 0.52): it forgets a draining subscription once the UNSUB is written, not at
 //! the PONG, so a request the server routes here in that instant is dropped unseen (the
 //! caller's deadline or the gateway's inactivity window ends it; docs/nats.md, "Draining").
 
@@ -424,7 +424,7 @@ async fn serve(inner: Arc<Inner>, mut subscription: async_nats::Subscriber) {
     // Leave the queue group: a subscription drain sends UNSUB then PING. What the server
     // routed here before it took the UNSUB and async-nats still delivers is served like the
     // others (the drain deadline covers them): refusing them (-32010) failed calls during
-    // rolling restarts, as the deploy topology test saw. async-nats 0.51 ends the stream
+    // rolling restarts, as the deploy topology test saw. async-nats (0.52) ends the stream
     // once the UNSUB is written rather than at the PONG, so a request still in transit then
     // is lost unseen: a gap of the client library, pinned by the deploy test.
     if subscription.drain().await.is_err() {

@@ -278,6 +278,129 @@ async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_u
     assert_eq!(frames.last().unwrap().0, "end");
 }
 
+/// Publishes one message with `header_lines` (each ending in `\r\n`) on a TCP connection of
+/// its own, speaking the client protocol by hand: what a client that does not check its
+/// headers puts on the bus (async-nats will not send a value holding `\r`). Returns once the
+/// broker has answered the PING after it, so the message has been routed.
+async fn publish_unchecked(port: u16, subject: &str, reply: &str, header_lines: &str, body: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let head = format!("NATS/1.0\r\n{header_lines}\r\n");
+    let to = if reply.is_empty() {
+        subject.to_owned()
+    } else {
+        format!("{subject} {reply}")
+    };
+    let protocol = format!(
+        "CONNECT {{\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}}\r\n\
+         HPUB {to} {} {}\r\n{head}{body}\r\nPING\r\n",
+        head.len(),
+        head.len() + body.len()
+    );
+    tcp.write_all(protocol.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("PONG") {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf))
+            .await
+            .expect("the broker never answered the PING")
+            .unwrap();
+        assert!(
+            n > 0,
+            "the broker closed the connection: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A request whose header value holds a lone `\r` (which no header line may) reaches the
+/// worker: async-nats 0.51 panicked its connection task on reading it, so any client allowed
+/// to publish on the worker's subjects took the worker off the bus. Now the value is read
+/// with a space in its place: the request is answered and the worker serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_value_holding_a_carriage_return_leaves_the_worker_serving() {
+    let (nats, _worker, raw) = calc_on_a_broker().await;
+    let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
+    assert_echo_answers(&raw, &echo).await;
+    let inbox = raw.new_inbox();
+    let mut answers = raw.subscribe(inbox.clone()).await.unwrap();
+    raw.flush().await.unwrap();
+    publish_unchecked(
+        nats.port(),
+        &echo,
+        &inbox,
+        "Mcp-Wire: 1\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\nX-Note: one\rtwo\r\n",
+        &call_body("echo"),
+    )
+    .await;
+    let mut last = None;
+    while let Ok(Some(m)) = tokio::time::timeout(WAIT, answers.next()).await {
+        let frame = header_value(&m, wire::FRAME);
+        let terminal = frame == "end" || frame == "err";
+        last = Some((frame, serde_json::from_slice::<Value>(&m.payload).unwrap()));
+        if terminal {
+            break;
+        }
+    }
+    let (frame, answer) = last.expect("the request got no frame");
+    assert_eq!(frame, "end", "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
+    assert_echo_answers(&raw, &echo).await;
+}
+
+/// A frame whose header value holds a lone `\r`, sent to a gateway's reply subject by a
+/// client listening on the worker's request subject: the gateway's connection survives it
+/// (async-nats 0.51 panicked its connection task, and every call of the gateway failed
+/// after); the call ends with its answer or a clear error, and the gateway serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_header_holding_a_carriage_return_leaves_the_gateway_serving() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__echo")).await;
+    still_serves(&gw.client).await;
+    // Not in the queue group: it gets each request beside the worker.
+    let spy = connect(&nats.url()).await;
+    let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
+    let mut requests = spy.subscribe(echo).await.unwrap();
+    spy.flush().await.unwrap();
+    let port = nats.port();
+    let hostile = tokio::spawn(async move {
+        let request = requests.next().await.unwrap();
+        let reply = request.reply.unwrap();
+        publish_unchecked(
+            port,
+            &reply,
+            "",
+            "Mcp-Frame: msg\r\nMcp-Seq: 0\r\nX-Note: one\rtwo\r\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#,
+        )
+        .await;
+    });
+    let outcome = tokio::time::timeout(
+        WAIT,
+        gw.client
+            .call_tool("calc__echo", json!({"message": "through"})),
+    )
+    .await
+    .expect("the call hung");
+    tokio::time::timeout(WAIT, hostile).await.unwrap().unwrap();
+    match outcome {
+        Ok(r) => assert_eq!(text(&r), "through"),
+        Err(e) => assert_eq!(
+            e.rpc().map(|o| o.code),
+            Some(wire::STREAM_LOST),
+            "not a clear error: {e}"
+        ),
+    }
+    drop(spy);
+    still_serves(&gw.client).await;
+    still_serves(&gw.client).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_broker_killed_mid_call_ends_the_call_with_a_clear_error_and_a_restart_recovers() {
     let nats = NatsServer::start();
