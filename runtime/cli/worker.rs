@@ -156,8 +156,18 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         worker_config.notification_backlog = args.notification_backlog.max(1);
         worker_config.max_claimed_request_bytes = args.max_claimed_request_bytes;
         worker_config.drain_timeout = std::time::Duration::from_secs(args.drain_seconds);
+        // Change events on a connection of their own: any client may publish on their
+        // subject, and async-nats ends a connection on a message whose headers it cannot
+        // parse, which must not take the requests' connection with it (docs/nats.md,
+        // "Change events").
+        let events_client = toolyard_nats::connect_with(
+            &url,
+            &format!("ty-worker-{}-events", args.name),
+            auth.options()?,
+        )
+        .await?;
         let events =
-            toolyard_nats::EventRelay::start(server.clone(), client.clone(), &worker_config.prefix)
+            toolyard_nats::EventRelay::start(server.clone(), events_client, &worker_config.prefix)
                 .await?;
         // Probes answer from the start: alive while it waits for the bus, ready once it
         // serves (not ready from here on: `start_when_reachable` says so when called).

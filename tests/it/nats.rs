@@ -1358,3 +1358,69 @@ async fn a_gateway_and_a_worker_on_a_nats_server_older_than_2_11_say_the_version
     };
     assert!(reason.contains("version 2.10.26"), "{reason}");
 }
+
+/// Change events reach gateways and workers on a connection of their own. Any client may
+/// publish on the event subject, and async-nats ends a connection on a message whose header
+/// block it cannot parse (a line without a colon): on the connection that carries the calls,
+/// one such message ended every call in flight on every gateway of the bus with -32010
+/// ("the connection to the NATS server was lost") and dropped every worker off its queue
+/// group for a moment. Now the call in flight through `serve --nats` to a worker process
+/// finishes with its answer, and the next calls are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_event_whose_headers_do_not_parse_leaves_the_calls_in_flight_be() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = ready_worker(&url, "calc");
+    let gateway = gateway_process(&url).await;
+    let mcp = gateway.url();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while modern_rpc(
+        &mcp,
+        "tools/call",
+        "calc__echo",
+        json!({"name": "calc__echo", "arguments": {"message": "up"}}),
+    )
+    .await["result"]["content"][0]["text"]
+        != "up"
+    {
+        assert!(Instant::now() < deadline, "the gateway never served calc");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let slow = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move {
+            modern_rpc(
+                &mcp,
+                "tools/call",
+                "calc__slow",
+                json!({"name": "calc__slow", "arguments": {"steps": 10, "delay_ms": 100}}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for bad in ["NoColon\r\n", "Bad Name: x\r\n"] {
+        tokio::task::block_in_place(|| {
+            nats.publish_unchecked(
+                "mcp.v1.events",
+                None,
+                bad,
+                r#"{"event":"tools/list_changed"}"#,
+            )
+        });
+    }
+    let answer = tokio::time::timeout(Duration::from_secs(20), slow)
+        .await
+        .expect("the call in flight hung")
+        .unwrap();
+    assert!(answer.get("error").is_none(), "{answer}");
+    assert_eq!(answer["result"]["isError"], json!(null), "{answer}");
+    let echoed = modern_rpc(
+        &mcp,
+        "tools/call",
+        "calc__echo",
+        json!({"name": "calc__echo", "arguments": {"message": "after"}}),
+    )
+    .await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "after", "{echoed}");
+}

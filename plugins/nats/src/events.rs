@@ -196,6 +196,11 @@ pub struct EventRelay {
 
 impl EventRelay {
     /// Relays `server`'s events to and from every other process on `client` under `prefix`.
+    ///
+    /// Give it a connection of its own, not the one a worker or [`RemoteTools`](crate::RemoteTools)
+    /// serves calls on: any client may publish on the event subject, and async-nats ends a
+    /// connection on a message whose header block it cannot parse (a line without a colon),
+    /// which on the calls' connection ends every call in flight on it.
     pub async fn start(
         server: Server,
         client: async_nats::Client,

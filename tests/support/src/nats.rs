@@ -223,6 +223,48 @@ impl NatsServer {
         self.client_port
     }
 
+    /// Publishes one message whose header block is `header_lines` (each line ending in
+    /// `\r\n`, after `NATS/1.0`) exactly as given, on a connection of its own speaking the
+    /// client protocol by hand, and returns once the server has answered the PING after it
+    /// (the message has been routed). For what a careful client will not send: a header value
+    /// holding a lone `\r`, a header line without a colon.
+    pub fn publish_unchecked(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        header_lines: &str,
+        body: &str,
+    ) {
+        let mut tcp = TcpStream::connect(("127.0.0.1", self.client_port))
+            .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.url()));
+        tcp.set_read_timeout(Some(HEALTHY_WITHIN))
+            .expect("a read timeout");
+        let head = format!("NATS/1.0\r\n{header_lines}\r\n");
+        let to = match reply {
+            Some(reply) => format!("{subject} {reply}"),
+            None => subject.to_owned(),
+        };
+        write!(
+            tcp,
+            "CONNECT {{\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}}\r\n\
+             HPUB {to} {} {}\r\n{head}{body}\r\nPING\r\n",
+            head.len(),
+            head.len() + body.len()
+        )
+        .expect("write to nats-server");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !seen.windows(4).any(|w| w == b"PONG") {
+            let n = tcp.read(&mut buf).expect("nats-server answers the PING");
+            assert!(
+                n > 0,
+                "nats-server closed the connection: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+    }
+
     /// `http://127.0.0.1:PORT`, the monitoring endpoint (`/healthz`, `/varz`, `/jsz`...).
     pub fn monitoring_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.http_port)

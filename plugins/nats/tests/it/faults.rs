@@ -278,44 +278,6 @@ async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_u
     assert_eq!(frames.last().unwrap().0, "end");
 }
 
-/// Publishes one message with `header_lines` (each ending in `\r\n`) on a TCP connection of
-/// its own, speaking the client protocol by hand: what a client that does not check its
-/// headers puts on the bus (async-nats will not send a value holding `\r`). Returns once the
-/// broker has answered the PING after it, so the message has been routed.
-async fn publish_unchecked(port: u16, subject: &str, reply: &str, header_lines: &str, body: &str) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let head = format!("NATS/1.0\r\n{header_lines}\r\n");
-    let to = if reply.is_empty() {
-        subject.to_owned()
-    } else {
-        format!("{subject} {reply}")
-    };
-    let protocol = format!(
-        "CONNECT {{\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}}\r\n\
-         HPUB {to} {} {}\r\n{head}{body}\r\nPING\r\n",
-        head.len(),
-        head.len() + body.len()
-    );
-    tcp.write_all(protocol.as_bytes()).await.unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&seen).contains("PONG") {
-        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf))
-            .await
-            .expect("the broker never answered the PING")
-            .unwrap();
-        assert!(
-            n > 0,
-            "the broker closed the connection: {}",
-            String::from_utf8_lossy(&seen)
-        );
-        seen.extend_from_slice(&buf[..n]);
-    }
-}
-
 /// A request whose header value holds a lone `\r` (which no header line may) reaches the
 /// worker: async-nats 0.51 panicked its connection task on reading it, so any client allowed
 /// to publish on the worker's subjects took the worker off the bus. Now the value is read
@@ -328,14 +290,14 @@ async fn a_header_value_holding_a_carriage_return_leaves_the_worker_serving() {
     let inbox = raw.new_inbox();
     let mut answers = raw.subscribe(inbox.clone()).await.unwrap();
     raw.flush().await.unwrap();
-    publish_unchecked(
-        nats.port(),
-        &echo,
-        &inbox,
-        "Mcp-Wire: 1\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\nX-Note: one\rtwo\r\n",
-        &call_body("echo"),
-    )
-    .await;
+    tokio::task::block_in_place(|| {
+        nats.publish_unchecked(
+            &echo,
+            Some(&inbox),
+            "Mcp-Wire: 1\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\nX-Note: one\rtwo\r\n",
+            &call_body("echo"),
+        )
+    });
     let mut last = None;
     while let Ok(Some(m)) = tokio::time::timeout(WAIT, answers.next()).await {
         let frame = header_value(&m, wire::FRAME);
@@ -367,27 +329,28 @@ async fn a_frame_header_holding_a_carriage_return_leaves_the_gateway_serving() {
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
     let mut requests = spy.subscribe(echo).await.unwrap();
     spy.flush().await.unwrap();
-    let port = nats.port();
-    let hostile = tokio::spawn(async move {
-        let request = requests.next().await.unwrap();
-        let reply = request.reply.unwrap();
-        publish_unchecked(
-            port,
+    let heard = tokio::spawn(async move { requests.next().await.unwrap().reply.unwrap() });
+    let call = {
+        let client = gw.client.clone();
+        tokio::spawn(async move {
+            client
+                .call_tool("calc__echo", json!({"message": "through"}))
+                .await
+        })
+    };
+    let reply = tokio::time::timeout(WAIT, heard).await.unwrap().unwrap();
+    tokio::task::block_in_place(|| {
+        nats.publish_unchecked(
             &reply,
-            "",
+            None,
             "Mcp-Frame: msg\r\nMcp-Seq: 0\r\nX-Note: one\rtwo\r\n",
             r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#,
         )
-        .await;
     });
-    let outcome = tokio::time::timeout(
-        WAIT,
-        gw.client
-            .call_tool("calc__echo", json!({"message": "through"})),
-    )
-    .await
-    .expect("the call hung");
-    tokio::time::timeout(WAIT, hostile).await.unwrap().unwrap();
+    let outcome = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call hung")
+        .unwrap();
     match outcome {
         Ok(r) => assert_eq!(text(&r), "through"),
         Err(e) => assert_eq!(
