@@ -304,12 +304,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 let auth = args.nats_auth.over(&nats_file.nats, &base_dir);
                 let client =
                     toolyard_nats::connect_with(url, "ty-gateway", auth.options()?).await?;
-                // Change events on a connection of their own: any client may publish on
-                // their subject, and async-nats ends a connection on a message whose headers
-                // it cannot parse, which must not end the calls in flight (docs/nats.md,
+                // Change events and the catalog's watch on a connection of their own: any
+                // client may publish events, anything allowed to write the catalog may put
+                // there, and async-nats ends a connection on a message whose headers it
+                // cannot parse, which must not end the calls in flight (docs/nats.md,
                 // "Change events").
-                let events_client =
-                    toolyard_nats::connect_with(url, "ty-gateway-events", auth.options()?).await?;
+                let watch_client =
+                    toolyard_nats::connect_with(url, "ty-gateway-watch", auth.options()?).await?;
                 let remote = nats_file.nats.remote();
                 let store = if remote.durable_tasks {
                     // Opened in the background: a gateway started before its broker serves
@@ -321,7 +322,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 } else {
                     None
                 };
-                Some((client, events_client, remote, store))
+                Some((client, watch_client, remote, store))
             }
             None => None,
         };
@@ -331,18 +332,27 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _watching = watchers.start(&server);
         #[cfg(feature = "nats")]
         let _nats = match nats_client {
-            Some((client, events_client, remote, store)) => {
+            Some((client, watch_client, remote, store)) => {
                 // Task changes made elsewhere (a worker finishing one) reach our listeners.
                 let following = match store {
                     Some(store) => Some(store.follow(server.clone()).await),
                     None => None,
                 };
                 // Change events raised here reach every gateway's subscribers, and theirs ours.
-                let events =
-                    toolyard_nats::EventRelay::start(server.clone(), events_client, &remote.prefix)
-                        .await?;
+                let events = toolyard_nats::EventRelay::start(
+                    server.clone(),
+                    watch_client.clone(),
+                    &remote.prefix,
+                )
+                .await?;
                 Some((
-                    toolyard_nats::RemoteTools::start(server.clone(), client, remote).await?,
+                    toolyard_nats::RemoteTools::start_with_watch(
+                        server.clone(),
+                        client,
+                        watch_client,
+                        remote,
+                    )
+                    .await?,
                     events,
                     following,
                 ))

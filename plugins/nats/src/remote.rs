@@ -91,7 +91,11 @@ pub struct RemoteTools {
 #[derive(Debug)]
 struct Inner {
     server: Server,
+    /// The connection the calls travel on.
     client: Client,
+    /// The connection the catalog is followed on: the calls' own, or one of its own
+    /// ([`RemoteTools::start_with_watch`]).
+    watch: Client,
     config: RemoteConfig,
     state: Mutex<State>,
     /// The one reply subscription every call is answered on (`replies`). A call in flight
@@ -162,12 +166,28 @@ impl RemoteTools {
         client: Client,
         config: RemoteConfig,
     ) -> Result<RemoteTools, NatsError> {
+        Self::start_with_watch(server, client.clone(), client, config).await
+    }
+
+    /// [`start`](Self::start), following the catalog on `watch`, a connection other than
+    /// the calls' `client`. Anything allowed to write the catalog bucket can put a message
+    /// there whose header block async-nats cannot parse, and async-nats ends the connection
+    /// that reads it: on the calls' connection that ends every call in flight (-32010), on a
+    /// connection of its own only the watch, which starts again. `toolyard serve --nats`
+    /// follows the catalog on its change events' connection.
+    pub async fn start_with_watch(
+        server: Server,
+        client: Client,
+        watch: Client,
+        config: RemoteConfig,
+    ) -> Result<RemoteTools, NatsError> {
         let replies = Replies::start(&client)
             .await
             .map_err(|e| NatsError::Bus(format!("subscribing for the answers: {e}")))?;
         let inner = Arc::new(Inner {
             server,
             client,
+            watch,
             config,
             state: Mutex::default(),
             replies,
@@ -349,7 +369,7 @@ async fn attach(inner: &Arc<Inner>) -> Result<async_nats::jetstream::kv::Watch, 
     // Bounded (`catalog::TIMEOUT`): a gateway starting while JetStream has no quorum is told
     // so in seconds, and the watch's consumer, lost in an outage, is recreated by attempts
     // of that length.
-    let js = catalog::context(inner.client.clone());
+    let js = catalog::context(inner.watch.clone());
     let config = &inner.config;
     let store = catalog::bucket(&js, catalog::HEARTBEAT, config.catalog_replicas).await?;
     let watch = store
@@ -406,7 +426,7 @@ impl Inner {
                 }
             }
             let connected = matches!(
-                self.client.connection_state(),
+                self.watch.connection_state(),
                 async_nats::connection::State::Connected
             );
             let waited = began.elapsed();

@@ -278,6 +278,22 @@ async fn hostile_messages_get_clear_errors_or_are_dropped_and_the_worker_stays_u
     assert_eq!(frames.last().unwrap().0, "end");
 }
 
+/// `client`'s subscription to `subject`, once the broker has taken it: async-nats' `flush`
+/// only writes the SUB out, so a message published on another connection right after may
+/// be routed before it; a message of its own that comes back through the broker proves the
+/// SUB before it was taken.
+async fn subscribed(client: &async_nats::Client, subject: String) -> async_nats::Subscriber {
+    let subscription = client.subscribe(subject).await.unwrap();
+    let probe = client.new_inbox();
+    let mut back = client.subscribe(probe.clone()).await.unwrap();
+    client.publish(probe, "".into()).await.unwrap();
+    tokio::time::timeout(WAIT, back.next())
+        .await
+        .expect("the probe came back")
+        .unwrap();
+    subscription
+}
+
 /// A request whose header value holds a lone `\r` (which no header line may) reaches the
 /// worker: async-nats 0.51 panicked its connection task on reading it, so any client allowed
 /// to publish on the worker's subjects took the worker off the bus. Now the value is read
@@ -288,8 +304,7 @@ async fn a_header_value_holding_a_carriage_return_leaves_the_worker_serving() {
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
     assert_echo_answers(&raw, &echo).await;
     let inbox = raw.new_inbox();
-    let mut answers = raw.subscribe(inbox.clone()).await.unwrap();
-    raw.flush().await.unwrap();
+    let mut answers = subscribed(&raw, inbox.clone()).await;
     tokio::task::block_in_place(|| {
         nats.publish_unchecked(
             &echo,
@@ -327,8 +342,7 @@ async fn a_frame_header_holding_a_carriage_return_leaves_the_gateway_serving() {
     // Not in the queue group: it gets each request beside the worker.
     let spy = connect(&nats.url()).await;
     let echo = wire::request_subject(wire::DEFAULT_PREFIX, "calc", "tools/call", Some("echo"));
-    let mut requests = spy.subscribe(echo).await.unwrap();
-    spy.flush().await.unwrap();
+    let mut requests = subscribed(&spy, echo).await;
     let heard = tokio::spawn(async move { requests.next().await.unwrap().reply.unwrap() });
     let call = {
         let client = gw.client.clone();
@@ -2517,4 +2531,50 @@ async fn catalog_entries_no_worker_would_write_are_ignored_and_the_gateway_serve
         !n.iter().any(|t| t == "late__t_late") && n.iter().any(|t| t == "calc__echo")
     })
     .await;
+}
+
+/// A message whose header block async-nats cannot parse (a line without a colon), put into
+/// the catalog bucket with a plain publish: async-nats ends the connection that reads it, so
+/// a gateway following the catalog on its calls' connection lost that connection at the next
+/// catalog changes, each ending the call in flight with -32010 ("the connection to the NATS
+/// server was lost"). Following it on a connection of its own
+/// (`RemoteTools::start_with_watch`, as `serve --nats` does), the calls in flight across six
+/// catalog changes all finish, and the junk entries are ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_entry_whose_headers_do_not_parse_leaves_the_calls_in_flight_be() {
+    let nats = NatsServer::start();
+    let _worker = start_worker(&nats.url(), "calc", Arc::default()).await;
+    let gw = gateway_watching_on(
+        connect(&nats.url()).await,
+        connect(&nats.url()).await,
+        RemoteConfig::default(),
+    )
+    .await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__sleep")).await;
+    let poison = format!("$KV.{}.srv.junk.poison", toolyard_nats::CATALOG_BUCKET);
+    tokio::task::block_in_place(|| nats.publish_unchecked(&poison, None, "NoColon\r\n", "{}"));
+    let bus = connect(&nats.url()).await;
+    let kv = async_nats::jetstream::new(bus)
+        .get_key_value(toolyard_nats::CATALOG_BUCKET)
+        .await
+        .unwrap();
+    for i in 0..6 {
+        let call = {
+            let client = gw.client.clone();
+            tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": 500})).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        kv.put(format!("srv.junk.i{i}"), "not an entry".into())
+            .await
+            .unwrap();
+        let outcome = tokio::time::timeout(WAIT, call)
+            .await
+            .expect("the call hung")
+            .unwrap();
+        match outcome {
+            Ok(r) => assert_eq!(text(&r), "slept"),
+            Err(e) => panic!("the call in flight at catalog change {i} failed: {e}"),
+        }
+    }
+    still_serves(&gw.client).await;
 }

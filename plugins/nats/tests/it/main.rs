@@ -465,6 +465,15 @@ pub(crate) async fn gateway(url: &str, config: RemoteConfig) -> Gateway {
 
 /// A gateway on a bus connection the test made (e.g. with a small subscription capacity).
 pub(crate) async fn gateway_on(bus: async_nats::Client, config: RemoteConfig) -> Gateway {
+    gateway_watching_on(bus.clone(), bus, config).await
+}
+
+/// A gateway whose calls travel on `bus` and that follows the catalog on `watch`.
+pub(crate) async fn gateway_watching_on(
+    bus: async_nats::Client,
+    watch: async_nats::Client,
+    config: RemoteConfig,
+) -> Gateway {
     // Listings uncached: the tests poll them while workers come and go (a real client
     // follows tools/list_changed instead).
     let server = ServerBuilder::new("gateway", "1.0")
@@ -475,7 +484,7 @@ pub(crate) async fn gateway_on(bus: async_nats::Client, config: RemoteConfig) ->
         .start()
         .await
         .unwrap();
-    let remote = RemoteTools::start(server.clone(), bus, config)
+    let remote = RemoteTools::start_with_watch(server.clone(), bus, watch, config)
         .await
         .unwrap();
     let client = ClientBuilder::new(Implementation::new("nats-test", "1.0"))
