@@ -304,19 +304,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 let auth = args.nats_auth.over(&nats_file.nats, &base_dir);
                 let client =
                     toolyard_nats::connect_with(url, "ty-gateway", auth.options()?).await?;
-                // Change events and the catalog's watch on a connection of their own: any
-                // client may publish events, anything allowed to write the catalog may put
-                // there, and async-nats ends a connection on a message whose headers it
-                // cannot parse, which must not end the calls in flight (docs/nats.md,
-                // "Change events").
+                // Change events, the catalog's watch and the durable task store (which
+                // follows its bucket) on a connection of their own: any client may publish
+                // events, anything allowed to write the buckets may put there, and
+                // async-nats ends a connection on a message whose headers it cannot parse,
+                // which must not end the calls in flight (docs/nats.md, "Change events").
                 let watch_client =
                     toolyard_nats::connect_with(url, "ty-gateway-watch", auth.options()?).await?;
                 let remote = nats_file.nats.remote();
                 let store = if remote.durable_tasks {
                     // Opened in the background: a gateway started before its broker serves
                     // at once (not ready until the bus and the catalog are there).
-                    let store =
-                        toolyard_nats::NatsTaskStore::opening(&client, remote.catalog_replicas);
+                    let store = toolyard_nats::NatsTaskStore::opening(
+                        &watch_client,
+                        remote.catalog_replicas,
+                    );
                     builder = builder.tasks(std::sync::Arc::new(store.clone()));
                     Some(store)
                 } else {

@@ -1424,3 +1424,55 @@ async fn a_change_event_whose_headers_do_not_parse_leaves_the_calls_in_flight_be
     .await;
     assert_eq!(echoed["result"]["content"][0]["text"], "after", "{echoed}");
 }
+
+/// A message whose header block async-nats cannot parse, put into the durable tasks' bucket
+/// (a plain publish on `$KV.TY_TASKS.<key>`): async-nats ends the connection that reads it,
+/// so with the gateway following the bucket on its calls' connection the task changes after
+/// it dropped that connection, ending the calls in flight with -32010. `serve --nats` keeps
+/// its task store on the connection it watches the catalog and change events on: the call
+/// in flight at each of four task starts finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_record_whose_headers_do_not_parse_leaves_the_calls_in_flight_be() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = ready_worker(&url, "calc");
+    let gateway = gateway_process(&url).await;
+    let mcp = gateway.url();
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    started_task(
+        &mcp,
+        "calc__slow_task",
+        json!({"steps": 1, "delay_ms": 10}),
+        &caps,
+    )
+    .await;
+    let poison = format!("$KV.{}.poison", toolyard_nats::TASKS_BUCKET);
+    tokio::task::block_in_place(|| nats.publish_unchecked(&poison, None, "NoColon\r\n", "{}"));
+    for i in 0..4 {
+        let slow = {
+            let mcp = mcp.clone();
+            tokio::spawn(async move {
+                modern_rpc(
+                    &mcp,
+                    "tools/call",
+                    "calc__slow",
+                    json!({"name": "calc__slow", "arguments": {"steps": 5, "delay_ms": 100}}),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        started_task(
+            &mcp,
+            "calc__slow_task",
+            json!({"steps": 1, "delay_ms": 10}),
+            &caps,
+        )
+        .await;
+        let answer = tokio::time::timeout(Duration::from_secs(20), slow)
+            .await
+            .expect("the call in flight hung")
+            .unwrap();
+        assert!(answer.get("error").is_none(), "task start {i}: {answer}");
+    }
+}
