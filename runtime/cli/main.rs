@@ -557,10 +557,16 @@ async fn serve_http(
         },
         ..Default::default()
     };
-    eprintln!("toolyard: serving MCP on http://{addr}/mcp");
-    toolyard::http::serve_http(
+    // Bound before it says so: the line names the port a `:0` picked, and a port in use is
+    // an error without a "serving" line before it.
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    eprintln!("toolyard: serving MCP on http://{bound}/mcp");
+    toolyard::http::serve_http_on(
         server.clone(),
-        addr,
+        listener,
         http,
         std::time::Duration::from_secs(args.drain_seconds),
     )

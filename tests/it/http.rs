@@ -1047,3 +1047,55 @@ fn mutated_requests_over_streamable_http_are_each_answered_and_nothing_is_left_i
     let r = s.post(&json!({"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"echo","arguments":{"message":"still here"}}}), &legacy);
     assert_eq!(r.message()["result"]["content"][0]["text"], "still here");
 }
+
+/// `--http 127.0.0.1:0` lets the kernel pick a port: the "serving" line names that port (it
+/// named `:0`), and the server answers there.
+#[test]
+fn serving_on_port_zero_names_the_port_it_picked() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _server = HttpServer { child, port: 0 };
+    let line = std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("serving MCP on"))
+        .expect("a serving line");
+    let port: u16 = line
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.strip_suffix("/mcp"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    assert_ne!(port, 0, "{line}");
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// A port already in use is an error naming it, with no "serving" line before it (the line
+/// came first, then the bind failed).
+#[test]
+fn a_port_in_use_is_an_error_without_a_serving_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["serve", "--http", &addr])
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains(&format!("cannot listen on {addr}")), "{said}");
+    assert!(!said.contains("serving MCP on"), "{said}");
+}

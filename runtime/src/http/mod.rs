@@ -144,13 +144,26 @@ pub async fn serve_http(
     config: HttpConfig,
     drain: Duration,
 ) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_http_on(server, listener, config, drain).await
+}
+
+/// [`serve_http`] on a listener already bound: its caller knows the address it serves on
+/// (port 0 picks a free one) before serving, and a bind failure before saying it serves.
+pub async fn serve_http_on(
+    server: Server,
+    listener: tokio::net::TcpListener,
+    config: HttpConfig,
+    drain: Duration,
+) -> std::io::Result<()> {
     let closing = tokio_util::sync::CancellationToken::new();
     let (app, _state) = build(server, config, closing.clone())
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     use axum::serve::ListenerExt;
+    let addr = listener.local_addr()?;
     // SSE answers are several writes: without TCP_NODELAY each waits for a delayed ACK.
-    let listener = tokio::net::TcpListener::bind(addr).await?.tap_io(|tcp| {
+    let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
     tracing::info!(%addr, "serving MCP over HTTP");
