@@ -1359,6 +1359,28 @@ async fn a_gateway_and_a_worker_on_a_nats_server_older_than_2_11_say_the_version
     assert!(reason.contains("version 2.10.26"), "{reason}");
 }
 
+/// A `calc__slow` call of `steps` steps of 100 ms through the gateway at `mcp`, on its way.
+fn slow_call_through(mcp: &str, steps: u32) -> tokio::task::JoinHandle<Value> {
+    let mcp = mcp.to_owned();
+    tokio::spawn(async move {
+        modern_rpc(
+            &mcp,
+            "tools/call",
+            "calc__slow",
+            json!({"name": "calc__slow", "arguments": {"steps": steps, "delay_ms": 100}}),
+        )
+        .await
+    })
+}
+
+/// The JSON-RPC answer of a call on its way (20 s at most: a hang fails the test).
+async fn answer_of(call: tokio::task::JoinHandle<Value>) -> Value {
+    tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("the call in flight hung")
+        .unwrap()
+}
+
 /// Change events reach gateways and workers on a connection of their own. Any client may
 /// publish on the event subject, and async-nats ends a connection on a message whose header
 /// block it cannot parse (a line without a colon): on the connection that carries the calls,
@@ -1386,18 +1408,7 @@ async fn a_change_event_whose_headers_do_not_parse_leaves_the_calls_in_flight_be
         assert!(Instant::now() < deadline, "the gateway never served calc");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let slow = {
-        let mcp = mcp.clone();
-        tokio::spawn(async move {
-            modern_rpc(
-                &mcp,
-                "tools/call",
-                "calc__slow",
-                json!({"name": "calc__slow", "arguments": {"steps": 10, "delay_ms": 100}}),
-            )
-            .await
-        })
-    };
+    let slow = slow_call_through(&mcp, 10);
     tokio::time::sleep(Duration::from_millis(400)).await;
     for bad in ["NoColon\r\n", "Bad Name: x\r\n"] {
         tokio::task::block_in_place(|| {
@@ -1409,10 +1420,7 @@ async fn a_change_event_whose_headers_do_not_parse_leaves_the_calls_in_flight_be
             )
         });
     }
-    let answer = tokio::time::timeout(Duration::from_secs(20), slow)
-        .await
-        .expect("the call in flight hung")
-        .unwrap();
+    let answer = answer_of(slow).await;
     assert!(answer.get("error").is_none(), "{answer}");
     assert_eq!(answer["result"]["isError"], json!(null), "{answer}");
     let echoed = modern_rpc(
@@ -1449,18 +1457,7 @@ async fn a_task_record_whose_headers_do_not_parse_leaves_the_calls_in_flight_be(
     let poison = format!("$KV.{}.poison", toolyard_nats::TASKS_BUCKET);
     tokio::task::block_in_place(|| nats.publish_unchecked(&poison, None, "NoColon\r\n", "{}"));
     for i in 0..4 {
-        let slow = {
-            let mcp = mcp.clone();
-            tokio::spawn(async move {
-                modern_rpc(
-                    &mcp,
-                    "tools/call",
-                    "calc__slow",
-                    json!({"name": "calc__slow", "arguments": {"steps": 5, "delay_ms": 100}}),
-                )
-                .await
-            })
-        };
+        let slow = slow_call_through(&mcp, 5);
         tokio::time::sleep(Duration::from_millis(150)).await;
         started_task(
             &mcp,
@@ -1469,10 +1466,7 @@ async fn a_task_record_whose_headers_do_not_parse_leaves_the_calls_in_flight_be(
             &caps,
         )
         .await;
-        let answer = tokio::time::timeout(Duration::from_secs(20), slow)
-            .await
-            .expect("the call in flight hung")
-            .unwrap();
+        let answer = answer_of(slow).await;
         assert!(answer.get("error").is_none(), "task start {i}: {answer}");
     }
 }
