@@ -1470,3 +1470,47 @@ async fn a_task_record_whose_headers_do_not_parse_leaves_the_calls_in_flight_be(
         assert!(answer.get("error").is_none(), "task start {i}: {answer}");
     }
 }
+
+/// A worker whose connection drops and comes back between two looks says so in its log,
+/// at most once a second and with the number of drops. async-nats reconnects at once when it
+/// reads a message it cannot parse, here a request whose subject is not UTF-8 (anyone who
+/// may call a tool may publish one): a worker could flap many times a second under a stream
+/// of them, losing the requests in transit each time, and say nothing at the default level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_connection_flaps_says_so_at_most_once_a_second_with_the_count() {
+    let nats = NatsServer::start();
+    let (_worker, said) = worker_saying(&["--nats", &nats.url(), "--name", "calc"]);
+    let poison = b"mcp.v1.req._._.calc.tools.call.\xff";
+    for _ in 0..20 {
+        tokio::task::block_in_place(|| nats.publish_bytes_unchecked(poison, None, b"", b"{}"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Drops within a second of a line are said at the next look: at most 5 s on.
+    let lines = said.lines_within(Duration::from_secs(6));
+    let flaps: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("the NATS connection was lost and is back"))
+        .collect();
+    let times: u64 = flaps
+        .iter()
+        .map(|l| {
+            let n = l
+                .split("times=")
+                .nth(1)
+                .expect("the line says how many times");
+            n.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .expect("a count")
+        })
+        .sum();
+    assert!(
+        (1..=3).contains(&flaps.len()),
+        "20 drops in a second were said in {} lines: {lines:?}",
+        flaps.len()
+    );
+    assert!(
+        (10..=20).contains(&times),
+        "the lines count {times} drops of 20: {flaps:?}"
+    );
+}

@@ -62,6 +62,7 @@ pub(crate) async fn watch_connection(
     let mut tick = tokio::time::interval(every);
     let events = crate::connection_events();
     let mut changed = Box::pin(events.notified());
+    let mut flaps = Flaps::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -78,11 +79,14 @@ pub(crate) async fn watch_connection(
         // From none, it is the first connection (async-nats connects in the background when
         // the broker is not there at start), not a loss.
         let reconnected = count != connects && connects > 0;
-        connects = count;
+        let before = std::mem::replace(&mut connects, count);
+        // Drops not said yet (within a second of the last line) are said at the next look.
+        flaps.say(lost.is_some());
         if up == Some(now) {
             if now && reconnected {
+                flaps.note(count.saturating_sub(before));
+                flaps.say(lost.is_some());
                 if let Some(lost) = &lost {
-                    tracing::warn!(target: "toolyard::nats", "the NATS connection was lost and is back: the calls in flight end with -32010");
                     lost.lost();
                 }
             }
@@ -107,5 +111,37 @@ pub(crate) async fn watch_connection(
                 required: true,
             }
         });
+    }
+}
+
+/// Says that a connection dropped and came back between two looks (async-nats reconnects at
+/// once when the server closes it, or when it reads a message it cannot parse: a subject or
+/// header that is not UTF-8, see docs/nats.md "Not yet"), at most once a second with the
+/// number of such drops since the last line: a connection that flaps many times a second
+/// under a stream of such messages is seen in the log without flooding it.
+#[derive(Default)]
+struct Flaps {
+    last: Option<std::time::Instant>,
+    unsaid: u64,
+}
+
+impl Flaps {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn note(&mut self, drops: u64) {
+        self.unsaid += drops;
+    }
+
+    fn say(&mut self, ends_calls: bool) {
+        if self.unsaid == 0 || self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        let times = std::mem::take(&mut self.unsaid);
+        if ends_calls {
+            tracing::warn!(target: "toolyard::nats", times, "the NATS connection was lost and is back: the calls in flight end with -32010");
+        } else {
+            tracing::warn!(target: "toolyard::nats", times, "the NATS connection was lost and is back: requests in transit to this worker at that moment are lost");
+        }
     }
 }

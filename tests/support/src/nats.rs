@@ -235,23 +235,41 @@ impl NatsServer {
         header_lines: &str,
         body: &str,
     ) {
+        let head = format!("NATS/1.0\r\n{header_lines}\r\n");
+        self.publish_bytes_unchecked(subject.as_bytes(), reply, head.as_bytes(), body.as_bytes());
+    }
+
+    /// [`publish_unchecked`](Self::publish_unchecked) with every part as bytes, the header
+    /// block whole (`NATS/1.0\r\n...\r\n`, or empty for a message without headers): for a
+    /// subject or a header that is not UTF-8, or a version line other than `NATS/1.0`.
+    pub fn publish_bytes_unchecked(
+        &self,
+        subject: &[u8],
+        reply: Option<&str>,
+        head: &[u8],
+        body: &[u8],
+    ) {
         let mut tcp = TcpStream::connect(("127.0.0.1", self.client_port))
             .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.url()));
         tcp.set_read_timeout(Some(HEALTHY_WITHIN))
             .expect("a read timeout");
-        let head = format!("NATS/1.0\r\n{header_lines}\r\n");
-        let to = match reply {
-            Some(reply) => format!("{subject} {reply}"),
-            None => subject.to_owned(),
-        };
-        write!(
-            tcp,
-            "CONNECT {{\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}}\r\n\
-             HPUB {to} {} {}\r\n{head}{body}\r\nPING\r\n",
-            head.len(),
-            head.len() + body.len()
-        )
-        .expect("write to nats-server");
+        let mut out =
+            b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}\r\n"
+                .to_vec();
+        out.extend_from_slice(if head.is_empty() { b"PUB " } else { b"HPUB " });
+        out.extend_from_slice(subject);
+        if let Some(reply) = reply {
+            out.push(b' ');
+            out.extend_from_slice(reply.as_bytes());
+        }
+        if !head.is_empty() {
+            out.extend_from_slice(format!(" {}", head.len()).as_bytes());
+        }
+        out.extend_from_slice(format!(" {}\r\n", head.len() + body.len()).as_bytes());
+        out.extend_from_slice(head);
+        out.extend_from_slice(body);
+        out.extend_from_slice(b"\r\nPING\r\n");
+        tcp.write_all(&out).expect("write to nats-server");
         let mut seen = Vec::new();
         let mut buf = [0u8; 4096];
         while !seen.windows(4).any(|w| w == b"PONG") {
@@ -263,6 +281,11 @@ impl NatsServer {
             );
             seen.extend_from_slice(&buf[..n]);
         }
+        assert!(
+            !seen.windows(4).any(|w| w == b"-ERR"),
+            "nats-server refused the message: {}",
+            String::from_utf8_lossy(&seen)
+        );
     }
 
     /// `http://127.0.0.1:PORT`, the monitoring endpoint (`/healthz`, `/varz`, `/jsz`...).
