@@ -2,7 +2,7 @@
 """Calls in flight on a killed NATS worker, as the broker saw them.
 
 Reads a nats-server log written with `-DV` (debug and trace) during nats-scaling.sh's fault
-run. The killed worker is the first `ty-worker-*` connection the broker saw close. A call
+run. The killed worker is the first `ty-worker-*` calls' connection the broker saw close. A call
 was in flight on it when the broker had delivered its request to that connection (an HMSG
 on a `*.req.*` subject, whose reply subject names the call) and had not received the
 call's terminal frame from it (an HPUB to that reply subject whose headers say
@@ -20,7 +20,9 @@ import re
 import sys
 
 LINE = re.compile(r'cid:(\d+) - "[^"]*" - (<<-|->>) (.*)$')
-CLOSED = re.compile(r'cid:(\d+) - "[^"]*ty-worker-[^"]*" - Client connection closed')
+# The worker's calls' connection (`ty-worker-NAME`), not its change events' one
+# (`ty-worker-NAME-events`), which a killed worker loses at the same moment, often first.
+CLOSED = re.compile(r'cid:(\d+) - "[^"]*ty-worker-(?![^"]*-events")[^"]*" - Client connection closed')
 
 delivered = {}  # cid -> reply subjects of requests delivered to it
 answered = {}  # cid -> reply subjects it sent a terminal frame to
