@@ -20,9 +20,9 @@ import re
 import sys
 
 LINE = re.compile(r'cid:(\d+) - "[^"]*" - (<<-|->>) (.*)$')
-# The worker's calls' connection (`ty-worker-NAME`), not its change events' one
-# (`ty-worker-NAME-events`), which a killed worker loses at the same moment, often first.
-CLOSED = re.compile(r'cid:(\d+) - "[^"]*ty-worker-(?![^"]*-events")[^"]*" - Client connection closed')
+# The worker's calls' connection (`ty-worker-NAME`), not its change events' or task jobs'
+# ones (`ty-worker-NAME-events`, `-jobs`), which a killed worker loses at the same moment.
+CLOSED = re.compile(r'cid:(\d+) - "[^"]*ty-worker-(?![^"]*-(?:events|jobs)")[^"]*" - Client connection closed')
 
 delivered = {}  # cid -> reply subjects of requests delivered to it
 answered = {}  # cid -> reply subjects it sent a terminal frame to

@@ -169,9 +169,22 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let events =
             toolyard_nats::EventRelay::start(server.clone(), events_client, &worker_config.prefix)
                 .await?;
+        // Durable task jobs on a connection of their own too: anything on the bus may
+        // publish to the work queue, and a job async-nats cannot parse, redelivered every
+        // `ack_wait`, must not take the requests' connection down each time.
+        let jobs_client = if worker_config.tasks {
+            toolyard_nats::connect_with(
+                &url,
+                &format!("ty-worker-{}-jobs", args.name),
+                auth.options()?,
+            )
+            .await?
+        } else {
+            client.clone()
+        };
         // Probes answer from the start: alive while it waits for the bus, ready once it
         // serves (not ready from here on: `start_when_reachable` says so when called).
-        let starting = Worker::start_when_reachable(&server, &client, &worker_config);
+        let starting = Worker::start_when_reachable(&server, &client, &jobs_client, &worker_config);
         let health = match args.health {
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {

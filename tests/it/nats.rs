@@ -1514,3 +1514,79 @@ async fn a_worker_whose_connection_flaps_says_so_at_most_once_a_second_with_the_
         "the lines count {times} drops of 20: {flaps:?}"
     );
 }
+
+/// The `cid` of each connection named `name` that nats-server has now (`/connz`).
+async fn connection_ids(nats: &NatsServer, name: &str) -> Vec<u64> {
+    let (status, connz) = get_json(&format!("{}/connz?limit=1024", nats.monitoring_url())).await;
+    assert_eq!(status, 200, "{connz}");
+    connz["connections"]
+        .as_array()
+        .expect("connz lists connections")
+        .iter()
+        .filter(|c| c["name"] == name)
+        .filter_map(|c| c["cid"].as_u64())
+        .collect()
+}
+
+/// A durable task job async-nats cannot parse (a header line without a colon; anything on
+/// the bus may publish to the work queue) is never acked: it comes back every `ack_wait`,
+/// and each time async-nats ends the connection that reads it. With the jobs on the
+/// requests' connection, that connection dropped every `ack_wait` for as long as the job
+/// stayed, losing the requests in transit each time. A worker now pulls its jobs on a
+/// connection of its own (`ty-worker-NAME-jobs`): that one drops at each delivery, and the
+/// requests' connection stays the one it was, serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_the_workers_client_cannot_read_leaves_its_requests_connection_up() {
+    let nats = NatsServer::start();
+    let dir = std::env::temp_dir().join(format!("ty-poison-job-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("worker.toml");
+    std::fs::write(&config, "[nats]\ntask_ack_wait_ms = 500\n").unwrap();
+    let (url, cfg) = (nats.url(), config.clone());
+    let _worker = tokio::task::spawn_blocking(move || ready_worker_with_config(&url, "calc", &cfg))
+        .await
+        .unwrap();
+    // The consumer is set up beside serving: a job published before it exists waits in
+    // the stream all the same (work-queue retention).
+    let requests = connection_ids(&nats, "ty-worker-calc").await;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut jobs = connection_ids(&nats, "ty-worker-calc-jobs").await;
+    while jobs.is_empty() {
+        assert!(Instant::now() < deadline, "no jobs connection");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        jobs = connection_ids(&nats, "ty-worker-calc-jobs").await;
+    }
+    tokio::task::block_in_place(|| {
+        nats.publish_unchecked("mcp.v1.task.calc.echo", None, "NoColon\r\n", "{}")
+    });
+    // The premise: the job is delivered, and its connection dropped, again and again.
+    let mut drops = 0;
+    let mut last = jobs.clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while drops < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the jobs connection dropped {drops} times in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = connection_ids(&nats, "ty-worker-calc-jobs").await;
+        if !now.is_empty() && now != last {
+            drops += 1;
+            last = now;
+        }
+    }
+    assert_eq!(
+        connection_ids(&nats, "ty-worker-calc").await,
+        requests,
+        "the requests' connection was replaced while the job came back"
+    );
+    let answered = tokio::task::block_in_place(|| {
+        through_gateway(
+            &nats.url(),
+            &["call", "calc__echo", "--args", r#"{"message":"up"}"#],
+            |v| v["content"][0]["text"] == "up",
+        )
+    });
+    assert_eq!(answered["content"][0]["text"], "up", "{answered}");
+}

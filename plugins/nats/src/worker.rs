@@ -108,6 +108,8 @@ pub struct Worker {
     connection: tokio::task::JoinHandle<()>,
     /// Pulls the server's task jobs (with `tasks`).
     jobs: Option<tokio::task::JoinHandle<()>>,
+    /// The connection the jobs travel on (the requests' one unless given its own).
+    jobs_client: Client,
 }
 
 #[derive(Debug)]
@@ -140,10 +142,12 @@ impl Worker {
     /// setting the bus cannot fix ([`NatsError::Config`]) fails at once.
     ///
     /// `server` is not ready (its lifecycle's component `nats`/`bus` is down) from this
-    /// call, before the returned future is first polled, until the worker serves.
+    /// call, before the returned future is first polled, until the worker serves. Its
+    /// durable task jobs travel on `jobs`, as [`Worker::start_with_jobs_on`] says.
     pub fn start_when_reachable<'a>(
         server: &'a Server,
         client: &'a Client,
+        jobs: &'a Client,
         config: &'a WorkerConfig,
     ) -> impl std::future::Future<Output = Result<Worker, NatsError>> + 'a {
         server
@@ -158,7 +162,13 @@ impl Worker {
             let mut attempt = 0u64;
             loop {
                 crate::connected(client).await;
-                match Worker::start(server.clone(), client.clone(), config.clone()).await {
+                let started = Worker::start_with_jobs_on(
+                    server.clone(),
+                    client.clone(),
+                    jobs.clone(),
+                    config.clone(),
+                );
+                match started.await {
                     Ok(worker) => return Ok(worker),
                     Err(e @ NatsError::Config(_)) => return Err(e),
                     Err(e) => {
@@ -172,9 +182,27 @@ impl Worker {
     }
 
     /// Starts serving `server`'s tools over `client`: puts the catalog entry, then subscribes.
+    /// Its durable task jobs travel on `client` too; a process open to publishers it does not
+    /// trust gives them a connection of their own ([`Worker::start_with_jobs_on`]).
     pub async fn start(
         server: Server,
         client: Client,
+        config: WorkerConfig,
+    ) -> Result<Worker, NatsError> {
+        Worker::start_with_jobs_on(server, client.clone(), client, config).await
+    }
+
+    /// [`Worker::start`], with the durable task jobs (the work queue's consumer, the task
+    /// records' watches, a running task's control subject) on `jobs`. async-nats ends a
+    /// connection that reads a message it cannot parse (a subject or header that is not
+    /// UTF-8, a header line without a colon), and anything on the bus may publish to the work
+    /// queue: such a job, never acked, comes back every `ack_wait` and took the requests'
+    /// connection down each time, losing the requests in transit. On a connection of its own
+    /// it takes only that one down (docs/nats.md, "Not yet").
+    pub async fn start_with_jobs_on(
+        server: Server,
+        client: Client,
+        jobs: Client,
         config: WorkerConfig,
     ) -> Result<Worker, NatsError> {
         if !wire::token_safe(&config.server) {
@@ -244,10 +272,10 @@ impl Worker {
         // The task queue is set up beside serving, not before it: requests are core NATS and
         // need no stream, so a JetStream that is electing a leader (a node just died) delays
         // the jobs, not the worker.
-        let jobs = inner
+        let pulling = inner
             .config
             .tasks
-            .then(|| tokio::spawn(run_jobs(inner.clone(), client.clone())));
+            .then(|| tokio::spawn(run_jobs(inner.clone(), jobs.clone())));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
         let connection = tokio::spawn(crate::connection::watch_connection(
@@ -261,7 +289,8 @@ impl Worker {
             serving,
             heartbeat,
             connection,
-            jobs,
+            jobs: pulling,
+            jobs_client: jobs,
         })
     }
 
@@ -302,7 +331,11 @@ impl Worker {
         if let Some(jobs) = self.jobs.take() {
             jobs.abort();
         }
-        let _ = tokio::time::timeout(BUS_GRACE, inner.client.flush()).await;
+        // The last frames, and the last jobs' acks.
+        let _ = tokio::time::timeout(BUS_GRACE, async {
+            let _ = tokio::join!(inner.client.flush(), self.jobs_client.flush());
+        })
+        .await;
         tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker drained");
     }
 }
