@@ -1528,59 +1528,73 @@ async fn connection_ids(nats: &NatsServer, name: &str) -> Vec<u64> {
         .collect()
 }
 
-/// A durable task job async-nats cannot parse (a header line without a colon; anything on
-/// the bus may publish to the work queue) is never acked: it comes back every `ack_wait`,
-/// and each time async-nats ends the connection that reads it. With the jobs on the
-/// requests' connection, that connection dropped every `ack_wait` for as long as the job
-/// stayed, losing the requests in transit each time. A worker now pulls its jobs on a
-/// connection of its own (`ty-worker-NAME-jobs`): that one drops at each delivery, and the
-/// requests' connection stays the one it was, serving.
+/// A durable task job async-nats cannot read (a header line without a colon, a subject that
+/// is not UTF-8; anything on the bus may publish to the work queue) is never acked: it came
+/// back every `ack_wait` for good, and each delivery ended the connection that read it. With
+/// the jobs on the requests' connection, that one dropped every `ack_wait`, losing the
+/// requests in transit each time. A worker now pulls its jobs on a connection of its own
+/// (`ty-worker-NAME-jobs`), and once that connection dropped it reads the jobs handed out and
+/// not acked through the stream's JSON get API and removes those it cannot read, saying so:
+/// the jobs' connection drops once per such job, and the requests' one stays up, serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_the_workers_client_cannot_read_leaves_its_requests_connection_up() {
+async fn a_job_the_workers_client_cannot_read_is_removed_and_the_requests_connection_stays_up() {
     let nats = NatsServer::start();
-    let dir = std::env::temp_dir().join(format!("ty-poison-job-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("ty-unreadable-job-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("worker.toml");
     std::fs::write(&config, "[nats]\ntask_ack_wait_ms = 500\n").unwrap();
-    let (url, cfg) = (nats.url(), config.clone());
-    let _worker = tokio::task::spawn_blocking(move || ready_worker_with_config(&url, "calc", &cfg))
-        .await
-        .unwrap();
-    // The consumer is set up beside serving: a job published before it exists waits in
-    // the stream all the same (work-queue retention).
+    let (_worker, said) = worker_saying(&[
+        "--nats",
+        &nats.url(),
+        "--name",
+        "calc",
+        "--config",
+        &config.to_string_lossy(),
+    ]);
     let requests = connection_ids(&nats, "ty-worker-calc").await;
     assert_eq!(requests.len(), 1, "{requests:?}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut jobs = connection_ids(&nats, "ty-worker-calc-jobs").await;
-    while jobs.is_empty() {
-        assert!(Instant::now() < deadline, "no jobs connection");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        jobs = connection_ids(&nats, "ty-worker-calc-jobs").await;
-    }
-    tokio::task::block_in_place(|| {
-        nats.publish_unchecked("mcp.v1.task.calc.echo", None, "NoColon\r\n", "{}")
-    });
-    // The premise: the job is delivered, and its connection dropped, again and again.
-    let mut drops = 0;
-    let mut last = jobs.clone();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while drops < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "the jobs connection dropped {drops} times in 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = connection_ids(&nats, "ty-worker-calc-jobs").await;
-        if !now.is_empty() && now != last {
-            drops += 1;
-            last = now;
+    let jobs_connection = || async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ids = connection_ids(&nats, "ty-worker-calc-jobs").await;
+            if ids.len() == 1 {
+                return ids[0];
+            }
+            assert!(Instant::now() < deadline, "no jobs connection: {ids:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    };
+    let poisons: [(&str, &[u8], &[u8]); 2] = [
+        (
+            "a header line without a colon",
+            b"mcp.v1.task.calc.echo",
+            b"NATS/1.0\r\nNoColon\r\n\r\n",
+        ),
+        ("a subject that is not UTF-8", b"mcp.v1.task.calc.\xff", b""),
+    ];
+    for (what, subject, head) in poisons {
+        let before = jobs_connection().await;
+        tokio::task::block_in_place(|| nats.publish_bytes_unchecked(subject, None, head, b"{}"));
+        let line = tokio::task::block_in_place(|| {
+            said.wait_for("removed a task job the NATS client cannot read")
+        });
+        assert!(line.contains("TY_TASK_JOBS"), "{what}: {line}");
+        // The premise: it did drop the jobs' connection (once).
+        let after = jobs_connection().await;
+        assert_ne!(after, before, "{what} did not drop the jobs' connection");
+        // Removed: it does not come back, whatever `ack_wait` (500 ms) passes.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            jobs_connection().await,
+            after,
+            "{what} came back and dropped the jobs' connection again"
+        );
+        assert_eq!(
+            connection_ids(&nats, "ty-worker-calc").await,
+            requests,
+            "{what}: the requests' connection was replaced"
+        );
     }
-    assert_eq!(
-        connection_ids(&nats, "ty-worker-calc").await,
-        requests,
-        "the requests' connection was replaced while the job came back"
-    );
     let answered = tokio::task::block_in_place(|| {
         through_gateway(
             &nats.url(),

@@ -521,6 +521,29 @@ pub(crate) async fn consumer(
     Ok((consumer, NatsTaskStore::from_bucket(js, kv)))
 }
 
+/// Looks for jobs the client cannot read (`unreadable_jobs`) beside the pulls, at most once
+/// a second: a connection that flaps for another reason does not make a pass each time.
+fn look_for_unreadable(
+    runner: &Runner,
+    consumer: &PullConsumer,
+    looked: &mut Option<tokio::time::Instant>,
+) {
+    if looked.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+        return;
+    }
+    *looked = Some(tokio::time::Instant::now());
+    let js = crate::catalog::context(runner.client.clone());
+    let consumer = consumer.clone();
+    let draining = runner.draining.clone();
+    // Not in the tracker: a drain does not wait for it.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = crate::unreadable_jobs::remove(&js, STREAM, &consumer) => {}
+            () = draining.cancelled() => {}
+        }
+    });
+}
+
 /// Pulls jobs one at a time while a slot is free, each run in the worker's tracker, until
 /// the worker drains.
 pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurrency: usize) {
@@ -528,6 +551,7 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
     let events = crate::connection_events();
     let statistics = runner.client.statistics();
+    let mut looked: Option<tokio::time::Instant> = None;
     'pull: loop {
         let permit = tokio::select! {
             p = permits.clone().acquire_owned() => match p {
@@ -606,6 +630,9 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
                     // just as this worker, woken by the reconnection, drops it for a new one
                     // (the job then waits for its `ack_wait`).
                     tracing::debug!("the bus connection changed: pulling task jobs again");
+                    // It may have dropped over a job the client cannot read, which would
+                    // come back every `ack_wait`: such jobs are looked for and removed.
+                    look_for_unreadable(&runner, &consumer, &mut looked);
                     continue 'pull;
                 }
                 () = given_up.as_mut() => {

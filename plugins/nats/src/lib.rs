@@ -26,6 +26,7 @@ mod remote;
 mod replies;
 mod served;
 mod tasks;
+mod unreadable_jobs;
 pub mod wire;
 mod worker;
 

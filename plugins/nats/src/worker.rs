@@ -196,9 +196,10 @@ impl Worker {
     /// records' watches, a running task's control subject) on `jobs`. async-nats ends a
     /// connection that reads a message it cannot parse (a subject or header that is not
     /// UTF-8, a header line without a colon), and anything on the bus may publish to the work
-    /// queue: such a job, never acked, comes back every `ack_wait` and took the requests'
-    /// connection down each time, losing the requests in transit. On a connection of its own
-    /// it takes only that one down (docs/nats.md, "Not yet").
+    /// queue: such a job, never acked, came back every `ack_wait` and took the requests'
+    /// connection down each time, losing the requests in transit. It is now removed after
+    /// the drop it causes (`unreadable_jobs`); on a connection of its own that one drop is
+    /// not the requests' connection's (docs/nats.md, "Durable tasks").
     pub async fn start_with_jobs_on(
         server: Server,
         client: Client,
