@@ -1564,6 +1564,21 @@ async fn a_job_the_workers_client_cannot_read_is_removed_and_the_requests_connec
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
+    // The work queue and the worker's consumer are set up beside serving: a job published
+    // before the stream exists is stored nowhere.
+    let jsz = format!("{}/jsz?consumers=true", nats.monitoring_url());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reqwest::get(&jsz)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .contains("\"tyw-calc\"")
+    {
+        assert!(Instant::now() < deadline, "no job consumer tyw-calc");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let poisons: [(&str, &[u8], &[u8]); 2] = [
         (
             "a header line without a colon",
@@ -1576,7 +1591,7 @@ async fn a_job_the_workers_client_cannot_read_is_removed_and_the_requests_connec
         let before = jobs_connection().await;
         tokio::task::block_in_place(|| nats.publish_bytes_unchecked(subject, None, head, b"{}"));
         let line = tokio::task::block_in_place(|| {
-            said.wait_for("removed a task job the NATS client cannot read")
+            said.wait_for("removed a message the NATS client cannot read")
         });
         assert!(line.contains("TY_TASK_JOBS"), "{what}: {line}");
         // The premise: it did drop the jobs' connection (once).
@@ -1603,4 +1618,89 @@ async fn a_job_the_workers_client_cannot_read_is_removed_and_the_requests_connec
         )
     });
     assert_eq!(answered["content"][0]["text"], "up", "{answered}");
+}
+
+/// The tool names a gateway's Streamable HTTP endpoint `mcp` lists now (2026-07-28).
+async fn listed_through(mcp: &str) -> Vec<String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let answer: Value = reqwest::Client::new()
+        .post(mcp)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/list")
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap_or(Value::Null))
+        .unwrap();
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A catalog entry async-nats cannot read (a header line without a colon, put with a plain
+/// publish; anything on the bus may write the bucket) drops the connection that reads it, and
+/// the gateway's catalog watch, set up again from the last revision it saw, was handed it
+/// again, and again: `serve --nats` stopped following the catalog, and a worker started after
+/// it was not listed until the entry expired (three heartbeats, 30 s), as long as someone put
+/// another. Once the watch's connection changed, the entry is now found through the stream's
+/// JSON get API and its key purged, with a warning: the next worker is listed within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_entry_the_client_cannot_read_is_removed_and_the_workers_after_it_are_listed() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _calc = ready_worker(&url, "calc");
+    let gateway = gateway_process(&url).await;
+    let mcp = gateway.url();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !listed_through(&mcp).await.iter().any(|t| t == "calc__echo") {
+        assert!(Instant::now() < deadline, "the gateway never listed calc");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let poison = "$KV.TY_CATALOG.srv.junk.poison";
+    tokio::task::block_in_place(|| nats.publish_unchecked(poison, None, "NoColon\r\n", "{}"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The entry is purged: what its key holds last is a purge marker.
+    let purged = r#"
+import asyncio, base64, json, sys, time, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    deadline = time.time() + 10
+    while True:
+        got = await nc.request("$JS.API.STREAM.MSG.GET.KV_TY_CATALOG",
+            json.dumps({"last_by_subj": "$KV.TY_CATALOG.srv.junk.poison"}).encode(), timeout=2)
+        message = json.loads(got.data).get("message", {})
+        headers = base64.b64decode(message.get("hdrs", "")).decode("utf-8", "replace")
+        if "KV-Operation: PURGE" in headers:
+            break
+        if time.time() > deadline:
+            sys.exit("the unreadable entry is still the key's last message: " + repr(headers))
+        await asyncio.sleep(0.1)
+    await nc.close()
+asyncio.run(main())
+"#;
+    tokio::task::block_in_place(|| run_python(purged, &[&url]));
+    let _later = ready_worker(&url, "later");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let names = listed_through(&mcp).await;
+        if names.iter().any(|t| t == "later__echo") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a worker started after the unreadable entry is not listed in 10 s: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -444,6 +444,9 @@ fn finished(record: &TaskRecord) -> Result<RawResult, HandlerError> {
 pub(crate) struct Runner {
     pub(crate) server: Server,
     pub(crate) client: Client,
+    /// A connection the jobs do not travel on (the worker's requests' one), for reading the
+    /// stream when a job the client cannot read keeps dropping `client` (`unreadable`).
+    pub(crate) lookup: Client,
     pub(crate) store: NatsTaskStore,
     pub(crate) instance: String,
     pub(crate) prefix: String,
@@ -521,8 +524,9 @@ pub(crate) async fn consumer(
     Ok((consumer, NatsTaskStore::from_bucket(js, kv)))
 }
 
-/// Looks for jobs the client cannot read (`unreadable_jobs`) beside the pulls, at most once
-/// a second: a connection that flaps for another reason does not make a pass each time.
+/// Looks for jobs and task records the client cannot read (`unreadable`) beside the pulls,
+/// at most once a second: a connection that flaps for another reason does not make a pass
+/// each time.
 fn look_for_unreadable(
     runner: &Runner,
     consumer: &PullConsumer,
@@ -532,13 +536,20 @@ fn look_for_unreadable(
         return;
     }
     *looked = Some(tokio::time::Instant::now());
-    let js = crate::catalog::context(runner.client.clone());
-    let consumer = consumer.clone();
+    // Read through the other connection: the jobs' one drops at each delivery of such a job
+    // (every `ack_wait`), and a pass over it could be cut short each time.
+    let js = crate::catalog::context(runner.lookup.clone());
+    let name = consumer.cached_info().name.clone();
     let draining = runner.draining.clone();
     // Not in the tracker: a drain does not wait for it.
     tokio::spawn(async move {
+        // The jobs, and the task records this worker watches on the jobs' connection.
+        let pass = async {
+            crate::unreadable::remove_handed_out(&js, STREAM, &name).await;
+            crate::unreadable::remove_in(&js, crate::unreadable::TASKS_STREAM).await;
+        };
         tokio::select! {
-            _ = crate::unreadable_jobs::remove(&js, STREAM, &consumer) => {}
+            () = pass => {}
             () = draining.cancelled() => {}
         }
     });
@@ -552,6 +563,7 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
     let events = crate::connection_events();
     let statistics = runner.client.statistics();
     let mut looked: Option<tokio::time::Instant> = None;
+    let mut last_connects: Option<u64> = None;
     'pull: loop {
         let permit = tokio::select! {
             p = permits.clone().acquire_owned() => match p {
@@ -565,6 +577,16 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
             () = crate::connection::connected(&runner.client) => {}
             () = runner.draining.cancelled() => return,
         }
+        // The connection changed since the last pull (whichever step it dropped in): it may
+        // have dropped over a job the client cannot read, which would come back every
+        // `ack_wait`: such jobs are looked for and removed.
+        let now = statistics
+            .connects
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if last_connects.is_some_and(|last| last != now) {
+            look_for_unreadable(&runner, &consumer, &mut looked);
+        }
+        last_connects = Some(now);
         // Armed before the pull: a pull made on a connection that then drops is gone with it
         // (the broker restarted, say), and its batch would wait out its expiry and 5 s more
         // before this worker pulled again, while jobs waited.
@@ -630,9 +652,6 @@ pub(crate) async fn serve(runner: Arc<Runner>, consumer: PullConsumer, concurren
                     // just as this worker, woken by the reconnection, drops it for a new one
                     // (the job then waits for its `ack_wait`).
                     tracing::debug!("the bus connection changed: pulling task jobs again");
-                    // It may have dropped over a job the client cannot read, which would
-                    // come back every `ack_wait`: such jobs are looked for and removed.
-                    look_for_unreadable(&runner, &consumer, &mut looked);
                     continue 'pull;
                 }
                 () = given_up.as_mut() => {

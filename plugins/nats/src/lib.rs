@@ -26,7 +26,7 @@ mod remote;
 mod replies;
 mod served;
 mod tasks;
-mod unreadable_jobs;
+mod unreadable;
 pub mod wire;
 mod worker;
 

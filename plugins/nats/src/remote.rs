@@ -86,6 +86,9 @@ pub struct RemoteTools {
     inner: Arc<Inner>,
     watcher: tokio::task::JoinHandle<()>,
     connection: tokio::task::JoinHandle<()>,
+    /// Removes what async-nats cannot read from the buckets the watch connection reads,
+    /// each time that connection changes (`unreadable`).
+    scrubber: tokio::task::JoinHandle<()>,
 }
 
 #[derive(Debug)]
@@ -196,6 +199,17 @@ impl RemoteTools {
             catalog_changed: tokio::sync::Notify::new(),
             ignored: crate::doubling::Doubling::default(),
         });
+        // A catalog entry (or, on the same connection in `serve --nats`, a task record)
+        // async-nats cannot read drops the watch's connection, and the watch, set up again,
+        // is handed it again: it is removed once that connection changed.
+        let scrubber = tokio::spawn(crate::unreadable::remove_on_reconnect(
+            inner.watch.clone(),
+            inner.client.clone(),
+            &[
+                crate::unreadable::CATALOG_STREAM,
+                crate::unreadable::TASKS_STREAM,
+            ],
+        ));
         let following = inner.clone();
         let watcher = tokio::spawn(follow_catalog(following));
         inner.first_load().await;
@@ -231,6 +245,7 @@ impl RemoteTools {
             inner,
             watcher,
             connection,
+            scrubber,
         })
     }
 
@@ -302,6 +317,7 @@ impl Drop for RemoteTools {
     fn drop(&mut self) {
         self.watcher.abort();
         self.connection.abort();
+        self.scrubber.abort();
     }
 }
 

@@ -198,7 +198,7 @@ impl Worker {
     /// UTF-8, a header line without a colon), and anything on the bus may publish to the work
     /// queue: such a job, never acked, came back every `ack_wait` and took the requests'
     /// connection down each time, losing the requests in transit. It is now removed after
-    /// the drop it causes (`unreadable_jobs`); on a connection of its own that one drop is
+    /// the drop it causes (`unreadable`); on a connection of its own that one drop is
     /// not the requests' connection's (docs/nats.md, "Durable tasks").
     pub async fn start_with_jobs_on(
         server: Server,
@@ -404,6 +404,7 @@ async fn run_jobs(inner: Arc<Inner>, client: Client) {
     let runner = Arc::new(crate::jobs::Runner {
         server: inner.server.clone(),
         client,
+        lookup: inner.client.clone(),
         store,
         instance: inner.instance.clone(),
         prefix: config.prefix.clone(),
