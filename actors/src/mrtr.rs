@@ -12,7 +12,7 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolyard_proto::{ErrorObject, InputResponses};
 
@@ -46,14 +46,24 @@ pub(crate) struct RoundState {
 pub struct StateSealer(Arc<SealerKey>);
 
 struct SealerKey {
-    key: [u8; 32],
+    /// Replaceable ([`StateSealer::use_secret`]): a process may learn the key its replicas
+    /// share only after it started (a NATS worker reads it from the bus before it serves).
+    key: RwLock<Key>,
     ttl: Duration,
+}
+
+#[derive(Clone, Copy)]
+struct Key {
+    bytes: [u8; 32],
+    /// Made up by this process ([`StateSealer::random`]): no replica shares it.
+    random: bool,
 }
 
 impl std::fmt::Debug for StateSealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StateSealer")
             .field("ttl", &self.0.ttl)
+            .field("random", &self.is_random())
             .finish()
     }
 }
@@ -80,14 +90,33 @@ fn invalid(why: &str) -> ErrorObject {
 }
 
 impl StateSealer {
+    fn with_key(key: Key, ttl: Duration) -> Self {
+        StateSealer(Arc::new(SealerKey {
+            key: RwLock::new(key),
+            ttl,
+        }))
+    }
+
     /// A sealer with a secret key. Replicas that must accept each other's state share the key.
     pub fn new(key: [u8; 32], ttl: Duration) -> Self {
-        StateSealer(Arc::new(SealerKey { key, ttl }))
+        Self::with_key(
+            Key {
+                bytes: key,
+                random: false,
+            },
+            ttl,
+        )
     }
 
     /// A sealer with a random key (state is then only valid on this process).
     pub fn random(ttl: Duration) -> Self {
-        Self::new(rand::random(), ttl)
+        Self::with_key(
+            Key {
+                bytes: rand::random(),
+                random: true,
+            },
+            ttl,
+        )
     }
 
     /// A sealer whose key is derived from a passphrase.
@@ -95,9 +124,30 @@ impl StateSealer {
         Self::new(Sha256::digest(secret.as_bytes()).into(), ttl)
     }
 
+    /// Whether the key was made up by this process ([`StateSealer::random`]): state it seals
+    /// opens nowhere else, so a retry landing on a replica fails.
+    pub fn is_random(&self) -> bool {
+        self.key().random
+    }
+
+    /// Seals and opens with the key derived from `secret` (as [`StateSealer::from_secret`]
+    /// derives it) from now on, in every clone of this sealer. State sealed before with the
+    /// old key no longer opens: call it before serving.
+    pub fn use_secret(&self, secret: &[u8]) {
+        let key = Key {
+            bytes: Sha256::digest(secret).into(),
+            random: false,
+        };
+        *self.0.key.write().unwrap_or_else(PoisonError::into_inner) = key;
+    }
+
+    fn key(&self) -> Key {
+        *self.0.key.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn mac(&self) -> HmacSha256 {
         // HMAC accepts keys of any length; 32 bytes never fails.
-        <HmacSha256 as Mac>::new_from_slice(&self.0.key).expect("HMAC takes any key length")
+        <HmacSha256 as Mac>::new_from_slice(&self.key().bytes).expect("HMAC takes any key length")
     }
 
     pub(crate) fn seal(&self, mut state: RoundState) -> String {
@@ -136,8 +186,12 @@ impl StateSealer {
         let tag = B64.decode(tag).map_err(|_| invalid("malformed"))?;
         let mut mac = self.mac();
         mac.update(&payload);
-        mac.verify_slice(&tag)
-            .map_err(|_| invalid("integrity check failed"))?;
+        mac.verify_slice(&tag).map_err(|_| {
+            invalid(
+                "integrity check failed (sealed with another key? every replica a retry \
+                     may land on must share one state secret)",
+            )
+        })?;
         let state: RoundState =
             serde_json::from_slice(&payload).map_err(|_| invalid("malformed payload"))?;
         if state.e < now_secs() {
@@ -258,5 +312,31 @@ mod tests {
         assert!(other
             .open(&sealed, "tools/call", "ask", &digest(&[b"{}"]), None)
             .is_err());
+    }
+
+    #[test]
+    fn a_random_key_replaced_by_a_shared_secret_opens_what_a_replica_sealed_with_it() {
+        let d = digest(&[b"{}"]);
+        let here = StateSealer::random(Duration::from_secs(60));
+        let clone = here.clone();
+        assert!(here.is_random());
+        let replica = StateSealer::from_secret("shared", Duration::from_secs(60));
+        assert!(!replica.is_random());
+        let sealed = replica.seal(state());
+        let err = here
+            .open(&sealed, "tools/call", "ask", &d, None)
+            .unwrap_err();
+        assert!(
+            err.message.contains("share one state secret"),
+            "{}",
+            err.message
+        );
+        here.use_secret(b"shared");
+        assert!(!here.is_random());
+        // Every clone (each call's future holds one) seals with the new key.
+        let opened = clone.open(&sealed, "tools/call", "ask", &d, None).unwrap();
+        assert_eq!(opened.s, Some(serde_json::json!({"step": 1})));
+        let back = clone.seal(state());
+        assert!(replica.open(&back, "tools/call", "ask", &d, None).is_ok());
     }
 }

@@ -607,6 +607,20 @@ impl Server {
         self.core.sealer.renew(sealed)
     }
 
+    /// Whether modern `requestState` is sealed with a key this process made up (no state
+    /// secret was given): a retry that lands on another replica fails its integrity check.
+    pub fn state_key_is_random(&self) -> bool {
+        self.core.sealer.is_random()
+    }
+
+    /// Seals and opens modern `requestState` with the key derived from `secret` from now on
+    /// (as the builder's `state_secret` derives it from the same secret), for a key the replicas agree on only after the server started: a NATS worker
+    /// reads its name's shared key from the bus before it serves. State sealed with the old
+    /// key no longer opens, so call it before serving anything.
+    pub fn use_state_secret(&self, secret: &[u8]) {
+        self.core.sealer.use_secret(secret);
+    }
+
     /// The server's identity.
     pub fn info(&self) -> &Implementation {
         &self.core.info

@@ -54,8 +54,9 @@ pub(crate) struct WorkerArgs {
     /// Seconds in-flight requests get to finish after SIGTERM / Ctrl-C.
     #[arg(long, env = "TOOLYARD_DRAIN_SECONDS", default_value_t = 10)]
     drain_seconds: u64,
-    /// Secret that signs modern requestState: give every worker the same one, so a
-    /// multi-round-trip retry may land on any of them.
+    /// Secret that signs modern requestState: give every worker of a name the same one, so a
+    /// multi-round-trip retry may land on any of them. Without it, the workers of a name
+    /// share one kept on the bus (KV bucket TY_STATE_KEYS), written by the first to start.
     #[arg(long, env = "TOOLYARD_STATE_SECRET", hide_env_values = true)]
     state_secret: Option<String>,
     /// Tokio worker threads (1 = a single-threaded runtime). More threads run more of a

@@ -26,6 +26,8 @@ mod interop_http;
 mod nats;
 #[cfg(feature = "nats")]
 mod nats_auth;
+#[cfg(feature = "nats")]
+mod nats_interop;
 #[cfg(all(feature = "otel", feature = "nats"))]
 mod otel;
 mod probe;

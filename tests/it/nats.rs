@@ -35,6 +35,7 @@ pub(crate) fn spawn_worker(args: &[&str], stderr: Stdio) -> Child {
         .args(args)
         .env_remove("TOOLYARD_NATS")
         .env_remove("TOOLYARD_LOG")
+        .env_remove("TOOLYARD_STATE_SECRET")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
@@ -273,7 +274,7 @@ fn a_worker_given_a_notification_backlog_drops_a_progress_flood_beyond_it_and_sa
 
 /// A `toolyard worker` process that has subscribed (it said so on stderr); the rest of its
 /// stderr is passed on.
-fn ready_worker(url: &str, name: &str) -> WorkerProcess {
+pub(crate) fn ready_worker(url: &str, name: &str) -> WorkerProcess {
     ready_worker_with(url, name, &[])
 }
 
@@ -1030,7 +1031,7 @@ async fn get_json(url: &str) -> (u16, Value) {
 }
 
 /// Polls `GET url` until it answers `want` (30 s at most); its body then.
-async fn wait_for_status(url: &str, want: u16) -> Value {
+pub(crate) async fn wait_for_status(url: &str, want: u16) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = get_json(url).await;

@@ -25,6 +25,7 @@ mod jobs;
 mod remote;
 mod replies;
 mod served;
+mod state_key;
 mod tasks;
 mod unreadable;
 pub mod wire;
@@ -44,6 +45,7 @@ pub use jobs::{
     TASK_ID as TASK_ID_HEADER,
 };
 pub use remote::{RemoteConfig, RemoteTools};
+pub use state_key::BUCKET as STATE_KEYS_BUCKET;
 pub use tasks::{NatsTaskStore, BUCKET as TASKS_BUCKET};
 pub use worker::{Worker, WorkerConfig};
 

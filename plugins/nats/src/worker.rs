@@ -249,6 +249,24 @@ impl Worker {
                 Err(e) => return Err(e),
             }
         }
+        // Before the first request: a retry of a multi-round call may land on any worker of
+        // the name, and opens only under the key that sealed it.
+        match crate::state_key::share(
+            &js,
+            &inner.server,
+            &inner.config.server,
+            inner.config.catalog_replicas,
+        )
+        .await
+        {
+            Ok(true) => {
+                tracing::info!(server = %inner.config.server, "requestState sealed with the secret this name's workers share on the bus ({})", crate::state_key::BUCKET)
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(server = %inner.config.server, error = %e, "requestState sealed with this process's own key: a multi-round call whose retry lands on another worker of this name fails; give every worker of it the same state secret")
+            }
+        }
         let subscription = client
             .queue_subscribe(
                 wire::worker_subject(&inner.config.prefix, &inner.config.server),

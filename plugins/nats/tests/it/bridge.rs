@@ -900,3 +900,43 @@ async fn calls_a_busy_worker_refuses_are_sent_again_until_they_run_or_their_dead
         "the refused call ran"
     );
 }
+
+/// Servers built without a state secret, made workers of one name, seal `requestState` with
+/// the secret the first of them wrote to the bus (`TY_STATE_KEYS`, under the name), so an
+/// input round's retry opens on whichever worker takes it; a server given a secret keeps it
+/// and writes nothing there (the binary's test sends a round across two workers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_given_no_state_secret_share_one_through_the_bus_and_a_given_one_is_kept() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let bare = || toolyard::ServerBuilder::new("w", "1.0").start();
+    let (a, b) = (bare().await.unwrap(), bare().await.unwrap());
+    assert!(a.state_key_is_random() && b.state_key_is_random());
+    let _a = Worker::start(a.clone(), connect(&url).await, WorkerConfig::new("calc"))
+        .await
+        .unwrap();
+    let _b = Worker::start(b.clone(), connect(&url).await, WorkerConfig::new("calc"))
+        .await
+        .unwrap();
+    assert!(!a.state_key_is_random() && !b.state_key_is_random());
+    let given = toolyard::ServerBuilder::new("w", "1.0")
+        .state_secret("chosen", Duration::from_secs(600))
+        .start()
+        .await
+        .unwrap();
+    let _given = Worker::start(given.clone(), connect(&url).await, WorkerConfig::new("own"))
+        .await
+        .unwrap();
+    assert!(!given.state_key_is_random());
+    let kv = async_nats::jetstream::new(connect(&url).await)
+        .get_key_value(toolyard_nats::STATE_KEYS_BUCKET)
+        .await
+        .unwrap();
+    let secret = kv.get("calc").await.unwrap().expect("calc's secret");
+    assert_eq!(secret.len(), 64, "32 random bytes as hex");
+    assert_eq!(
+        kv.get("own").await.unwrap(),
+        None,
+        "a given secret stays off the bus"
+    );
+}

@@ -1,0 +1,87 @@
+//! The key that seals a worker's `requestState`, shared through the bus by the workers of one
+//! name.
+//!
+//! A multi-round-trip call (an elicitation, a sampling or a roots question, 2026-07-28's
+//! `input_required`) is answered by sending the call again with the sealed state, and that
+//! retry goes to the name's queue group: any worker may take it, and it opens only where the
+//! key that sealed it is. A server built without a state secret seals with a key it made up,
+//! so with two workers of one name about every other such retry failed "Invalid
+//! requestState: integrity check failed" — the README's own two-worker example did. Such a
+//! server now takes the key its name's workers share: the first worker to start writes a
+//! random secret under the name in the bucket [`BUCKET`] (a create, which exactly one wins),
+//! every other reads it. A server given a secret (`--state-secret`, the builder's
+//! `state_secret`) keeps its own: whoever may read the bucket may seal state the workers
+//! trust, so a deployment whose bus is open to callers it does not trust gives every worker
+//! the same secret and keeps it off the bus.
+
+use crate::catalog;
+use crate::error::NatsError;
+use async_nats::jetstream::{self, kv};
+use std::fmt::Write as _;
+use toolyard::Server;
+
+/// The JetStream KV bucket holding each worker name's state secret (key: the name).
+pub const BUCKET: &str = "TY_STATE_KEYS";
+
+/// Makes `server` seal with the secret shared by the workers named `name`, when it was given
+/// none: reads it from [`BUCKET`], or writes a new random one when it is the first.
+/// Returns whether the server now seals with the shared secret.
+pub(crate) async fn share(
+    js: &jetstream::Context,
+    server: &Server,
+    name: &str,
+    replicas: usize,
+) -> Result<bool, NatsError> {
+    if !server.state_key_is_random() {
+        return Ok(false);
+    }
+    let config = kv::Config {
+        bucket: BUCKET.to_owned(),
+        description: "Toolyard: the secret each worker name seals requestState with".to_owned(),
+        history: 1,
+        num_replicas: replicas.max(1),
+        ..Default::default()
+    };
+    let store = Box::pin(catalog::open_bucket(js, config, "state key")).await?;
+    let ours = random_secret();
+    let secret = match store.create(name, ours.clone().into()).await {
+        Ok(_) => ours.into(),
+        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => store
+            .get(name)
+            .await
+            .map_err(|e| NatsError::Bus(format!("reading the state key of {name}: {e}")))?
+            .filter(|secret| !secret.is_empty())
+            .ok_or_else(|| NatsError::Bus(format!("the state key of {name} is empty")))?,
+        Err(e) => {
+            return Err(NatsError::Bus(format!(
+                "writing the state key of {name}: {e}"
+            )))
+        }
+    };
+    server.use_state_secret(&secret);
+    Ok(true)
+}
+
+/// 32 random bytes, as hex: what `--state-secret` would be given, so an operator can read it
+/// out of the bucket and hand it to a process that does not share the bus.
+fn random_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    let mut hex = String::with_capacity(64);
+    for byte in bytes {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_random_secret_is_64_hex_digits_and_differs_each_time() {
+        let a = random_secret();
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, random_secret());
+    }
+}
