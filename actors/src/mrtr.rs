@@ -57,6 +57,9 @@ struct Key {
     bytes: [u8; 32],
     /// Made up by this process ([`StateSealer::random`]): no replica shares it.
     random: bool,
+    /// The key before [`StateSealer::use_secret`] replaced it: state it sealed (a round a
+    /// gateway answered while it waited for the bus) still opens here.
+    previous: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for StateSealer {
@@ -85,6 +88,11 @@ pub(crate) fn digest(parts: &[&[u8]]) -> String {
     B64.encode(&h.finalize()[..16])
 }
 
+fn mac_of(key: &[u8; 32]) -> HmacSha256 {
+    // HMAC accepts keys of any length; 32 bytes never fails.
+    <HmacSha256 as Mac>::new_from_slice(key).expect("HMAC takes any key length")
+}
+
 fn invalid(why: &str) -> ErrorObject {
     ErrorObject::invalid_params(format!("Invalid requestState: {why}"))
 }
@@ -103,6 +111,7 @@ impl StateSealer {
             Key {
                 bytes: key,
                 random: false,
+                previous: None,
             },
             ttl,
         )
@@ -114,6 +123,7 @@ impl StateSealer {
             Key {
                 bytes: rand::random(),
                 random: true,
+                previous: None,
             },
             ttl,
         )
@@ -130,15 +140,19 @@ impl StateSealer {
         self.key().random
     }
 
-    /// Seals and opens with the key derived from `secret` (as [`StateSealer::from_secret`]
-    /// derives it) from now on, in every clone of this sealer. State sealed before with the
-    /// old key no longer opens: call it before serving.
+    /// Seals with the key derived from `secret` (as [`StateSealer::from_secret`] derives it)
+    /// from now on, in every clone of this sealer; opens with it, and with the key it
+    /// replaces (state this process sealed before keeps opening here, until it expires).
     pub fn use_secret(&self, secret: &[u8]) {
-        let key = Key {
-            bytes: Sha256::digest(secret).into(),
-            random: false,
-        };
-        *self.0.key.write().unwrap_or_else(PoisonError::into_inner) = key;
+        let bytes: [u8; 32] = Sha256::digest(secret).into();
+        let mut key = self.0.key.write().unwrap_or_else(PoisonError::into_inner);
+        if key.bytes != bytes {
+            *key = Key {
+                bytes,
+                random: false,
+                previous: Some(key.bytes),
+            };
+        }
     }
 
     fn key(&self) -> Key {
@@ -146,8 +160,7 @@ impl StateSealer {
     }
 
     fn mac(&self) -> HmacSha256 {
-        // HMAC accepts keys of any length; 32 bytes never fails.
-        <HmacSha256 as Mac>::new_from_slice(&self.key().bytes).expect("HMAC takes any key length")
+        mac_of(&self.key().bytes)
     }
 
     pub(crate) fn seal(&self, mut state: RoundState) -> String {
@@ -184,14 +197,18 @@ impl StateSealer {
         let (payload, tag) = sealed.split_once('.').ok_or_else(|| invalid("malformed"))?;
         let payload = B64.decode(payload).map_err(|_| invalid("malformed"))?;
         let tag = B64.decode(tag).map_err(|_| invalid("malformed"))?;
-        let mut mac = self.mac();
-        mac.update(&payload);
-        mac.verify_slice(&tag).map_err(|_| {
-            invalid(
+        let key = self.key();
+        let signed_with = |key: &[u8; 32]| {
+            let mut mac = mac_of(key);
+            mac.update(&payload);
+            mac.verify_slice(&tag).is_ok()
+        };
+        if !signed_with(&key.bytes) && !key.previous.as_ref().is_some_and(signed_with) {
+            return Err(invalid(
                 "integrity check failed (sealed with another key? every replica a retry \
-                     may land on must share one state secret)",
-            )
-        })?;
+                 may land on must share one state secret)",
+            ));
+        }
         let state: RoundState =
             serde_json::from_slice(&payload).map_err(|_| invalid("malformed payload"))?;
         if state.e < now_secs() {
@@ -338,5 +355,12 @@ mod tests {
         assert_eq!(opened.s, Some(serde_json::json!({"step": 1})));
         let back = clone.seal(state());
         assert!(replica.open(&back, "tools/call", "ask", &d, None).is_ok());
+        // What this process sealed before the switch still opens here.
+        let before = StateSealer::random(Duration::from_secs(60));
+        let early = before.seal(state());
+        before.use_secret(b"shared");
+        assert!(before.open(&early, "tools/call", "ask", &d, None).is_ok());
+        assert!(before.open(&back, "tools/call", "ask", &d, None).is_ok());
+        assert!(replica.open(&early, "tools/call", "ask", &d, None).is_err());
     }
 }

@@ -613,10 +613,10 @@ impl Server {
         self.core.sealer.is_random()
     }
 
-    /// Seals and opens modern `requestState` with the key derived from `secret` from now on
-    /// (as the builder's `state_secret` derives it from the same secret), for a key the replicas agree on only after the server started: a NATS worker
-    /// reads its name's shared key from the bus before it serves. State sealed with the old
-    /// key no longer opens, so call it before serving anything.
+    /// Seals modern `requestState` with the key derived from `secret` from now on (as the
+    /// builder's `state_secret` derives it from the same secret), for a key the replicas
+    /// agree on only after the server started: a NATS worker or gateway reads the one its
+    /// peers share from the bus. State sealed with the key it replaces still opens here.
     pub fn use_state_secret(&self, secret: &[u8]) {
         self.core.sealer.use_secret(secret);
     }

@@ -121,7 +121,8 @@ struct ServeArgs {
     /// Requests in flight per connection before new ones are refused.
     #[arg(long, env = "TOOLYARD_MAX_IN_FLIGHT")]
     max_in_flight: Option<usize>,
-    /// Secret that signs modern requestState (share it between replicas).
+    /// Secret that signs modern requestState (share it between replicas). Without it, gateways
+    /// on a NATS bus (`--nats`) share one kept there (KV bucket TY_STATE_KEYS).
     #[arg(long, env = "TOOLYARD_STATE_SECRET", hide_env_values = true)]
     state_secret: Option<String>,
     /// Leave out the built-in demo set.

@@ -141,3 +141,72 @@ async fn a_multi_round_call_whose_retry_lands_on_another_worker_opens_there() {
     assert_eq!(result["content"][0]["text"], "Hello, Ada!", "{result}");
     assert_eq!(workers.lock().unwrap().len(), 1, "the question came once");
 }
+
+/// Two gateways on one bus, as behind a load balancer: a 2026-07-28 caller gets `ask_name`'s
+/// question from one and sends its answer to the other, which opens the state the first
+/// sealed: gateways given no secret share the one the first wrote to the bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_rounds_retry_reaching_another_gateway_opens_there() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = tokio::task::spawn_blocking(move || ready_worker(&url, "pool"))
+        .await
+        .unwrap();
+    let mut gateways = Vec::new();
+    for _ in 0..2 {
+        let url = nats.url();
+        let gateway = tokio::task::spawn_blocking(move || {
+            ServerProcess::start(BIN, &["serve", "--nats", &url])
+        })
+        .await
+        .unwrap();
+        wait_for_status(&format!("{}/readyz", gateway.base_url()), 200).await;
+        gateways.push(gateway);
+    }
+    let call = json!({"name": "pool__ask_name", "arguments": {}});
+    let asked = modern_call(&gateways[0].url(), "pool__ask_name", call.clone()).await;
+    let asked = &asked["result"];
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let (key, _) = asked["inputRequests"]
+        .as_object()
+        .and_then(|requests| requests.iter().next())
+        .expect("an input request");
+    let mut retry = call;
+    retry["inputResponses"] = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
+    retry["requestState"] = asked["requestState"].clone();
+    let answered = modern_call(&gateways[1].url(), "pool__ask_name", retry).await;
+    assert_eq!(
+        answered["result"]["content"][0]["text"], "Hello, Ada!",
+        "{answered}"
+    );
+}
+
+/// One 2026-07-28 `tools/call` over HTTP from a caller that can answer an elicitation form;
+/// the JSON-RPC response (the last message of an event stream, or the JSON body).
+async fn modern_call(url: &str, tool: &str, mut params: serde_json::Value) -> serde_json::Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let text = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", tool)
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let last = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .next_back()
+        .map_or(text.as_str(), str::trim);
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {text}"))
+}

@@ -116,6 +116,9 @@ struct Inner {
     /// Catalog entries not taken (anything on the bus can write the bucket), logged at each
     /// doubling.
     ignored: crate::doubling::Doubling,
+    /// Whether the gateways' shared state key was asked for (once: `attach` runs again after
+    /// each loss of the watch).
+    state_key_asked: std::sync::atomic::AtomicBool,
 }
 
 /// Where following the catalog is; `start` and `follow_catalog` agree under its lock on
@@ -198,6 +201,7 @@ impl RemoteTools {
             catalog: Mutex::default(),
             catalog_changed: tokio::sync::Notify::new(),
             ignored: crate::doubling::Doubling::default(),
+            state_key_asked: std::sync::atomic::AtomicBool::new(false),
         });
         // A catalog entry (or, on the same connection in `serve --nats`, a task record)
         // async-nats cannot read drops the watch's connection, and the watch, set up again,
@@ -388,6 +392,23 @@ async fn attach(inner: &Arc<Inner>) -> Result<async_nats::jetstream::kv::Watch, 
     let js = catalog::context(inner.watch.clone());
     let config = &inner.config;
     let store = catalog::bucket(&js, catalog::HEARTBEAT, config.catalog_replicas).await?;
+    // A 2026-07-28 caller's retry of an input round may reach another gateway on the bus
+    // (behind a load balancer), whose key must open what this one sealed.
+    if !inner
+        .state_key_asked
+        .swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        let key = crate::state_key::GATEWAYS;
+        match crate::state_key::share(&js, &inner.server, key, config.catalog_replicas).await {
+            Ok(true) => {
+                tracing::info!(target: "toolyard::nats", "requestState sealed with the secret the gateways share on the bus ({})", crate::state_key::BUCKET)
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(target: "toolyard::nats", error = %e, "requestState sealed with this process's own key: a caller's retry of an input round that reaches another gateway fails; give every gateway the same state secret")
+            }
+        }
+    }
     let watch = store
         .watch_all()
         .await

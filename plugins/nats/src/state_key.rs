@@ -1,5 +1,5 @@
-//! The key that seals a worker's `requestState`, shared through the bus by the workers of one
-//! name.
+//! The key that seals `requestState`, shared through the bus by the workers of one name, and
+//! by the gateways.
 //!
 //! A multi-round-trip call (an elicitation, a sampling or a roots question, 2026-07-28's
 //! `input_required`) is answered by sending the call again with the sealed state, and that
@@ -8,10 +8,12 @@
 //! so with two workers of one name about every other such retry failed "Invalid
 //! requestState: integrity check failed" — the README's own two-worker example did. Such a
 //! server now takes the key its name's workers share: the first worker to start writes a
-//! random secret under the name in the bucket [`BUCKET`] (a create, which exactly one wins),
-//! every other reads it. A server given a secret (`--state-secret`, the builder's
-//! `state_secret`) keeps its own: whoever may read the bucket may seal state the workers
-//! trust, so a deployment whose bus is open to callers it does not trust gives every worker
+//! random secret under `worker.{name}` in the bucket [`BUCKET`] (a create, which exactly one
+//! wins), every other reads it. Gateways do the same under [`GATEWAYS`]: a 2026-07-28
+//! caller's retry, behind a load balancer, may reach another gateway than the one that
+//! sealed its state. A server given a secret (`--state-secret`, the builder's
+//! `state_secret`) keeps its own: whoever may read the bucket may seal state the servers
+//! trust, so a deployment whose bus is open to callers it does not trust gives every server
 //! the same secret and keeps it off the bus.
 
 use crate::catalog;
@@ -20,16 +22,26 @@ use async_nats::jetstream::{self, kv};
 use std::fmt::Write as _;
 use toolyard::Server;
 
-/// The JetStream KV bucket holding each worker name's state secret (key: the name).
+/// The JetStream KV bucket holding the state secrets: a worker name's under
+/// `worker.{name}`, the gateways' under [`GATEWAYS`].
 pub const BUCKET: &str = "TY_STATE_KEYS";
 
-/// Makes `server` seal with the secret shared by the workers named `name`, when it was given
-/// none: reads it from [`BUCKET`], or writes a new random one when it is the first.
-/// Returns whether the server now seals with the shared secret.
+/// The key of the secret every gateway on the bus shares: a 2026-07-28 caller's retry of an
+/// input round, behind a load balancer, may reach another gateway than the one that asked.
+pub(crate) const GATEWAYS: &str = "gateway";
+
+/// The key of worker name `name`'s secret.
+pub(crate) fn worker(name: &str) -> String {
+    format!("worker.{name}")
+}
+
+/// Makes `server` seal with the secret shared under `key` in [`BUCKET`], when it was given
+/// none: reads it, or writes a new random one when it is the first. Returns whether the
+/// server now seals with the shared secret.
 pub(crate) async fn share(
     js: &jetstream::Context,
     server: &Server,
-    name: &str,
+    key: &str,
     replicas: usize,
 ) -> Result<bool, NatsError> {
     if !server.state_key_is_random() {
@@ -44,19 +56,15 @@ pub(crate) async fn share(
     };
     let store = Box::pin(catalog::open_bucket(js, config, "state key")).await?;
     let ours = random_secret();
-    let secret = match store.create(name, ours.clone().into()).await {
+    let secret = match store.create(key, ours.clone().into()).await {
         Ok(_) => ours.into(),
         Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => store
-            .get(name)
+            .get(key)
             .await
-            .map_err(|e| NatsError::Bus(format!("reading the state key of {name}: {e}")))?
+            .map_err(|e| NatsError::Bus(format!("reading the state key {key}: {e}")))?
             .filter(|secret| !secret.is_empty())
-            .ok_or_else(|| NatsError::Bus(format!("the state key of {name} is empty")))?,
-        Err(e) => {
-            return Err(NatsError::Bus(format!(
-                "writing the state key of {name}: {e}"
-            )))
-        }
+            .ok_or_else(|| NatsError::Bus(format!("the state key {key} is empty")))?,
+        Err(e) => return Err(NatsError::Bus(format!("writing the state key {key}: {e}"))),
     };
     server.use_state_secret(&secret);
     Ok(true)

@@ -254,7 +254,7 @@ impl Worker {
         match crate::state_key::share(
             &js,
             &inner.server,
-            &inner.config.server,
+            &crate::state_key::worker(&inner.config.server),
             inner.config.catalog_replicas,
         )
         .await

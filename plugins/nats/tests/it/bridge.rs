@@ -932,10 +932,10 @@ async fn workers_given_no_state_secret_share_one_through_the_bus_and_a_given_one
         .get_key_value(toolyard_nats::STATE_KEYS_BUCKET)
         .await
         .unwrap();
-    let secret = kv.get("calc").await.unwrap().expect("calc's secret");
+    let secret = kv.get("worker.calc").await.unwrap().expect("calc's secret");
     assert_eq!(secret.len(), 64, "32 random bytes as hex");
     assert_eq!(
-        kv.get("own").await.unwrap(),
+        kv.get("worker.own").await.unwrap(),
         None,
         "a given secret stays off the bus"
     );
