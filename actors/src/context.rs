@@ -83,6 +83,11 @@ pub struct Caller {
     pub principal: Option<Arc<str>>,
     /// Where the caller is, when the transport knows.
     pub peer: Option<Arc<crate::middleware::Peer>>,
+    /// The request runs the body of a task held elsewhere (a durable NATS job, whose record
+    /// and questions its worker keeps): it gets no task of its own, whatever its tool's task
+    /// support ([`Server::serve_task_body`](crate::Server::serve_task_body)). Never set from
+    /// the wire.
+    pub task_body: bool,
 }
 
 /// What every legacy request of one connection shares (one `Arc` per request).
@@ -229,6 +234,11 @@ impl RequestContext {
     pub fn is_modern(&self) -> bool {
         matches!(self.inner.channel, Channel::Modern { .. })
     }
+    /// Whether the request runs the body of a task held elsewhere ([`Caller::task_body`]).
+    pub(crate) fn runs_task_body(&self) -> bool {
+        self.inner.caller.task_body
+    }
+
     /// The caller's capabilities.
     pub fn client_capabilities(&self) -> &ClientCapabilities {
         &self.inner.caller.capabilities

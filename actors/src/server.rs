@@ -576,7 +576,16 @@ impl Server {
     /// notifications go to `delivery`, closing it cancels the request. `subscriptions/listen`
     /// needs a connection; hand it to [`ConnectionHandle::deliver`] instead.
     pub fn serve_stateless(&self, request: Request, meta: RequestMeta, delivery: Delivery) {
-        crate::connection::serve_stateless(&self.core, request, meta, delivery)
+        crate::connection::serve_stateless(&self.core, request, meta, delivery, false)
+    }
+
+    /// [`serve_stateless`](Self::serve_stateless) for a request that runs the body of a task
+    /// held elsewhere: a durable NATS job, whose worker keeps its record and its questions.
+    /// It runs as an ordinary request, whatever its tool's task support (a tool that runs
+    /// only as a task runs; none gets a task of this server's), and its input rounds come
+    /// back as `input_required` results for the task's holder to ask.
+    pub fn serve_task_body(&self, request: Request, meta: RequestMeta, delivery: Delivery) {
+        crate::connection::serve_stateless(&self.core, request, meta, delivery, true)
     }
 
     /// Tells this server's listeners of a task's status as changed elsewhere (another

@@ -10,7 +10,11 @@
 //! worker: before the workers shared a state key through the bus (`TY_STATE_KEYS`), about
 //! every other elicitation, sampling or roots call failed there "Invalid requestState:
 //! integrity check failed". `a_multi_round_call_whose_retry_lands_on_another_worker_opens_there`
-//! pins it without chance: the retry can only reach the second worker.
+//! pins it without chance: the retry can only reach the second worker; the same for a
+//! 2026-07-28 caller's answer sent to another gateway.
+//!
+//! The official conformance suite runs through the bridge too: `toolyard serve --nats` in
+//! front of the suite's fixture served as a worker (`conformance-server --nats`).
 
 use crate::client_interop::TempDir;
 use crate::nats::{ready_worker, wait_for_status};
@@ -183,18 +187,35 @@ async fn an_input_rounds_retry_reaching_another_gateway_opens_there() {
 
 /// One 2026-07-28 `tools/call` over HTTP from a caller that can answer an elicitation form;
 /// the JSON-RPC response (the last message of an event stream, or the JSON body).
-async fn modern_call(url: &str, tool: &str, mut params: serde_json::Value) -> serde_json::Value {
+async fn modern_call(url: &str, tool: &str, params: serde_json::Value) -> serde_json::Value {
+    modern_request(url, "tools/call", Some(tool), params).await
+}
+
+/// [`modern_call`] for a method that names nothing.
+async fn modern_rpc(url: &str, method: &str, params: serde_json::Value) -> serde_json::Value {
+    modern_request(url, method, None, params).await
+}
+
+async fn modern_request(
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    mut params: serde_json::Value,
+) -> serde_json::Value {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
     });
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    let text = reqwest::Client::new()
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut request = reqwest::Client::new()
         .post(url)
         .header("Accept", "application/json, text/event-stream")
         .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", tool)
+        .header("Mcp-Method", method);
+    if let Some(name) = name {
+        request = request.header("Mcp-Name", name);
+    }
+    let text = request
         .header("Content-Type", "application/json")
         .body(body.to_string())
         .send()
@@ -209,4 +230,131 @@ async fn modern_call(url: &str, tool: &str, mut params: serde_json::Value) -> se
         .next_back()
         .map_or(text.as_str(), str::trim);
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The official conformance suite (`tests/conformance/harness/`) against `toolyard serve
+/// --nats` (names unprefixed) in front of the suite's own fixture served as a NATS worker
+/// (`conformance-server --nats`, the workspace's binary beside ours): every request of the
+/// suite crosses the bus, and what the suite checks of a server holds of the bridge. Its one
+/// scenario the bridge fails is left out: `tasks-mrtr-composition` (a tool that asks before
+/// it becomes a task; docs/nats.md "Not yet"). Run it with the workspace (`scripts/test`):
+/// the fixture is then built from the same tree as `toolyard` (`-p toolyard-cli` alone
+/// leaves it as last built).
+fn suite_through_nats(version: &str, args: &[&str], expected: usize) {
+    let (passed, failed, stdout) = run_suite_through_nats(version, args);
+    assert!(
+        passed == expected && failed.is_empty(),
+        "suite {version} {args:?} through NATS: {passed} passed, failed {failed:?}\n{stdout}"
+    );
+}
+
+/// Runs the suite as [`suite_through_nats`] says: how many scenarios passed, the names of
+/// those that failed, and the harness's output.
+fn run_suite_through_nats(version: &str, args: &[&str]) -> (usize, Vec<String>, String) {
+    let fixture = std::path::Path::new(BIN).with_file_name("conformance-server");
+    assert!(
+        fixture.exists(),
+        "{} is not built: run the workspace's tests (cargo nextest run --workspace), or \
+         cargo build -p toolyard-conformance",
+        fixture.display()
+    );
+    let nats = NatsServer::start();
+    let _worker = crate::nats::WorkerProcess(
+        std::process::Command::new(&fixture)
+            .args(["--nats", &nats.url()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start conformance-server --nats"),
+    );
+    let dir = TempDir::new("nats-conformance");
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!("[nats]\nurl = {:?}\nseparator = \"\"\n", nats.url()),
+    )
+    .unwrap();
+    let gateway = ServerProcess::start(BIN, &["serve", "--config", config.to_str().unwrap()]);
+    // Ready once it has the catalog; the worker's tools then within a few seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !lists_the_fixture(&gateway.url()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway never listed the fixture's tools"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = std::process::Command::new("bash")
+        .arg(toolyard_testkit::repo().join("tests/conformance/harness/server.sh"))
+        .arg(gateway.url())
+        .args(args)
+        .env("MCP_CONFORMANCE_VERSION", version)
+        .output()
+        .expect("run the conformance harness");
+    let stdout = format!(
+        "{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    let passed = stdout
+        .lines()
+        .filter_map(|l| l.strip_suffix(" failed"))
+        .filter_map(|l| l.split(" passed").next())
+        .find_map(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no summary line: {stdout}"));
+    (passed, failed, stdout)
+}
+/// Whether the gateway at `url` lists `test_simple_text` (a 2026-07-28 `tools/list`).
+fn lists_the_fixture(url: &str) -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let listed = modern_rpc(url, "tools/list", json!({})).await;
+        listed["result"]["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["name"] == "test_simple_text"))
+    })
+}
+
+#[test]
+fn the_conformance_suite_0_1_passes_through_the_nats_bridge() {
+    suite_through_nats("0.1", &[], 30);
+}
+
+#[test]
+fn the_conformance_suite_0_2_requirements_2025_11_25_pass_through_the_nats_bridge() {
+    suite_through_nats("0.2", &["--requirements", "2025-11-25"], 30);
+}
+
+#[test]
+fn the_conformance_suite_0_2_requirements_2026_07_28_pass_through_the_nats_bridge() {
+    suite_through_nats("0.2", &["--requirements", "2026-07-28"], 37);
+}
+
+#[test]
+fn the_conformance_suite_0_2_spec_version_2026_07_28_passes_through_the_nats_bridge() {
+    suite_through_nats("0.2", &["--spec-version", "2026-07-28"], 40);
+}
+
+/// Every scenario of suite 0.2, the tasks extension's included: a durable task's tool error
+/// ends it `completed` with the result (a task-only tool ran as its own job's body: it was
+/// refused there for want of the tasks extension, and the task `failed`). The bridge fails
+/// one, pinned here so that fixing it shows: `tasks-mrtr-composition`, a tool that asks
+/// its caller before it becomes a task (docs/nats.md "Not yet").
+#[test]
+fn the_conformance_suite_0_2_all_scenarios_pass_through_the_nats_bridge_but_a_deferred_task() {
+    let (passed, failed, stdout) = run_suite_through_nats("0.2", &["--suite", "all"]);
+    assert_eq!(
+        (passed, failed),
+        (64, vec!["tasks-mrtr-composition".to_owned()]),
+        "{stdout}"
+    );
 }

@@ -282,7 +282,13 @@ fn target_of(req: &Request) -> Option<Arc<str>> {
 /// Serves a modern request without a connection actor (sessionless HTTP): the edge already
 /// checked `_meta`; `server/discover` is answered here; `subscriptions/listen` needs a
 /// connection (its listener table) and is refused with -32603 if it arrives here.
-pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta, d: Delivery) {
+pub(crate) fn serve_stateless(
+    core: &ServerCore,
+    req: Request,
+    meta: RequestMeta,
+    d: Delivery,
+    task_body: bool,
+) {
     let fail = |e: ErrorObject| {
         d.sink.send(jsonrpc::error_bytes(Some(&req.id), &e));
     };
@@ -320,6 +326,7 @@ pub(crate) fn serve_stateless(core: &ServerCore, req: Request, meta: RequestMeta
         info: meta.client_info.clone(),
         principal: d.principal.clone(),
         peer: d.peer.clone(),
+        task_body,
     });
     let channel = Channel::Modern {
         log_level: meta.log_level,

@@ -440,6 +440,7 @@ impl ConnState {
             info: p.client_info,
             principal: self.principal.clone(),
             peer: self.peer.clone(),
+            task_body: false,
         });
         self.phase = Phase::Legacy(version);
         self.initialized_at = Some(std::time::Instant::now());
@@ -693,6 +694,7 @@ impl ConnState {
                 .as_ref()
                 .and_then(|d| d.peer.clone())
                 .or_else(|| self.peer.clone()),
+            task_body: false,
         });
         let channel = Channel::Modern {
             log_level: meta.log_level,
@@ -764,6 +766,7 @@ impl ConnState {
                 .as_ref()
                 .and_then(|d| d.peer.clone())
                 .or_else(|| self.peer.clone()),
+            task_body: false,
         });
         let ctx = subscribe::context(
             pending.id.clone(),

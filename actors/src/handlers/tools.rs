@@ -170,7 +170,7 @@ pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, 
     let sealer = site.sealer.clone();
     // Only task-capable tools, and calls asking for a task, look further.
     let mut plan = None;
-    if def.task_support.is_some() || params.task.is_some() {
+    if (def.task_support.is_some() || params.task.is_some()) && !ctx.runs_task_body() {
         match tasks::plan_call(site.tasks, &def, params.task.as_ref(), &ctx) {
             Ok(Some((p, task_ctx))) => plan = Some((Box::new(p), task_ctx)),
             Ok(None) => {}

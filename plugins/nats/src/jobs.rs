@@ -32,7 +32,7 @@
 //! for the round the record waits in, and nothing else.
 
 use crate::error::NatsError;
-use crate::served::{serve_here, Served, NOTIFICATION_BACKLOG};
+use crate::served::{serve_task_body_here, Served, NOTIFICATION_BACKLOG};
 use crate::tasks::{self, NatsTaskStore, Stored};
 use crate::wire;
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
@@ -1158,12 +1158,11 @@ async fn execute(
         let Served {
             messages: mut rx,
             answer_prefix: prefix,
-        } = serve_here(
+        } = serve_task_body_here(
             &runner.server,
             request,
             meta.clone(),
             cancel.clone(),
-            None,
             Some(runner.peer.clone()),
             // A task's notifications have no caller to go to: they are taken and dropped.
             NOTIFICATION_BACKLOG,

@@ -1361,6 +1361,8 @@ async fn rounds<T: Forwarded>(
     };
     let mut input_responses: Option<InputResponses> = None;
     let mut request_state: Option<String> = None;
+    // The keys our caller was asked under, in the rounds so far.
+    let mut used = BTreeSet::new();
     for round in 0..MAX_ROUNDS {
         let body = request_body(
             target.method,
@@ -1373,21 +1375,19 @@ async fn rounds<T: Forwarded>(
         match call_round::<T>(inner, &subject, target, ctx, trace, &body).await? {
             Answer::Complete(result) => return Ok(result),
             Answer::InputRequired(needed) => {
-                // Keys carry the round, so a worker asking under the same key twice is two
-                // questions to our caller (a modern caller's answers are kept by key).
-                let asks: Vec<(String, InputRequest)> = needed
-                    .input_requests
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(key, request)| (format!("{round}:{key}"), request))
+                let asked = needed.input_requests.unwrap_or_default();
+                let keys = exposed_keys(round, asked.keys(), &used);
+                used.extend(keys.iter().map(|(_, exposed)| exposed.clone()));
+                let asks: Vec<(String, InputRequest)> = keys
+                    .iter()
+                    .map(|(_, exposed)| exposed.clone())
+                    .zip(asked.into_values())
                     .collect();
-                let prefix = format!("{round}:");
                 // Boxed, like the claim read: input rounds are rare, the future is large.
-                let answers = Box::pin(ctx.gather(asks)).await?;
+                let mut answers = Box::pin(ctx.gather(asks)).await?;
                 input_responses = Some(
-                    answers
-                        .into_iter()
-                        .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_owned(), v)))
+                    keys.into_iter()
+                        .filter_map(|(key, exposed)| answers.remove(&exposed).map(|v| (key, v)))
                         .collect(),
                 );
                 request_state = needed.request_state;
@@ -1398,6 +1398,36 @@ async fn rounds<T: Forwarded>(
         "`{}` asked for input more than {MAX_ROUNDS} times in one {}",
         target.server, target.method
     )))
+}
+
+/// The keys our caller is asked a worker's input requests under, in the order of `asked`
+/// (the worker's keys; its requests are an ordered map, so a replay of the rounds on another
+/// gateway names them alike): the worker's own key, as it sent it, unless an earlier round
+/// of the same request asked under it (`used`): a tool asking under one key twice asks two
+/// questions, and a 2026-07-28 caller's answers are kept by key across the replay of the
+/// rounds. Such a key gets the round before it (`1:name`), as often as it takes to be new.
+/// Pairs of (the worker's key, the caller's key).
+fn exposed_keys<'a>(
+    round: usize,
+    asked: impl Iterator<Item = &'a String> + Clone,
+    used: &BTreeSet<String>,
+) -> Vec<(String, String)> {
+    // Input rounds are rare: plain clones.
+    let mut taken: BTreeSet<String> = used.clone();
+    taken.extend(asked.clone().cloned());
+    asked
+        .map(|key| {
+            if !used.contains(key) {
+                return (key.clone(), key.clone());
+            }
+            let mut exposed = format!("{round}:{key}");
+            while taken.contains(&exposed) {
+                exposed = format!("{round}:{exposed}");
+            }
+            taken.insert(exposed.clone());
+            (key.clone(), exposed)
+        })
+        .collect()
 }
 
 /// One round of a forwarded request. No-responders (nothing was delivered) is retried once
@@ -2035,6 +2065,31 @@ fn carries_result(payload: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_workers_input_keys_reach_the_caller_as_they_are_unless_an_earlier_round_used_them() {
+        use std::collections::BTreeSet;
+        let keys = |v: &[&str]| v.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>();
+        let mut used = BTreeSet::new();
+        let first = super::exposed_keys(0, keys(&["name", "1:name"]).iter(), &used);
+        assert_eq!(
+            first,
+            [
+                ("name".into(), "name".into()),
+                ("1:name".into(), "1:name".into())
+            ]
+        );
+        used.extend(first.into_iter().map(|(_, exposed)| exposed));
+        // Asked again under `name` in round 1: `1:name` is taken already, so `1:1:name`.
+        let second = super::exposed_keys(1, keys(&["age", "name"]).iter(), &used);
+        assert_eq!(
+            second,
+            [
+                ("age".into(), "age".into()),
+                ("name".into(), "1:1:name".into())
+            ]
+        );
+    }
+
     /// The size of the future an async fn with these seven arguments returns.
     fn future_size<A, B, C, D, E, G, H, F: std::future::Future>(
         _: impl Fn(A, B, C, D, E, G, H) -> F,

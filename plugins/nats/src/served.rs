@@ -71,8 +71,8 @@ impl Drop for ServedSink {
 }
 
 /// Serves `request` with `server` as a 2026-07-28 request without a connection (the bus's
-/// requests, a task's job, the worker's own listings), cancelled by `cancel`; at most
-/// `backlog` of its notifications wait to be taken.
+/// requests, the worker's own listings), cancelled by `cancel`; at most `backlog` of its
+/// notifications wait to be taken.
 pub(crate) fn serve_here(
     server: &Server,
     request: Request,
@@ -82,28 +82,52 @@ pub(crate) fn serve_here(
     peer: Option<Arc<Peer>>,
     backlog: usize,
 ) -> Served {
+    let (delivery, served) = delivery(&request, cancel, transport_trace, peer, backlog);
+    server.serve_stateless(request, meta, delivery);
+    served
+}
+
+/// [`serve_here`] for a durable task's job: the request is the task's body
+/// ([`Server::serve_task_body`]), so its tool runs as an ordinary call whatever its task
+/// support, and makes no task of this server's.
+pub(crate) fn serve_task_body_here(
+    server: &Server,
+    request: Request,
+    meta: RequestMeta,
+    cancel: CancellationToken,
+    peer: Option<Arc<Peer>>,
+    backlog: usize,
+) -> Served {
+    let (delivery, served) = delivery(&request, cancel, None, peer, backlog);
+    server.serve_task_body(request, meta, delivery);
+    served
+}
+
+fn delivery(
+    request: &Request,
+    cancel: CancellationToken,
+    transport_trace: Option<Arc<TransportTrace>>,
+    peer: Option<Arc<Peer>>,
+    backlog: usize,
+) -> (Delivery, Served) {
     let (tx, messages) = mpsc::unbounded::<Vec<u8>>();
-    let answer_prefix = wire::answer_prefix(&request.id);
-    server.serve_stateless(
-        request,
-        meta,
-        Delivery {
-            sink: Sink::new(ServedSink {
-                tx,
-                backlog,
-                dropped: AtomicU64::new(0),
-            }),
-            cancel,
-            track: false,
-            principal: None,
-            peer,
-            transport_trace,
-        },
-    );
-    Served {
+    let delivery = Delivery {
+        sink: Sink::new(ServedSink {
+            tx,
+            backlog,
+            dropped: AtomicU64::new(0),
+        }),
+        cancel,
+        track: false,
+        principal: None,
+        peer,
+        transport_trace,
+    };
+    let served = Served {
         messages,
-        answer_prefix,
-    }
+        answer_prefix: wire::answer_prefix(&request.id),
+    };
+    (delivery, served)
 }
 
 #[cfg(test)]

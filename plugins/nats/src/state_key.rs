@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 use toolyard::Server;
 
 /// The JetStream KV bucket holding the state secrets: a worker name's under
-/// `worker.{name}`, the gateways' under [`GATEWAYS`].
+/// `worker.{name}`, the gateways' under `gateway`.
 pub const BUCKET: &str = "TY_STATE_KEYS";
 
 /// The key of the secret every gateway on the bus shares: a 2026-07-28 caller's retry of an

@@ -835,6 +835,68 @@ async fn positional_params_handed_in_unparsed_through_the_transport_api_are_inva
     assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
 }
 
+/// A request served as the body of a task held elsewhere (a durable NATS job) runs its
+/// tool as an ordinary call: a tool that runs only as a task, which a plain 2026-07-28 call
+/// without the tasks extension is refused (-32021), runs and answers, and even a caller
+/// declaring the extension gets its result, not a task of this server's.
+#[tokio::test]
+async fn a_task_body_runs_a_task_only_tool_as_an_ordinary_call() {
+    use serde_json::value::RawValue;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+    use toolyard::proto::jsonrpc::Request;
+    use toolyard::proto::{RequestId, RequestMeta, TaskSupport};
+    use toolyard::transport::{Delivery, Sink};
+
+    let server = ServerBuilder::new("t", "0")
+        .in_memory_tasks()
+        .try_tool(
+            tool_fn("job", "Runs only as a task", |_c, _a: NoArgs| async {
+                Ok("done")
+            })
+            .map(|t| t.with_task_support(TaskSupport::Required)),
+        )
+        .start()
+        .await
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let delivery = || Delivery {
+        sink: Sink::channel(tx.clone()),
+        cancel: CancellationToken::new(),
+        track: false,
+        principal: None,
+        peer: None,
+        transport_trace: None,
+    };
+    let call = |id: i64| Request {
+        id: RequestId::Number(id),
+        method: "tools/call".to_owned(),
+        params: Some(RawValue::from_string(r#"{"name":"job","arguments":{}}"#.to_owned()).unwrap()),
+    };
+    let mut answer = async || -> Value {
+        let bytes = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an answer within 10 s")
+            .expect("the sink is open");
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    let plain: RequestMeta = serde_json::from_value(meta(json!({}))).unwrap();
+    server.serve_stateless(call(1), plain.clone(), delivery());
+    let refused = answer().await;
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    server.serve_task_body(call(2), plain, delivery());
+    let ran = answer().await;
+    assert_eq!(ran["result"]["content"][0]["text"], "done", "{ran}");
+    let extension: RequestMeta = serde_json::from_value(meta(
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    ))
+    .unwrap();
+    server.serve_task_body(call(3), extension, delivery());
+    let ran = answer().await;
+    assert_eq!(ran["result"]["content"][0]["text"], "done", "{ran}");
+    assert_eq!(server.running_tasks(), 0);
+}
+
 /// The log lines a test's subscriber wrote.
 #[derive(Clone, Default)]
 struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
