@@ -858,10 +858,17 @@ async fn started_task(mcp: &str, tool: &str, arguments: Value, caps: &Value) -> 
 }
 
 /// [`modern_rpc`] for a caller with these client capabilities.
-async fn modern_rpc_as(
+async fn modern_rpc_as(url: &str, method: &str, name: &str, params: Value, caps: Value) -> Value {
+    modern_request(url, method, Some(name), params, caps).await
+}
+
+/// One 2026-07-28 request over HTTP to `url` from a caller with `caps`, its `Mcp-Name`
+/// header `name` when the method names something; the JSON-RPC response (the last message of
+/// an event stream, or the JSON body).
+pub(crate) async fn modern_request(
     url: &str,
     method: &str,
-    name: &str,
+    name: Option<&str>,
     mut params: Value,
     caps: Value,
 ) -> Value {
@@ -870,18 +877,23 @@ async fn modern_rpc_as(
         "io.modelcontextprotocol/clientCapabilities": caps,
     });
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let r = reqwest::Client::new()
+    let mut request = reqwest::Client::new()
         .post(url)
         .header("Accept", "application/json, text/event-stream")
         .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method)
-        .header("Mcp-Name", name)
+        .header("Mcp-Method", method);
+    if let Some(name) = name {
+        request = request.header("Mcp-Name", name);
+    }
+    let text = request
         .header("Content-Type", "application/json")
         .body(body.to_string())
         .send()
         .await
+        .unwrap()
+        .text()
+        .await
         .unwrap();
-    let text = r.text().await.unwrap();
     let last = text
         .lines()
         .filter_map(|l| l.strip_prefix("data:"))

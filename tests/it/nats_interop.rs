@@ -185,51 +185,10 @@ async fn an_input_rounds_retry_reaching_another_gateway_opens_there() {
     );
 }
 
-/// One 2026-07-28 `tools/call` over HTTP from a caller that can answer an elicitation form;
-/// the JSON-RPC response (the last message of an event stream, or the JSON body).
+/// One 2026-07-28 `tools/call` over HTTP from a caller that can answer an elicitation form.
 async fn modern_call(url: &str, tool: &str, params: serde_json::Value) -> serde_json::Value {
-    modern_request(url, "tools/call", Some(tool), params).await
-}
-
-/// [`modern_call`] for a method that names nothing.
-async fn modern_rpc(url: &str, method: &str, params: serde_json::Value) -> serde_json::Value {
-    modern_request(url, method, None, params).await
-}
-
-async fn modern_request(
-    url: &str,
-    method: &str,
-    name: Option<&str>,
-    mut params: serde_json::Value,
-) -> serde_json::Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-    });
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method);
-    if let Some(name) = name {
-        request = request.header("Mcp-Name", name);
-    }
-    let text = request
-        .header("Content-Type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let last = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .next_back()
-        .map_or(text.as_str(), str::trim);
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {text}"))
+    let caps = json!({"elicitation": {"form": {}}});
+    crate::nats::modern_request(url, "tools/call", Some(tool), params, caps).await
 }
 
 /// The official conformance suite (`tests/conformance/harness/`) against `toolyard serve
@@ -317,7 +276,8 @@ fn lists_the_fixture(url: &str) -> bool {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let listed = modern_rpc(url, "tools/list", json!({})).await;
+        let listed =
+            crate::nats::modern_request(url, "tools/list", None, json!({}), json!({})).await;
         listed["result"]["tools"]
             .as_array()
             .is_some_and(|tools| tools.iter().any(|t| t["name"] == "test_simple_text"))
