@@ -146,6 +146,12 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// How long a task's job is published again while the work queue does not take it. The
+/// task exists already (its record was written, its caller may have its id), and a stream
+/// whose cluster has just got its quorum back answers "no stream found" until it has elected
+/// its leader, for a few seconds: three tries over 0.6 s failed such a task in CI.
+const PUBLISH_BUDGET: Duration = Duration::from_secs(8);
+
 fn unavailable(e: impl std::fmt::Display) -> HandlerError {
     HandlerError::Protocol(ErrorObject::internal(format!(
         "durable queue unavailable: {e}"
@@ -255,7 +261,8 @@ impl Submitter {
         let mut last = String::new();
         let mut published = false;
         let mut attempt = 0u64;
-        while attempt < 3 {
+        let give_up = tokio::time::Instant::now() + PUBLISH_BUDGET;
+        loop {
             match self
                 .js
                 .send_publish(subject.clone(), message(claimed))
@@ -301,7 +308,10 @@ impl Submitter {
                 }
                 Err(e) => last = e.to_string(),
             }
-            tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
+            if tokio::time::Instant::now() >= give_up {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200 * (attempt + 1).min(5))).await;
             attempt += 1;
         }
         if !published {
