@@ -129,9 +129,11 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             builder = b;
             watchers
         };
+        // An empty flag or variable says nothing (the config file's secret then counts).
         if let Some(secret) = args
             .state_secret
             .clone()
+            .filter(|s| !s.is_empty())
             .or(config.server.state_secret.clone())
         {
             builder = builder.state_secret(&secret, std::time::Duration::from_secs(600));

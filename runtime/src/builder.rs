@@ -263,9 +263,16 @@ impl ServerBuilder {
     }
 
     /// The secret that signs modern `requestState` (replicas behind one load balancer must
-    /// share it); without it a random per-process key is used.
+    /// share it); without it a random per-process key is used. An empty secret is no secret
+    /// (its key is public: anyone could seal state the server trusts): it is ignored, with a
+    /// warning, as an empty `TOOLYARD_STATE_SECRET` is.
     pub fn state_secret(mut self, secret: &str, ttl: Duration) -> Self {
-        self.config.sealer = StateSealer::from_secret(secret, ttl);
+        if secret.is_empty() {
+            tracing::warn!("an empty state secret is ignored: requestState is sealed with a random key of this process");
+            self.config.sealer = StateSealer::random(ttl);
+        } else {
+            self.config.sealer = StateSealer::from_secret(secret, ttl);
+        }
         self
     }
 

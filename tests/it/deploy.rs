@@ -46,8 +46,10 @@ fn common_env(nats: &str, otlp: &str) -> Vec<(&'static str, &'static str, String
         ("TOOLYARD_DRAIN_SECONDS", "\"20\"", "20".to_owned()),
         (
             "TOOLYARD_STATE_SECRET",
-            "${TOOLYARD_STATE_SECRET:-compose-local-only-change-me}",
-            "deploy-topology-test".to_owned(),
+            "${TOOLYARD_STATE_SECRET:-}",
+            // Compose's default: empty, which is no secret (the processes share one on
+            // the bus).
+            String::new(),
         ),
         (
             "OTEL_EXPORTER_OTLP_ENDPOINT",

@@ -835,6 +835,27 @@ async fn positional_params_handed_in_unparsed_through_the_transport_api_are_inva
     assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
 }
 
+/// An empty state secret (`TOOLYARD_STATE_SECRET=` in a deployment's environment) is not a
+/// key: its digest is public, and anyone could seal `requestState` the server trusts. It is
+/// ignored: the server seals with a random key, as with none (a NATS worker or gateway then
+/// takes the one its peers share on the bus).
+#[tokio::test]
+async fn an_empty_state_secret_is_no_key() {
+    let ttl = Duration::from_secs(600);
+    let empty = ServerBuilder::new("t", "0")
+        .state_secret("", ttl)
+        .start()
+        .await
+        .unwrap();
+    assert!(empty.state_key_is_random());
+    let given = ServerBuilder::new("t", "0")
+        .state_secret("s3cret", ttl)
+        .start()
+        .await
+        .unwrap();
+    assert!(!given.state_key_is_random());
+}
+
 /// A request served as the body of a task held elsewhere (a durable NATS job) runs its
 /// tool as an ordinary call: a tool that runs only as a task, which a plain 2026-07-28 call
 /// without the tasks extension is refused (-32021), runs and answers, and even a caller
