@@ -83,12 +83,36 @@ pub struct Caller {
     pub principal: Option<Arc<str>>,
     /// Where the caller is, when the transport knows.
     pub peer: Option<Arc<crate::middleware::Peer>>,
+    /// What the request does about a task its call may become. Never set from the wire.
+    pub task_role: TaskRole,
+}
+
+/// What a request does about a task its `tools/call` may become: make it here (the
+/// default), or leave it to whoever holds the task elsewhere, as a NATS worker does for a
+/// gateway's durable tasks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TaskRole {
+    /// This server makes the task, when it has a task store and the caller asks for one.
+    #[default]
+    Own,
     /// The request runs the body of a task held elsewhere (a durable NATS job, whose record
     /// and questions its worker keeps): it gets no task of its own, whatever its tool's task
-    /// support ([`Server::serve_task_body`](crate::Server::serve_task_body)). Never set from
-    /// the wire.
-    pub task_body: bool,
+    /// support, and `start_task` does nothing
+    /// ([`Server::serve_task_body`](crate::Server::serve_task_body)).
+    Body,
+    /// The caller makes the task: when the tool, declared with
+    /// [`ToolDef::with_deferred_task`](crate::ToolDef::with_deferred_task), calls
+    /// `start_task`, its handler is stopped and the request answers
+    /// `{"resultType": "task_handoff"}` ([`TASK_HANDOFF`](crate::TASK_HANDOFF)); the caller
+    /// creates the task and runs the call again as its body with the same answers
+    /// ([`Server::serve_handing_off_task`](crate::Server::serve_handing_off_task)). A tool
+    /// that ends without calling `start_task` answers as usual.
+    HandOff,
 }
+
+/// The `resultType` of a request served with [`TaskRole::HandOff`] whose tool started its
+/// task: the caller is to make the task. Toolyard's own, never sent to an MCP client.
+pub const TASK_HANDOFF: &str = "task_handoff";
 
 /// What every legacy request of one connection shares (one `Arc` per request).
 pub(crate) struct LegacyConn {
@@ -234,9 +258,9 @@ impl RequestContext {
     pub fn is_modern(&self) -> bool {
         matches!(self.inner.channel, Channel::Modern { .. })
     }
-    /// Whether the request runs the body of a task held elsewhere ([`Caller::task_body`]).
-    pub(crate) fn runs_task_body(&self) -> bool {
-        self.inner.caller.task_body
+    /// What the request does about a task its call may become ([`Caller::task_role`]).
+    pub(crate) fn task_role(&self) -> TaskRole {
+        self.inner.caller.task_role
     }
 
     /// The caller's capabilities.
@@ -588,6 +612,13 @@ impl RequestContext {
         if let Some(link) = &self.inner.task {
             link.start().await;
         }
+    }
+
+    /// Whether [`start_task`](Self::start_task) would turn this call into a task now: its
+    /// tool defers its task, the call may become one, and it is not one yet. A forwarding
+    /// tool asks before it tells its upstream to hand the task back (a NATS gateway).
+    pub fn can_start_task(&self) -> bool {
+        self.inner.task.as_ref().is_some_and(|l| l.can_start())
     }
 
     /// A copy of this context for a call that may run as a task: its own cancellation

@@ -52,7 +52,7 @@ pub mod transport {
     pub use crate::sink::{MessageSink, Sink};
 }
 
-pub use context::{Caller, InputError, RequestContext};
+pub use context::{Caller, InputError, RequestContext, TaskRole, TASK_HANDOFF};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::{Event, EventTap, SubscriptionWatcher};
 pub use forward::{ForwardFn, RawArgs, RawResult, RawResultError};

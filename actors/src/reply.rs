@@ -119,6 +119,19 @@ impl Reply {
         self.finish(bytes, outcome);
     }
 
+    /// Answers that the call's deferred task is the caller's to make
+    /// ([`TaskRole::HandOff`](crate::TaskRole::HandOff)): an empty result of the kind
+    /// [`TASK_HANDOFF`](crate::TASK_HANDOFF).
+    pub(crate) fn handed_off(mut self) {
+        let empty = serde_json::Map::new();
+        match jsonrpc::result_bytes(&self.id, &empty, Some(crate::context::TASK_HANDOFF)) {
+            Ok(bytes) => self.finish(bytes, Outcome::Ok),
+            Err(e) => self.err(ErrorObject::internal(format!(
+                "result not serializable: {e}"
+            ))),
+        }
+    }
+
     /// Answers with an error.
     #[allow(
         clippy::needless_pass_by_value,

@@ -9,6 +9,7 @@
 use crate::connection::{
     Connection, ConnectionArgs, ConnectionHandle, Delivery, DirectModern, Inflight, SessionView,
 };
+use crate::context::TaskRole;
 use crate::event_bus::{BusMsg, Event, EventBus};
 use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
 use crate::handlers::custom::{CustomMethods, CustomMsg, CustomState, MethodFn};
@@ -576,7 +577,7 @@ impl Server {
     /// notifications go to `delivery`, closing it cancels the request. `subscriptions/listen`
     /// needs a connection; hand it to [`ConnectionHandle::deliver`] instead.
     pub fn serve_stateless(&self, request: Request, meta: RequestMeta, delivery: Delivery) {
-        crate::connection::serve_stateless(&self.core, request, meta, delivery, false)
+        crate::connection::serve_stateless(&self.core, request, meta, delivery, TaskRole::Own)
     }
 
     /// [`serve_stateless`](Self::serve_stateless) for a request that runs the body of a task
@@ -585,7 +586,21 @@ impl Server {
     /// only as a task runs; none gets a task of this server's), and its input rounds come
     /// back as `input_required` results for the task's holder to ask.
     pub fn serve_task_body(&self, request: Request, meta: RequestMeta, delivery: Delivery) {
-        crate::connection::serve_stateless(&self.core, request, meta, delivery, true)
+        crate::connection::serve_stateless(&self.core, request, meta, delivery, TaskRole::Body)
+    }
+
+    /// [`serve_stateless`](Self::serve_stateless) for a caller that makes the task of a tool
+    /// that defers its task ([`ToolDef::with_deferred_task`](crate::ToolDef::with_deferred_task))
+    /// itself: a NATS gateway, whose durable tasks run as jobs on any worker. The tool runs
+    /// as an ordinary call, its input rounds answered `input_required` as usual; when it
+    /// calls `start_task`, its handler is stopped and the request answers
+    /// `{"resultType": "task_handoff"}` ([`TASK_HANDOFF`](crate::TASK_HANDOFF)), for the
+    /// caller to create the task and run the call again as its body
+    /// ([`serve_task_body`](Self::serve_task_body)) with the same `inputResponses` and
+    /// `requestState`. What the handler did before `start_task` is done again then, as on
+    /// every retry of a multi-round-trip request.
+    pub fn serve_handing_off_task(&self, request: Request, meta: RequestMeta, delivery: Delivery) {
+        crate::connection::serve_stateless(&self.core, request, meta, delivery, TaskRole::HandOff)
     }
 
     /// Tells this server's listeners of a task's status as changed elsewhere (another

@@ -223,6 +223,11 @@ impl ToolDef {
         self
     }
 
+    /// Whether the handler decides when its task starts ([`with_deferred_task`](Self::with_deferred_task)).
+    pub fn defers_task(&self) -> bool {
+        self.deferred_task
+    }
+
     /// The tool's task support, if it is not forbidden.
     pub fn task_support(&self) -> Option<TaskSupport> {
         self.task_support

@@ -45,8 +45,9 @@ pub use toolyard_actors::{
     Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, Messaging, MethodFn, Moment, Observe,
     Outcome, Peer, PromptDef, PromptFn, RawArgs, RawResult, RawResultError, Readiness,
     RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server, ServerConfig,
-    SessionInfo, SpanIds, StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher,
+    SessionInfo, SpanIds, StartError, StateSealer, SubscribeCheckFn, SubscriptionWatcher, TaskRole,
     TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn, TransportTrace, UnknownToolFn, UriTemplate,
+    TASK_HANDOFF,
 };
 pub use toolyard_actors::{
     http_call_observer, request_baggage, request_traceparent, request_tracestate,

@@ -143,7 +143,7 @@ pub(crate) fn launch_direct(
         info: meta.client_info.clone(),
         principal: d.principal.clone().or_else(|| direct.principal.clone()),
         peer: d.peer.clone().or_else(|| direct.peer.clone()),
-        task_body: false,
+        task_role: crate::context::TaskRole::Own,
     });
     let channel = Channel::Modern {
         log_level: meta.log_level,

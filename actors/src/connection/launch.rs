@@ -3,7 +3,7 @@
 //! ([`launch`]); and serving a stateless modern request without a connection
 //! ([`serve_stateless`]). [`Delivery`] says where one request's answer goes.
 
-use crate::context::{Caller, Channel, ContextInner, Parent, RequestContext, Round};
+use crate::context::{Caller, Channel, ContextInner, Parent, RequestContext, Round, TaskRole};
 use crate::gate;
 use crate::handlers::tools::CallParams;
 use crate::middleware::{RequestInfo, TransportTrace, Watch};
@@ -287,7 +287,7 @@ pub(crate) fn serve_stateless(
     req: Request,
     meta: RequestMeta,
     d: Delivery,
-    task_body: bool,
+    task_role: TaskRole,
 ) {
     let fail = |e: ErrorObject| {
         d.sink.send(jsonrpc::error_bytes(Some(&req.id), &e));
@@ -326,7 +326,7 @@ pub(crate) fn serve_stateless(
         info: meta.client_info.clone(),
         principal: d.principal.clone(),
         peer: d.peer.clone(),
-        task_body,
+        task_role,
     });
     let channel = Channel::Modern {
         log_level: meta.log_level,

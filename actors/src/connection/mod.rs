@@ -440,7 +440,7 @@ impl ConnState {
             info: p.client_info,
             principal: self.principal.clone(),
             peer: self.peer.clone(),
-            task_body: false,
+            task_role: crate::context::TaskRole::Own,
         });
         self.phase = Phase::Legacy(version);
         self.initialized_at = Some(std::time::Instant::now());
@@ -694,7 +694,7 @@ impl ConnState {
                 .as_ref()
                 .and_then(|d| d.peer.clone())
                 .or_else(|| self.peer.clone()),
-            task_body: false,
+            task_role: crate::context::TaskRole::Own,
         });
         let channel = Channel::Modern {
             log_level: meta.log_level,
@@ -766,7 +766,7 @@ impl ConnState {
                 .as_ref()
                 .and_then(|d| d.peer.clone())
                 .or_else(|| self.peer.clone()),
-            task_body: false,
+            task_role: crate::context::TaskRole::Own,
         });
         let ctx = subscribe::context(
             pending.id.clone(),

@@ -6,14 +6,14 @@
 //! was read, polled once in place and spawned only if it is not ready (`exec`), so a
 //! restarting catalog delays no call and one slow tool delays nothing.
 
-use crate::context::RequestContext;
+use crate::context::{RequestContext, TaskRole};
 use crate::error::HandlerError;
 use crate::exec::{self, Binding, Digest, RetryInput};
 use crate::forward::{ForwardFn, RawArgs, RawResult};
 use crate::mrtr::StateSealer;
 use crate::registry::{list_page, Registry};
 use crate::reply::Reply;
-use crate::tasks::{self, TaskHint, TaskPlan, Tasks};
+use crate::tasks::{self, CallPlan, TaskHint, Tasks};
 use crate::tool::{Handler, ToolArgs, ToolDef};
 use crate::ListSettings;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -170,11 +170,18 @@ pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, 
     let sealer = site.sealer.clone();
     // Only task-capable tools, and calls asking for a task, look further.
     let mut plan = None;
-    if (def.task_support.is_some() || params.task.is_some()) && !ctx.runs_task_body() {
-        match tasks::plan_call(site.tasks, &def, params.task.as_ref(), &ctx) {
-            Ok(Some((p, task_ctx))) => plan = Some((Box::new(p), task_ctx)),
-            Ok(None) => {}
-            Err(e) => return reply.err(e),
+    if def.task_support.is_some() || params.task.is_some() {
+        match ctx.task_role() {
+            TaskRole::Own => match tasks::plan_call(site.tasks, &def, params.task.as_ref(), &ctx) {
+                Ok(Some((p, task_ctx))) => plan = Some((Box::new(CallPlan::Task(p)), task_ctx)),
+                Ok(None) => {}
+                Err(e) => return reply.err(e),
+            },
+            TaskRole::HandOff if def.deferred_task && ctx.is_modern() => {
+                let (p, task_ctx) = tasks::plan_handoff(&ctx);
+                plan = Some((Box::new(p), task_ctx));
+            }
+            TaskRole::HandOff | TaskRole::Body => {}
         }
     }
     let is_task = plan.is_some();
@@ -206,7 +213,7 @@ async fn run_call(
     ctx: RequestContext,
     reply: Reply,
     sealer: StateSealer,
-    task: Option<Box<TaskPlan>>,
+    task: Option<Box<CallPlan>>,
 ) {
     let Handler::Typed(handler) = &def.handler else {
         // `call` sends forwarding tools to `run_forwarding`.
@@ -257,7 +264,13 @@ async fn run_call(
         }
         // Boxed: a task-augmented call is rare and its driver's future large, and this
         // future is allocated whole for every call (smaller is cheaper to allocate).
-        Some(plan) => Box::pin(tasks::drive_call(*plan, ctx, reply, sealer, binding, fut)).await,
+        Some(plan) => {
+            let on_failure = |e: &HandlerError| Some(CallToolResult::error_text(e.to_string()));
+            Box::pin(tasks::drive(
+                *plan, ctx, reply, sealer, binding, fut, on_failure,
+            ))
+            .await
+        }
     }
 }
 
@@ -290,7 +303,7 @@ async fn run_forwarding(
     ctx: RequestContext,
     reply: Reply,
     sealer: StateSealer,
-    task: Option<Box<TaskPlan>>,
+    task: Option<Box<CallPlan>>,
 ) {
     let args = match RawArgs::new(params.arguments) {
         Ok(args) => args,
@@ -323,13 +336,12 @@ async fn run_forwarding(
             .await
         }
         Some(plan) => {
-            let typed = async move {
-                fut.await?
-                    .to_call_tool_result()
-                    .map_err(|e| HandlerError::failed(e.to_string()))
-            };
+            let on_failure = |e: &HandlerError| Some(RawResult::error_text(e.to_string()));
             // Boxed, as in `run_call`.
-            Box::pin(tasks::drive_call(*plan, ctx, reply, sealer, binding, typed)).await
+            Box::pin(tasks::drive(
+                *plan, ctx, reply, sealer, binding, fut, on_failure,
+            ))
+            .await
         }
     }
 }

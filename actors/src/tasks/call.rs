@@ -165,6 +165,108 @@ pub(crate) fn plan_call(
     Ok(Some((plan, forked)))
 }
 
+/// How a task-eligible call runs: as a task of this server's, or (a deferred tool's call
+/// for a caller that makes the task itself, [`TaskRole::HandOff`](crate::TaskRole::HandOff))
+/// as an ordinary request that ends when the handler calls `start_task`.
+pub(crate) enum CallPlan {
+    Task(TaskPlan),
+    HandOff(oneshot::Receiver<oneshot::Sender<()>>),
+}
+
+/// Prepares a deferred tool's call for a caller that makes its task (`TaskRole::HandOff`):
+/// a context whose `start_task` reaches the driver ([`drive`]), cancelled with the request.
+pub(crate) fn plan_handoff(ctx: &RequestContext) -> (CallPlan, RequestContext) {
+    let (tx, rx) = oneshot::channel();
+    let link = Arc::new(TaskLink {
+        run: OnceLock::new(),
+        escalate: Mutex::new(Some(tx)),
+    });
+    let forked = ctx.fork_for_task(ctx.cancellation().child_token(), link);
+    (CallPlan::HandOff(rx), forked)
+}
+
+/// Runs a task-eligible call as `plan` says ([`drive_call`], or a hand-off), answering
+/// `reply`; `on_failure` as for an ordinary request (a hand-off that ends without starting
+/// its task answers as one).
+pub(crate) async fn drive<T, F>(
+    plan: CallPlan,
+    ctx: RequestContext,
+    reply: Reply,
+    sealer: StateSealer,
+    binding: Binding,
+    fut: F,
+    on_failure: impl FnOnce(&HandlerError) -> Option<T>,
+) where
+    T: serde::Serialize + exec::Judge + TaskResult,
+    F: Future<Output = Result<T, HandlerError>> + Send,
+{
+    match plan {
+        CallPlan::Task(plan) => {
+            let typed = async move { fut.await?.into_call_tool_result() };
+            drive_call(plan, ctx, reply, sealer, binding, typed).await;
+        }
+        CallPlan::HandOff(escalated) => {
+            drive_handoff(escalated, ctx, reply, sealer, binding, fut, on_failure).await;
+        }
+    }
+}
+
+/// A tool's result as a task stores it.
+pub(crate) trait TaskResult {
+    fn into_call_tool_result(self) -> Result<CallToolResult, HandlerError>;
+}
+
+impl TaskResult for CallToolResult {
+    fn into_call_tool_result(self) -> Result<CallToolResult, HandlerError> {
+        Ok(self)
+    }
+}
+
+impl TaskResult for crate::forward::RawResult {
+    fn into_call_tool_result(self) -> Result<CallToolResult, HandlerError> {
+        self.to_call_tool_result()
+            .map_err(|e| HandlerError::failed(e.to_string()))
+    }
+}
+
+/// A deferred tool's call whose task the caller makes: an ordinary request until the
+/// handler calls `start_task`, where the handler is dropped (it waits in `start_task`, so
+/// nothing after it runs here) and the request answers `task_handoff`. The caller runs the
+/// call again as its task's body, with this round's answers.
+async fn drive_handoff<T, F>(
+    escalated: oneshot::Receiver<oneshot::Sender<()>>,
+    ctx: RequestContext,
+    reply: Reply,
+    sealer: StateSealer,
+    binding: Binding,
+    fut: F,
+    on_failure: impl FnOnce(&HandlerError) -> Option<T>,
+) where
+    T: serde::Serialize + exec::Judge,
+    F: Future<Output = Result<T, HandlerError>> + Send,
+{
+    let cancel = ctx.cancellation().clone();
+    let mut fut = std::pin::pin!(AssertUnwindSafe(fut).catch_unwind());
+    let started = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return reply.cancelled(),
+        r = &mut fut => return exec::answer(ctx, reply, sealer, binding, Some(r), on_failure),
+        s = escalated => s.is_ok(),
+    };
+    if !started {
+        // The link outlives the handler, so this cannot happen; answer as an ordinary call.
+        let r = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            r = &mut fut => Some(r),
+        };
+        return exec::answer(ctx, reply, sealer, binding, r, on_failure);
+    }
+    // What the handler spawned and tied to its token stops with it.
+    cancel.cancel();
+    reply.handed_off();
+}
+
 /// Creates the task, registers its run and answers the request with the task handle.
 async fn create(plan: &TaskPlan, ctx: &RequestContext, reply: Reply) -> Option<Arc<TaskRun>> {
     let tasks = &plan.tasks;

@@ -34,8 +34,8 @@ pub use store::{
 };
 
 pub(crate) use call::{
-    declares_extension, drive_call, effective_support, missing_extension, plan_call, TaskHint,
-    TaskPlan,
+    declares_extension, drive, effective_support, missing_extension, plan_call, plan_handoff,
+    CallPlan, TaskHint,
 };
 pub(crate) use methods::handle;
 pub(crate) use table::{TaskLink, TaskRun, Tasks};

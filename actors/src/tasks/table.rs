@@ -214,6 +214,16 @@ impl TaskLink {
         self.run.get()
     }
 
+    /// Whether `start` would start the task: it has not started, and the call defers it.
+    pub(crate) fn can_start(&self) -> bool {
+        self.run.get().is_none()
+            && self
+                .escalate
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
+    }
+
     pub(crate) async fn start(&self) {
         if self.run.get().is_some() {
             return;

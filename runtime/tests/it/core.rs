@@ -918,6 +918,151 @@ async fn a_task_body_runs_a_task_only_tool_as_an_ordinary_call() {
     assert_eq!(server.running_tasks(), 0);
 }
 
+/// A deferred tool's call served for a caller that makes the task itself (a NATS gateway)
+/// runs as an ordinary request, its input rounds included, until the handler calls
+/// `start_task`: there the handler stops (nothing after it runs) and the request answers
+/// `task_handoff`. The same call served as the task's body with that round's answers runs
+/// on from where it stopped, without asking again; a deferred tool that returns without
+/// starting its task answers as usual.
+#[tokio::test]
+async fn a_handing_off_request_stops_at_start_task_and_the_task_body_goes_on_with_its_answers() {
+    use serde_json::value::RawValue;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+    use toolyard::proto::jsonrpc::Request;
+    use toolyard::proto::{RequestId, RequestMeta, TaskSupport};
+    use toolyard::transport::{Delivery, Sink};
+
+    let after_start = Arc::new(AtomicUsize::new(0));
+    let counted = after_start.clone();
+    let schema: JsonObject = serde_json::from_value(
+        json!({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}),
+    )
+    .unwrap();
+    let server = ServerBuilder::new("t", "0")
+        .try_tool(
+            tool_fn(
+                "greet",
+                "Asks, then runs as a task",
+                move |ctx: RequestContext, _a: NoArgs| {
+                    let counted = counted.clone();
+                    let schema = schema.clone();
+                    async move {
+                        let r = ctx
+                            .elicit("name", ElicitRequestParams::form("name?", schema))
+                            .await?;
+                        let name = r
+                            .content
+                            .as_ref()
+                            .and_then(|c| c.get("name"))
+                            .and_then(|v| v.as_str())
+                            .unwrap_or("?")
+                            .to_owned();
+                        ctx.start_task().await;
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        Ok(format!("Hello, {name}!"))
+                    }
+                },
+            )
+            .map(|t| {
+                t.with_task_support(TaskSupport::Required)
+                    .with_deferred_task()
+            }),
+        )
+        .try_tool(
+            tool_fn("quick", "Never starts its task", |_c, _a: NoArgs| async {
+                Ok("quick")
+            })
+            .map(|t| {
+                t.with_task_support(TaskSupport::Optional)
+                    .with_deferred_task()
+            }),
+        )
+        .start()
+        .await
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let delivery = || Delivery {
+        sink: Sink::channel(tx.clone()),
+        cancel: CancellationToken::new(),
+        track: false,
+        principal: None,
+        peer: None,
+        transport_trace: None,
+    };
+    let call = |id: i64, params: Value| Request {
+        id: RequestId::Number(id),
+        method: "tools/call".to_owned(),
+        params: Some(RawValue::from_string(params.to_string()).unwrap()),
+    };
+    let mut answer = async || -> Value {
+        let bytes = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an answer within 10 s")
+            .expect("the sink is open");
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    let caps: RequestMeta = serde_json::from_value(meta(json!({
+        "elicitation": {},
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    })))
+    .unwrap();
+
+    server.serve_handing_off_task(
+        call(1, json!({"name": "greet", "arguments": {}})),
+        caps.clone(),
+        delivery(),
+    );
+    let asked = answer().await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert!(
+        asked["result"]["inputRequests"]["name"].is_object(),
+        "{asked}"
+    );
+    let state = asked["result"]["requestState"].clone();
+    assert!(state.is_string(), "{asked}");
+
+    let retry = json!({
+        "name": "greet",
+        "arguments": {},
+        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": state,
+    });
+    server.serve_handing_off_task(call(2, retry.clone()), caps.clone(), delivery());
+    let handed = answer().await;
+    assert_eq!(
+        handed["result"],
+        json!({"resultType": "task_handoff"}),
+        "{handed}"
+    );
+    assert_eq!(toolyard::TASK_HANDOFF, "task_handoff");
+    // The handler was stopped in `start_task`: nothing after it ran, and nothing will.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(after_start.load(Ordering::SeqCst), 0);
+    assert_eq!(server.running_tasks(), 0);
+
+    server.serve_task_body(call(3, retry), caps.clone(), delivery());
+    let ran = answer().await;
+    assert_eq!(ran["result"]["content"][0]["text"], "Hello, Ada!", "{ran}");
+    assert_eq!(after_start.load(Ordering::SeqCst), 1);
+
+    server.serve_handing_off_task(
+        call(4, json!({"name": "quick", "arguments": {}})),
+        caps.clone(),
+        delivery(),
+    );
+    let quick = answer().await;
+    assert_eq!(quick["result"]["content"][0]["text"], "quick", "{quick}");
+    assert_eq!(quick["result"]["resultType"], "complete", "{quick}");
+    // An ordinary request of the deferred tool (no task store here) runs it whole.
+    server.serve_stateless(call(5, json!({"name": "greet", "arguments": {}, "inputResponses": {"name": {"action": "accept", "content": {"name": "Bo"}}}})), caps, delivery());
+    let whole = answer().await;
+    assert_eq!(
+        whole["result"]["content"][0]["text"], "Hello, Bo!",
+        "{whole}"
+    );
+}
+
 /// The log lines a test's subscriber wrote.
 #[derive(Clone, Default)]
 struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
