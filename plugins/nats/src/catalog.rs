@@ -64,6 +64,12 @@ pub struct CatalogEntry {
     /// server says so; any of them may run the job.
     #[serde(default)]
     pub task_body_claims: bool,
+    /// Its tools that decide when their task starts
+    /// ([`ToolDef::with_deferred_task`](toolyard::ToolDef::with_deferred_task)): a gateway
+    /// runs their first rounds in place, sending `Mcp-Task-Handoff`, and makes the task
+    /// when the worker hands it back. A tool not listed is a task from its first round.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred_tasks: Vec<String>,
 }
 
 impl CatalogEntry {
@@ -79,6 +85,7 @@ impl CatalogEntry {
             prompts: Vec::new(),
             body_claims: false,
             task_body_claims: false,
+            deferred_tasks: Vec::new(),
         }
         .sealed()
     }
@@ -102,6 +109,13 @@ impl CatalogEntry {
         self.sealed()
     }
 
+    /// The entry also naming the tools that defer their task (digest recomputed).
+    #[must_use]
+    pub fn with_deferred_tasks(mut self, tools: Vec<String>) -> CatalogEntry {
+        self.deferred_tasks = tools;
+        self.sealed()
+    }
+
     /// The digest of everything offered (not of the names), so two instances serving the
     /// same things have the same one.
     fn sealed(mut self) -> CatalogEntry {
@@ -112,12 +126,15 @@ impl CatalogEntry {
             resources: &'a [Resource],
             resource_templates: &'a [ResourceTemplate],
             prompts: &'a [Prompt],
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            deferred_tasks: &'a [String],
         }
         let bytes = serde_json::to_vec(&Offer {
             tools: &self.tools,
             resources: &self.resources,
             resource_templates: &self.resource_templates,
             prompts: &self.prompts,
+            deferred_tasks: &self.deferred_tasks,
         })
         .unwrap_or_default();
         self.sha256 = Sha256::digest(&bytes)

@@ -32,7 +32,7 @@
 //! for the round the record waits in, and nothing else.
 
 use crate::error::NatsError;
-use crate::served::{serve_task_body_here, Served, NOTIFICATION_BACKLOG};
+use crate::served::{serve_here, Served, NOTIFICATION_BACKLOG};
 use crate::tasks::{self, NatsTaskStore, Stored};
 use crate::wire;
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
@@ -45,7 +45,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolyard::{HandlerError, RawArgs, RawResult, RequestContext, Server, TaskRecord, TaskUpdate};
+use toolyard::{
+    HandlerError, RawArgs, RawResult, RequestContext, Server, TaskRecord, TaskRole, TaskUpdate,
+};
 use toolyard_proto::jsonrpc::{self, Incoming};
 use toolyard_proto::{
     ClientCapabilities, ErrorObject, InputRequests, InputResponses, RequestMeta, TaskStatus,
@@ -162,6 +164,28 @@ fn unavailable(e: impl std::fmt::Display) -> HandlerError {
 // The gateway's side
 // ---------------------------------------------------------------------------------------
 
+/// Where a deferred tool's task was handed back: the task, its job's subject, deadline and
+/// body, and whether every instance of its server reads a body from `TY_TASK_BODIES`.
+struct HandedOffAt<'a> {
+    task_id: &'a str,
+    server: &'a str,
+    subject: String,
+    deadline: Option<u64>,
+    body: Bytes,
+    bodies_read: bool,
+}
+
+/// Where a deferred tool's call stood when its worker handed its task back
+/// (`Mcp-Task-Handoff`): the round it reached, and the answers and state it was sent with.
+/// The task's job goes on from there, asking nothing already answered.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    /// How many times the tool had asked.
+    pub(crate) round: u32,
+    pub(crate) input_responses: InputResponses,
+    pub(crate) request_state: Option<String>,
+}
+
 /// What a gateway needs to hand a task's call to the workers and wait for its end.
 #[derive(Debug)]
 pub(crate) struct Submitter {
@@ -192,7 +216,12 @@ impl Submitter {
     /// Publishes the job of task `task_id` (a call of `server`'s `tool` with `args`) and
     /// waits until its record is terminal; what the call answered then. A request too large
     /// for the job goes to `TY_TASK_BODIES` when `bodies_read` (every instance of `server`
-    /// reads it there), and is -32012 otherwise.
+    /// reads it there), and is -32012 otherwise. `handoff`: a deferred tool's task, handed
+    /// back in a later round: its job goes on from that round ([`Handoff`]).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the call's parts as the forwarding path holds them; bundling them would copy them per call"
+    )]
     pub(crate) async fn run(
         &self,
         ctx: &RequestContext,
@@ -201,6 +230,7 @@ impl Submitter {
         tool: &str,
         args: &RawArgs,
         bodies_read: bool,
+        handoff: Option<Handoff>,
     ) -> Result<RawResult, HandlerError> {
         let Some((stored, _)) = self.store.read(task_id).await.map_err(unavailable)? else {
             return Err(unavailable(format!("task {task_id} has no record")));
@@ -231,6 +261,19 @@ impl Submitter {
         body.push(b'}');
         let body = Bytes::from(body);
         let subject = subject(&self.prefix, server, tool);
+        let relay = (!stored.is_extension()).then(|| ctx.clone());
+        if let Some(handoff) = handoff.filter(|h| h.round > 0 && !h.input_responses.is_empty()) {
+            let at = HandedOffAt {
+                task_id,
+                server,
+                subject,
+                deadline: stored.expires_at_ms(),
+                body,
+                bodies_read,
+            };
+            Box::pin(self.go_on_from(ctx, at, handoff)).await?;
+            return self.wait(task_id, relay).await;
+        }
         // Set once the request went to `TY_TASK_BODIES` (named by the task's id).
         let mut claimed = false;
         let message = |claimed: bool| {
@@ -320,8 +363,102 @@ impl Submitter {
             }
             return Err(unavailable(last));
         }
-        let relay = (!stored.is_extension()).then(|| ctx.clone());
         self.wait(task_id, relay).await
+    }
+
+    /// Publishes the job of a deferred tool's task handed back after `handoff.round` rounds
+    /// as a task that waited for input and has its answers: the record says where the call
+    /// goes on (`resume`: its body, round and state) with the round's answers, and the job
+    /// resuming it is published (by whoever can, should this gateway go: `NatsTaskStore::resume`).
+    /// The resuming worker renews the state, as for any task it resumes.
+    async fn go_on_from(
+        &self,
+        ctx: &RequestContext,
+        at: HandedOffAt<'_>,
+        handoff: Handoff,
+    ) -> Result<(), HandlerError> {
+        let HandedOffAt {
+            task_id,
+            server,
+            subject,
+            deadline,
+            body,
+            bodies_read,
+        } = at;
+        let inline = if body.len() <= PARKED_BODY_INLINE {
+            String::from_utf8(body.to_vec())
+                .ok()
+                .and_then(|t| serde_json::value::RawValue::from_string(t).ok())
+        } else {
+            None
+        };
+        if inline.is_none() {
+            if !bodies_read {
+                return Err(HandlerError::Protocol(ErrorObject::new(
+                    wire::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "the task's request ({} bytes) is too large to keep in its record, and \
+                         not every worker of `{server}` reads a task's request from {}",
+                        body.len(),
+                        crate::claims::TASK_BODIES,
+                    ),
+                )));
+            }
+            let client = self.js.client();
+            let max_payload = client.server_info().max_payload;
+            let put = crate::claims::put_as(&client, self.bodies, task_id, &body, max_payload);
+            Box::pin(put).await.map_err(|e| {
+                unavailable(format!(
+                    "keeping the task's request in {}: {e}",
+                    crate::claims::TASK_BODIES
+                ))
+            })?;
+        }
+        let mut headers = Vec::new();
+        if let Some(at) = deadline {
+            headers.push((DEADLINE.to_owned(), at.to_string()));
+        }
+        // As a job's headers: only what a header can carry.
+        let mut header = |name: &str, value: Option<&str>| {
+            if let Some(v) = value.filter(|v| v.parse::<HeaderValue>().is_ok()) {
+                headers.push((name.to_owned(), v.to_owned()));
+            }
+        };
+        if ctx
+            .traceparent()
+            .is_some_and(|p| p.parse::<HeaderValue>().is_ok())
+        {
+            header("traceparent", ctx.traceparent());
+            header("tracestate", ctx.tracestate());
+        }
+        header("baggage", ctx.baggage());
+        let resume = tasks::Resume {
+            subject,
+            round: handoff.round,
+            body: inline,
+            request_state: handoff.request_state.map(serde_json::Value::String),
+            headers,
+        };
+        let answers = handoff.input_responses;
+        let (stored, ()) = self
+            .store
+            .modify(task_id, None, |s| {
+                if s.status.is_terminal() {
+                    return Err(toolyard::TaskStoreError::Terminal(s.status));
+                }
+                s.resume = Some(resume.clone());
+                s.input_responses = answers.clone();
+                Ok(())
+            })
+            .await
+            .map_err(unavailable)?;
+        // Not published: the store keeps trying while the task waits (and so does every
+        // gateway that sees it answered and waiting), so the task goes on once the bus
+        // takes it.
+        if let Err(e) = self.store.resume(task_id, &stored).await {
+            tracing::warn!(target: "toolyard::nats", task = %task_id, error = %e, "a deferred task's job is not published yet");
+        }
+        Ok(())
     }
 
     /// Waits for the record of `task_id` to be terminal: a watch on its key, and a read every
@@ -1168,11 +1305,13 @@ async fn execute(
         let Served {
             messages: mut rx,
             answer_prefix: prefix,
-        } = serve_task_body_here(
+        } = serve_here(
             &runner.server,
+            TaskRole::Body,
             request,
             meta.clone(),
             cancel.clone(),
+            None,
             Some(runner.peer.clone()),
             // A task's notifications have no caller to go to: they are taken and dropped.
             NOTIFICATION_BACKLOG,

@@ -10,6 +10,7 @@
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
+use crate::jobs::Handoff;
 use crate::replies::{Replies, ReplyStream};
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
@@ -151,7 +152,9 @@ type Installs<T> = BTreeMap<String, (String, T)>;
 
 #[derive(Debug, Default)]
 struct Installed {
-    tools: Installs<Tool>,
+    /// Each tool, and whether it defers its task (the catalog's `deferredTasks`, heeded
+    /// with durable tasks only).
+    tools: Installs<(Tool, bool)>,
     resources: Installs<Resource>,
     templates: Installs<ResourceTemplate>,
     prompts: Installs<Prompt>,
@@ -545,12 +548,16 @@ impl Inner {
             }
         }
         let servers: BTreeSet<String> = newest.keys().map(|s| (*s).to_owned()).collect();
-        let (mut tools, mut resources, mut templates, mut prompts) =
+        let (mut offered_tools, mut resources, mut templates, mut prompts) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // A deferred task's first rounds run in place and its task is then a durable job:
+        // without jobs, such a tool's task is made at once, as any other's.
+        let durable = self.jobs.get().is_some();
         for (server, (_, e)) in newest {
             for tool in &e.tools {
                 let exposed = self.config.expose(server, &tool.name);
-                tools.push((exposed, server, tool));
+                let defers = durable && e.deferred_tasks.contains(&tool.name);
+                offered_tools.push((exposed, server, (tool.clone(), defers)));
             }
             for resource in &e.resources {
                 resources.push((resource.uri.clone(), server, resource));
@@ -569,6 +576,10 @@ impl Inner {
             }
         }
         let mut clashes = Vec::new();
+        let tools = offered_tools
+            .iter()
+            .map(|(exposed, server, tool)| (exposed.clone(), *server, tool))
+            .collect();
         let tools = assign(&state.installed.tools, tools, "tool", &mut clashes);
         let resources = assign(
             &state.installed.resources,
@@ -601,7 +612,7 @@ impl Inner {
         let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
         let tool_defs: Vec<ToolDef> = new_tools
             .into_iter()
-            .map(|(exposed, (server, tool))| {
+            .map(|(exposed, (server, (tool, defers)))| {
                 let mut def_tool = tool.clone();
                 def_tool.name = exposed.clone();
                 // A tool that says calling it again is harmless may be re-issued once when its
@@ -609,10 +620,20 @@ impl Inner {
                 let retry_safe = tool.annotations.as_ref().is_some_and(|a| {
                     a.read_only_hint == Some(true) || a.idempotent_hint == Some(true)
                 });
-                let f = forward(self.clone(), server.clone(), tool.name.clone(), retry_safe);
+                let route = Route {
+                    server: server.clone(),
+                    tool: tool.name.clone(),
+                    retry_safe,
+                    defers_task: *defers,
+                };
                 // The byte-level path: the worker checks the arguments against its own
                 // schema, and its result is passed on as it came.
-                ToolDef::forwarding(def_tool, f)
+                let def = ToolDef::forwarding(def_tool, forward(self.clone(), route));
+                if *defers {
+                    def.with_deferred_task()
+                } else {
+                    def
+                }
             })
             .collect();
         let (mut gone_uris, new_resources) = diff(&state.installed.resources, &resources);
@@ -771,7 +792,13 @@ fn diff<'w, T: PartialEq>(
 /// A worker's tool: `tools/call` over the bus, on the byte-level path (the caller's
 /// arguments go into the request as the text they came in, the worker's result comes back
 /// as its text).
-fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) -> ForwardFn {
+fn forward(inner: Arc<Inner>, route: Route) -> ForwardFn {
+    let Route {
+        server,
+        tool,
+        retry_safe,
+        defers_task,
+    } = route;
     // The subject is the same for every call of the tool: written once, and shared by
     // every publish (a `String` would be copied twice per call on its way into one).
     let subject = Subject::from(wire::request_subject(
@@ -783,6 +810,11 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
     // So are its headers (`None`: a name a header cannot carry, refused per call).
     let headers: Option<HeaderMap> =
         request_headers("tools/call", &tool, inner.config.call_timeout).ok();
+    // A tool that defers its task: the same, telling the worker to hand the task back.
+    let handoff_headers = headers.clone().filter(|_| defers_task).map(|mut h| {
+        h.insert(wire::TASK_HANDOFF, "1");
+        h
+    });
     let route = Arc::new(ToolRoute {
         quoted: json_string(&tool).into(),
         inner,
@@ -790,11 +822,22 @@ fn forward(inner: Arc<Inner>, server: String, tool: String, retry_safe: bool) ->
         tool: tool.into(),
         subject,
         headers,
+        handoff_headers,
         retry_safe,
     });
     Arc::new(move |ctx: RequestContext, args: RawArgs| {
         Box::pin(call_tool(route.clone(), ctx, args))
     })
+}
+
+/// A worker's tool as the catalog offers it.
+struct Route {
+    server: String,
+    tool: String,
+    /// Annotated `readOnlyHint` or `idempotentHint`.
+    retry_safe: bool,
+    /// Listed in the catalog's `deferredTasks` (and tasks are durable jobs here).
+    defers_task: bool,
 }
 
 /// What every call of one worker tool shares (one `Arc` cloned per call).
@@ -806,6 +849,8 @@ struct ToolRoute {
     quoted: Arc<str>,
     subject: Subject,
     headers: Option<HeaderMap>,
+    /// `headers` with `Mcp-Task-Handoff: 1`, for a tool that defers its task.
+    handoff_headers: Option<HeaderMap>,
     retry_safe: bool,
 }
 
@@ -828,7 +873,10 @@ async fn call_tool(
     // forwarded call, callgrind; see the size test below).
     if let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.get()) {
         let bodies = inner.reads_task_bodies(server);
-        return Box::pin(jobs.run(&ctx, task_id, server, tool, &args, bodies)).await;
+        return Box::pin(jobs.run(&ctx, task_id, server, tool, &args, bodies, None)).await;
+    }
+    if route.handoff_headers.is_some() && ctx.can_start_task() {
+        return Box::pin(deferred_call(&route, &ctx, &args)).await;
     }
     let target = Target {
         server,
@@ -840,7 +888,52 @@ async fn call_tool(
         answered_by: None,
     };
     let params = [("name", &*route.quoted), ("arguments", args.get())];
-    Box::pin(request::<RawResult>(inner, &target, &ctx, &params)).await
+    Box::pin(request::<RawResult>(inner, &target, &ctx, &params))
+        .await?
+        .completed(server)
+}
+
+/// A call of a tool that defers its task, by a caller that may get one: its rounds run in
+/// place on the workers, the request telling them `Mcp-Task-Handoff`, until the tool starts
+/// its task. The worker then stops it and hands the task back: it is made here (the caller
+/// gets its handle) and its job published with the last round's answers and state, so any
+/// worker runs the call on from there as the task's body. A tool that ends without
+/// starting its task answers the call as usual.
+async fn deferred_call(
+    route: &ToolRoute,
+    ctx: &RequestContext,
+    args: &RawArgs,
+) -> Result<RawResult, HandlerError> {
+    let ToolRoute {
+        inner,
+        server,
+        tool,
+        ..
+    } = route;
+    let target = Target {
+        server,
+        method: "tools/call",
+        name: tool,
+        retry_safe: route.retry_safe,
+        subject: Some(&route.subject),
+        headers: route.handoff_headers.as_ref(),
+        answered_by: None,
+    };
+    let params = [("name", &*route.quoted), ("arguments", args.get())];
+    let handoff = match request::<RawResult>(inner, &target, ctx, &params).await? {
+        Ended::Complete(result) => return Ok(result),
+        Ended::HandedOff(handoff) => handoff,
+    };
+    ctx.start_task().await;
+    // Without a task (its record could not be written), the caller has its error already
+    // and this call is dropped.
+    let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.get()) else {
+        return Err(HandlerError::failed(format!(
+            "`{tool}` started its task, but the task could not be made"
+        )));
+    };
+    let bodies = inner.reads_task_bodies(server);
+    Box::pin(jobs.run(ctx, task_id, server, tool, args, bodies, Some(handoff))).await
 }
 
 /// A string as JSON text.
@@ -869,7 +962,9 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
                 answered_by: None,
             };
             // Whole: the worker's `_meta`, `ttlMs` and `cacheScope` reach the caller.
-            request::<ReadResourceResult>(&inner, &target, &ctx, &params).await
+            request::<ReadResourceResult>(&inner, &target, &ctx, &params)
+                .await?
+                .completed(&server)
         })
     })
 }
@@ -894,7 +989,9 @@ fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::Pr
                     headers: None,
                     answered_by: None,
                 };
-                request::<GetPromptResult>(&inner, &target, &ctx, &params).await
+                request::<GetPromptResult>(&inner, &target, &ctx, &params)
+                    .await?
+                    .completed(&server)
             })
         },
     )
@@ -1148,12 +1245,13 @@ impl Forwarded for RawResult {
     }
     fn parse(raw: &RawValue) -> Option<Answer<RawResult>> {
         let result = RawResult::from_upstream_value(raw, &[]).ok()?;
-        if result.result_type() == Some("input_required") {
-            return serde_json::from_str(raw.get())
+        match result.result_type() {
+            Some("input_required") => serde_json::from_str(raw.get())
                 .ok()
-                .map(Answer::InputRequired);
+                .map(Answer::InputRequired),
+            Some(toolyard::TASK_HANDOFF) => Some(Answer::HandedOff),
+            _ => Some(Answer::Complete(result)),
         }
-        Some(Answer::Complete(result))
     }
 
     /// The result read as the response is parsed: its bytes are tokenised once, not first
@@ -1169,7 +1267,13 @@ impl Forwarded for RawResult {
             Ok(Response {
                 result: Some(result),
                 error: None,
-            }) if result.result_type() != Some("input_required") => Ok(Answer::Complete(result)),
+            }) if !matches!(
+                result.result_type(),
+                Some("input_required" | toolyard::TASK_HANDOFF)
+            ) =>
+            {
+                Ok(Answer::Complete(result))
+            }
             Ok(Response {
                 error: Some(error),
                 result: None,
@@ -1287,12 +1391,33 @@ fn bus_error(code: i32, message: impl Into<String>) -> HandlerError {
 /// One forwarded request (`tools/call`, `resources/read`, `prompts/get`), to its terminal
 /// frame. `params` are the method's own members as JSON text (without `_meta`, which the
 /// forwarding writes).
+/// How a forwarded request ended: with its result, or (a deferred tool's call, sent with
+/// `Mcp-Task-Handoff`) with its task handed back to be made here.
+enum Ended<T> {
+    Complete(T),
+    HandedOff(Handoff),
+}
+
+impl<T> Ended<T> {
+    /// The result of a request not sent with `Mcp-Task-Handoff`, which only a broken worker
+    /// answers by handing a task back. (Not a wrapping async fn: the request's future is
+    /// allocated whole per call, and a layer more took it past 1 KiB.)
+    fn completed(self, server: &str) -> Result<T, HandlerError> {
+        match self {
+            Ended::Complete(result) => Ok(result),
+            Ended::HandedOff(_) => Err(HandlerError::Protocol(ErrorObject::internal(format!(
+                "`{server}` handed back a task it was not asked to"
+            )))),
+        }
+    }
+}
+
 async fn request<T: Forwarded>(
     inner: &Inner,
     target: &Target<'_>,
     ctx: &RequestContext,
     params: &[(&'static str, &str)],
-) -> Result<T, HandlerError> {
+) -> Result<Ended<T>, HandlerError> {
     // Observed as a client request (a CLIENT span when telemetry is on), whose context the
     // worker then receives instead of ours.
     let observed = toolyard_client::default_observer().and_then(|o| {
@@ -1322,7 +1447,7 @@ async fn request<T: Forwarded>(
             o.answered_by(&worker);
         }
         o.finish(match &answer {
-            Ok(r) if r.failed() => RequestOutcome::ToolError,
+            Ok(Ended::Complete(r)) if r.failed() => RequestOutcome::ToolError,
             Ok(_) => RequestOutcome::Ok,
             Err(HandlerError::Protocol(e)) => RequestOutcome::Rpc(e.code),
             Err(_) => RequestOutcome::Failed("nats"),
@@ -1349,7 +1474,7 @@ async fn rounds<T: Forwarded>(
     ctx: &RequestContext,
     params: &[(&'static str, &str)],
     trace: Option<&Trace>,
-) -> Result<T, HandlerError> {
+) -> Result<Ended<T>, HandlerError> {
     let subject = match target.subject {
         Some(s) => std::borrow::Cow::Borrowed(s),
         None => std::borrow::Cow::Owned(Subject::from(wire::request_subject(
@@ -1369,11 +1494,19 @@ async fn rounds<T: Forwarded>(
             params,
             ctx,
             trace,
-            input_responses.take().as_ref(),
-            request_state.take().as_deref(),
+            input_responses.as_ref(),
+            request_state.as_deref(),
         );
         match call_round::<T>(inner, &subject, target, ctx, trace, &body).await? {
-            Answer::Complete(result) => return Ok(result),
+            Answer::Complete(result) => return Ok(Ended::Complete(result)),
+            // The task goes on from this round: its answers and state.
+            Answer::HandedOff => {
+                return Ok(Ended::HandedOff(Handoff {
+                    round: u32::try_from(round).unwrap_or(u32::MAX),
+                    input_responses: input_responses.unwrap_or_default(),
+                    request_state,
+                }))
+            }
             Answer::InputRequired(needed) => {
                 let asked = needed.input_requests.unwrap_or_default();
                 let keys = exposed_keys(round, asked.keys(), &used);
@@ -2023,6 +2156,8 @@ enum Answer<T> {
     Complete(T),
     /// The worker needs input from the caller first.
     InputRequired(InputRequiredResult),
+    /// The tool started its task, and the worker handed it back (`Mcp-Task-Handoff`).
+    HandedOff,
 }
 
 /// The `end` (or `err`) frame's JSON-RPC response as the request's outcome: the result is

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use toolyard::transport::{Delivery, MessageSink, Sink};
-use toolyard::{Peer, Server, TransportTrace};
+use toolyard::{Peer, Server, TaskRole, TransportTrace};
 use toolyard_proto::jsonrpc::Request;
 use toolyard_proto::RequestMeta;
 
@@ -71,10 +71,19 @@ impl Drop for ServedSink {
 }
 
 /// Serves `request` with `server` as a 2026-07-28 request without a connection (the bus's
-/// requests, the worker's own listings), cancelled by `cancel`; at most `backlog` of its
-/// notifications wait to be taken.
+/// requests, a task's job, the worker's own listings), cancelled by `cancel`; at most
+/// `backlog` of its notifications wait to be taken. `role`: a request's own
+/// ([`Server::serve_stateless`]), one whose caller makes a deferred tool's task
+/// ([`Server::serve_handing_off_task`], `Mcp-Task-Handoff`), or a durable task's job
+/// ([`Server::serve_task_body`]: its tool runs as an ordinary call whatever its task
+/// support, and makes no task of this server's).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one entry point for the three ways the bus's requests are served; each argument is what the server's own entry points take, unbundled"
+)]
 pub(crate) fn serve_here(
     server: &Server,
+    role: TaskRole,
     request: Request,
     meta: RequestMeta,
     cancel: CancellationToken,
@@ -83,23 +92,11 @@ pub(crate) fn serve_here(
     backlog: usize,
 ) -> Served {
     let (delivery, served) = delivery(&request, cancel, transport_trace, peer, backlog);
-    server.serve_stateless(request, meta, delivery);
-    served
-}
-
-/// [`serve_here`] for a durable task's job: the request is the task's body
-/// ([`Server::serve_task_body`]), so its tool runs as an ordinary call whatever its task
-/// support, and makes no task of this server's.
-pub(crate) fn serve_task_body_here(
-    server: &Server,
-    request: Request,
-    meta: RequestMeta,
-    cancel: CancellationToken,
-    peer: Option<Arc<Peer>>,
-    backlog: usize,
-) -> Served {
-    let (delivery, served) = delivery(&request, cancel, None, peer, backlog);
-    server.serve_task_body(request, meta, delivery);
+    match role {
+        TaskRole::Own => server.serve_stateless(request, meta, delivery),
+        TaskRole::HandOff => server.serve_handing_off_task(request, meta, delivery),
+        TaskRole::Body => server.serve_task_body(request, meta, delivery),
+    }
     served
 }
 

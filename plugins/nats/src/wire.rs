@@ -53,6 +53,11 @@ pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("MCP-Protocol-V
 /// `Mcp-Timeout-Ms`: the caller's remaining budget in milliseconds (relative, so clocks need
 /// not agree); the worker cancels the request when it runs out.
 pub const TIMEOUT_MS: HeaderName = HeaderName::from_static("Mcp-Timeout-Ms");
+/// `Mcp-Task-Handoff: 1` on a `tools/call` of a tool the catalog lists in `deferredTasks`:
+/// the caller (a gateway) makes the task. When the tool starts its task, the worker stops it
+/// and answers `{"resultType": "task_handoff"}`; the caller then creates the task and
+/// publishes its job with that round's answers (docs/nats.md, "Deferred tasks").
+pub const TASK_HANDOFF: HeaderName = HeaderName::from_static("Mcp-Task-Handoff");
 /// `Mcp-Frame`: what a reply message is (`msg`, `end`, `err`, `ka`).
 pub const FRAME: HeaderName = HeaderName::from_static("Mcp-Frame");
 /// `Mcp-Seq`: 0, 1, 2... per reply stream, keepalives included; a gap means a frame was

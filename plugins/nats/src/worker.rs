@@ -31,7 +31,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolyard::transport::run_or_spawn;
-use toolyard::{Peer, Server, TransportTrace};
+use toolyard::{Peer, Server, TaskRole, TransportTrace};
 use toolyard_proto::jsonrpc::{self, Incoming, Request};
 use toolyard_proto::method::{self, NameField};
 use toolyard_proto::{ErrorObject, RequestId, RequestMeta};
@@ -730,11 +730,12 @@ struct RequestHeaders<'m> {
     baggage: Option<&'m str>,
     timeout_ms: Option<&'m str>,
     body_claim: Option<&'m str>,
+    task_handoff: Option<&'m str>,
 }
 
 impl<'m> RequestHeaders<'m> {
     fn read(message: &'m Message) -> RequestHeaders<'m> {
-        let [wire, method, name, protocol_version, accept_claim, traceparent, tracestate, baggage, timeout_ms, body_claim] =
+        let [wire, method, name, protocol_version, accept_claim, traceparent, tracestate, baggage, timeout_ms, body_claim, task_handoff] =
             wire::headers(
                 message,
                 [
@@ -748,6 +749,7 @@ impl<'m> RequestHeaders<'m> {
                     &wire::BAGGAGE,
                     &wire::TIMEOUT_MS,
                     &wire::BODY_CLAIM,
+                    &wire::TASK_HANDOFF,
                 ],
             );
         RequestHeaders {
@@ -761,6 +763,7 @@ impl<'m> RequestHeaders<'m> {
             baggage,
             timeout_ms,
             body_claim,
+            task_handoff,
         }
     }
 }
@@ -772,6 +775,8 @@ struct Admitted {
     meta: RequestMeta,
     transport_trace: Option<Arc<TransportTrace>>,
     deadline: Option<tokio::time::Instant>,
+    /// `HandOff` when the caller makes a deferred tool's task (`Mcp-Task-Handoff: 1`).
+    role: TaskRole,
 }
 
 /// Why a request is answered with an `err` frame before it runs: the id it echoes, if read.
@@ -834,11 +839,17 @@ fn admit(
         headers.timeout_ms,
         received.unwrap_or_else(tokio::time::Instant::now),
     );
+    let role = if headers.task_handoff == Some("1") {
+        TaskRole::HandOff
+    } else {
+        TaskRole::Own
+    };
     Ok(Admitted {
         request,
         meta,
         transport_trace,
         deadline,
+        role,
     })
 }
 
@@ -1015,6 +1026,7 @@ fn serve_in<'a>(
         meta,
         transport_trace,
         deadline,
+        role,
     } = admitted;
     let id = request.id.clone();
     let cancel = CancellationToken::new();
@@ -1023,6 +1035,7 @@ fn serve_in<'a>(
         answer_prefix: prefix,
     } = serve_here(
         &inner.server,
+        role,
         request,
         meta,
         cancel.clone(),
@@ -1480,9 +1493,15 @@ async fn offer(
     let prompts = list_all(server, "prompts/list", "prompts")
         .await
         .unwrap_or_else(|| previous.map(|p| p.prompts.clone()).unwrap_or_default());
+    let deferred = tools
+        .iter()
+        .filter(|t| server.tool(&t.name).is_some_and(|d| d.defers_task()))
+        .map(|t| t.name.clone())
+        .collect();
     let mut entry = CatalogEntry::new(name, instance, tools)
         .with_resources(resources, templates)
-        .with_prompts(prompts);
+        .with_prompts(prompts)
+        .with_deferred_tasks(deferred);
     // `handle` reads a body a gateway put in a claim.
     entry.body_claims = true;
     // `jobs::run_job` reads a durable task's request from `TY_TASK_BODIES`.
@@ -1520,6 +1539,7 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
             answer_prefix: prefix,
         } = serve_here(
             server,
+            TaskRole::Own,
             request,
             meta,
             CancellationToken::new(),
