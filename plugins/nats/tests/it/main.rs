@@ -58,7 +58,8 @@ impl Drop for Unfinished {
 /// A worker's server: `echo`, `boom` (panics at once), `progress` (three progress steps, then "done"), `sleep`
 /// (sleeps `ms`, counting cancellations and completions in `seen`), `sleep_task` (the same,
 /// with optional task support), `ask` (elicits two names), `ask_task` (the same, with
-/// optional task support), `flood` (`n` progress notifications at once, then
+/// optional task support), `ask_then_task` (asks, then becomes a task and asks again:
+/// [`ask_then_task`]), `flood` (`n` progress notifications at once, then
 /// "flooded"), `big` (answers `n` bytes of text); the resource `worker://readme` ("read
 /// me"), the template `worker://items/{id}` ("item {id}", and a failure for the id
 /// `broken`) and the prompt `greet` (argument `name`).
@@ -204,6 +205,7 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
         .tool(asker("ask"))
         // `ask` that runs as a task for a caller of the tasks extension.
         .tool(asker("ask_task").with_task_support(toolyard::proto::TaskSupport::Optional))
+        .tool(ask_then_task())
         .tool(
             tool_fn(
                 "progress",
@@ -273,6 +275,50 @@ fn asker(name: &str) -> toolyard::ToolDef {
         },
     )
     .unwrap()
+}
+
+/// `ask_then_task`: runs only as a task, and starts it itself (`with_deferred_task`): it asks
+/// for a first name as an ordinary request, starts its task, then asks for a last name
+/// through the task. With `{"quick": true}` it answers "quick" before starting it.
+fn ask_then_task() -> toolyard::ToolDef {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Quick {
+        #[serde(default)]
+        quick: bool,
+    }
+    tool_fn(
+        "ask_then_task",
+        "Asks for a first name, then becomes a task and asks for a last name",
+        |ctx: toolyard::RequestContext, a: Quick| async move {
+            if a.quick {
+                return Ok("quick".to_owned());
+            }
+            let form = |q: &str| {
+                let mut schema = toolyard::proto::JsonObject::new();
+                schema.insert("type".into(), "object".into());
+                schema.insert(
+                    "properties".into(),
+                    serde_json::json!({"name": {"type": "string"}}),
+                );
+                toolyard::proto::ElicitRequestParams::form(q, schema)
+            };
+            let name = |r: &toolyard::proto::ElicitResult| {
+                r.content
+                    .as_ref()
+                    .and_then(|c| c.get("name"))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            let first = ctx.elicit("name", form("First name?")).await?;
+            ctx.start_task().await;
+            let second = ctx.elicit("again", form("Last name?")).await?;
+            Ok::<_, HandlerError>(format!("{} {}", name(&first), name(&second)))
+        },
+    )
+    .unwrap()
+    .with_task_support(toolyard::proto::TaskSupport::Required)
+    .with_deferred_task()
 }
 
 /// A tool that sleeps `ms`, counting in `seen` the calls that finished and those dropped

@@ -1615,3 +1615,78 @@ async fn tasks_waiting_for_input_go_on_across_a_three_node_cluster() {
         answer_last_name(&client, &id).await;
     }
 }
+
+/// A tool that asks its caller before it becomes a task (`with_deferred_task`, the
+/// conformance suite's `tasks-mrtr-composition`): through a durable gateway, its first
+/// round runs in place on a worker and answers `input_required` (no task yet); the retry
+/// with the answer gets the task's handle, the worker having handed the task back at
+/// `start_task`; the task, a job run on from that round, asks its next question through
+/// `tasks/get` on any gateway (not the first one again) and completes with both answers.
+/// A call that ends before starting its task answers as an ordinary call, and makes no task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_asks_before_its_task_asks_in_place_and_its_task_goes_on_from_that_round() {
+    let nats = NatsServer::start();
+    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
+    let (_a, _ra, a) = durable_gateway(&nats.url()).await;
+    let (_b, _rb, b) = durable_gateway(&nats.url()).await;
+    wait_listed(&a).await;
+    let caller = answering_caller();
+    let call = |params: Value| a.request("tools/call", params);
+
+    let asked_first =
+        call(json!({"name": "calc__ask_then_task", "arguments": {}, "_meta": caller}))
+            .await
+            .unwrap();
+    assert_eq!(asked_first["resultType"], "input_required", "{asked_first}");
+    assert_eq!(
+        asked_first["inputRequests"]["name"]["params"]["message"], "First name?",
+        "{asked_first}"
+    );
+    let state = asked_first["requestState"].clone();
+    assert!(state.is_string(), "{asked_first}");
+
+    let created = call(json!({
+        "name": "calc__ask_then_task",
+        "arguments": {},
+        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": state,
+        "_meta": caller,
+    }))
+    .await
+    .unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().unwrap().to_owned();
+
+    let t = asked(&b, &id, "again").await;
+    assert!(t["inputRequests"].get("name").is_none(), "asked again: {t}");
+    answer(&b, &id, "again", "Lovelace").await;
+    let done = terminal(&a, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Ada Lovelace",
+        "{done}"
+    );
+
+    let quick =
+        call(json!({"name": "calc__ask_then_task", "arguments": {"quick": true}, "_meta": caller}))
+            .await
+            .unwrap();
+    assert_eq!(quick["resultType"], "complete", "{quick}");
+    assert_eq!(quick["content"][0]["text"], "quick", "{quick}");
+    let bus = connect(&nats.url()).await;
+    let js = jetstream::new(bus.clone());
+    let kv = js.get_key_value(TASKS_BUCKET).await.unwrap();
+    let keys: Vec<String> = kv
+        .keys()
+        .await
+        .unwrap()
+        .filter_map(|k| async { k.ok() })
+        .collect()
+        .await;
+    assert_eq!(
+        keys.len(),
+        1,
+        "one task made, not one for the quick call: {keys:?}"
+    );
+    jobs_settled(&bus).await;
+}
