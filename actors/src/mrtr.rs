@@ -143,16 +143,19 @@ impl StateSealer {
     /// Seals with the key derived from `secret` (as [`StateSealer::from_secret`] derives it)
     /// from now on, in every clone of this sealer; opens with it, and with the key it
     /// replaces (state this process sealed before keeps opening here, until it expires).
-    pub fn use_secret(&self, secret: &[u8]) {
+    /// Returns whether the key changed.
+    pub fn use_secret(&self, secret: &[u8]) -> bool {
         let bytes: [u8; 32] = Sha256::digest(secret).into();
         let mut key = self.0.key.write().unwrap_or_else(PoisonError::into_inner);
-        if key.bytes != bytes {
-            *key = Key {
-                bytes,
-                random: false,
-                previous: Some(key.bytes),
-            };
+        if key.bytes == bytes {
+            return false;
         }
+        *key = Key {
+            bytes,
+            random: false,
+            previous: Some(key.bytes),
+        };
+        true
     }
 
     fn key(&self) -> Key {

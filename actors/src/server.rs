@@ -640,9 +640,11 @@ impl Server {
     /// Seals modern `requestState` with the key derived from `secret` from now on (as the
     /// builder's `state_secret` derives it from the same secret), for a key the replicas
     /// agree on only after the server started: a NATS worker or gateway reads the one its
-    /// peers share from the bus. State sealed with the key it replaces still opens here.
-    pub fn use_state_secret(&self, secret: &[u8]) {
-        self.core.sealer.use_secret(secret);
+    /// peers share from the bus, or a new one it is told later. State sealed with the key
+    /// it replaces still opens here (the one before that no longer does). Returns whether
+    /// the key changed.
+    pub fn use_state_secret(&self, secret: &[u8]) -> bool {
+        self.core.sealer.use_secret(secret)
     }
 
     /// The server's identity.

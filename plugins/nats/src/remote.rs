@@ -120,6 +120,8 @@ struct Inner {
     /// Whether the gateways' shared state key was asked for (once: `attach` runs again after
     /// each loss of the watch).
     state_key_asked: std::sync::atomic::AtomicBool,
+    /// Follows that key, when this gateway uses it (aborted with the `RemoteTools`).
+    state_key: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Where following the catalog is; `start` and `follow_catalog` agree under its lock on
@@ -205,6 +207,7 @@ impl RemoteTools {
             catalog_changed: tokio::sync::Notify::new(),
             ignored: crate::doubling::Doubling::default(),
             state_key_asked: std::sync::atomic::AtomicBool::new(false),
+            state_key: Mutex::new(None),
         });
         // A catalog entry (or, on the same connection in `serve --nats`, a task record)
         // async-nats cannot read drops the watch's connection, and the watch, set up again,
@@ -299,6 +302,7 @@ impl RemoteTools {
     pub fn shutdown(self) {
         self.watcher.abort();
         self.connection.abort();
+        self.stop_following_state_key();
         let installed = std::mem::take(&mut self.inner.state().installed);
         let server = &self.inner.server;
         let tools: Vec<String> = installed.tools.into_keys().collect();
@@ -325,6 +329,21 @@ impl Drop for RemoteTools {
         self.watcher.abort();
         self.connection.abort();
         self.scrubber.abort();
+        self.stop_following_state_key();
+    }
+}
+
+impl RemoteTools {
+    fn stop_following_state_key(&self) {
+        let following = self
+            .inner
+            .state_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(task) = following {
+            task.abort();
+        }
     }
 }
 
@@ -403,10 +422,11 @@ async fn attach(inner: &Arc<Inner>) -> Result<async_nats::jetstream::kv::Watch, 
     {
         let key = crate::state_key::GATEWAYS;
         match crate::state_key::share(&js, &inner.server, key, config.catalog_replicas).await {
-            Ok(true) => {
-                tracing::info!(target: "toolyard::nats", "requestState sealed with the secret the gateways share on the bus ({})", crate::state_key::BUCKET)
+            Ok(Some(following)) => {
+                tracing::info!(target: "toolyard::nats", "requestState sealed with the secret the gateways share on the bus ({})", crate::state_key::BUCKET);
+                *inner.state_key.lock().unwrap_or_else(|p| p.into_inner()) = Some(following);
             }
-            Ok(false) => {}
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(target: "toolyard::nats", error = %e, "requestState sealed with this process's own key: a caller's retry of an input round that reaches another gateway fails; give every gateway the same state secret")
             }

@@ -15,6 +15,11 @@
 //! `state_secret`) keeps its own: whoever may read the bucket may seal state the servers
 //! trust, so a deployment whose bus is open to callers it does not trust gives every server
 //! the same secret and keeps it off the bus.
+//!
+//! The key is followed, not read once: a new value put under it (an operator rotating it)
+//! is taken by every server sharing it at once, and what the key it replaces sealed still
+//! opens, so the input rounds in flight finish. Deleting the key makes the next server to
+//! start write a new one, which the others then take the same way.
 
 use crate::catalog;
 use crate::error::NatsError;
@@ -36,16 +41,17 @@ pub(crate) fn worker(name: &str) -> String {
 }
 
 /// Makes `server` seal with the secret shared under `key` in [`BUCKET`], when it was given
-/// none: reads it, or writes a new random one when it is the first. Returns whether the
-/// server now seals with the shared secret.
+/// none: reads it, or writes a new random one when it is the first. Returns, when the
+/// server now seals with the shared secret, the task that follows the key (a value put
+/// under it later is taken: [`follow`]); abort it when the server leaves the bus.
 pub(crate) async fn share(
     js: &jetstream::Context,
     server: &Server,
     key: &str,
     replicas: usize,
-) -> Result<bool, NatsError> {
+) -> Result<Option<tokio::task::JoinHandle<()>>, NatsError> {
     if !server.state_key_is_random() {
-        return Ok(false);
+        return Ok(None);
     }
     let config = kv::Config {
         bucket: BUCKET.to_owned(),
@@ -67,7 +73,44 @@ pub(crate) async fn share(
         Err(e) => return Err(NatsError::Bus(format!("writing the state key {key}: {e}"))),
     };
     server.use_state_secret(&secret);
-    Ok(true)
+    Ok(Some(tokio::spawn(follow(
+        store,
+        key.to_owned(),
+        server.clone(),
+    ))))
+}
+
+/// Takes each value put under `key` from now on (the last one first: a value put since the
+/// key was read is not missed), as the secret `server` seals with; the one it replaces
+/// still opens what it sealed. A delete or purge changes nothing here (the next server to
+/// start writes a new secret, taken then). A watch that fails or ends is set up again a
+/// second later.
+async fn follow(store: kv::Store, key: String, server: Server) {
+    use futures_util::StreamExt;
+    loop {
+        match store.watch_with_history(&key).await {
+            Ok(mut watch) => {
+                while let Some(entry) = watch.next().await {
+                    match entry {
+                        Ok(e) if e.operation == kv::Operation::Put && !e.value.is_empty() => {
+                            if server.use_state_secret(&e.value) {
+                                tracing::info!(target: "toolyard::nats", key = %key, "the shared state key changed: requestState is sealed with the new one, and what the old one sealed still opens");
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!(target: "toolyard::nats", key = %key, error = %e, "the state key's watch failed; setting it up again");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(target: "toolyard::nats", key = %key, error = %e, "cannot watch the state key yet; retrying");
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 /// 32 random bytes, as hex: what `--state-secret` would be given, so an operator can read it

@@ -110,6 +110,8 @@ pub struct Worker {
     jobs: Option<tokio::task::JoinHandle<()>>,
     /// The connection the jobs travel on (the requests' one unless given its own).
     jobs_client: Client,
+    /// Follows the state key this name's workers share (`state_key`), when it uses it.
+    _state_key: AbortOnDrop,
 }
 
 #[derive(Debug)]
@@ -251,7 +253,7 @@ impl Worker {
         }
         // Before the first request: a retry of a multi-round call may land on any worker of
         // the name, and opens only under the key that sealed it.
-        match crate::state_key::share(
+        let state_key = match crate::state_key::share(
             &js,
             &inner.server,
             &crate::state_key::worker(&inner.config.server),
@@ -259,14 +261,16 @@ impl Worker {
         )
         .await
         {
-            Ok(true) => {
-                tracing::info!(server = %inner.config.server, "requestState sealed with the secret this name's workers share on the bus ({})", crate::state_key::BUCKET)
+            Ok(Some(following)) => {
+                tracing::info!(server = %inner.config.server, "requestState sealed with the secret this name's workers share on the bus ({})", crate::state_key::BUCKET);
+                AbortOnDrop(Some(following))
             }
-            Ok(false) => {}
+            Ok(None) => AbortOnDrop(None),
             Err(e) => {
-                tracing::warn!(server = %inner.config.server, error = %e, "requestState sealed with this process's own key: a multi-round call whose retry lands on another worker of this name fails; give every worker of it the same state secret")
+                tracing::warn!(server = %inner.config.server, error = %e, "requestState sealed with this process's own key: a multi-round call whose retry lands on another worker of this name fails; give every worker of it the same state secret");
+                AbortOnDrop(None)
             }
-        }
+        };
         let subscription = client
             .queue_subscribe(
                 wire::worker_subject(&inner.config.prefix, &inner.config.server),
@@ -310,6 +314,7 @@ impl Worker {
             connection,
             jobs: pulling,
             jobs_client: jobs,
+            _state_key: state_key,
         })
     }
 
@@ -1339,7 +1344,9 @@ fn abandoned() -> ErrorObject {
     )
 }
 
-/// Stops a request's cancellation listener when the request ends, however it ends.
+/// Stops a task when its owner goes, however it goes: a request's cancellation listener,
+/// the worker's watch of its shared state key.
+#[derive(Debug)]
 struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
 
 impl Drop for AbortOnDrop {

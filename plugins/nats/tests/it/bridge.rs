@@ -3,7 +3,7 @@
 use crate::*;
 use serde_json::json;
 use std::sync::atomic::Ordering;
-use toolyard_testkit::NatsServer;
+use toolyard_testkit::{NatsServer, RawClient};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workers_tools_are_listed_and_called_through_the_gateway_with_progress() {
@@ -899,6 +899,97 @@ async fn calls_a_busy_worker_refuses_are_sent_again_until_they_run_or_their_dead
         4,
         "the refused call ran"
     );
+}
+
+/// The shared state key is followed, not read once: a new secret put under the name's key
+/// (an operator rotating it) is taken by every worker of the name, so state sealed with it
+/// (here by a server given that secret) opens on them; and state they sealed with the key
+/// it replaced still opens, so input rounds in flight finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_key_put_anew_on_the_bus_is_taken_by_every_worker_and_the_old_one_still_opens() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let asking = || {
+        toolyard::ServerBuilder::new("w", "1.0")
+            .tool(asker("ask"))
+            .start()
+    };
+    let (a, b) = (asking().await.unwrap(), asking().await.unwrap());
+    let _a = Worker::start(a.clone(), connect(&url).await, WorkerConfig::new("calc"))
+        .await
+        .unwrap();
+    let _b = Worker::start(b.clone(), connect(&url).await, WorkerConfig::new("calc"))
+        .await
+        .unwrap();
+    let (ca, cb) = (
+        RawClient::connect(&a).await.unwrap(),
+        RawClient::connect(&b).await.unwrap(),
+    );
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+    });
+    // The first round's state, sealed where `client` is served.
+    async fn sealed_by(client: &RawClient, meta: &serde_json::Value) -> String {
+        let asked = client
+            .request(
+                "tools/call",
+                json!({"name": "ask", "arguments": {}, "_meta": meta}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(asked["resultType"], "input_required", "{asked}");
+        asked["requestState"].as_str().unwrap().to_owned()
+    }
+    // Whether `client`'s server opens `state`: the retry goes on to the second question.
+    async fn opens(client: &RawClient, state: &str, meta: &serde_json::Value) -> bool {
+        let next = client
+            .request(
+                "tools/call",
+                json!({
+                    "name": "ask",
+                    "arguments": {},
+                    "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+                    "requestState": state,
+                    "_meta": meta,
+                }),
+            )
+            .await;
+        next.is_ok_and(|next| next["inputRequests"].get("again").is_some())
+    }
+    let before = sealed_by(&ca, &meta).await;
+    assert!(opens(&cb, &before, &meta).await, "the workers share a key");
+
+    let rotated = "a-new-secret-put-by-an-operator";
+    let elsewhere = toolyard::ServerBuilder::new("w", "1.0")
+        .state_secret(rotated, Duration::from_secs(600))
+        .tool(asker("ask"))
+        .start()
+        .await
+        .unwrap();
+    let new_state = sealed_by(&RawClient::connect(&elsewhere).await.unwrap(), &meta).await;
+    assert!(
+        !opens(&ca, &new_state, &meta).await,
+        "not the workers' key yet"
+    );
+    let kv = async_nats::jetstream::new(connect(&url).await)
+        .get_key_value(toolyard_nats::STATE_KEYS_BUCKET)
+        .await
+        .unwrap();
+    kv.put("worker.calc", rotated.into()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !(opens(&ca, &new_state, &meta).await && opens(&cb, &new_state, &meta).await) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the workers never took the new key"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        opens(&cb, &before, &meta).await,
+        "what the replaced key sealed still opens"
+    );
+    assert!(!a.state_key_is_random() && !b.state_key_is_random());
 }
 
 /// Servers built without a state secret, made workers of one name, seal `requestState` with
