@@ -297,6 +297,18 @@ impl RemoteTools {
             .collect()
     }
 
+    fn stop_following_state_key(&self) {
+        let following = self
+            .inner
+            .state_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(task) = following {
+            task.abort();
+        }
+    }
+
     /// Stops following the catalog and removes the workers' tools, resources and prompts
     /// from the server.
     pub fn shutdown(self) {
@@ -330,20 +342,6 @@ impl Drop for RemoteTools {
         self.connection.abort();
         self.scrubber.abort();
         self.stop_following_state_key();
-    }
-}
-
-impl RemoteTools {
-    fn stop_following_state_key(&self) {
-        let following = self
-            .inner
-            .state_key
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(task) = following {
-            task.abort();
-        }
     }
 }
 

@@ -252,9 +252,11 @@ impl Worker {
             }
         }
         // Before the first request: a retry of a multi-round call may land on any worker of
-        // the name, and opens only under the key that sealed it.
+        // the name, and opens only under the key that sealed it. Followed on the jobs'
+        // connection (a watch reads what anyone allowed to write the bucket put there, and a
+        // message async-nats cannot read ends the connection reading it: not the requests').
         let state_key = match crate::state_key::share(
-            &js,
+            &catalog::context(jobs.clone()),
             &inner.server,
             &crate::state_key::worker(&inner.config.server),
             inner.config.catalog_replicas,
