@@ -872,6 +872,21 @@ struct ToolRoute {
     retry_safe: bool,
 }
 
+impl ToolRoute {
+    /// A call's target, sent with `headers` (the tool's, or with `Mcp-Task-Handoff`).
+    fn target<'a>(&'a self, headers: Option<&'a HeaderMap>) -> Target<'a> {
+        Target {
+            server: &self.server,
+            method: "tools/call",
+            name: &self.tool,
+            retry_safe: self.retry_safe,
+            subject: Some(&self.subject),
+            headers,
+            answered_by: None,
+        }
+    }
+}
+
 /// One call of a worker's tool.
 async fn call_tool(
     route: Arc<ToolRoute>,
@@ -896,15 +911,7 @@ async fn call_tool(
     if route.handoff_headers.is_some() && ctx.can_start_task() {
         return Box::pin(deferred_call(&route, &ctx, &args)).await;
     }
-    let target = Target {
-        server,
-        method: "tools/call",
-        name: tool,
-        retry_safe: route.retry_safe,
-        subject: Some(&route.subject),
-        headers: route.headers.as_ref(),
-        answered_by: None,
-    };
+    let target = route.target(route.headers.as_ref());
     let params = [("name", &*route.quoted), ("arguments", args.get())];
     Box::pin(request::<RawResult>(inner, &target, &ctx, &params))
         .await?
@@ -928,15 +935,7 @@ async fn deferred_call(
         tool,
         ..
     } = route;
-    let target = Target {
-        server,
-        method: "tools/call",
-        name: tool,
-        retry_safe: route.retry_safe,
-        subject: Some(&route.subject),
-        headers: route.handoff_headers.as_ref(),
-        answered_by: None,
-    };
+    let target = route.target(route.handoff_headers.as_ref());
     let params = [("name", &*route.quoted), ("arguments", args.get())];
     let handoff = match request::<RawResult>(inner, &target, ctx, &params).await? {
         Ended::Complete(result) => return Ok(result),

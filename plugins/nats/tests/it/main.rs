@@ -247,31 +247,39 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
 
 /// A tool that asks the caller's user for a name (elicitation), twice under one key, and
 /// answers both names.
+/// An elicitation form asking `question` for a `name`.
+fn form(question: &str) -> toolyard::proto::ElicitRequestParams {
+    let mut schema = toolyard::proto::JsonObject::new();
+    schema.insert("type".into(), "object".into());
+    schema.insert(
+        "properties".into(),
+        serde_json::json!({"name": {"type": "string"}}),
+    );
+    toolyard::proto::ElicitRequestParams::form(question, schema)
+}
+
+/// The `name` a [`form`] was answered with ("?" without one).
+fn answered_name(r: &toolyard::proto::ElicitResult) -> String {
+    r.content
+        .as_ref()
+        .and_then(|c| c.get("name"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
 fn asker(name: &str) -> toolyard::ToolDef {
     tool_fn(
         name,
         "Asks the caller's user for a name (elicitation), twice under one key",
         |ctx, _a: serde_json::Value| async move {
-            let form = |q: &str| {
-                let mut schema = toolyard::proto::JsonObject::new();
-                schema.insert("type".into(), "object".into());
-                schema.insert(
-                    "properties".into(),
-                    serde_json::json!({"name": {"type": "string"}}),
-                );
-                toolyard::proto::ElicitRequestParams::form(q, schema)
-            };
             let first = ctx.elicit("name", form("First name?")).await?;
-            let name = |r: &toolyard::proto::ElicitResult| {
-                r.content
-                    .as_ref()
-                    .and_then(|c| c.get("name"))
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("?")
-                    .to_owned()
-            };
             let second = ctx.elicit("again", form("Last name?")).await?;
-            Ok::<_, HandlerError>(format!("{} {}", name(&first), name(&second)))
+            Ok::<_, HandlerError>(format!(
+                "{} {}",
+                answered_name(&first),
+                answered_name(&second)
+            ))
         },
     )
     .unwrap()
@@ -293,27 +301,14 @@ fn ask_then_task() -> toolyard::ToolDef {
             if a.quick {
                 return Ok("quick".to_owned());
             }
-            let form = |q: &str| {
-                let mut schema = toolyard::proto::JsonObject::new();
-                schema.insert("type".into(), "object".into());
-                schema.insert(
-                    "properties".into(),
-                    serde_json::json!({"name": {"type": "string"}}),
-                );
-                toolyard::proto::ElicitRequestParams::form(q, schema)
-            };
-            let name = |r: &toolyard::proto::ElicitResult| {
-                r.content
-                    .as_ref()
-                    .and_then(|c| c.get("name"))
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("?")
-                    .to_owned()
-            };
             let first = ctx.elicit("name", form("First name?")).await?;
             ctx.start_task().await;
             let second = ctx.elicit("again", form("Last name?")).await?;
-            Ok::<_, HandlerError>(format!("{} {}", name(&first), name(&second)))
+            Ok::<_, HandlerError>(format!(
+                "{} {}",
+                answered_name(&first),
+                answered_name(&second)
+            ))
         },
     )
     .unwrap()
