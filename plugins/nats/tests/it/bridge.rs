@@ -901,6 +901,121 @@ async fn calls_a_busy_worker_refuses_are_sent_again_until_they_run_or_their_dead
     );
 }
 
+/// The first round's `requestState` of `tool` (the worker's `asker`: a first name, then a
+/// last name), sealed where `client` is served.
+async fn sealed_by(client: &RawClient, tool: &str, meta: &serde_json::Value) -> String {
+    let asked = client
+        .request(
+            "tools/call",
+            json!({"name": tool, "arguments": {}, "_meta": meta}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    asked["requestState"].as_str().unwrap().to_owned()
+}
+
+/// Whether `client`'s server opens `state` of `tool`: the retry goes on to the second
+/// question.
+async fn opens(client: &RawClient, tool: &str, state: &str, meta: &serde_json::Value) -> bool {
+    let next = client
+        .request(
+            "tools/call",
+            json!({
+                "name": tool,
+                "arguments": {},
+                "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+                "requestState": state,
+                "_meta": meta,
+            }),
+        )
+        .await;
+    next.is_ok_and(|next| next["inputRequests"].get("again").is_some())
+}
+
+/// A 2026-07-28 caller that can answer elicitations.
+fn eliciting_caller() -> serde_json::Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+    })
+}
+
+/// Gateways follow their shared state key as workers do: one given no secret takes a
+/// secret put anew under `gateway`, so a caller's retry sealed with it (here by a gateway
+/// given that secret) opens there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateways_state_key_put_anew_on_the_bus_is_taken_by_it() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let worker_server = toolyard::ServerBuilder::new("w", "1.0")
+        .tool(asker("ask"))
+        .start()
+        .await
+        .unwrap();
+    let _worker = Worker::start(
+        worker_server,
+        connect(&url).await,
+        WorkerConfig::new("calc"),
+    )
+    .await
+    .unwrap();
+    let shared = gateway(&url, quick()).await;
+    listed(&shared.client, |t| t.iter().any(|n| n == "calc__ask")).await;
+    let rotated = "a-new-gateway-secret";
+    let given = toolyard::ServerBuilder::new("gateway", "1.0")
+        .state_secret(rotated, Duration::from_secs(600))
+        .start()
+        .await
+        .unwrap();
+    let _given_remote = RemoteTools::start(given.clone(), connect(&url).await, quick())
+        .await
+        .unwrap();
+    let (on_shared, on_given) = (
+        RawClient::connect(&shared.server).await.unwrap(),
+        RawClient::connect(&given).await.unwrap(),
+    );
+    let meta = eliciting_caller();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let new_state = loop {
+        // The second gateway lists the worker's tool once it has read the catalog.
+        let asked = on_given
+            .request(
+                "tools/call",
+                json!({"name": "calc__ask", "arguments": {}, "_meta": meta}),
+            )
+            .await;
+        if let Ok(asked) = asked {
+            if let Some(state) = asked["requestState"].as_str() {
+                break state.to_owned();
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let before = sealed_by(&on_shared, "calc__ask", &meta).await;
+    assert!(
+        !opens(&on_shared, "calc__ask", &new_state, &meta).await,
+        "not the gateways' shared key yet"
+    );
+    let kv = async_nats::jetstream::new(connect(&url).await)
+        .get_key_value(toolyard_nats::STATE_KEYS_BUCKET)
+        .await
+        .unwrap();
+    kv.put("gateway", rotated.into()).await.unwrap();
+    while !opens(&on_shared, "calc__ask", &new_state, &meta).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway never took the new key"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        opens(&on_shared, "calc__ask", &before, &meta).await,
+        "what the replaced key sealed still opens"
+    );
+}
+
 /// The shared state key is followed, not read once: a new secret put under the name's key
 /// (an operator rotating it) is taken by every worker of the name, so state sealed with it
 /// (here by a server given that secret) opens on them; and state they sealed with the key
@@ -925,40 +1040,12 @@ async fn a_state_key_put_anew_on_the_bus_is_taken_by_every_worker_and_the_old_on
         RawClient::connect(&a).await.unwrap(),
         RawClient::connect(&b).await.unwrap(),
     );
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-    });
-    // The first round's state, sealed where `client` is served.
-    async fn sealed_by(client: &RawClient, meta: &serde_json::Value) -> String {
-        let asked = client
-            .request(
-                "tools/call",
-                json!({"name": "ask", "arguments": {}, "_meta": meta}),
-            )
-            .await
-            .unwrap();
-        assert_eq!(asked["resultType"], "input_required", "{asked}");
-        asked["requestState"].as_str().unwrap().to_owned()
-    }
-    // Whether `client`'s server opens `state`: the retry goes on to the second question.
-    async fn opens(client: &RawClient, state: &str, meta: &serde_json::Value) -> bool {
-        let next = client
-            .request(
-                "tools/call",
-                json!({
-                    "name": "ask",
-                    "arguments": {},
-                    "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
-                    "requestState": state,
-                    "_meta": meta,
-                }),
-            )
-            .await;
-        next.is_ok_and(|next| next["inputRequests"].get("again").is_some())
-    }
-    let before = sealed_by(&ca, &meta).await;
-    assert!(opens(&cb, &before, &meta).await, "the workers share a key");
+    let meta = eliciting_caller();
+    let before = sealed_by(&ca, "ask", &meta).await;
+    assert!(
+        opens(&cb, "ask", &before, &meta).await,
+        "the workers share a key"
+    );
 
     let rotated = "a-new-secret-put-by-an-operator";
     let elsewhere = toolyard::ServerBuilder::new("w", "1.0")
@@ -967,9 +1054,9 @@ async fn a_state_key_put_anew_on_the_bus_is_taken_by_every_worker_and_the_old_on
         .start()
         .await
         .unwrap();
-    let new_state = sealed_by(&RawClient::connect(&elsewhere).await.unwrap(), &meta).await;
+    let new_state = sealed_by(&RawClient::connect(&elsewhere).await.unwrap(), "ask", &meta).await;
     assert!(
-        !opens(&ca, &new_state, &meta).await,
+        !opens(&ca, "ask", &new_state, &meta).await,
         "not the workers' key yet"
     );
     let kv = async_nats::jetstream::new(connect(&url).await)
@@ -978,7 +1065,9 @@ async fn a_state_key_put_anew_on_the_bus_is_taken_by_every_worker_and_the_old_on
         .unwrap();
     kv.put("worker.calc", rotated.into()).await.unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
-    while !(opens(&ca, &new_state, &meta).await && opens(&cb, &new_state, &meta).await) {
+    while !(opens(&ca, "ask", &new_state, &meta).await
+        && opens(&cb, "ask", &new_state, &meta).await)
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the workers never took the new key"
@@ -986,7 +1075,7 @@ async fn a_state_key_put_anew_on_the_bus_is_taken_by_every_worker_and_the_old_on
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        opens(&cb, &before, &meta).await,
+        opens(&cb, "ask", &before, &meta).await,
         "what the replaced key sealed still opens"
     );
     assert!(!a.state_key_is_random() && !b.state_key_is_random());
