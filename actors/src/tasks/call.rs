@@ -246,21 +246,19 @@ async fn drive_handoff<T, F>(
     F: Future<Output = Result<T, HandlerError>> + Send,
 {
     let cancel = ctx.cancellation().clone();
-    let mut fut = std::pin::pin!(AssertUnwindSafe(fut).catch_unwind());
-    let started = tokio::select! {
+    let fut = AssertUnwindSafe(fut).catch_unwind();
+    // The link holding the sender lives in `ctx`, held here: the channel cannot close
+    // while the handler runs, and if it did, the call would simply run as an ordinary one.
+    let started = async {
+        if escalated.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
         biased;
         _ = cancel.cancelled() => return reply.cancelled(),
-        r = &mut fut => return exec::answer(ctx, reply, sealer, binding, Some(r), on_failure),
-        s = escalated => s.is_ok(),
-    };
-    if !started {
-        // The link outlives the handler, so this cannot happen; answer as an ordinary call.
-        let r = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => None,
-            r = &mut fut => Some(r),
-        };
-        return exec::answer(ctx, reply, sealer, binding, r, on_failure);
+        r = fut => return exec::answer(ctx, reply, sealer, binding, Some(r), on_failure),
+        () = started => {}
     }
     // What the handler spawned and tied to its token stops with it.
     cancel.cancel();

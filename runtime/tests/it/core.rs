@@ -856,18 +856,55 @@ async fn an_empty_state_secret_is_no_key() {
     assert!(!given.state_key_is_random());
 }
 
+/// Requests served without a connection (`Server::serve_stateless` and its kin), their
+/// answers collected on one channel.
+struct Stateless {
+    tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+}
+
+impl Stateless {
+    fn new() -> Stateless {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Stateless { tx, rx }
+    }
+
+    fn delivery(&self) -> toolyard::transport::Delivery {
+        toolyard::transport::Delivery {
+            sink: toolyard::transport::Sink::channel(self.tx.clone()),
+            cancel: tokio_util::sync::CancellationToken::new(),
+            track: false,
+            principal: None,
+            peer: None,
+            transport_trace: None,
+        }
+    }
+
+    /// A `tools/call` with these params.
+    fn call(id: i64, params: &Value) -> toolyard::proto::jsonrpc::Request {
+        toolyard::proto::jsonrpc::Request {
+            id: toolyard::proto::RequestId::Number(id),
+            method: "tools/call".to_owned(),
+            params: Some(serde_json::value::RawValue::from_string(params.to_string()).unwrap()),
+        }
+    }
+
+    async fn answer(&mut self) -> Value {
+        let bytes = tokio::time::timeout(Duration::from_secs(10), self.rx.recv())
+            .await
+            .expect("an answer within 10 s")
+            .expect("the sink is open");
+        serde_json::from_slice(&bytes).unwrap()
+    }
+}
+
 /// A request served as the body of a task held elsewhere (a durable NATS job) runs its
 /// tool as an ordinary call: a tool that runs only as a task, which a plain 2026-07-28 call
 /// without the tasks extension is refused (-32021), runs and answers, and even a caller
 /// declaring the extension gets its result, not a task of this server's.
 #[tokio::test]
 async fn a_task_body_runs_a_task_only_tool_as_an_ordinary_call() {
-    use serde_json::value::RawValue;
-    use tokio::sync::mpsc;
-    use tokio_util::sync::CancellationToken;
-    use toolyard::proto::jsonrpc::Request;
-    use toolyard::proto::{RequestId, RequestMeta, TaskSupport};
-    use toolyard::transport::{Delivery, Sink};
+    use toolyard::proto::{RequestMeta, TaskSupport};
 
     let server = ServerBuilder::new("t", "0")
         .in_memory_tasks()
@@ -880,40 +917,21 @@ async fn a_task_body_runs_a_task_only_tool_as_an_ordinary_call() {
         .start()
         .await
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let delivery = || Delivery {
-        sink: Sink::channel(tx.clone()),
-        cancel: CancellationToken::new(),
-        track: false,
-        principal: None,
-        peer: None,
-        transport_trace: None,
-    };
-    let call = |id: i64| Request {
-        id: RequestId::Number(id),
-        method: "tools/call".to_owned(),
-        params: Some(RawValue::from_string(r#"{"name":"job","arguments":{}}"#.to_owned()).unwrap()),
-    };
-    let mut answer = async || -> Value {
-        let bytes = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("an answer within 10 s")
-            .expect("the sink is open");
-        serde_json::from_slice(&bytes).unwrap()
-    };
+    let mut served = Stateless::new();
+    let call = |id| Stateless::call(id, &json!({"name": "job", "arguments": {}}));
     let plain: RequestMeta = serde_json::from_value(meta(json!({}))).unwrap();
-    server.serve_stateless(call(1), plain.clone(), delivery());
-    let refused = answer().await;
+    server.serve_stateless(call(1), plain.clone(), served.delivery());
+    let refused = served.answer().await;
     assert_eq!(refused["error"]["code"], -32021, "{refused}");
-    server.serve_task_body(call(2), plain, delivery());
-    let ran = answer().await;
+    server.serve_task_body(call(2), plain, served.delivery());
+    let ran = served.answer().await;
     assert_eq!(ran["result"]["content"][0]["text"], "done", "{ran}");
     let extension: RequestMeta = serde_json::from_value(meta(
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
     ))
     .unwrap();
-    server.serve_task_body(call(3), extension, delivery());
-    let ran = answer().await;
+    server.serve_task_body(call(3), extension, served.delivery());
+    let ran = served.answer().await;
     assert_eq!(ran["result"]["content"][0]["text"], "done", "{ran}");
     assert_eq!(server.running_tasks(), 0);
 }
@@ -926,12 +944,7 @@ async fn a_task_body_runs_a_task_only_tool_as_an_ordinary_call() {
 /// starting its task answers as usual.
 #[tokio::test]
 async fn a_handing_off_request_stops_at_start_task_and_the_task_body_goes_on_with_its_answers() {
-    use serde_json::value::RawValue;
-    use tokio::sync::mpsc;
-    use tokio_util::sync::CancellationToken;
-    use toolyard::proto::jsonrpc::Request;
-    use toolyard::proto::{RequestId, RequestMeta, TaskSupport};
-    use toolyard::transport::{Delivery, Sink};
+    use toolyard::proto::{RequestMeta, TaskSupport};
 
     let after_start = Arc::new(AtomicUsize::new(0));
     let counted = after_start.clone();
@@ -981,27 +994,8 @@ async fn a_handing_off_request_stops_at_start_task_and_the_task_body_goes_on_wit
         .start()
         .await
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let delivery = || Delivery {
-        sink: Sink::channel(tx.clone()),
-        cancel: CancellationToken::new(),
-        track: false,
-        principal: None,
-        peer: None,
-        transport_trace: None,
-    };
-    let call = |id: i64, params: Value| Request {
-        id: RequestId::Number(id),
-        method: "tools/call".to_owned(),
-        params: Some(RawValue::from_string(params.to_string()).unwrap()),
-    };
-    let mut answer = async || -> Value {
-        let bytes = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("an answer within 10 s")
-            .expect("the sink is open");
-        serde_json::from_slice(&bytes).unwrap()
-    };
+    let mut served = Stateless::new();
+    let call = |id, params: Value| Stateless::call(id, &params);
     let caps: RequestMeta = serde_json::from_value(meta(json!({
         "elicitation": {},
         "extensions": {"io.modelcontextprotocol/tasks": {}}
@@ -1011,9 +1005,9 @@ async fn a_handing_off_request_stops_at_start_task_and_the_task_body_goes_on_wit
     server.serve_handing_off_task(
         call(1, json!({"name": "greet", "arguments": {}})),
         caps.clone(),
-        delivery(),
+        served.delivery(),
     );
-    let asked = answer().await;
+    let asked = served.answer().await;
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
     assert!(
         asked["result"]["inputRequests"]["name"].is_object(),
@@ -1028,8 +1022,8 @@ async fn a_handing_off_request_stops_at_start_task_and_the_task_body_goes_on_wit
         "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
         "requestState": state,
     });
-    server.serve_handing_off_task(call(2, retry.clone()), caps.clone(), delivery());
-    let handed = answer().await;
+    server.serve_handing_off_task(call(2, retry.clone()), caps.clone(), served.delivery());
+    let handed = served.answer().await;
     assert_eq!(
         handed["result"],
         json!({"resultType": "task_handoff"}),
@@ -1041,22 +1035,22 @@ async fn a_handing_off_request_stops_at_start_task_and_the_task_body_goes_on_wit
     assert_eq!(after_start.load(Ordering::SeqCst), 0);
     assert_eq!(server.running_tasks(), 0);
 
-    server.serve_task_body(call(3, retry), caps.clone(), delivery());
-    let ran = answer().await;
+    server.serve_task_body(call(3, retry), caps.clone(), served.delivery());
+    let ran = served.answer().await;
     assert_eq!(ran["result"]["content"][0]["text"], "Hello, Ada!", "{ran}");
     assert_eq!(after_start.load(Ordering::SeqCst), 1);
 
     server.serve_handing_off_task(
         call(4, json!({"name": "quick", "arguments": {}})),
         caps.clone(),
-        delivery(),
+        served.delivery(),
     );
-    let quick = answer().await;
+    let quick = served.answer().await;
     assert_eq!(quick["result"]["content"][0]["text"], "quick", "{quick}");
     assert_eq!(quick["result"]["resultType"], "complete", "{quick}");
     // An ordinary request of the deferred tool (no task store here) runs it whole.
-    server.serve_stateless(call(5, json!({"name": "greet", "arguments": {}, "inputResponses": {"name": {"action": "accept", "content": {"name": "Bo"}}}})), caps, delivery());
-    let whole = answer().await;
+    server.serve_stateless(call(5, json!({"name": "greet", "arguments": {}, "inputResponses": {"name": {"action": "accept", "content": {"name": "Bo"}}}})), caps, served.delivery());
+    let whole = served.answer().await;
     assert_eq!(
         whole["result"]["content"][0]["text"], "Hello, Bo!",
         "{whole}"

@@ -933,6 +933,15 @@ async fn opens(client: &RawClient, tool: &str, state: &str, meta: &serde_json::V
     next.is_ok_and(|next| next["inputRequests"].get("again").is_some())
 }
 
+/// Puts `secret` under `key` in the state-key bucket, as an operator rotating it does.
+async fn put_state_key(url: &str, key: &str, secret: &str) {
+    let kv = async_nats::jetstream::new(connect(url).await)
+        .get_key_value(toolyard_nats::STATE_KEYS_BUCKET)
+        .await
+        .unwrap();
+    kv.put(key, secret.to_owned().into()).await.unwrap();
+}
+
 /// A 2026-07-28 caller that can answer elicitations.
 fn eliciting_caller() -> serde_json::Value {
     json!({
@@ -998,11 +1007,7 @@ async fn a_gateways_state_key_put_anew_on_the_bus_is_taken_by_it() {
         !opens(&on_shared, "calc__ask", &new_state, &meta).await,
         "not the gateways' shared key yet"
     );
-    let kv = async_nats::jetstream::new(connect(&url).await)
-        .get_key_value(toolyard_nats::STATE_KEYS_BUCKET)
-        .await
-        .unwrap();
-    kv.put("gateway", rotated.into()).await.unwrap();
+    put_state_key(&url, "gateway", rotated).await;
     while !opens(&on_shared, "calc__ask", &new_state, &meta).await {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -1059,11 +1064,7 @@ async fn a_state_key_put_anew_on_the_bus_is_taken_by_every_worker_and_the_old_on
         !opens(&ca, "ask", &new_state, &meta).await,
         "not the workers' key yet"
     );
-    let kv = async_nats::jetstream::new(connect(&url).await)
-        .get_key_value(toolyard_nats::STATE_KEYS_BUCKET)
-        .await
-        .unwrap();
-    kv.put("worker.calc", rotated.into()).await.unwrap();
+    put_state_key(&url, "worker.calc", rotated).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     while !(opens(&ca, "ask", &new_state, &meta).await
         && opens(&cb, "ask", &new_state, &meta).await)
