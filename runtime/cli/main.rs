@@ -249,6 +249,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } = file;
     #[cfg(feature = "nats")]
     let nats_url = args.nats.clone().or(nats_file.nats.url.clone());
+    // A scope that is no subject token is reported before waiting for the bus.
+    #[cfg(feature = "nats")]
+    if nats_url.is_some() {
+        args.nats_auth.scoped(&nats_file.nats).scope()?;
+    }
     let runtime = runtime(args.workers.unwrap_or(if args.stdio { 1 } else { 2 }))?;
     runtime.block_on(async move {
         let name = args
@@ -314,7 +319,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 // which must not end the calls in flight (docs/nats.md, "Change events").
                 let watch_client =
                     toolyard_nats::connect_with(url, "ty-gateway-watch", auth.options()?).await?;
-                let remote = nats_file.nats.remote();
+                let remote = args.nats_auth.scoped(&nats_file.nats).remote()?;
                 let store = if remote.durable_tasks {
                     // Opened in the background: a gateway started before its broker serves
                     // at once (not ready until the bus and the catalog are there).

@@ -1,6 +1,6 @@
-//! The NATS connection's credentials, TLS and inbox prefix flags, shared by `serve --nats` and `worker`:
-//! each overrides the config file's `[nats]` setting of the same name
-//! (`toolyard_nats::NatsAuth`).
+//! The NATS connection's credentials, TLS and inbox prefix flags, and the tenant and user of
+//! its calls, shared by `serve --nats` and `worker`: each overrides the config file's
+//! `[nats]` setting of the same name (`toolyard_nats::NatsAuth`, `toolyard_nats::Scope`).
 
 use std::path::{Path, PathBuf};
 use toolyard_nats::{NatsAuth, NatsSection};
@@ -44,6 +44,14 @@ pub(crate) struct NatsAuthArgs {
     /// allowed to subscribe only under a prefix of its own.
     #[arg(long, env = "TOOLYARD_NATS_INBOX_PREFIX", value_name = "PREFIX")]
     nats_inbox_prefix: Option<String>,
+    /// The tenant (a subject token) of this gateway's calls, or whose calls this worker's
+    /// pool takes (default: every tenant's). A pool of a server overlapping one already
+    /// serving it (every tenant's and a tenant's, a tenant's and its user's) refuses to start.
+    #[arg(long, env = "TOOLYARD_NATS_TENANT", value_name = "TENANT")]
+    nats_tenant: Option<String>,
+    /// The user (a subject token) of that tenant, for a gateway's calls or a worker's pool.
+    #[arg(long, env = "TOOLYARD_NATS_USER", value_name = "USER")]
+    nats_user: Option<String>,
 }
 
 impl NatsAuthArgs {
@@ -68,5 +76,19 @@ impl NatsAuthArgs {
             auth.inbox_prefix = Some(prefix.clone());
         }
         auth
+    }
+
+    /// The section with the tenant and user flags in place of its own: a tenant flag names
+    /// the whole scope (its user is the user flag's, or none), a user flag alone only the
+    /// user.
+    pub(crate) fn scoped(&self, section: &NatsSection) -> NatsSection {
+        let mut section = section.clone();
+        if self.nats_tenant.is_some() {
+            section.tenant = self.nats_tenant.clone();
+            section.user = self.nats_user.clone();
+        } else if self.nats_user.is_some() {
+            section.user = self.nats_user.clone();
+        }
+        section
     }
 }

@@ -98,6 +98,8 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .gateway
         .resolve_sources(&base_dir)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // So is a scope that is no subject token (before waiting for the bus).
+    args.nats_auth.scoped(&file.nats.nats).scope()?;
     let runtime = crate::runtime(args.workers)?;
     runtime.block_on(async move {
         let config = file.server;
@@ -153,7 +155,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
                 .await?;
         // The `[nats]` section's prefix and catalog replicas apply to workers too: a worker
         // and its gateways must agree on the prefix.
-        let mut worker_config = nats_section.worker(&args.name);
+        let mut worker_config = args.nats_auth.scoped(&nats_section).worker(&args.name)?;
         worker_config.concurrency = args.concurrency.max(1);
         worker_config.waiting = args.waiting;
         worker_config.notification_backlog = args.notification_backlog.max(1);
@@ -175,6 +177,8 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         // Durable task jobs on a connection of their own too: anything on the bus may
         // publish to the work queue, and a job async-nats cannot parse, redelivered every
         // `ack_wait`, must not take the requests' connection down each time.
+        // A tenant's or a user's pool runs no jobs (its gateways run its tasks in place).
+        worker_config.tasks &= worker_config.scope.is_every();
         let jobs_client = if worker_config.tasks {
             toolyard_nats::connect_with(
                 &url,

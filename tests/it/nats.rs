@@ -584,6 +584,75 @@ fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `toolyard worker` exits with what it printed on stderr, within 20 s.
+fn worker_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    let mut child = spawn_worker(args, Stdio::piped());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker {args:?} never exited"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
+}
+
+/// `--nats-tenant` / `--nats-user` scope a worker's pool and a gateway's calls: a tenant's
+/// gateway lists and calls its tenant's pool, an unattributed one does not see it, a pool
+/// overlapping it exits saying why, and a user without a tenant is refused before the bus
+/// is even reached.
+#[test]
+fn a_tenants_worker_serves_its_tenants_gateway_and_an_overlapping_worker_exits_saying_why() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _acme = ready_worker_with(&url, "calc", &["--nats-tenant", "acme"]);
+    let echoed = through_gateway_with(
+        &url,
+        "--nats-tenant acme --nats-user bob",
+        &["call", "calc__echo", "--args", r#"{"message":"acme's"}"#],
+        |v| v["content"][0]["text"] == "acme's",
+    );
+    assert_eq!(echoed["isError"], Value::Null);
+    let unattributed = through_gateway_with(&url, "", &["tools"], |v| v["tools"].is_array());
+    assert_eq!(
+        unattributed["tools"],
+        json!([]),
+        "an unattributed gateway sees no tenant's pool"
+    );
+    // The pool of every caller would take acme's calls too: it refuses to start.
+    let (status, stderr) = worker_exit(&["--nats", &url, "--name", "calc"]);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("overlaps") && stderr.contains("tenant acme"),
+        "{stderr}"
+    );
+    // Checked before the bus: nothing listens on port 1.
+    let (status, stderr) = worker_exit(&[
+        "--nats",
+        "nats://127.0.0.1:1",
+        "--name",
+        "calc",
+        "--nats-user",
+        "bob",
+    ]);
+    assert!(
+        !status.success() && stderr.contains("needs a tenant"),
+        "{stderr}"
+    );
+}
+
 /// Regression: a worker told to stop (SIGTERM) while its NATS server is gone waited forever
 /// for a reconnection (deleting its catalog entry, flushing), so only SIGKILL ended it. It
 /// now stops after its drain deadline and a short grace for the bus.

@@ -5,6 +5,7 @@
 //! worker that died without deleting it; delete markers make that expiry visible to watchers.
 
 use crate::error::NatsError;
+use crate::scope::Scope;
 use async_nats::jetstream::{self, kv};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -70,6 +71,20 @@ pub struct CatalogEntry {
     /// when the worker hands it back. A tool not listed is a task from its first round.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deferred_tasks: Vec<String>,
+    /// Whose requests its pool takes ([`Scope`]); absent: every caller's (as every older
+    /// worker's). A gateway exposes only the pools that take its own calls.
+    #[serde(default, skip_serializing_if = "Scope::is_every")]
+    pub scope: Scope,
+    /// The revision of this instance's first entry: the order in which pools joined, so of
+    /// two whose scopes overlap the later one gives way (`Worker::start`). Absent from the
+    /// first entry itself (`joining`), whose own revision it is, and from an older worker's,
+    /// which joined before any that can give way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined: Option<u64>,
+    /// This is the instance's first entry, put before it subscribes: it joins at this
+    /// entry's revision, once no pool that joined earlier overlaps it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joining: bool,
 }
 
 impl CatalogEntry {
@@ -86,6 +101,9 @@ impl CatalogEntry {
             body_claims: false,
             task_body_claims: false,
             deferred_tasks: Vec::new(),
+            scope: Scope::every(),
+            joined: None,
+            joining: false,
         }
         .sealed()
     }
@@ -147,6 +165,15 @@ impl CatalogEntry {
     /// Its key in the bucket.
     pub fn key(&self) -> String {
         key(&self.server, &self.instance)
+    }
+
+    /// When its pool joined, this entry being at `revision`: older workers' entries (they
+    /// cannot give way) first.
+    pub(crate) fn joined_at(&self, revision: u64) -> u64 {
+        match (self.joining, self.joined) {
+            (true, _) => revision,
+            (false, joined) => joined.unwrap_or(0),
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 //! tools. Flags (`--nats`) override it.
 
 use crate::auth::NatsAuth;
+use crate::error::NatsError;
 use crate::remote::RemoteConfig;
+use crate::scope::Scope;
 use crate::worker::WorkerConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -52,6 +54,12 @@ pub struct NatsSection {
     /// The prefix of the connection's reply subjects (default `_INBOX`), for a user allowed
     /// to subscribe only under a prefix of its own.
     pub inbox_prefix: Option<String>,
+    /// The tenant (a subject token) of a gateway's calls, or whose calls a worker's pool
+    /// takes (default: every tenant's; `Scope`).
+    pub tenant: Option<String>,
+    /// The user (a subject token, with `tenant`) of a gateway's calls, or whose calls a
+    /// worker's pool takes.
+    pub user: Option<String>,
 }
 
 /// The NATS bridge's sections of a config file.
@@ -90,9 +98,18 @@ impl NatsSection {
         .relative_to(base)
     }
 
+    /// The tenant and user the section names (`Scope`): an error when they are no subject
+    /// tokens, or a user is given without a tenant.
+    pub fn scope(&self) -> Result<Scope, NatsError> {
+        Scope::of(self.tenant.as_deref(), self.user.as_deref())
+    }
+
     /// The gateway side's settings: the defaults, with what the section sets.
-    pub fn remote(&self) -> RemoteConfig {
-        let mut config = RemoteConfig::default();
+    pub fn remote(&self) -> Result<RemoteConfig, NatsError> {
+        let mut config = RemoteConfig {
+            caller: self.scope()?,
+            ..RemoteConfig::default()
+        };
         if let Some(prefix) = &self.prefix {
             config.prefix = prefix.clone();
         }
@@ -109,13 +126,14 @@ impl NatsSection {
             config.catalog_replicas = n.max(1);
         }
         config.durable_tasks = self.durable_tasks.unwrap_or(true);
-        config
+        Ok(config)
     }
 
     /// A worker's settings for serving as `name`: the defaults, with the section's subject
-    /// prefix (a worker and its gateways must agree on it) and catalog replicas.
-    pub fn worker(&self, name: &str) -> WorkerConfig {
+    /// prefix (a worker and its gateways must agree on it), catalog replicas and scope.
+    pub fn worker(&self, name: &str) -> Result<WorkerConfig, NatsError> {
         let mut config = WorkerConfig::new(name);
+        config.scope = self.scope()?;
         if let Some(prefix) = &self.prefix {
             config.prefix = prefix.clone();
         }
@@ -126,7 +144,7 @@ impl NatsSection {
         if let Some(ms) = self.task_ack_wait_ms {
             config.task_ack_wait = Duration::from_millis(ms.max(100));
         }
-        config
+        Ok(config)
     }
 }
 
@@ -160,7 +178,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.nats.url.as_deref(), Some("nats://h:4222"));
-        let r = c.nats.remote();
+        let r = c.nats.remote().unwrap();
         assert_eq!(r.separator, None, "an empty separator exposes bare names");
         assert_eq!(r.inactivity, Duration::from_millis(5000));
         assert_eq!(r.prefix, "mcp.v1");
@@ -168,22 +186,43 @@ mod tests {
             .unwrap()
             .nats;
         assert_eq!(
-            w.worker("calc").prefix,
+            w.worker("calc").unwrap().prefix,
             "acme",
             "a worker follows the section's prefix"
         );
-        assert_eq!(w.worker("calc").catalog_replicas, 3);
-        assert_eq!(w.remote().catalog_replicas, 3);
+        assert_eq!(w.worker("calc").unwrap().catalog_replicas, 3);
+        assert_eq!(w.remote().unwrap().catalog_replicas, 3);
         assert!(
-            w.remote().durable_tasks && w.worker("calc").tasks,
+            w.remote().unwrap().durable_tasks && w.worker("calc").unwrap().tasks,
             "durable tasks by default"
         );
         let off = NatsConfig::parse("[nats]\ndurable_tasks = false\ntask_ack_wait_ms = 2000\n")
             .unwrap()
             .nats;
-        assert!(!off.remote().durable_tasks && !off.worker("calc").tasks);
-        assert_eq!(off.worker("calc").task_ack_wait, Duration::from_secs(2));
+        assert!(!off.remote().unwrap().durable_tasks && !off.worker("calc").unwrap().tasks);
+        assert_eq!(
+            off.worker("calc").unwrap().task_ack_wait,
+            Duration::from_secs(2)
+        );
         let err = NatsConfig::parse("[nats]\nurll = \"x\"\n").unwrap_err();
         assert!(err.contains("urll"), "{err}");
+    }
+
+    #[test]
+    fn the_sections_tenant_and_user_scope_the_gateways_calls_and_the_workers_pool() {
+        let c = NatsConfig::parse("[nats]\ntenant = \"acme\"\nuser = \"bob\"\n")
+            .unwrap()
+            .nats;
+        let bob = Scope::of(Some("acme"), Some("bob")).unwrap();
+        assert_eq!(c.remote().unwrap().caller, bob);
+        assert_eq!(c.worker("calc").unwrap().scope, bob);
+        let bad = NatsConfig::parse("[nats]\nuser = \"bob\"\n").unwrap().nats;
+        let err = bad.remote().unwrap_err().to_string();
+        assert!(err.contains("needs a tenant"), "{err}");
+        assert!(bad.worker("calc").is_err());
+        assert_eq!(
+            NatsSection::default().remote().unwrap().caller,
+            Scope::every()
+        );
     }
 }

@@ -24,6 +24,7 @@ mod events;
 mod jobs;
 mod remote;
 mod replies;
+mod scope;
 mod served;
 mod state_key;
 mod tasks;
@@ -45,6 +46,7 @@ pub use jobs::{
     TASK_ID as TASK_ID_HEADER,
 };
 pub use remote::{RemoteConfig, RemoteTools};
+pub use scope::Scope;
 pub use state_key::BUCKET as STATE_KEYS_BUCKET;
 pub use tasks::{NatsTaskStore, BUCKET as TASKS_BUCKET};
 pub use worker::{Worker, WorkerConfig};

@@ -12,6 +12,7 @@ use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
 use crate::jobs::Handoff;
 use crate::replies::{Replies, ReplyStream};
+use crate::scope::Scope;
 use crate::wire::{self, Frame};
 use async_nats::jetstream::kv::{Entry, Operation};
 use async_nats::{Client, HeaderMap, HeaderValue, StatusCode, Subject};
@@ -56,6 +57,10 @@ pub struct RemoteConfig {
     /// default, since it needs the server's task store to be a
     /// [`NatsTaskStore`](crate::NatsTaskStore) on this bus (`toolyard serve --nats` sets both).
     pub durable_tasks: bool,
+    /// The tenant and user this gateway's requests carry in their subjects (default: `_`,
+    /// unattributed). It exposes only the pools that take them ([`Scope::serves`]): the
+    /// pool of every caller, its tenant's, its user's.
+    pub caller: Scope,
 }
 
 impl Default for RemoteConfig {
@@ -67,6 +72,7 @@ impl Default for RemoteConfig {
             call_timeout: Duration::from_secs(300),
             catalog_replicas: 1,
             durable_tasks: false,
+            caller: Scope::every(),
         }
     }
 }
@@ -154,9 +160,8 @@ type Installs<T> = BTreeMap<String, (String, T)>;
 
 #[derive(Debug, Default)]
 struct Installed {
-    /// Each tool, and whether it defers its task (the catalog's `deferredTasks`, heeded
-    /// with durable tasks only).
-    tools: Installs<(Tool, bool)>,
+    /// Each tool, and how its task-augmented calls run.
+    tools: Installs<(Tool, TaskRun)>,
     resources: Installs<Resource>,
     templates: Installs<ResourceTemplate>,
     prompts: Installs<Prompt>,
@@ -557,9 +562,15 @@ impl Inner {
 
     /// Makes the server's tools, resources, templates and prompts match every live entry.
     fn install(self: &Arc<Self>, mut state: std::sync::MutexGuard<'_, State>) {
-        // Per worker server, the newest entry wins (replicas normally agree).
+        // Per worker server, the newest entry wins (replicas normally agree), of the pools
+        // that take this gateway's calls (pools of one server whose scopes overlap are
+        // refused, so these are one pool's).
         let mut newest: BTreeMap<&str, &(u64, CatalogEntry)> = BTreeMap::new();
-        for e in state.entries.values() {
+        for e in state
+            .entries
+            .values()
+            .filter(|e| e.1.scope.serves(&self.config.caller))
+        {
             let slot = newest.entry(e.1.server.as_str()).or_insert(e);
             if e.0 > slot.0 {
                 *slot = e;
@@ -568,14 +579,20 @@ impl Inner {
         let servers: BTreeSet<String> = newest.keys().map(|s| (*s).to_owned()).collect();
         let (mut offered_tools, mut resources, mut templates, mut prompts) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        // A deferred task's first rounds run in place and its task is then a durable job:
-        // without jobs, such a tool's task is made at once, as any other's.
+        // A task is a durable job of the pool of every caller (the only pool with a job
+        // queue); a deferred task's first rounds run in place and its task is then a job.
+        // Without jobs, a task is made at once and its call forwarded in place.
         let durable = self.jobs.get().is_some();
         for (server, (_, e)) in newest {
+            let jobs = durable && e.scope.is_every();
             for tool in &e.tools {
                 let exposed = self.config.expose(server, &tool.name);
-                let defers = durable && e.deferred_tasks.contains(&tool.name);
-                offered_tools.push((exposed, server, (tool.clone(), defers)));
+                let run = match (jobs, e.deferred_tasks.contains(&tool.name)) {
+                    (false, _) => TaskRun::InPlace,
+                    (true, false) => TaskRun::Job,
+                    (true, true) => TaskRun::Deferred,
+                };
+                offered_tools.push((exposed, server, (tool.clone(), run)));
             }
             for resource in &e.resources {
                 resources.push((resource.uri.clone(), server, resource));
@@ -630,7 +647,7 @@ impl Inner {
         let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
         let tool_defs: Vec<ToolDef> = new_tools
             .into_iter()
-            .map(|(exposed, (server, (tool, defers)))| {
+            .map(|(exposed, (server, (tool, run)))| {
                 let mut def_tool = tool.clone();
                 def_tool.name = exposed.clone();
                 // A tool that says calling it again is harmless may be re-issued once when its
@@ -642,12 +659,12 @@ impl Inner {
                     server: server.clone(),
                     tool: tool.name.clone(),
                     retry_safe,
-                    defers_task: *defers,
+                    tasks: *run,
                 };
                 // The byte-level path: the worker checks the arguments against its own
                 // schema, and its result is passed on as it came.
                 let def = ToolDef::forwarding(def_tool, forward(self.clone(), route));
-                if *defers {
+                if *run == TaskRun::Deferred {
                     def.with_deferred_task()
                 } else {
                     def
@@ -815,12 +832,13 @@ fn forward(inner: Arc<Inner>, route: Route) -> ForwardFn {
         server,
         tool,
         retry_safe,
-        defers_task,
+        tasks,
     } = route;
     // The subject is the same for every call of the tool: written once, and shared by
     // every publish (a `String` would be copied twice per call on its way into one).
-    let subject = Subject::from(wire::request_subject(
+    let subject = Subject::from(wire::request_subject_for(
         &inner.config.prefix,
+        &inner.config.caller,
         &server,
         "tools/call",
         Some(&tool),
@@ -829,10 +847,13 @@ fn forward(inner: Arc<Inner>, route: Route) -> ForwardFn {
     let headers: Option<HeaderMap> =
         request_headers("tools/call", &tool, inner.config.call_timeout).ok();
     // A tool that defers its task: the same, telling the worker to hand the task back.
-    let handoff_headers = headers.clone().filter(|_| defers_task).map(|mut h| {
-        h.insert(wire::TASK_HANDOFF, "1");
-        h
-    });
+    let handoff_headers = headers
+        .clone()
+        .filter(|_| tasks == TaskRun::Deferred)
+        .map(|mut h| {
+            h.insert(wire::TASK_HANDOFF, "1");
+            h
+        });
     let route = Arc::new(ToolRoute {
         quoted: json_string(&tool).into(),
         inner,
@@ -842,6 +863,7 @@ fn forward(inner: Arc<Inner>, route: Route) -> ForwardFn {
         headers,
         handoff_headers,
         retry_safe,
+        jobs: tasks != TaskRun::InPlace,
     });
     Arc::new(move |ctx: RequestContext, args: RawArgs| {
         Box::pin(call_tool(route.clone(), ctx, args))
@@ -854,8 +876,21 @@ struct Route {
     tool: String,
     /// Annotated `readOnlyHint` or `idempotentHint`.
     retry_safe: bool,
-    /// Listed in the catalog's `deferredTasks` (and tasks are durable jobs here).
-    defers_task: bool,
+    /// How its task-augmented calls run.
+    tasks: TaskRun,
+}
+
+/// How a worker tool's task-augmented calls run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskRun {
+    /// Forwarded as any call, the task held by this gateway: no durable tasks here, or a
+    /// tenant's or user's pool (which runs no jobs).
+    InPlace,
+    /// A durable job from the first round (`jobs`).
+    Job,
+    /// First rounds in place until the tool starts its task (the catalog's
+    /// `deferredTasks`), then a durable job.
+    Deferred,
 }
 
 /// What every call of one worker tool shares (one `Arc` cloned per call).
@@ -870,6 +905,8 @@ struct ToolRoute {
     /// `headers` with `Mcp-Task-Handoff: 1`, for a tool that defers its task.
     handoff_headers: Option<HeaderMap>,
     retry_safe: bool,
+    /// Its tasks are durable jobs.
+    jobs: bool,
 }
 
 impl ToolRoute {
@@ -904,7 +941,7 @@ async fn call_tool(
     // every call, and glibc serves only allocations up to 1016 bytes from its thread
     // cache; a larger one consolidates its fast bins first (~2 000 instructions per
     // forwarded call, callgrind; see the size test below).
-    if let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.get()) {
+    if let (Some(task_id), Some(jobs), true) = (ctx.task_id(), inner.jobs.get(), route.jobs) {
         let bodies = inner.reads_task_bodies(server);
         return Box::pin(jobs.run(&ctx, task_id, server, tool, &args, bodies, None)).await;
     }
@@ -1117,8 +1154,9 @@ async fn complete_traced(
     trace: Option<&Trace>,
 ) -> Result<Completions, String> {
     let method = "completion/complete";
-    let subject = Subject::from(wire::request_subject(
+    let subject = Subject::from(wire::request_subject_for(
         &inner.config.prefix,
+        &inner.config.caller,
         server,
         method,
         None,
@@ -1494,8 +1532,9 @@ async fn rounds<T: Forwarded>(
 ) -> Result<Ended<T>, HandlerError> {
     let subject = match target.subject {
         Some(s) => std::borrow::Cow::Borrowed(s),
-        None => std::borrow::Cow::Owned(Subject::from(wire::request_subject(
+        None => std::borrow::Cow::Owned(Subject::from(wire::request_subject_for(
             &inner.config.prefix,
+            &inner.config.caller,
             target.server,
             target.method,
             Some(target.name),
@@ -1725,13 +1764,14 @@ impl Inner {
         self.every_instance(server, |e| e.task_body_claims)
     }
 
-    /// Whether `server` has an instance in the catalog, and `what` holds for every one.
+    /// Whether `server` has an instance in the catalog (of the pool taking this gateway's
+    /// calls), and `what` holds for every one.
     fn every_instance(&self, server: &str, what: impl Fn(&CatalogEntry) -> bool) -> bool {
         let state = self.state();
         let mut instances = state
             .entries
             .values()
-            .filter(|(_, e)| e.server == server)
+            .filter(|(_, e)| e.server == server && e.scope.serves(&self.config.caller))
             .peekable();
         instances.peek().is_some() && instances.all(|(_, e)| what(e))
     }

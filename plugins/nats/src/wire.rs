@@ -2,6 +2,7 @@
 //! nats-mcp-gateway's wire v1 where it has one (`docs/nats.md` specifies it for other
 //! clients). Everything here is pure: no I/O.
 
+use crate::scope::Scope;
 use async_nats::HeaderName;
 use toolyard_proto::{ErrorObject, RequestId};
 
@@ -158,24 +159,40 @@ pub fn token_safe(token: &str) -> bool {
 /// with the method's slashes as tokens and `_` for a name that is absent or not token-safe
 /// (tenant and user are `_` when unattributed).
 pub fn request_subject(prefix: &str, server: &str, method: &str, name: Option<&str>) -> String {
+    request_subject_for(prefix, &Scope::every(), server, method, name)
+}
+
+/// [`request_subject`] for a request `caller`'s tenant and user make: it reaches the pools
+/// that take them ([`Scope`]).
+pub fn request_subject_for(
+    prefix: &str,
+    caller: &Scope,
+    server: &str,
+    method: &str,
+    name: Option<&str>,
+) -> String {
     let name = match name {
         Some(n) if token_safe(n) => n,
         _ => "_",
     };
     format!(
-        "{prefix}.req._._.{server}.{}.{name}",
+        "{prefix}.req.{}.{}.{server}.{}.{name}",
+        caller.tenant_token(),
+        caller.user_token(),
         method.replace('/', ".")
     )
 }
 
-/// The subjects a worker for `server` subscribes to (every tenant and user).
+/// The subjects a worker for `server` of the pool of every caller subscribes to (every
+/// tenant and user; [`Scope::worker_subject`] for the others).
 pub fn worker_subject(prefix: &str, server: &str) -> String {
-    format!("{prefix}.req.*.*.{server}.>")
+    Scope::every().worker_subject(prefix, server)
 }
 
-/// The queue group of the workers of `server`: one more worker is more capacity.
+/// The queue group of the workers of `server` serving every caller: one more worker is more
+/// capacity ([`Scope::queue_group`] for the others).
 pub fn queue_group(server: &str) -> String {
-    format!("tyw.{server}")
+    Scope::every().queue_group(server)
 }
 
 /// Where a caller sends `notifications/cancelled` for the request answered on `reply`.

@@ -17,6 +17,7 @@
 
 use crate::catalog::{self, CatalogEntry};
 use crate::error::NatsError;
+use crate::scope::Scope;
 use crate::served::{serve_here, Served, NOTIFICATION_BACKLOG};
 use crate::wire::{self, Frame};
 use async_nats::{Client, HeaderMap, Message, Subject};
@@ -43,6 +44,10 @@ pub struct WorkerConfig {
     pub server: String,
     /// The subject prefix (default `mcp.v1`).
     pub prefix: String,
+    /// Whose requests this worker's pool takes (default: every caller's). A worker of a
+    /// tenant's or a user's pool runs no durable task jobs: a gateway runs such a pool's
+    /// tasks in place.
+    pub scope: Scope,
     /// Requests served at once.
     pub concurrency: usize,
     /// Requests that may wait in the worker for a slot (`None`: as many as `concurrency`,
@@ -83,6 +88,7 @@ impl WorkerConfig {
         WorkerConfig {
             server: server.into(),
             prefix: wire::DEFAULT_PREFIX.to_owned(),
+            scope: Scope::every(),
             concurrency: 64,
             waiting: None,
             heartbeat: catalog::HEARTBEAT,
@@ -130,6 +136,9 @@ struct Inner {
     running: Semaphore,
     /// The entry last put (a failing listing keeps its part of it).
     last_entry: std::sync::Mutex<Option<CatalogEntry>>,
+    /// The revision of the first entry put, once no earlier pool overlaps this one's scope
+    /// (its later entries say so: `CatalogEntry::joined`).
+    joined: std::sync::OnceLock<u64>,
     /// Where the bus's requests come from, as telemetry reports it (`messaging.*`).
     peer: Arc<Peer>,
     /// Requests dropped for a reply subject no frame may go to (logged at each doubling).
@@ -218,8 +227,8 @@ impl Worker {
         let store = catalog::bucket(&js, config.heartbeat, config.catalog_replicas).await?;
         let concurrency = config.concurrency.max(1);
         let peer = Arc::new(Peer::nats(
-            wire::worker_subject(&config.prefix, &config.server),
-            Some(wire::queue_group(&config.server).into()),
+            config.scope.worker_subject(&config.prefix, &config.server),
+            Some(config.scope.queue_group(&config.server).into()),
         ));
         let inner = Arc::new(Inner {
             server,
@@ -232,6 +241,7 @@ impl Worker {
             tracker: TaskTracker::new(),
             running: Semaphore::new(concurrency),
             last_entry: std::sync::Mutex::new(None),
+            joined: std::sync::OnceLock::new(),
             peer,
             unusable_replies: crate::doubling::Doubling::default(),
         });
@@ -240,9 +250,9 @@ impl Worker {
         // no longer (without quorum every attempt would wait its whole timeout: N7).
         let mut attempt = 0u64;
         let give_up = tokio::time::Instant::now() + 2 * catalog::TIMEOUT;
-        loop {
+        let first = loop {
             match inner.put_catalog().await {
-                Ok(()) => break,
+                Ok(revision) => break revision,
                 Err(e) if tokio::time::Instant::now() < give_up => {
                     attempt += 1;
                     tracing::debug!(server = %inner.config.server, error = %e, attempt, "the first catalog put failed; retrying");
@@ -250,7 +260,17 @@ impl Worker {
                 }
                 Err(e) => return Err(e),
             }
+        };
+        // Before subscribing: a pool overlapping one that joined earlier would run the
+        // calls both take twice (N11).
+        if let Err(e) = inner.give_way_to_earlier_pools(first).await {
+            let _ = inner
+                .catalog
+                .delete(catalog::key(&inner.config.server, &inner.instance))
+                .await;
+            return Err(e);
         }
+        let _ = inner.joined.set(first);
         // Before the first request: a retry of a multi-round call may land on any worker of
         // the name, and opens only under the key that sealed it. Followed on the jobs'
         // connection (a watch reads what anyone allowed to write the bucket put there, and a
@@ -275,8 +295,11 @@ impl Worker {
         };
         let subscription = client
             .queue_subscribe(
-                wire::worker_subject(&inner.config.prefix, &inner.config.server),
-                wire::queue_group(&inner.config.server),
+                inner
+                    .config
+                    .scope
+                    .worker_subject(&inner.config.prefix, &inner.config.server),
+                inner.config.scope.queue_group(&inner.config.server),
             )
             .await
             .map_err(|e| NatsError::Bus(e.to_string()))?;
@@ -297,9 +320,7 @@ impl Worker {
         // The task queue is set up beside serving, not before it: requests are core NATS and
         // need no stream, so a JetStream that is electing a leader (a node just died) delays
         // the jobs, not the worker.
-        let pulling = inner
-            .config
-            .tasks
+        let pulling = (inner.config.tasks && inner.config.scope.is_every())
             .then(|| tokio::spawn(run_jobs(inner.clone(), jobs.clone())));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
@@ -308,7 +329,7 @@ impl Worker {
             client.clone(),
             None,
         ));
-        tracing::info!(server = %inner.config.server, instance = %inner.instance, "NATS worker serving");
+        tracing::info!(server = %inner.config.server, instance = %inner.instance, scope = %inner.config.scope, "NATS worker serving");
         Ok(Worker {
             inner,
             serving,
@@ -375,7 +396,8 @@ impl Inner {
         catalog::key(&self.config.server, &self.instance)
     }
 
-    async fn put_catalog(&self) -> Result<(), NatsError> {
+    /// Puts this instance's catalog entry; its revision.
+    async fn put_catalog(&self) -> Result<u64, NatsError> {
         let previous = self
             .last_entry
             .lock()
@@ -389,11 +411,58 @@ impl Inner {
         )
         .await;
         *self.last_entry.lock().unwrap_or_else(|p| p.into_inner()) = Some(entry.clone());
+        let mut entry = entry;
+        entry.scope = self.config.scope.clone();
+        entry.joined = self.joined.get().copied();
+        entry.joining = entry.joined.is_none();
         let bytes = serde_json::to_vec(&entry).map_err(|e| NatsError::Bus(e.to_string()))?;
         self.catalog
             .put(entry.key(), bytes.into())
             .await
-            .map_err(|e| NatsError::Bus(format!("putting the catalog entry: {e}")))?;
+            .map_err(|e| NatsError::Bus(format!("putting the catalog entry: {e}")))
+    }
+
+    /// Fails when a pool of this server whose scope overlaps this one's joined before this
+    /// instance's first entry (at `revision`): NATS would hand each call both take to both
+    /// queue groups. A pool joining later gives way itself, so of any two overlapping pools
+    /// the earlier one serves, whatever order their workers read the bucket in. An older
+    /// worker's entry (no `joined`) counts as the earliest: it does not give way.
+    async fn give_way_to_earlier_pools(&self, revision: u64) -> Result<(), NatsError> {
+        let mine = catalog::key(&self.config.server, &self.instance);
+        let ours = catalog::key(&self.config.server, "");
+        let keys: Vec<String> = self
+            .catalog
+            .keys()
+            .await
+            .map_err(|e| NatsError::Bus(format!("listing the catalog: {e}")))?
+            .filter_map(|k| std::future::ready(k.ok()))
+            .filter(|k| std::future::ready(k.starts_with(&ours) && *k != mine))
+            .collect()
+            .await;
+        for key in keys {
+            let Ok(Some(found)) = self.catalog.entry(&key).await else {
+                continue;
+            };
+            if found.operation != async_nats::jetstream::kv::Operation::Put {
+                continue;
+            }
+            let Ok(other) = serde_json::from_slice::<CatalogEntry>(&found.value) else {
+                continue;
+            };
+            if other.server == self.config.server
+                && other.scope.overlaps(&self.config.scope)
+                && other.joined_at(found.revision) < revision
+            {
+                return Err(NatsError::Config(format!(
+                    "the pool of {} for {} overlaps the pool for {} that instance {} serves: NATS would run every call both take twice. Give each pool of a server scopes no request shares (or stop the other pool; a worker killed without draining leaves its catalog entry for up to {} s)",
+                    self.config.server,
+                    self.config.scope,
+                    other.scope,
+                    other.instance,
+                    (self.config.heartbeat * 3).as_secs()
+                )));
+            }
+        }
         Ok(())
     }
 }

@@ -7,6 +7,7 @@
 mod bridge;
 mod faults;
 mod resources;
+mod scopes;
 mod tasks;
 
 use schemars::JsonSchema;

@@ -34,6 +34,14 @@ async fn durable_gateway(url: &str) -> (Server, RemoteTools, RawClient) {
 async fn durable_gateway_following(
     url: &str,
 ) -> (Server, RemoteTools, RawClient, tokio::task::JoinHandle<()>) {
+    durable_gateway_of(url, toolyard_nats::Scope::every()).await
+}
+
+/// A durable gateway whose calls carry `caller`'s tenant and user, and its watch.
+async fn durable_gateway_of(
+    url: &str,
+    caller: toolyard_nats::Scope,
+) -> (Server, RemoteTools, RawClient, tokio::task::JoinHandle<()>) {
     let bus = connect(url).await;
     let store = NatsTaskStore::open(&bus, 1).await.unwrap();
     let server = ServerBuilder::new("gateway", "1.0")
@@ -48,6 +56,7 @@ async fn durable_gateway_following(
     let following = store.follow(server.clone()).await;
     let config = RemoteConfig {
         durable_tasks: true,
+        caller,
         ..quick()
     };
     let remote = RemoteTools::start(server.clone(), bus, config)
@@ -261,6 +270,39 @@ async fn a_task_runs_on_a_worker_and_any_gateway_reads_and_cancels_it() {
     .await;
     assert_eq!(get(&a, &id).await["status"], "cancelled");
     jobs_settled(&bus).await;
+}
+
+/// A tenant's pool runs no job queue (the job subjects and the workers' consumer are the
+/// pool of every caller's): a durable gateway of that tenant makes the task and forwards its
+/// call in place, and the task completes on the tenant's worker, readable on every gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_of_a_tenants_pool_runs_in_place_from_a_durable_gateway() {
+    let nats = NatsServer::start();
+    let seen = Arc::new(Seen::default());
+    let mut config = WorkerConfig::new("calc");
+    config.scope = toolyard_nats::Scope::of(Some("acme"), None).unwrap();
+    let _worker = Worker::start(
+        worker_server(seen.clone()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let acme = toolyard_nats::Scope::of(Some("acme"), None).unwrap();
+    let (_g, _r, client, _following) = durable_gateway_of(&nats.url(), acme.clone()).await;
+    let (_h, _s, other, _other_following) = durable_gateway_of(&nats.url(), acme).await;
+    wait_listed(&client).await;
+    let id = submit(&client, 100).await;
+    let done = terminal(&other, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "slept", "{done}");
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
+    // No job was queued for it.
+    let bus = connect(&nats.url()).await;
+    let stream = jetstream::new(bus).get_stream(JOBS_STREAM).await;
+    if let Ok(mut stream) = stream {
+        assert_eq!(stream.info().await.unwrap().state.messages, 0);
+    }
 }
 
 /// Regression: every connection made in the process woke the worker's job pull, which

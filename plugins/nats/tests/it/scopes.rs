@@ -1,0 +1,264 @@
+//! Scoped pools: workers that take only one tenant's (or one user's) calls, gateways that
+//! attribute their calls to a tenant and user, and the refusal of a pool that would run a
+//! call a second time beside one already serving its server (N11).
+
+use crate::*;
+use async_nats::jetstream;
+use futures_util::StreamExt;
+use serde_json::json;
+use toolyard_nats::{wire, NatsError, Scope, CATALOG_BUCKET};
+use toolyard_testkit::NatsServer;
+
+fn scope(tenant: Option<&str>, user: Option<&str>) -> Scope {
+    Scope::of(tenant, user).unwrap()
+}
+
+/// A worker of `server` in the pool of `scope`, its calls counted in `seen`.
+async fn pool_worker(
+    url: &str,
+    server: &str,
+    scope: Scope,
+    seen: Arc<Seen>,
+) -> Result<Worker, NatsError> {
+    let mut config = WorkerConfig::new(server);
+    config.scope = scope;
+    config.keepalive = Duration::from_millis(200);
+    config.drain_timeout = Duration::from_millis(500);
+    Worker::start(worker_server(seen).await, connect(url).await, config).await
+}
+
+/// A gateway whose calls carry `caller`'s tenant and user.
+async fn gateway_of(url: &str, caller: Scope) -> Gateway {
+    gateway(
+        url,
+        RemoteConfig {
+            caller,
+            ..RemoteConfig::default()
+        },
+    )
+    .await
+}
+
+async fn sleep_once(gw: &Gateway, tool: &str) {
+    let r = gw.client.call_tool(tool, json!({"ms": 1})).await.unwrap();
+    assert_eq!(r.is_error, None, "{r:?}");
+}
+
+/// The catalog keys of `server`'s instances.
+async fn instances(bus: &async_nats::Client, server: &str) -> Vec<String> {
+    let kv = jetstream::new(bus.clone())
+        .get_key_value(CATALOG_BUCKET)
+        .await
+        .unwrap();
+    let prefix = format!("srv.{server}.");
+    kv.keys()
+        .await
+        .unwrap()
+        .filter_map(|k| async move { k.ok() })
+        .filter(|k| std::future::ready(k.starts_with(&prefix)))
+        .collect()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_gateway_lists_and_calls_only_the_pools_that_take_its_tenant_and_user() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let (acme, beta, bob, shared) = (
+        Arc::new(Seen::default()),
+        Arc::new(Seen::default()),
+        Arc::new(Seen::default()),
+        Arc::new(Seen::default()),
+    );
+    let _acme = pool_worker(&url, "calc", scope(Some("acme"), None), acme.clone())
+        .await
+        .unwrap();
+    let _beta = pool_worker(&url, "calc", scope(Some("beta"), None), beta.clone())
+        .await
+        .unwrap();
+    let _bob = pool_worker(&url, "desk", scope(Some("acme"), Some("bob")), bob.clone())
+        .await
+        .unwrap();
+    let _shared = pool_worker(&url, "shared", Scope::every(), shared.clone())
+        .await
+        .unwrap();
+
+    let g_acme = gateway_of(&url, scope(Some("acme"), None)).await;
+    let g_beta = gateway_of(&url, scope(Some("beta"), None)).await;
+    let g_bob = gateway_of(&url, scope(Some("acme"), Some("bob"))).await;
+    let g_eve = gateway_of(&url, scope(Some("acme"), Some("eve"))).await;
+    let g_none = gateway_of(&url, Scope::every()).await;
+    let has = |names: &[String], tool: &str| names.iter().any(|n| n == tool);
+    // Each lists the pools that take its calls, and only those.
+    let names = listed(&g_acme.client, |n| {
+        has(n, "calc__sleep") && has(n, "shared__sleep")
+    })
+    .await;
+    assert!(!has(&names, "desk__sleep"), "{names:?}");
+    let names = listed(&g_bob.client, |n| {
+        has(n, "calc__sleep") && has(n, "desk__sleep") && has(n, "shared__sleep")
+    })
+    .await;
+    assert!(has(&names, "desk__echo"), "{names:?}");
+    let names = listed(&g_eve.client, |n| {
+        has(n, "calc__sleep") && has(n, "shared__sleep")
+    })
+    .await;
+    assert!(
+        !has(&names, "desk__sleep"),
+        "bob's pool is not eve's: {names:?}"
+    );
+    listed(&g_beta.client, |n| has(n, "calc__sleep")).await;
+    let names = listed(&g_none.client, |n| has(n, "shared__sleep")).await;
+    assert!(
+        !has(&names, "calc__sleep") && !has(&names, "desk__sleep"),
+        "an unattributed gateway sees no tenant's pool: {names:?}"
+    );
+
+    // Each call runs on its caller's pool.
+    sleep_once(&g_acme, "calc__sleep").await;
+    sleep_once(&g_bob, "calc__sleep").await;
+    sleep_once(&g_eve, "calc__sleep").await;
+    sleep_once(&g_beta, "calc__sleep").await;
+    sleep_once(&g_bob, "desk__sleep").await;
+    sleep_once(&g_none, "shared__sleep").await;
+    sleep_once(&g_beta, "shared__sleep").await;
+    let finished = |s: &Seen| s.finished.load(Ordering::SeqCst);
+    assert_eq!(
+        [&acme, &beta, &bob, &shared].map(|s| finished(s)),
+        [3, 1, 1, 2],
+        "acme's calls (its users' too) on acme's pool, beta's on beta's, bob's desk on his"
+    );
+
+    // A tenant's pool takes nothing unattributed, nor another tenant's: no responders.
+    let raw = connect(&url).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "x"}}})
+    .to_string();
+    for (tenant, user) in [(None, None), (Some("gamma"), None)] {
+        let subject = wire::request_subject_for(
+            wire::DEFAULT_PREFIX,
+            &Scope::of(tenant, user).unwrap(),
+            "calc",
+            "tools/call",
+            Some("echo"),
+        );
+        let err = raw
+            .request(subject.clone(), body.clone().into())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.kind(),
+            async_nats::client::RequestErrorKind::NoResponders,
+            "{subject}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_overlapping_one_already_serving_its_server_refuses_to_start_and_each_call_runs_once(
+) {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let bus = connect(&url).await;
+    let every = Arc::new(Seen::default());
+    let _every = pool_worker(&url, "calc", Scope::every(), every.clone())
+        .await
+        .unwrap();
+    // A tenant's pool beside the pool of every caller would take each of its calls too.
+    let refused = pool_worker(&url, "calc", scope(Some("acme"), None), Arc::default())
+        .await
+        .unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        matches!(refused, NatsError::Config(_))
+            && message.contains("tenant acme")
+            && message.contains("every caller")
+            && message.contains("twice"),
+        "{message}"
+    );
+    assert_eq!(
+        instances(&bus, "calc").await.len(),
+        1,
+        "the refused worker's catalog entry is gone"
+    );
+    // Had it subscribed, NATS would have given it each of acme's calls beside the running
+    // pool: a subscriber in its queue group gets the very request the running pool answers.
+    let mut shadow = bus
+        .queue_subscribe(
+            scope(Some("acme"), None).worker_subject(wire::DEFAULT_PREFIX, "calc"),
+            scope(Some("acme"), None).queue_group("calc"),
+        )
+        .await
+        .unwrap();
+    bus.flush().await.unwrap();
+    let g_acme = gateway_of(&url, scope(Some("acme"), None)).await;
+    listed(&g_acme.client, |n| n.iter().any(|t| t == "calc__sleep")).await;
+    sleep_once(&g_acme, "calc__sleep").await;
+    let doubled = tokio::time::timeout(WAIT, shadow.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        doubled.subject.as_str().ends_with(".calc.tools.call.sleep"),
+        "{}",
+        doubled.subject
+    );
+    drop(shadow);
+    // The refusal kept it to one run.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(every.finished.load(Ordering::SeqCst), 1);
+
+    // The other way round: a tenant's pool serving refuses the pool of every caller and its
+    // own users' pools; another tenant's pool and another server's are welcome.
+    let acme = Arc::new(Seen::default());
+    let _acme = pool_worker(&url, "tools", scope(Some("acme"), None), acme.clone())
+        .await
+        .unwrap();
+    for late in [Scope::every(), scope(Some("acme"), Some("bob"))] {
+        let err = pool_worker(&url, "tools", late.clone(), Arc::default())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("overlaps"), "{late}: {err}");
+    }
+    let _beta = pool_worker(&url, "tools", scope(Some("beta"), None), Arc::default())
+        .await
+        .unwrap();
+    // A second worker of the same pool is more capacity, never refused.
+    let _acme_too = pool_worker(&url, "tools", scope(Some("acme"), None), acme.clone())
+        .await
+        .unwrap();
+    let g_bob = gateway_of(&url, scope(Some("acme"), Some("bob"))).await;
+    listed(&g_bob.client, |n| n.iter().any(|t| t == "tools__sleep")).await;
+    for _ in 0..4 {
+        sleep_once(&g_bob, "tools__sleep").await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        acme.finished.load(Ordering::SeqCst),
+        4,
+        "each call ran once"
+    );
+    assert_eq!(instances(&bus, "tools").await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_overlapping_pools_starting_at_once_exactly_one_serves() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let bus = connect(&url).await;
+    for round in 0..6 {
+        let server = format!("race{round}");
+        let (a, b) = tokio::join!(
+            pool_worker(&url, &server, Scope::every(), Arc::default()),
+            pool_worker(&url, &server, scope(Some("acme"), None), Arc::default()),
+        );
+        let started = [a.is_ok(), b.is_ok()];
+        assert_eq!(
+            started.iter().filter(|s| **s).count(),
+            1,
+            "round {round}: exactly one of two overlapping pools serves ({a:?} / {b:?})"
+        );
+        assert_eq!(instances(&bus, &server).await.len(), 1, "round {round}");
+    }
+}
