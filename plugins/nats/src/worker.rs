@@ -1,6 +1,7 @@
 //! A worker: a Toolyard [`Server`] serving its tools, resources and prompts to the bus.
 //! Requests arrive on `{prefix}.req.*.*.{server}.>` in the queue group `tyw.{server}` (one
-//! more worker is more capacity); each is served with [`Server::serve_stateless`], so it gets
+//! more worker is more capacity; a tenant's or a user's pool narrows both, `scope`); each is
+//! served with [`Server::serve_stateless`], so it gets
 //! every check a 2026-07-28 request gets over HTTP (the gate, argument validation, progress,
 //! per-request logging, cancellation), and its messages go back to the caller's reply
 //! subject as frames:
@@ -193,6 +194,8 @@ impl Worker {
     }
 
     /// Starts serving `server`'s tools over `client`: puts the catalog entry, then subscribes.
+    /// Fails ([`NatsError::Config`]) when a pool of the same server whose scope overlaps this
+    /// one's joined the catalog earlier: both would run the calls they both take.
     /// Its durable task jobs travel on `client` too; a process open to publishers it does not
     /// trust gives them a connection of their own ([`Worker::start_with_jobs_on`]).
     pub async fn start(
@@ -264,10 +267,7 @@ impl Worker {
         // Before subscribing: a pool overlapping one that joined earlier would run the
         // calls both take twice (N11).
         if let Err(e) = inner.give_way_to_earlier_pools(first).await {
-            let _ = inner
-                .catalog
-                .delete(catalog::key(&inner.config.server, &inner.instance))
-                .await;
+            let _ = inner.catalog.delete(inner.catalog_key()).await;
             return Err(e);
         }
         let _ = inner.joined.set(first);
@@ -428,7 +428,7 @@ impl Inner {
     /// the earlier one serves, whatever order their workers read the bucket in. An older
     /// worker's entry (no `joined`) counts as the earliest: it does not give way.
     async fn give_way_to_earlier_pools(&self, revision: u64) -> Result<(), NatsError> {
-        let mine = catalog::key(&self.config.server, &self.instance);
+        let mine = self.catalog_key();
         let ours = catalog::key(&self.config.server, "");
         let keys: Vec<String> = self
             .catalog
