@@ -177,8 +177,6 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         // Durable task jobs on a connection of their own too: anything on the bus may
         // publish to the work queue, and a job async-nats cannot parse, redelivered every
         // `ack_wait`, must not take the requests' connection down each time.
-        // A tenant's or a user's pool runs no jobs (its gateways run its tasks in place).
-        worker_config.tasks &= worker_config.scope.is_every();
         let jobs_client = if worker_config.tasks {
             toolyard_nats::connect_with(
                 &url,

@@ -92,10 +92,11 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// waits 5 s more).
 const PULL_GRACE: Duration = Duration::from_millis(500);
 
-/// The subject of a job of `server`'s `tool`.
-pub(crate) fn subject(prefix: &str, server: &str, tool: &str) -> String {
+/// The subject of a job of `tool` on job queue `queue` (a server's pool:
+/// [`Scope::job_queue`](crate::Scope::job_queue)).
+pub(crate) fn subject(prefix: &str, queue: &str, tool: &str) -> String {
     let tool = if wire::token_safe(tool) { tool } else { "_" };
-    format!("{prefix}.task.{server}.{tool}")
+    format!("{prefix}.task.{queue}.{tool}")
 }
 
 /// Where a task's running worker answers (and listens) while it runs it.
@@ -103,21 +104,23 @@ pub(crate) fn control_subject(prefix: &str, task_id: &str) -> String {
     format!("{prefix}.taskctl.{task_id}")
 }
 
-/// The consumer the workers of `server` share.
-fn consumer_name(server: &str) -> String {
-    format!("tyw-{server}")
+/// The consumer the workers of job queue `queue` share.
+fn consumer_name(queue: &str) -> String {
+    format!("tyw-{queue}")
 }
 
-/// The subjects of `server`'s jobs (`subject` for each tool).
-fn task_subjects(prefix: &str, server: &str) -> String {
-    format!("{prefix}.task.{server}.>")
+/// The subjects of the jobs of `queue` (`subject` for each tool). No two queues' overlap (a
+/// work-queue stream refuses consumers whose subjects do), a scoped pool's queue being one
+/// token of its own (`calc~acme`).
+fn task_subjects(prefix: &str, queue: &str) -> String {
+    format!("{prefix}.task.{queue}.>")
 }
 
-/// Where the jobs of `server` come from: its task subjects, through the shared consumer.
-pub(crate) fn peer(prefix: &str, server: &str) -> toolyard::Peer {
+/// Where the jobs of `queue` come from: its task subjects, through the shared consumer.
+pub(crate) fn peer(prefix: &str, queue: &str) -> toolyard::Peer {
     toolyard::Peer::nats(
-        task_subjects(prefix, server),
-        Some(consumer_name(server).into()),
+        task_subjects(prefix, queue),
+        Some(consumer_name(queue).into()),
     )
 }
 
@@ -165,10 +168,10 @@ fn unavailable(e: impl std::fmt::Display) -> HandlerError {
 // ---------------------------------------------------------------------------------------
 
 /// Where a deferred tool's task was handed back: the task, its job's subject, deadline and
-/// body, and whether every instance of its server reads a body from `TY_TASK_BODIES`.
+/// body, and whether every worker of its job queue reads a body from `TY_TASK_BODIES`.
 struct HandedOffAt<'a> {
     task_id: &'a str,
-    server: &'a str,
+    queue: &'a str,
     subject: String,
     deadline: Option<u64>,
     body: Bytes,
@@ -213,9 +216,10 @@ impl Submitter {
         })
     }
 
-    /// Publishes the job of task `task_id` (a call of `server`'s `tool` with `args`) and
+    /// Publishes the job of task `task_id` (a call of `tool` with `args`, on job queue
+    /// `queue`: the server's pool that serves this gateway, [`crate::Scope::job_queue`]) and
     /// waits until its record is terminal; what the call answered then. A request too large
-    /// for the job goes to `TY_TASK_BODIES` when `bodies_read` (every instance of `server`
+    /// for the job goes to `TY_TASK_BODIES` when `bodies_read` (every worker of `queue`
     /// reads it there), and is -32012 otherwise. `handoff`: a deferred tool's task, handed
     /// back in a later round: its job goes on from that round ([`Handoff`]).
     #[allow(
@@ -226,7 +230,7 @@ impl Submitter {
         &self,
         ctx: &RequestContext,
         task_id: &str,
-        server: &str,
+        queue: &str,
         tool: &str,
         args: &RawArgs,
         bodies_read: bool,
@@ -260,12 +264,12 @@ impl Submitter {
         }
         body.push(b'}');
         let body = Bytes::from(body);
-        let subject = subject(&self.prefix, server, tool);
+        let subject = subject(&self.prefix, queue, tool);
         let relay = (!stored.is_extension()).then(|| ctx.clone());
         if let Some(handoff) = handoff.filter(|h| h.round > 0 && !h.input_responses.is_empty()) {
             let at = HandedOffAt {
                 task_id,
-                server,
+                queue,
                 subject,
                 deadline: stored.expires_at_ms(),
                 body,
@@ -329,7 +333,7 @@ impl Submitter {
                             wire::PAYLOAD_TOO_LARGE,
                             format!(
                                 "the task's request ({} bytes) does not fit the bus's max_payload, \
-                                 and not every worker of `{server}` reads a task's request from \
+                                 and not every worker of `{queue}` reads a task's request from \
                                  {} ({e})",
                                 body.len(),
                                 crate::claims::TASK_BODIES,
@@ -379,7 +383,7 @@ impl Submitter {
     ) -> Result<(), HandlerError> {
         let HandedOffAt {
             task_id,
-            server,
+            queue,
             subject,
             deadline,
             body,
@@ -398,7 +402,7 @@ impl Submitter {
                     wire::PAYLOAD_TOO_LARGE,
                     format!(
                         "the task's request ({} bytes) is too large to keep in its record, and \
-                         not every worker of `{server}` reads a task's request from {}",
+                         not every worker of `{queue}` reads a task's request from {}",
                         body.len(),
                         crate::claims::TASK_BODIES,
                     ),
@@ -642,25 +646,25 @@ impl Drop for Running<'_> {
     }
 }
 
-/// The durable consumer of `server`'s jobs (created by the first worker of that name).
+/// The durable consumer of job queue `queue` (created by the first worker of that pool).
 pub(crate) async fn consumer(
     client: &Client,
     prefix: &str,
-    server: &str,
+    queue: &str,
     ack_wait: Duration,
     replicas: usize,
 ) -> Result<(PullConsumer, NatsTaskStore), NatsError> {
     let js = crate::catalog::context(client.clone());
     let stream = stream(&js, prefix, replicas).await?;
     let kv = tasks::bucket(&js, replicas).await?;
-    let name = consumer_name(server);
+    let name = consumer_name(queue);
     let consumer = stream
         .get_or_create_consumer::<pull::Config>(
             &name,
             pull::Config {
                 durable_name: Some(name.clone()),
-                description: Some(format!("Toolyard workers of {server}")),
-                filter_subject: task_subjects(prefix, server),
+                description: Some(format!("Toolyard workers of {queue}")),
+                filter_subject: task_subjects(prefix, queue),
                 ack_policy: AckPolicy::Explicit,
                 ack_wait,
                 ..Default::default()

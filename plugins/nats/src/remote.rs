@@ -579,18 +579,18 @@ impl Inner {
         let servers: BTreeSet<String> = newest.keys().map(|s| (*s).to_owned()).collect();
         let (mut offered_tools, mut resources, mut templates, mut prompts) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        // A task is a durable job of the pool of every caller (the only pool with a job
-        // queue); a deferred task's first rounds run in place and its task is then a job.
-        // Without jobs, a task is made at once and its call forwarded in place.
+        // A task is a durable job on the job queue of the pool serving it; a deferred task's
+        // first rounds run in place and its task is then a job. Without jobs, a task is made
+        // at once and its call forwarded in place.
         let durable = self.jobs.get().is_some();
         for (server, (_, e)) in newest {
-            let jobs = durable && e.scope.is_every();
+            let queue: Arc<str> = e.scope.job_queue(server).into();
             for tool in &e.tools {
                 let exposed = self.config.expose(server, &tool.name);
-                let run = match (jobs, e.deferred_tasks.contains(&tool.name)) {
+                let run = match (durable, e.deferred_tasks.contains(&tool.name)) {
                     (false, _) => TaskRun::InPlace,
-                    (true, false) => TaskRun::Job,
-                    (true, true) => TaskRun::Deferred,
+                    (true, false) => TaskRun::Job(queue.clone()),
+                    (true, true) => TaskRun::Deferred(queue.clone()),
                 };
                 offered_tools.push((exposed, server, (tool.clone(), run)));
             }
@@ -659,12 +659,12 @@ impl Inner {
                     server: server.clone(),
                     tool: tool.name.clone(),
                     retry_safe,
-                    tasks: *run,
+                    tasks: run.clone(),
                 };
                 // The byte-level path: the worker checks the arguments against its own
                 // schema, and its result is passed on as it came.
                 let def = ToolDef::forwarding(def_tool, forward(self.clone(), route));
-                if *run == TaskRun::Deferred {
+                if matches!(run, TaskRun::Deferred(_)) {
                     def.with_deferred_task()
                 } else {
                     def
@@ -849,7 +849,7 @@ fn forward(inner: Arc<Inner>, route: Route) -> ForwardFn {
     // A tool that defers its task: the same, telling the worker to hand the task back.
     let handoff_headers = headers
         .clone()
-        .filter(|_| tasks == TaskRun::Deferred)
+        .filter(|_| matches!(tasks, TaskRun::Deferred(_)))
         .map(|mut h| {
             h.insert(wire::TASK_HANDOFF, "1");
             h
@@ -863,7 +863,10 @@ fn forward(inner: Arc<Inner>, route: Route) -> ForwardFn {
         headers,
         handoff_headers,
         retry_safe,
-        jobs: tasks != TaskRun::InPlace,
+        job_queue: match tasks {
+            TaskRun::InPlace => None,
+            TaskRun::Job(queue) | TaskRun::Deferred(queue) => Some(queue),
+        },
     });
     Arc::new(move |ctx: RequestContext, args: RawArgs| {
         Box::pin(call_tool(route.clone(), ctx, args))
@@ -881,16 +884,16 @@ struct Route {
 }
 
 /// How a worker tool's task-augmented calls run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum TaskRun {
-    /// Forwarded as any call, the task held by this gateway: no durable tasks here, or a
-    /// tenant's or user's pool (which runs no jobs).
+    /// Forwarded as any call, the task held by this gateway: no durable tasks here.
     InPlace,
-    /// A durable job from the first round (`jobs`).
-    Job,
+    /// A durable job from the first round (`jobs`), on this job queue (of the pool that
+    /// serves this gateway: `Scope::job_queue`).
+    Job(Arc<str>),
     /// First rounds in place until the tool starts its task (the catalog's
-    /// `deferredTasks`), then a durable job.
-    Deferred,
+    /// `deferredTasks`), then a durable job on this queue.
+    Deferred(Arc<str>),
 }
 
 /// What every call of one worker tool shares (one `Arc` cloned per call).
@@ -905,8 +908,8 @@ struct ToolRoute {
     /// `headers` with `Mcp-Task-Handoff: 1`, for a tool that defers its task.
     handoff_headers: Option<HeaderMap>,
     retry_safe: bool,
-    /// Its tasks are durable jobs.
-    jobs: bool,
+    /// The job queue its tasks go to as durable jobs (`None`: they run in place).
+    job_queue: Option<Arc<str>>,
 }
 
 impl ToolRoute {
@@ -941,9 +944,11 @@ async fn call_tool(
     // every call, and glibc serves only allocations up to 1016 bytes from its thread
     // cache; a larger one consolidates its fast bins first (~2 000 instructions per
     // forwarded call, callgrind; see the size test below).
-    if let (Some(task_id), Some(jobs), true) = (ctx.task_id(), inner.jobs.get(), route.jobs) {
+    if let (Some(task_id), Some(jobs), Some(queue)) =
+        (ctx.task_id(), inner.jobs.get(), route.job_queue.as_deref())
+    {
         let bodies = inner.reads_task_bodies(server);
-        return Box::pin(jobs.run(&ctx, task_id, server, tool, &args, bodies, None)).await;
+        return Box::pin(jobs.run(&ctx, task_id, queue, tool, &args, bodies, None)).await;
     }
     if route.handoff_headers.is_some() && ctx.can_start_task() {
         return Box::pin(deferred_call(&route, &ctx, &args)).await;
@@ -981,13 +986,15 @@ async fn deferred_call(
     ctx.start_task().await;
     // Without a task (its record could not be written), the caller has its error already
     // and this call is dropped.
-    let (Some(task_id), Some(jobs)) = (ctx.task_id(), inner.jobs.get()) else {
+    let (Some(task_id), Some(jobs), Some(queue)) =
+        (ctx.task_id(), inner.jobs.get(), route.job_queue.as_deref())
+    else {
         return Err(HandlerError::failed(format!(
             "`{tool}` started its task, but the task could not be made"
         )));
     };
     let bodies = inner.reads_task_bodies(server);
-    Box::pin(jobs.run(ctx, task_id, server, tool, args, bodies, Some(handoff))).await
+    Box::pin(jobs.run(ctx, task_id, queue, tool, args, bodies, Some(handoff))).await
 }
 
 /// A string as JSON text.

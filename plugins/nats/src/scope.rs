@@ -7,7 +7,8 @@
 //! `tyw.{server}.{tenant}.{user}` (nats-mcp-gateway's scopes). Each group takes its own
 //! copy of a message, so two pools of one server whose scopes overlap would both run a call
 //! both take (N11): a worker whose pool overlaps one already serving refuses to start
-//! (`Worker::start`), and a gateway exposes only the pools that serve its own calls.
+//! (`Worker::start`), and a gateway exposes only the pools that serve its own calls. Each
+//! pool has its own durable task job queue too ([`Scope::job_queue`]).
 
 use crate::error::NatsError;
 use crate::wire;
@@ -101,6 +102,18 @@ impl Scope {
         format!("{prefix}.req.{tenant}.{user}.{server}.>")
     }
 
+    /// The durable task job queue of the pool of this scope for `server` (`jobs`): the
+    /// server's name for the pool of every caller, else one token of its own
+    /// (`calc~acme`, `calc~acme~bob`: `~` is in no subject token a name may be), so no two
+    /// pools' job subjects overlap, which a work-queue stream's consumers may not.
+    pub fn job_queue(&self, server: &str) -> String {
+        match (&self.tenant, &self.user) {
+            (None, _) => server.to_owned(),
+            (Some(t), None) => format!("{server}~{t}"),
+            (Some(t), Some(u)) => format!("{server}~{t}~{u}"),
+        }
+    }
+
     /// The queue group of the pool of this scope for `server`: one more worker is more
     /// capacity, and each scope has its own group (NATS gives every group its own copy).
     pub fn queue_group(&self, server: &str) -> String {
@@ -160,6 +173,9 @@ mod tests {
         assert_eq!(acme.queue_group("calc"), "tyw.calc.acme");
         assert_eq!(bob.queue_group("calc"), "tyw.calc.acme.bob");
         assert_eq!((every.tenant_token(), every.user_token()), ("_", "_"));
+        assert_eq!(every.job_queue("calc"), "calc");
+        assert_eq!(acme.job_queue("calc"), "calc~acme");
+        assert_eq!(bob.job_queue("calc"), "calc~acme~bob");
     }
 
     #[test]

@@ -45,9 +45,8 @@ pub struct WorkerConfig {
     pub server: String,
     /// The subject prefix (default `mcp.v1`).
     pub prefix: String,
-    /// Whose requests this worker's pool takes (default: every caller's). A worker of a
-    /// tenant's or a user's pool runs no durable task jobs: a gateway runs such a pool's
-    /// tasks in place.
+    /// Whose requests this worker's pool takes (default: every caller's); its durable task
+    /// jobs are its pool's own ([`Scope::job_queue`]).
     pub scope: Scope,
     /// Requests served at once.
     pub concurrency: usize,
@@ -320,7 +319,9 @@ impl Worker {
         // The task queue is set up beside serving, not before it: requests are core NATS and
         // need no stream, so a JetStream that is electing a leader (a node just died) delays
         // the jobs, not the worker.
-        let pulling = (inner.config.tasks && inner.config.scope.is_every())
+        let pulling = inner
+            .config
+            .tasks
             .then(|| tokio::spawn(run_jobs(inner.clone(), jobs.clone())));
         let serving = tokio::spawn(serve(inner.clone(), subscription));
         let heartbeat = tokio::spawn(heartbeat(inner.clone(), changed));
@@ -467,16 +468,17 @@ impl Inner {
     }
 }
 
-/// Sets up this server's job consumer (retrying while JetStream cannot, until the worker
-/// drains) and runs its durable task jobs.
+/// Sets up the job consumer of this server's pool (retrying while JetStream cannot, until
+/// the worker drains) and runs its durable task jobs.
 async fn run_jobs(inner: Arc<Inner>, client: Client) {
     let config = &inner.config;
+    let queue = config.scope.job_queue(&config.server);
     let mut attempt = 0u64;
     let (consumer, store) = loop {
         let opened = crate::jobs::consumer(
             &client,
             &config.prefix,
-            &config.server,
+            &queue,
             config.task_ack_wait,
             config.catalog_replicas,
         );
@@ -502,7 +504,7 @@ async fn run_jobs(inner: Arc<Inner>, client: Client) {
         store,
         instance: inner.instance.clone(),
         prefix: config.prefix.clone(),
-        peer: Arc::new(crate::jobs::peer(&config.prefix, &config.server)),
+        peer: Arc::new(crate::jobs::peer(&config.prefix, &queue)),
         ack_wait: config.task_ack_wait,
         draining: inner.draining.clone(),
         abandon: inner.abandon.clone(),

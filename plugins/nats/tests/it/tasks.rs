@@ -272,37 +272,65 @@ async fn a_task_runs_on_a_worker_and_any_gateway_reads_and_cancels_it() {
     jobs_settled(&bus).await;
 }
 
-/// A tenant's pool runs no job queue (the job subjects and the workers' consumer are the
-/// pool of every caller's): a durable gateway of that tenant makes the task and forwards its
-/// call in place, and the task completes on the tenant's worker, readable on every gateway.
+/// Each pool has a job queue of its own (`Scope::job_queue`): a tenant's tasks are durable
+/// jobs its own workers run, never another tenant's pool's, and every gateway reads them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_of_a_tenants_pool_runs_in_place_from_a_durable_gateway() {
+async fn a_tenants_tasks_are_jobs_on_its_pools_own_queue_and_run_only_on_its_workers() {
+    use toolyard_nats::Scope;
     let nats = NatsServer::start();
-    let seen = Arc::new(Seen::default());
-    let mut config = WorkerConfig::new("calc");
-    config.scope = toolyard_nats::Scope::of(Some("acme"), None).unwrap();
-    let _worker = Worker::start(
-        worker_server(seen.clone()).await,
-        connect(&nats.url()).await,
-        config,
-    )
-    .await
-    .unwrap();
-    let acme = toolyard_nats::Scope::of(Some("acme"), None).unwrap();
-    let (_g, _r, client, _following) = durable_gateway_of(&nats.url(), acme.clone()).await;
-    let (_h, _s, other, _other_following) = durable_gateway_of(&nats.url(), acme).await;
-    wait_listed(&client).await;
-    let id = submit(&client, 100).await;
-    let done = terminal(&other, &id).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["result"]["content"][0]["text"], "slept", "{done}");
-    assert_eq!(seen.finished.load(Ordering::SeqCst), 1);
-    // No job was queued for it.
-    let bus = connect(&nats.url()).await;
-    let stream = jetstream::new(bus).get_stream(JOBS_STREAM).await;
-    if let Ok(mut stream) = stream {
-        assert_eq!(stream.info().await.unwrap().state.messages, 0);
+    let (acme, beta) = (
+        Scope::of(Some("acme"), None).unwrap(),
+        Scope::of(Some("beta"), None).unwrap(),
+    );
+    let mut workers = Vec::new();
+    let mut seen = Vec::new();
+    for scope in [&acme, &beta] {
+        let s = Arc::new(Seen::default());
+        let mut config = WorkerConfig::new("calc");
+        config.scope = scope.clone();
+        workers.push(
+            Worker::start(
+                worker_server(s.clone()).await,
+                connect(&nats.url()).await,
+                config,
+            )
+            .await
+            .unwrap(),
+        );
+        seen.push(s);
     }
+    let (_ga, _ra, a, _fa) = durable_gateway_of(&nats.url(), acme).await;
+    let (_gb, _rb, b, _fb) = durable_gateway_of(&nats.url(), beta).await;
+    let (_gn, _rn, anyone, _fn) = durable_gateway_of(&nats.url(), Scope::every()).await;
+    wait_listed(&a).await;
+    wait_listed(&b).await;
+    let mut ids = Vec::new();
+    for client in [&a, &a, &a, &b, &b] {
+        ids.push(submit(client, 50).await);
+    }
+    for id in &ids {
+        // Read on a gateway that sees neither pool: the record is the bus's.
+        let done = terminal(&anyone, id).await;
+        assert_eq!(done["status"], "completed", "{done}");
+    }
+    assert_eq!(
+        seen.iter()
+            .map(|s| s.finished.load(Ordering::SeqCst))
+            .collect::<Vec<_>>(),
+        [3, 2],
+        "acme's tasks on acme's worker, beta's on beta's"
+    );
+    let stream = jetstream::new(connect(&nats.url()).await)
+        .get_stream(JOBS_STREAM)
+        .await
+        .unwrap();
+    let mut names: Vec<String> = stream
+        .consumer_names()
+        .filter_map(|n| async move { n.ok() })
+        .collect()
+        .await;
+    names.sort();
+    assert_eq!(names, ["tyw-calc~acme", "tyw-calc~beta"]);
 }
 
 /// Regression: every connection made in the process woke the worker's job pull, which
