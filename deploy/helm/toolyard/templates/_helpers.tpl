@@ -169,3 +169,11 @@ projected, readable by the pod's group (fsGroup), no one else.
       {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+A worker pool's id (its Deployment, labels and config key): its name, then its tenant and
+user when it is scoped to them (docs/nats.md "Scoped pools").
+*/}}
+{{- define "toolyard.workerPool" -}}
+{{ .name }}{{ with .tenant }}-{{ . }}{{ end }}{{ with .user }}-{{ . }}{{ end }}
+{{- end }}
