@@ -1695,10 +1695,34 @@ async fn tasks_waiting_for_input_go_on_across_a_three_node_cluster() {
 /// A call that ends before starting its task answers as an ordinary call, and makes no task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_that_asks_before_its_task_asks_in_place_and_its_task_goes_on_from_that_round() {
+    deferred_task_goes_on_from_its_round(toolyard_nats::Scope::every()).await;
+}
+
+/// The same on a user's pool: the hand-off and the resuming job travel on that pool's own job
+/// queue (`calc~acme~bob`), which its worker pulls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_pool_hands_a_deferred_task_back_and_runs_it_on_from_its_own_queue() {
+    deferred_task_goes_on_from_its_round(
+        toolyard_nats::Scope::of(Some("acme"), Some("bob")).unwrap(),
+    )
+    .await;
+}
+
+async fn deferred_task_goes_on_from_its_round(scope: toolyard_nats::Scope) {
     let nats = NatsServer::start();
-    let _worker = task_worker(&nats.url(), Arc::default(), true, Duration::from_secs(30)).await;
-    let (_a, _ra, a) = durable_gateway(&nats.url()).await;
-    let (_b, _rb, b) = durable_gateway(&nats.url()).await;
+    let mut config = WorkerConfig::new("calc");
+    config.keepalive = Duration::from_millis(200);
+    config.drain_timeout = Duration::from_millis(500);
+    config.scope = scope.clone();
+    let _worker = Worker::start(
+        worker_server(Arc::default()).await,
+        connect(&nats.url()).await,
+        config,
+    )
+    .await
+    .unwrap();
+    let (_a, _ra, a, _fa) = durable_gateway_of(&nats.url(), scope.clone()).await;
+    let (_b, _rb, b, _fb) = durable_gateway_of(&nats.url(), scope).await;
     wait_listed(&a).await;
     let caller = answering_caller();
     let call = |params: Value| a.request("tools/call", params);
