@@ -593,27 +593,11 @@ fn serve_expecting_exit(config: &Path) -> (bool, String, Duration) {
             cmd.env_remove(key);
         }
     }
-    let mut child = cmd.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("toolyard serve --config {} did not exit", config.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = crate::exit_within(
+        cmd.spawn().unwrap(),
+        Duration::from_secs(20),
+        &format!("toolyard serve --config {}", config.display()),
+    );
     (status.success(), stderr, started.elapsed())
 }
 

@@ -32,3 +32,31 @@ mod nats_interop;
 mod otel;
 mod probe;
 mod stdio;
+
+/// Waits up to `within` for `child` (its stderr piped) to exit by itself; its exit status
+/// and what it wrote on stderr. One that does not exit is killed and the test fails,
+/// naming `what`.
+pub(crate) fn exit_within(
+    mut child: std::process::Child,
+    within: std::time::Duration,
+    what: &str,
+) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {within:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).unwrap();
+    }
+    (status, stderr)
+}

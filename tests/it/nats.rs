@@ -584,29 +584,13 @@ fn a_nats_config_section_exposes_the_workers_tools_with_its_naming() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `toolyard worker` exits with what it printed on stderr, within 20 s.
+/// `toolyard worker ARGS...`, which is expected to exit within 20 s: its status and stderr.
 fn worker_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
-    use std::io::Read;
-    let mut child = spawn_worker(args, Stdio::piped());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the worker {args:?} never exited"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    (status, stderr)
+    crate::exit_within(
+        spawn_worker(args, Stdio::piped()),
+        Duration::from_secs(20),
+        &format!("toolyard worker {args:?}"),
+    )
 }
 
 /// `--nats-tenant` / `--nats-user` scope a worker's pool and a gateway's calls: a tenant's
