@@ -130,6 +130,28 @@ async fn each_gateway_lists_and_calls_only_the_pools_that_take_its_tenant_and_us
         "acme's calls (its users' too) on acme's pool, beta's on beta's, bob's desk on his"
     );
 
+    // Prompts and resources travel as the caller's too: bob's greeting from his desk's
+    // pool, and an item read through eve's gateway from acme's pool of `calc` (the first of
+    // the pools offering that template keeps it).
+    let greeting = g_bob
+        .client
+        .get_prompt("desk__greet", json!({"name": "Bob"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&greeting.messages).unwrap()[0]["content"]["text"],
+        "Hello, Bob!"
+    );
+    let item = g_eve
+        .client
+        .read_resource("worker://items/7")
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&item.contents).unwrap()[0]["text"],
+        "item 7"
+    );
+
     // A tenant's pool takes nothing unattributed, nor another tenant's: no responders.
     let raw = connect(&url).await;
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
