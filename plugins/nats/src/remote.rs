@@ -506,7 +506,8 @@ impl Inner {
     ///
     /// Anything on the bus can write the bucket, so an entry is taken only as a worker writes
     /// it: its server a subject token (else its tools would be called on subjects with
-    /// wildcards or extra tokens) and its key its own (`srv.{server}.{instance}`: else one
+    /// wildcards or extra tokens), its scope one a worker can take (`Scope::of`), and its
+    /// key its own (`srv.{server}.{instance}`: else one
     /// bad entry could stand in for another server's, the newest winning). A put that is not
     /// taken still replaces what the key held.
     fn apply(self: &Arc<Self>, entry: &Entry) {
@@ -516,6 +517,12 @@ impl Inner {
                 Ok(parsed) if !wire::token_safe(&parsed.server) => {
                     if let Some(ignored) = self.ignored.count() {
                         tracing::warn!(key = %entry.key, server = %parsed.server, ignored, "a catalog entry whose server is no subject token: ignored (logged at each doubling of the count)");
+                    }
+                    None
+                }
+                Ok(parsed) if !parsed.scope.is_valid() => {
+                    if let Some(ignored) = self.ignored.count() {
+                        tracing::warn!(key = %entry.key, server = %parsed.server, scope = ?parsed.scope, ignored, "a catalog entry whose scope no worker could take: ignored (logged at each doubling of the count)");
                     }
                     None
                 }

@@ -57,6 +57,13 @@ impl Scope {
         }
     }
 
+    /// Whether [`Scope::of`] could have made it (subject tokens other than `_`, a user only
+    /// with a tenant): a catalog entry, which anything on the bus may write, is taken only
+    /// then.
+    pub(crate) fn is_valid(&self) -> bool {
+        Scope::of(self.tenant.as_deref(), self.user.as_deref()).is_ok()
+    }
+
     /// Whether this is the pool of every caller.
     pub fn is_every(&self) -> bool {
         self.tenant.is_none()
@@ -150,6 +157,13 @@ mod tests {
         assert!(Scope::of(Some("_"), None).is_err(), "`_` is unattributed");
         assert!(Scope::of(Some("acme"), Some("*")).is_err());
         assert_eq!(Scope::of(None, None).unwrap(), Scope::every());
+        let forged = |tenant: Option<&str>, user: Option<&str>| Scope {
+            tenant: tenant.map(str::to_owned),
+            user: user.map(str::to_owned),
+        };
+        assert!(!forged(None, Some("bob")).is_valid());
+        assert!(!forged(Some("*"), None).is_valid());
+        assert!(forged(Some("acme"), Some("bob")).is_valid() && Scope::every().is_valid());
     }
 
     #[test]

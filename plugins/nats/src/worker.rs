@@ -451,6 +451,7 @@ impl Inner {
                 continue;
             };
             if other.server == self.config.server
+                && other.scope.is_valid()
                 && other.scope.overlaps(&self.config.scope)
                 && other.joined_at(found.revision) < revision
             {

@@ -2596,6 +2596,13 @@ async fn catalog_entries_no_worker_would_write_are_ignored_and_the_gateway_serve
         ("srv.space.x1", entry("a b", "t_space")),
         ("srv.other.x1", entry("calc", "t_shadow")),
         ("srv.junk.x1", "{not json".to_owned()),
+        // A scope no worker can take (a user without a tenant) would read as every caller's.
+        (
+            "srv.forged.x1",
+            json!({"server": "forged", "instance": "x1", "sha256": "", "scope": {"user": "bob"},
+                "tools": [{"name": "t_forged", "inputSchema": {"type": "object"}}]})
+            .to_string(),
+        ),
     ] {
         kv.put(key, value.into()).await.unwrap();
     }
