@@ -264,6 +264,33 @@ async fn a_pool_overlapping_one_already_serving_its_server_refuses_to_start_and_
     assert_eq!(instances(&bus, "tools").await.len(), 3);
 }
 
+/// A scope set by hand (its fields are public) is checked as `Scope::of` checks it, on both
+/// sides, before anything subscribes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_that_is_no_subject_token_is_refused_by_worker_and_gateway() {
+    let nats = NatsServer::start();
+    let wild = Scope {
+        tenant: Some("acme.*".into()),
+        user: None,
+    };
+    let err = pool_worker(&nats.url(), "calc", wild.clone(), Arc::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NatsError::Config(_)), "{err}");
+    let server = toolyard::ServerBuilder::new("gateway", "1.0")
+        .start()
+        .await
+        .unwrap();
+    let config = RemoteConfig {
+        caller: wild,
+        ..RemoteConfig::default()
+    };
+    let err = RemoteTools::start(server, connect(&nats.url()).await, config)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("acme.*"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_overlapping_pools_starting_at_once_exactly_one_serves() {
     let nats = NatsServer::start();
