@@ -433,22 +433,26 @@ impl Inner {
     async fn give_way_to_earlier_pools(&self, revision: u64) -> Result<(), NatsError> {
         let mine = self.catalog_key();
         let ours = catalog::key(&self.config.server, "");
-        let keys: Vec<String> = self
-            .catalog
-            .keys()
-            .await
-            .map_err(|e| NatsError::Bus(format!("listing the catalog: {e}")))?
-            .filter_map(|k| std::future::ready(k.ok()))
-            .filter(|k| std::future::ready(k.starts_with(&ours) && *k != mine))
-            .collect()
-            .await;
-        for key in keys {
-            let Ok(Some(found)) = self.catalog.entry(&key).await else {
-                continue;
-            };
-            if found.operation != async_nats::jetstream::kv::Operation::Put {
-                continue;
+        // A key or an entry that cannot be read fails the start (it is retried): skipping it
+        // could let an overlapping pool in.
+        let unreadable =
+            |e: &dyn std::fmt::Display| NatsError::Bus(format!("reading the catalog: {e}"));
+        let mut keys = self.catalog.keys().await.map_err(|e| unreadable(&e))?;
+        let mut theirs = Vec::new();
+        while let Some(key) = keys.next().await {
+            let key = key.map_err(|e| unreadable(&e))?;
+            if key.starts_with(&ours) && key != mine {
+                theirs.push(key);
             }
+        }
+        for key in theirs {
+            let found = match self.catalog.entry(&key).await {
+                Ok(Some(found)) if found.operation == async_nats::jetstream::kv::Operation::Put => {
+                    found
+                }
+                Ok(_) => continue,
+                Err(e) => return Err(unreadable(&e)),
+            };
             let Ok(other) = serde_json::from_slice::<CatalogEntry>(&found.value) else {
                 continue;
             };
