@@ -1197,6 +1197,51 @@ asyncio.run(main())
     assert!(tools.iter().any(|n| n == "calc__echo"), "{tools:?}");
 }
 
+/// Two pools of one server whose scopes overlap (here the second written into the catalog by
+/// hand, as a pool started while the catalog could not be read would be): every gateway says
+/// so, once, naming both, and serves on.
+#[test]
+fn a_gateway_says_when_two_pools_of_a_server_overlap() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = ready_worker(&url, "calc");
+    let mut gateway = Command::new(BIN)
+        .args(["serve", "--stdio", "--nats", &url])
+        .env_remove("TOOLYARD_NATS")
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolyard serve");
+    let said = StderrLines::of(&mut gateway);
+    let _gateway = WorkerProcess(gateway);
+    let overlapping = r#"
+import asyncio, json, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    kv = await nc.jetstream().key_value(sys.argv[2])
+    entry = {"server": "calc", "instance": "late1", "sha256": "", "tools": [],
+             "scope": {"tenant": "acme"}, "joined": 1}
+    await kv.put("srv.calc.late1", json.dumps(entry).encode())
+    await nc.close()
+asyncio.run(main())
+"#;
+    run_python(overlapping, &[&url, toolyard_nats::CATALOG_BUCKET]);
+    let line = said.wait_for("overlap");
+    assert!(
+        line.contains("every caller") && line.contains("tenant acme"),
+        "{line}"
+    );
+    let more = said.lines_within(Duration::from_millis(500));
+    assert!(
+        !more.iter().any(|l| l.contains("overlap")),
+        "said twice: {more:?}"
+    );
+    let tools = gateway_tools(&url, |names| names.contains(&"calc__echo"));
+    assert!(tools.iter().any(|n| n == "calc__echo"), "{tools:?}");
+}
+
 /// `toolyard worker ARGS...` serving, and what it says on stderr.
 fn worker_saying(args: &[&str]) -> (WorkerProcess, StderrLines) {
     let mut child = spawn_worker(args, Stdio::piped());

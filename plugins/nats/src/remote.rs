@@ -153,6 +153,8 @@ struct State {
     /// The clashes logged already (kind, exposed name or URI, the server left out), so a
     /// clash is logged when it starts, not at every heartbeat.
     clashes: BTreeSet<(&'static str, String, String)>,
+    /// The overlapping pools logged already (server, the two scopes), likewise.
+    overlaps: BTreeSet<(String, Scope, Scope)>,
 }
 
 /// Exposed name (or URI) -> (worker server, the item as the worker lists it).
@@ -655,6 +657,15 @@ impl Inner {
             );
         }
         state.clashes = clashes;
+        // Pools of one server whose scopes overlap both run each call both take. A pool
+        // joining beside one refuses to start, so this is one the check could not see (it
+        // started while the catalog could not be read, or while the other's entry had
+        // expired: docs/nats.md "Scoped pools"): said when it starts, as a clash is.
+        let overlaps = overlapping_pools(state.entries.values().map(|(_, e)| e));
+        for (server, a, b) in overlaps.difference(&state.overlaps) {
+            tracing::error!(%server, first = %a, second = %b, "two pools of {server} overlap: NATS gives each call both take to both, which run it twice; stop one of them (docs/nats.md, \"Scoped pools\")");
+        }
+        state.overlaps = overlaps;
 
         let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
         let tool_defs: Vec<ToolDef> = new_tools
@@ -834,6 +845,28 @@ fn diff<'w, T: PartialEq>(
         .filter(|(k, v)| installed.get(*k) != Some(v))
         .collect();
     (gone, changed)
+}
+
+/// Each pair of pools of one server whose scopes overlap (server, the lesser scope, the
+/// greater), among `entries`.
+fn overlapping_pools<'a>(
+    entries: impl Iterator<Item = &'a CatalogEntry>,
+) -> BTreeSet<(String, Scope, Scope)> {
+    let mut pools: BTreeMap<&str, BTreeSet<&Scope>> = BTreeMap::new();
+    for e in entries {
+        pools.entry(e.server.as_str()).or_default().insert(&e.scope);
+    }
+    let mut overlaps = BTreeSet::new();
+    for (server, scopes) in pools {
+        for (i, a) in scopes.iter().enumerate() {
+            for b in scopes.iter().skip(i + 1) {
+                if a.overlaps(b) {
+                    overlaps.insert((server.to_owned(), (*a).clone(), (*b).clone()));
+                }
+            }
+        }
+    }
+    overlaps
 }
 
 /// A worker's tool: `tools/call` over the bus, on the byte-level path (the caller's
@@ -2276,6 +2309,40 @@ fn carries_result(payload: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pools_of_one_server_whose_scopes_overlap_are_found_once_a_pair() {
+        use crate::{CatalogEntry, Scope};
+        let entry = |server: &str, instance: &str, tenant: Option<&str>, user: Option<&str>| {
+            let mut e = CatalogEntry::new(server, instance, Vec::new());
+            e.scope = Scope::of(tenant, user).unwrap();
+            e
+        };
+        let entries = [
+            entry("calc", "a", None, None),
+            entry("calc", "b", None, None),
+            entry("calc", "c", Some("acme"), None),
+            entry("calc", "d", Some("beta"), Some("ops")),
+            entry("docs", "e", Some("acme"), None),
+            entry("docs", "f", Some("beta"), None),
+        ];
+        let found = super::overlapping_pools(entries.iter());
+        let found: Vec<(String, String, String)> = found
+            .into_iter()
+            .map(|(s, a, b)| (s, a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("calc".into(), "every caller".into(), "tenant acme".into()),
+                (
+                    "calc".into(),
+                    "every caller".into(),
+                    "user ops of tenant beta".into()
+                ),
+            ]
+        );
+    }
+
     #[test]
     fn a_workers_input_keys_reach_the_caller_as_they_are_unless_an_earlier_round_used_them() {
         use std::collections::BTreeSet;

@@ -18,7 +18,7 @@ use std::fmt;
 /// Whose requests a pool of workers takes (`None`: any tenant, any user), or, for a gateway,
 /// the tenant and user its requests carry (`None`: `_`, unattributed). A user is always of a
 /// tenant.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Scope {
     /// The tenant token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
