@@ -7,7 +7,10 @@ body is put in the TY_CLAIMS object store and named by Mcp-Body-Claim (the messa
 empty), Mcp-Accept-Claim: 1 lets the worker answer through a claim too, which is read and
 deleted here; the request's claim is deleted once the call has ended.
 
-Usage: nats_client.py NATS_URL SERVER TOOL ARGUMENTS_JSON [--claims]
+With --tenant T the request carries tenant T in its subject (docs/nats.md, "Scoped pools"),
+so a pool of that tenant takes it.
+
+Usage: nats_client.py NATS_URL SERVER TOOL ARGUMENTS_JSON [--claims] [--tenant T]
 Prints {"frames": [{"frame": ..., "seq": ..., "claimed": ..., "body": ...}, ...]} as JSON on
 stdout.
 """
@@ -34,7 +37,9 @@ async def claims_store(nc):
 
 async def main():
     url, server, tool, arguments = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    claims = "--claims" in sys.argv[5:]
+    flags = sys.argv[5:]
+    claims = "--claims" in flags
+    tenant = flags[flags.index("--tenant") + 1] if "--tenant" in flags else "_"
     nc = await nats.connect(url)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
@@ -74,7 +79,7 @@ async def main():
         headers["Mcp-Body-Claim"] = request_claim
         headers["Mcp-Accept-Claim"] = "1"
         payload = b""
-    subject = f"mcp.v1.req._._.{server}.tools.call.{tool}"
+    subject = f"mcp.v1.req.{tenant}._.{server}.tools.call.{tool}"
     await nc.publish(subject, payload, reply=inbox, headers=headers)
     frames = []
     while True:

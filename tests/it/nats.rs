@@ -153,6 +153,27 @@ fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
     }
 }
 
+/// The same plain client calls a tenant's pool by putting the tenant in the subject, as
+/// docs/nats.md's "Scoped pools" says (that the pool takes no unattributed call is
+/// `scopes::each_gateway_lists_and_calls_only_the_pools_that_take_its_tenant_and_user`).
+#[test]
+fn a_plain_nats_client_calls_a_tenants_pool_with_the_tenant_in_its_subject() {
+    let nats = NatsServer::start();
+    let _w = ready_worker_with(&nats.url(), "calc", &["--nats-tenant", "acme"]);
+    let answer = nats_client(
+        &nats.url(),
+        "add",
+        &json!({"a": 4, "b": 5}),
+        &["--tenant", "acme"],
+    );
+    let last = answer["frames"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["frame"], "end", "{answer}");
+    let text = last["body"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains('9'), "4 + 5: {answer}");
+}
+
 /// The same plain client with a request and an answer too large for the bus (a broker whose
 /// `max_payload` is 64 KiB): both travel through claims in the `TY_CLAIMS` object store, as
 /// docs/nats.md says (`Mcp-Body-Claim`, `Mcp-Accept-Claim`, `Mcp-Claim`).
