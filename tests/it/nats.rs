@@ -1197,17 +1197,7 @@ async def main():
 asyncio.run(main())
 "#;
     run_python(junk, &[&url, toolyard_nats::CATALOG_BUCKET]);
-    let mut gateway = Command::new(BIN)
-        .args(["serve", "--stdio", "--nats", &url])
-        .env_remove("TOOLYARD_NATS")
-        .env_remove("TOOLYARD_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolyard serve");
-    let said = StderrLines::of(&mut gateway);
-    let _gateway = WorkerProcess(gateway);
+    let (_gateway, said) = gateway_saying(&url);
     said.wait_for("ignored=128");
     let more = said.lines_within(Duration::from_millis(500));
     assert!(
@@ -1226,17 +1216,7 @@ fn a_gateway_says_when_two_pools_of_a_server_overlap() {
     let nats = NatsServer::start();
     let url = nats.url();
     let _worker = ready_worker(&url, "calc");
-    let mut gateway = Command::new(BIN)
-        .args(["serve", "--stdio", "--nats", &url])
-        .env_remove("TOOLYARD_NATS")
-        .env_remove("TOOLYARD_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolyard serve");
-    let said = StderrLines::of(&mut gateway);
-    let _gateway = WorkerProcess(gateway);
+    let (_gateway, said) = gateway_saying(&url);
     let overlapping = r#"
 import asyncio, json, sys, nats
 async def main():
@@ -1261,6 +1241,22 @@ asyncio.run(main())
     );
     let tools = gateway_tools(&url, |names| names.contains(&"calc__echo"));
     assert!(tools.iter().any(|n| n == "calc__echo"), "{tools:?}");
+}
+
+/// `toolyard serve --stdio --nats URL` (its log at the default level), and what it says on
+/// stderr.
+fn gateway_saying(url: &str) -> (WorkerProcess, StderrLines) {
+    let mut gateway = Command::new(BIN)
+        .args(["serve", "--stdio", "--nats", url])
+        .env_remove("TOOLYARD_NATS")
+        .env_remove("TOOLYARD_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolyard serve");
+    let said = StderrLines::of(&mut gateway);
+    (WorkerProcess(gateway), said)
 }
 
 /// `toolyard worker ARGS...` serving, and what it says on stderr.
