@@ -199,11 +199,7 @@ impl RemoteTools {
         watch: Client,
         config: RemoteConfig,
     ) -> Result<RemoteTools, NatsError> {
-        // Its fields are public: one set by hand is checked as `Scope::of` checks them.
-        Scope::of(
-            config.caller.tenant.as_deref(),
-            config.caller.user.as_deref(),
-        )?;
+        config.caller.check()?;
         let replies = Replies::start(&client)
             .await
             .map_err(|e| NatsError::Bus(format!("subscribing for the answers: {e}")))?;

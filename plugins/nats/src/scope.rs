@@ -57,11 +57,16 @@ impl Scope {
         }
     }
 
-    /// Whether [`Scope::of`] could have made it (subject tokens other than `_`, a user only
-    /// with a tenant): a catalog entry, which anything on the bus may write, is taken only
-    /// then.
+    /// Fails as [`Scope::of`] would have on its parts (subject tokens other than `_`, a user
+    /// only with a tenant): its fields are public, so a scope set by hand is checked so.
+    pub(crate) fn check(&self) -> Result<(), NatsError> {
+        Scope::of(self.tenant.as_deref(), self.user.as_deref()).map(drop)
+    }
+
+    /// Whether [`Scope::of`] could have made it: a catalog entry, which anything on the bus
+    /// may write, is taken only then.
     pub(crate) fn is_valid(&self) -> bool {
-        Scope::of(self.tenant.as_deref(), self.user.as_deref()).is_ok()
+        self.check().is_ok()
     }
 
     /// Whether this is the pool of every caller.

@@ -225,8 +225,7 @@ impl Worker {
                 config.server
             )));
         }
-        // Its fields are public: one set by hand is checked as `Scope::of` checks them.
-        Scope::of(config.scope.tenant.as_deref(), config.scope.user.as_deref())?;
+        config.scope.check()?;
         let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, config.heartbeat, config.catalog_replicas).await?;
         let concurrency = config.concurrency.max(1);
