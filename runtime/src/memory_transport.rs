@@ -16,6 +16,7 @@ use toolyard_proto::RequestId;
 #[derive(Debug, Clone)]
 pub struct MemoryTransport {
     server: Server,
+    principal: Option<Arc<str>>,
 }
 
 impl MemoryTransport {
@@ -23,7 +24,16 @@ impl MemoryTransport {
     pub fn new(server: &Server) -> Self {
         Self {
             server: server.clone(),
+            principal: None,
         }
+    }
+
+    /// The client connects as `principal`, as if a transport had authenticated it: what its
+    /// requests' handlers see in `RequestContext::principal` (an embedder's own callers, whose
+    /// identity it established itself).
+    pub fn as_principal(mut self, principal: impl Into<Arc<str>>) -> Self {
+        self.principal = Some(principal.into());
+        self
     }
 }
 
@@ -43,7 +53,7 @@ impl Transport for MemoryTransport {
                 .connect_from(
                     Sink::channel(tx),
                     None,
-                    None,
+                    self.principal,
                     Some(toolyard_actors::Peer::inproc()),
                 )
                 .await

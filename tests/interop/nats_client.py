@@ -10,12 +10,19 @@ deleted here; the request's claim is deleted once the call has ended.
 With --tenant T the request carries tenant T in its subject (docs/nats.md, "Scoped pools"),
 so a pool of that tenant takes it.
 
+With --principal P the request is made for principal P (docs/nats.md, "The caller's
+principal"): Mcp-Principal carries P, and the subject's user token is P's token, computed
+here from the docs' rule alone (p + the first 16 bytes of SHA-256(P) in lowercase hex),
+unless --user U puts another user token there.
+
 Usage: nats_client.py NATS_URL SERVER TOOL ARGUMENTS_JSON [--claims] [--tenant T]
+       [--principal P] [--user U]
 Prints {"frames": [{"frame": ..., "seq": ..., "claimed": ..., "body": ...}, ...]} as JSON on
 stdout.
 """
 
 import asyncio
+import hashlib
 import json
 import sys
 import uuid
@@ -40,6 +47,12 @@ async def main():
     flags = sys.argv[5:]
     claims = "--claims" in flags
     tenant = flags[flags.index("--tenant") + 1] if "--tenant" in flags else "_"
+    principal = flags[flags.index("--principal") + 1] if "--principal" in flags else None
+    user = "_"
+    if principal is not None:
+        user = "p" + hashlib.sha256(principal.encode()).hexdigest()[:32]
+    if "--user" in flags:
+        user = flags[flags.index("--user") + 1]
     nc = await nats.connect(url)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
@@ -64,6 +77,8 @@ async def main():
         "MCP-Protocol-Version": "2026-07-28",
         "Mcp-Timeout-Ms": "20000",
     }
+    if principal is not None:
+        headers["Mcp-Principal"] = principal
     payload = json.dumps(body).encode()
     store = None
     request_claim = None
@@ -79,7 +94,7 @@ async def main():
         headers["Mcp-Body-Claim"] = request_claim
         headers["Mcp-Accept-Claim"] = "1"
         payload = b""
-    subject = f"mcp.v1.req.{tenant}._.{server}.tools.call.{tool}"
+    subject = f"mcp.v1.req.{tenant}.{user}.{server}.tools.call.{tool}"
     await nc.publish(subject, payload, reply=inbox, headers=headers)
     frames = []
     while True:

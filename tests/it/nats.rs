@@ -174,6 +174,36 @@ fn a_plain_nats_client_calls_a_tenants_pool_with_the_tenant_in_its_subject() {
     assert!(text.contains('9'), "4 + 5: {answer}");
 }
 
+/// The same plain client calls for a principal by docs/nats.md's "The caller's principal"
+/// alone: `Mcp-Principal`, and the principal's token (computed in Python from the docs'
+/// rule) as the subject's user token, which the worker takes; the same header on another
+/// user's subject is a header mismatch naming it. (That the tool sees the principal is
+/// `principals::a_workers_tool_sees_the_gateways_caller_as_its_principal_on_every_round`.)
+#[test]
+fn a_plain_nats_client_calls_for_a_principal_with_its_token_as_the_subjects_user() {
+    let nats = NatsServer::start();
+    let _w = worker(&nats.url(), "calc");
+    let principal = ["--principal", "alice@example.com"];
+    let answer = nats_client(&nats.url(), "add", &json!({"a": 4, "b": 5}), &principal);
+    let last = answer["frames"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["frame"], "end", "{answer}");
+    let text = last["body"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains('9'), "4 + 5: {answer}");
+    let forged = nats_client(
+        &nats.url(),
+        "add",
+        &json!({"a": 4, "b": 5}),
+        &[principal[0], principal[1], "--user", "bob"],
+    );
+    let last = forged["frames"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["frame"], "err", "{forged}");
+    assert_eq!(last["body"]["error"]["code"], -32020, "{forged}");
+    let message = last["body"]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Mcp-Principal"), "{message}");
+}
+
 /// The same plain client with a request and an answer too large for the bus (a broker whose
 /// `max_payload` is 64 KiB): both travel through claims in the `TY_CLAIMS` object store, as
 /// docs/nats.md says (`Mcp-Body-Claim`, `Mcp-Accept-Claim`, `Mcp-Claim`).

@@ -60,6 +60,9 @@ pub struct NatsSection {
     /// The user (a subject token, with `tenant`) of a gateway's calls, or whose calls a
     /// worker's pool takes.
     pub user: Option<String>,
+    /// A gateway sends each caller's authenticated principal with its calls, for the
+    /// worker's tool (default true; `RemoteConfig::forward_principal`).
+    pub forward_principal: Option<bool>,
 }
 
 /// The NATS bridge's sections of a config file.
@@ -126,6 +129,7 @@ impl NatsSection {
             config.catalog_replicas = n.max(1);
         }
         config.durable_tasks = self.durable_tasks.unwrap_or(true);
+        config.forward_principal = self.forward_principal.unwrap_or(true);
         Ok(config)
     }
 
@@ -224,5 +228,12 @@ mod tests {
             NatsSection::default().remote().unwrap().caller,
             Scope::every()
         );
+    }
+
+    #[test]
+    fn a_gateway_sends_its_callers_principals_unless_the_section_says_not_to() {
+        assert!(NatsSection::default().remote().unwrap().forward_principal);
+        let off = NatsConfig::parse("[nats]\nforward_principal = false\n").unwrap();
+        assert!(!off.nats.remote().unwrap().forward_principal);
     }
 }

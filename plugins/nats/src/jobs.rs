@@ -234,6 +234,7 @@ impl Submitter {
         tool: &str,
         args: &RawArgs,
         bodies_read: bool,
+        principal: Option<&str>,
         handoff: Option<Handoff>,
     ) -> Result<RawResult, HandlerError> {
         let Some((stored, _)) = self.store.read(task_id).await.map_err(unavailable)? else {
@@ -261,6 +262,12 @@ impl Submitter {
                 // Plain JSON values always serialise.
                 body.extend_from_slice(&serde_json::to_vec(&asks).unwrap_or_default());
             }
+        }
+        if let Some(principal) = principal {
+            // The job's own subject has no user token to bind it to (`crate::principal`): a
+            // worker takes it as it takes the job, from a writer of the job queue.
+            body.extend_from_slice(b",\"principal\":");
+            body.extend_from_slice(&serde_json::to_vec(principal).unwrap_or_default());
         }
         body.push(b'}');
         let body = Bytes::from(body);
@@ -1062,6 +1069,10 @@ struct CallParams {
     /// (absent from a job of an older gateway: the tool's questions then fail -32021).
     #[serde(default, rename = "clientCapabilities")]
     client_capabilities: Option<ClientCapabilities>,
+    /// Who made the task, for its tool's `RequestContext::principal` (the gateway's caller,
+    /// when it sends principals: `crate::principal`).
+    #[serde(default)]
+    principal: Option<String>,
 }
 
 enum Claim {
@@ -1211,6 +1222,7 @@ async fn execute(
     resumed: Option<Resumed>,
     body_moved: &mut bool,
 ) -> Ran {
+    let principal: Option<Arc<str>> = call.principal.map(Into::into);
     let mut params = serde_json::Map::new();
     params.insert("name".into(), serde_json::Value::String(call.name));
     if let Some(a) = call.arguments {
@@ -1317,6 +1329,7 @@ async fn execute(
             cancel.clone(),
             None,
             Some(runner.peer.clone()),
+            principal.clone(),
             // A task's notifications have no caller to go to: they are taken and dropped.
             NOTIFICATION_BACKLOG,
         );

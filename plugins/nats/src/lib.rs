@@ -22,6 +22,7 @@ mod doubling;
 mod error;
 mod events;
 mod jobs;
+mod principal;
 mod remote;
 mod replies;
 mod scope;
@@ -45,6 +46,7 @@ pub use jobs::{
     DEADLINE as DEADLINE_HEADER, RESUME_ROUND as RESUME_ROUND_HEADER, STREAM as JOBS_STREAM,
     TASK_ID as TASK_ID_HEADER,
 };
+pub use principal::principal_token;
 pub use remote::{RemoteConfig, RemoteTools};
 pub use scope::Scope;
 pub use state_key::BUCKET as STATE_KEYS_BUCKET;

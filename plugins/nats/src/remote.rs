@@ -61,6 +61,12 @@ pub struct RemoteConfig {
     /// unattributed). It exposes only the pools that take them ([`Scope::serves`]): the
     /// pool of every caller, its tenant's, its user's.
     pub caller: Scope,
+    /// Sends each caller's principal (what the server's transport authenticated) with its
+    /// requests, for the worker's tool (default on): the subject's user token is made from
+    /// it ([`principal_token`](crate::principal_token)) and `Mcp-Principal` carries it
+    /// (`crate::principal`). Not when `caller` names a user: those requests are that
+    /// user's.
+    pub forward_principal: bool,
 }
 
 impl Default for RemoteConfig {
@@ -73,11 +79,21 @@ impl Default for RemoteConfig {
             catalog_replicas: 1,
             durable_tasks: false,
             caller: Scope::every(),
+            forward_principal: true,
         }
     }
 }
 
 impl RemoteConfig {
+    /// The principal sent with a request made for `ctx` (see `forward_principal`).
+    fn principal_sent<'c>(&self, ctx: &'c RequestContext) -> Option<&'c str> {
+        if self.forward_principal && self.caller.user.is_none() {
+            ctx.principal()
+        } else {
+            None
+        }
+    }
+
     fn expose(&self, server: &str, name: &str) -> String {
         match &self.separator {
             Some(sep) => format!("{server}{sep}{name}"),
@@ -963,6 +979,7 @@ impl ToolRoute {
             retry_safe: self.retry_safe,
             subject: Some(&self.subject),
             headers,
+            principal: None,
             answered_by: None,
         }
     }
@@ -989,7 +1006,9 @@ async fn call_tool(
         (ctx.task_id(), inner.jobs.get(), route.job_queue.as_deref())
     {
         let bodies = inner.reads_task_bodies(server);
-        return Box::pin(jobs.run(&ctx, task_id, queue, tool, &args, bodies, None)).await;
+        let principal = inner.config.principal_sent(&ctx);
+        let job = jobs.run(&ctx, task_id, queue, tool, &args, bodies, principal, None);
+        return Box::pin(job).await;
     }
     if route.handoff_headers.is_some() && ctx.can_start_task() {
         return Box::pin(deferred_call(&route, &ctx, &args)).await;
@@ -1035,7 +1054,18 @@ async fn deferred_call(
         )));
     };
     let bodies = inner.reads_task_bodies(server);
-    Box::pin(jobs.run(ctx, task_id, queue, tool, args, bodies, Some(handoff))).await
+    let principal = inner.config.principal_sent(ctx);
+    let job = jobs.run(
+        ctx,
+        task_id,
+        queue,
+        tool,
+        args,
+        bodies,
+        principal,
+        Some(handoff),
+    );
+    Box::pin(job).await
 }
 
 /// A string as JSON text.
@@ -1061,6 +1091,7 @@ fn read(inner: Arc<Inner>, server: String) -> toolyard::ResourceFn {
                 retry_safe: true,
                 subject: None,
                 headers: None,
+                principal: None,
                 answered_by: None,
             };
             // Whole: the worker's `_meta`, `ttlMs` and `cacheScope` reach the caller.
@@ -1089,6 +1120,7 @@ fn get_prompt(inner: Arc<Inner>, server: String, prompt: String) -> toolyard::Pr
                     retry_safe: true,
                     subject: None,
                     headers: None,
+                    principal: None,
                     answered_by: None,
                 };
                 request::<GetPromptResult>(&inner, &target, &ctx, &params)
@@ -1295,6 +1327,8 @@ struct Target<'a> {
     subject: Option<&'a Subject>,
     /// The request headers when they were written ahead ([`request_headers`]).
     headers: Option<&'a HeaderMap>,
+    /// The caller's principal, sent as `Mcp-Principal` (set per request, in [`rounds`]).
+    principal: Option<&'a HeaderValue>,
     /// Where the worker that answered is noted (its `Mcp-Worker`; the last one, when a busy
     /// or gone worker's call was sent again), when the request is observed ([`request`]).
     answered_by: Option<&'a Mutex<Option<String>>>,
@@ -1544,7 +1578,14 @@ async fn request<T: Forwarded>(
         answered_by: observed.is_some().then_some(&answered_by),
         ..*target
     };
-    let answer = rounds::<T>(inner, &target, ctx, params, trace.as_ref()).await;
+    let answer = match inner.config.principal_sent(ctx) {
+        None => rounds::<T>(inner, &target, ctx, params, trace.as_ref()).await,
+        // Boxed: the request's future is allocated whole for every call, most without one.
+        Some(principal) => {
+            let sent = rounds_of::<T>(inner, &target, ctx, params, trace.as_ref(), principal);
+            Box::pin(sent).await
+        }
+    };
     if let Some(mut o) = observed {
         if let Some(worker) = answered_by.into_inner().unwrap_or_else(|p| p.into_inner()) {
             o.answered_by(&worker);
@@ -1561,6 +1602,39 @@ async fn request<T: Forwarded>(
 
 /// A W3C `traceparent` and its `tracestate`.
 type Trace = (String, Option<String>);
+
+/// [`rounds`] of a request made for `principal` (`crate::principal`): its subject's user
+/// token is made from the principal and `Mcp-Principal` carries it, on every round. A
+/// principal a header cannot carry fails the request rather than going unsent.
+async fn rounds_of<T: Forwarded>(
+    inner: &Inner,
+    target: &Target<'_>,
+    ctx: &RequestContext,
+    params: &[(&'static str, &str)],
+    trace: Option<&Trace>,
+    principal: &str,
+) -> Result<Ended<T>, HandlerError> {
+    let Ok(header) = principal.parse::<HeaderValue>() else {
+        return Err(HandlerError::failed(format!(
+            "the caller's principal cannot be sent to `{}`: a header cannot carry it (a line break)",
+            target.server
+        )));
+    };
+    let subject = Subject::from(wire::request_subject_of(
+        &inner.config.prefix,
+        inner.config.caller.tenant_token(),
+        &crate::principal_token(principal),
+        target.server,
+        target.method,
+        Some(target.name),
+    ));
+    let target = Target {
+        subject: Some(&subject),
+        principal: Some(&header),
+        ..*target
+    };
+    rounds::<T>(inner, &target, ctx, params, trace).await
+}
 
 /// The most input rounds one forwarded request may take.
 const MAX_ROUNDS: usize = 16;
@@ -1905,6 +1979,9 @@ async fn call_once(
     }
     if let Some(Ok(baggage)) = ctx.baggage().map(str::parse::<HeaderValue>) {
         headers.insert(wire::BAGGAGE, baggage);
+    }
+    if let Some(principal) = target.principal {
+        headers.insert(wire::PRINCIPAL, principal.clone());
     }
     let body = match body {
         Body::Inline(body) => body,

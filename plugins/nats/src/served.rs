@@ -76,7 +76,8 @@ impl Drop for ServedSink {
 /// ([`Server::serve_stateless`]), one whose caller makes a deferred tool's task
 /// ([`Server::serve_handing_off_task`], `Mcp-Task-Handoff`), or a durable task's job
 /// ([`Server::serve_task_body`]: its tool runs as an ordinary call whatever its task
-/// support, and makes no task of this server's).
+/// support, and makes no task of this server's). `principal`: the caller's, as the bus
+/// carried it (`crate::principal`), what its handler's `RequestContext::principal` says.
 #[allow(
     clippy::too_many_arguments,
     reason = "one entry point for the three ways the bus's requests are served; each argument is what the server's own entry points take, unbundled"
@@ -89,9 +90,10 @@ pub(crate) fn serve_here(
     cancel: CancellationToken,
     transport_trace: Option<Arc<TransportTrace>>,
     peer: Option<Arc<Peer>>,
+    principal: Option<Arc<str>>,
     backlog: usize,
 ) -> Served {
-    let (delivery, served) = delivery(&request, cancel, transport_trace, peer, backlog);
+    let (delivery, served) = delivery(&request, cancel, transport_trace, peer, principal, backlog);
     match role {
         TaskRole::Own => server.serve_stateless(request, meta, delivery),
         TaskRole::HandOff => server.serve_handing_off_task(request, meta, delivery),
@@ -105,6 +107,7 @@ fn delivery(
     cancel: CancellationToken,
     transport_trace: Option<Arc<TransportTrace>>,
     peer: Option<Arc<Peer>>,
+    principal: Option<Arc<str>>,
     backlog: usize,
 ) -> (Delivery, Served) {
     let (tx, messages) = mpsc::unbounded::<Vec<u8>>();
@@ -116,7 +119,7 @@ fn delivery(
         }),
         cancel,
         track: false,
-        principal: None,
+        principal,
         peer,
         transport_trace,
     };

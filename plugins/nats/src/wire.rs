@@ -72,6 +72,9 @@ pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// W3C baggage, passed on unchanged.
 pub const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
+/// The caller's principal, taken by a worker only on a subject whose user token is made from
+/// it ([`principal_token`](crate::principal_token)).
+pub const PRINCIPAL: HeaderName = HeaderName::from_static("Mcp-Principal");
 /// `Mcp-Accept-Claim: 1` on a request: the caller can fetch an answer put in a claim
 /// (`crate::claims`) when it does not fit the bus's `max_payload`.
 pub const ACCEPT_CLAIM: HeaderName = HeaderName::from_static("Mcp-Accept-Claim");
@@ -171,14 +174,31 @@ pub fn request_subject_for(
     method: &str,
     name: Option<&str>,
 ) -> String {
+    request_subject_of(
+        prefix,
+        caller.tenant_token(),
+        caller.user_token(),
+        server,
+        method,
+        name,
+    )
+}
+
+/// [`request_subject`] with these tenant and user tokens.
+pub(crate) fn request_subject_of(
+    prefix: &str,
+    tenant: &str,
+    user: &str,
+    server: &str,
+    method: &str,
+    name: Option<&str>,
+) -> String {
     let name = match name {
         Some(n) if token_safe(n) => n,
         _ => "_",
     };
     format!(
-        "{prefix}.req.{}.{}.{server}.{}.{name}",
-        caller.tenant_token(),
-        caller.user_token(),
+        "{prefix}.req.{tenant}.{user}.{server}.{}.{name}",
         method.replace('/', ".")
     )
 }
@@ -234,6 +254,12 @@ pub fn subject_matches(
         && same_method(&tail[s + 1..s + 1 + m])
         && tail[s + 1 + m] == b'.'
         && tail.ends_with(name.as_bytes())
+}
+
+/// The user token of a request subject under `prefix`.
+pub(crate) fn request_user_token<'s>(subject: &'s str, prefix: &str) -> Option<&'s str> {
+    let rest = subject.strip_prefix(prefix)?.strip_prefix(".req.")?;
+    rest.split('.').nth(1)
 }
 
 /// What follows the tenant and user tokens (which any value may fill) of a request subject

@@ -815,11 +815,12 @@ struct RequestHeaders<'m> {
     timeout_ms: Option<&'m str>,
     body_claim: Option<&'m str>,
     task_handoff: Option<&'m str>,
+    principal: Option<&'m str>,
 }
 
 impl<'m> RequestHeaders<'m> {
     fn read(message: &'m Message) -> RequestHeaders<'m> {
-        let [wire, method, name, protocol_version, accept_claim, traceparent, tracestate, baggage, timeout_ms, body_claim, task_handoff] =
+        let [wire, method, name, protocol_version, accept_claim, traceparent, tracestate, baggage, timeout_ms, body_claim, task_handoff, principal] =
             wire::headers(
                 message,
                 [
@@ -834,6 +835,7 @@ impl<'m> RequestHeaders<'m> {
                     &wire::TIMEOUT_MS,
                     &wire::BODY_CLAIM,
                     &wire::TASK_HANDOFF,
+                    &wire::PRINCIPAL,
                 ],
             );
         RequestHeaders {
@@ -848,6 +850,7 @@ impl<'m> RequestHeaders<'m> {
             timeout_ms,
             body_claim,
             task_handoff,
+            principal,
         }
     }
 }
@@ -861,6 +864,8 @@ struct Admitted {
     deadline: Option<tokio::time::Instant>,
     /// `HandOff` when the caller makes a deferred tool's task (`Mcp-Task-Handoff: 1`).
     role: TaskRole,
+    /// The caller's principal (`Mcp-Principal`, taken on its own user's subject: `principal`).
+    principal: Option<Arc<str>>,
 }
 
 /// Why a request is answered with an `err` frame before it runs: the id it echoes, if read.
@@ -894,10 +899,13 @@ fn admit(
         Ok(h) => h,
         Err(e) => return Err((Some(request.id), e)),
     };
-    if let Err(why) = integrity(inner, message, headers, &request, &head) {
-        let error = ErrorObject::new(wire::HEADER_MISMATCH, format!("Header mismatch: {why}"));
-        return Err((Some(request.id), error));
-    }
+    let principal = match integrity(inner, message, headers, &request, &head) {
+        Ok(principal) => principal,
+        Err(why) => {
+            let error = ErrorObject::new(wire::HEADER_MISMATCH, format!("Header mismatch: {why}"));
+            return Err((Some(request.id), error));
+        }
+    };
     let mut meta = head.meta.unwrap_or_default();
     // The rest of the headers' context was merged into `_meta` below.
     let transport_trace = TransportTrace::of(headers.traceparent, None, None);
@@ -934,6 +942,7 @@ fn admit(
         transport_trace,
         deadline,
         role,
+        principal,
     })
 }
 
@@ -1111,6 +1120,7 @@ fn serve_in<'a>(
         transport_trace,
         deadline,
         role,
+        principal,
     } = admitted;
     let id = request.id.clone();
     let cancel = CancellationToken::new();
@@ -1125,6 +1135,7 @@ fn serve_in<'a>(
         cancel.clone(),
         transport_trace,
         Some(inner.peer.clone()),
+        principal,
         inner.config.notification_backlog,
     );
     let first = match messages.try_recv() {
@@ -1443,7 +1454,7 @@ fn integrity(
     headers: &RequestHeaders<'_>,
     request: &Request,
     head: &Head,
-) -> Result<(), String> {
+) -> Result<Option<Arc<str>>, String> {
     match headers.method {
         Some(m) if m == request.method => {}
         Some(m) => {
@@ -1494,7 +1505,7 @@ fn integrity(
             message.subject
         ));
     }
-    Ok(())
+    crate::principal::of_request(&message.subject, &inner.config.prefix, headers.principal)
 }
 
 /// Subscribes to `{reply}.ctl`, where the caller's cancel comes (`None`, logged, when the
@@ -1630,6 +1641,8 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
             meta,
             CancellationToken::new(),
             None,
+            None,
+            // The worker's own listing: no caller.
             None,
             NOTIFICATION_BACKLOG,
         );

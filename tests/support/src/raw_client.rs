@@ -56,9 +56,17 @@ impl std::fmt::Debug for RawClient {
 impl RawClient {
     /// Connects to `server`.
     pub async fn connect(server: &Server) -> Result<Self, RawClientError> {
+        RawClient::connect_as(server, None).await
+    }
+
+    /// Connects to `server` as `principal`, as if a transport had authenticated it.
+    pub async fn connect_as(
+        server: &Server,
+        principal: Option<&str>,
+    ) -> Result<Self, RawClientError> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let handle = server
-            .connect(Sink::channel(tx))
+            .connect_as(Sink::channel(tx), None, principal.map(Into::into))
             .await
             .map_err(|_| RawClientError::Closed)?;
         let pending: Pending = Arc::default();

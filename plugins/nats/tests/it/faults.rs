@@ -55,7 +55,7 @@ async fn calc_on_a_broker() -> (NatsServer, Worker, async_nats::Client) {
 
 /// Publishes `body` with `headers` to `subject` with a fresh reply inbox and returns the
 /// frames until the terminal one (bounded).
-async fn raw_call(
+pub(crate) async fn raw_call(
     client: &async_nats::Client,
     subject: &str,
     headers: HeaderMap,
@@ -81,7 +81,7 @@ async fn raw_call(
 }
 
 /// The error of a raw call's frames, which end with an `err` frame.
-fn refusal(frames: &[(String, Value)]) -> &Value {
+pub(crate) fn refusal(frames: &[(String, Value)]) -> &Value {
     let (frame, value) = frames.last().expect("a terminal frame");
     assert_eq!(frame, "err", "{frames:?}");
     &value["error"]
@@ -101,7 +101,7 @@ async fn assert_echo_answers(raw: &async_nats::Client, subject: &str) {
     assert_eq!(answer["result"]["content"][0]["text"], "raw", "{answer}");
 }
 
-fn headers(method: &str, name: Option<&str>) -> HeaderMap {
+pub(crate) fn headers(method: &str, name: Option<&str>) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert(wire::WIRE, "1");
     h.insert(wire::METHOD, method);

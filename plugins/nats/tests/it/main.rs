@@ -6,6 +6,7 @@
 
 mod bridge;
 mod faults;
+mod principals;
 mod resources;
 mod scopes;
 mod tasks;

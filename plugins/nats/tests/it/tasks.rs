@@ -38,7 +38,7 @@ async fn durable_gateway_following(
 }
 
 /// A durable gateway whose calls carry `caller`'s tenant and user, and its watch.
-async fn durable_gateway_of(
+pub(crate) async fn durable_gateway_of(
     url: &str,
     caller: toolyard_nats::Scope,
 ) -> (Server, RemoteTools, RawClient, tokio::task::JoinHandle<()>) {
@@ -117,7 +117,7 @@ async fn submit(client: &RawClient, ms: u64) -> String {
     created["taskId"].as_str().unwrap().to_owned()
 }
 
-async fn get(client: &RawClient, id: &str) -> Value {
+pub(crate) async fn get(client: &RawClient, id: &str) -> Value {
     client
         .request("tasks/get", json!({"taskId": id, "_meta": ext_meta()}))
         .await
@@ -125,7 +125,7 @@ async fn get(client: &RawClient, id: &str) -> Value {
 }
 
 /// Polls `tasks/get` until the task is terminal.
-async fn terminal(client: &RawClient, id: &str) -> Value {
+pub(crate) async fn terminal(client: &RawClient, id: &str) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let t = get(client, id).await;
@@ -1140,7 +1140,7 @@ async fn a_gateway_whose_first_task_watch_fails_starts_and_then_hears_other_gate
 }
 
 /// Polls `tasks/get` until the task asks `key`; the task then.
-async fn asked(client: &RawClient, id: &str, key: &str) -> Value {
+pub(crate) async fn asked(client: &RawClient, id: &str, key: &str) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let t = get(client, id).await;
@@ -1155,7 +1155,7 @@ async fn asked(client: &RawClient, id: &str, key: &str) -> Value {
     }
 }
 /// Answers the elicitation `key` of task `id` with `name`, by `tasks/update`.
-async fn answer(client: &RawClient, id: &str, key: &str, name: &str) {
+pub(crate) async fn answer(client: &RawClient, id: &str, key: &str, name: &str) {
     let params = json!({
         "taskId": id,
         "inputResponses": {key: {"action": "accept", "content": {"name": name}}},
@@ -1221,7 +1221,7 @@ async fn submit_ask(client: &RawClient, meta: Value) -> String {
 }
 
 /// The `_meta` of a tasks-extension caller that can answer elicitations.
-fn answering_caller() -> Value {
+pub(crate) fn answering_caller() -> Value {
     caller_meta(&json!({"extensions": {EXT: {}}, "elicitation": {"form": {}}}))
 }
 

@@ -1,0 +1,357 @@
+//! The caller's principal across the bus: a worker's tool sees the gateway's caller as
+//! `RequestContext::principal`, on every round of its call, and a principal is taken only on
+//! the subject of its own user token, so a plain client cannot act as someone else.
+
+use crate::faults::{headers, raw_call, refusal};
+use crate::tasks::{answer as answer_task, answering_caller, asked, durable_gateway_of, terminal};
+use crate::*;
+use async_nats::HeaderMap;
+use futures_util::StreamExt;
+use serde_json::json;
+use toolyard::proto::{ElicitAction, ElicitRequestParams, ElicitResult, ProtocolVersion};
+use toolyard_nats::{principal_token, wire, Scope};
+use toolyard_testkit::{NatsServer, RawClient};
+
+const ALICE: &str = "alice@example.com";
+
+/// A server whose `whoami` answers its caller's principal ("nobody" without one), and whose
+/// `ask_whoami` asks the caller for a name first (an input round) and answers
+/// "NAME as PRINCIPAL".
+async fn who_server() -> Server {
+    let whoami = tool_fn(
+        "whoami",
+        "Says who called",
+        |ctx: toolyard::RequestContext, _a: serde_json::Value| async move {
+            Ok::<_, HandlerError>(ctx.principal().unwrap_or("nobody").to_owned())
+        },
+    )
+    .unwrap();
+    let ask = tool_fn(
+        "ask_whoami",
+        "Asks for a name, then says who called",
+        |ctx: toolyard::RequestContext, _a: serde_json::Value| async move {
+            let answer = ctx.elicit("name", form("Your name?")).await?;
+            Ok::<_, HandlerError>(format!(
+                "{} as {}",
+                name_in(&answer),
+                ctx.principal().unwrap_or("nobody")
+            ))
+        },
+    )
+    .unwrap();
+    // The same as a task (a durable job), and a tool that asks for a name, starts its task
+    // (handed back to the gateway, then a job), asks again (parked in the record, resumed
+    // by another job) and says who called.
+    let whoami_task = tool_fn(
+        "whoami_task",
+        "Says who called, as a task",
+        |ctx: toolyard::RequestContext, _a: serde_json::Value| async move {
+            Ok::<_, HandlerError>(ctx.principal().unwrap_or("nobody").to_owned())
+        },
+    )
+    .unwrap()
+    .with_task_support(toolyard::proto::TaskSupport::Required);
+    let ask_then_task = tool_fn(
+        "ask_then_whoami",
+        "Asks for a name, becomes a task, asks again and says who called",
+        |ctx: toolyard::RequestContext, _a: serde_json::Value| async move {
+            let first = ctx.elicit("name", form("First name?")).await?;
+            ctx.start_task().await;
+            let second = ctx.elicit("again", form("Last name?")).await?;
+            Ok::<_, HandlerError>(format!(
+                "{} {} as {}",
+                name_in(&first),
+                name_in(&second),
+                ctx.principal().unwrap_or("nobody")
+            ))
+        },
+    )
+    .unwrap()
+    .with_task_support(toolyard::proto::TaskSupport::Required)
+    .with_deferred_task();
+    ServerBuilder::new("who", "1.0")
+        .tool(whoami)
+        .tool(ask)
+        .tool(whoami_task)
+        .tool(ask_then_task)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// A form asking `question` for a `name`.
+fn form(question: &str) -> ElicitRequestParams {
+    let mut schema = toolyard::proto::JsonObject::new();
+    schema.insert("type".into(), "object".into());
+    schema.insert("properties".into(), json!({"name": {"type": "string"}}));
+    ElicitRequestParams::form(question, schema)
+}
+
+/// The name a [`form`] was answered with.
+fn name_in(answer: &ElicitResult) -> String {
+    answer
+        .content
+        .as_ref()
+        .and_then(|c| c.get("name"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+async fn who_worker(url: &str) -> Worker {
+    let mut config = WorkerConfig::new("who");
+    config.tasks = true;
+    config.keepalive = Duration::from_millis(200);
+    config.drain_timeout = Duration::from_millis(500);
+    Worker::start(who_server().await, connect(url).await, config)
+        .await
+        .unwrap()
+}
+
+/// A client of `server` in `choice`'s generation, connected as `principal`, that answers
+/// every elicitation with the name "Ada".
+async fn client_as(server: &Server, choice: ProtocolChoice, principal: Option<&str>) -> Client {
+    let transport = match principal {
+        Some(p) => MemoryTransport::new(server).as_principal(p),
+        None => MemoryTransport::new(server),
+    };
+    ClientBuilder::new(Implementation::new("who-test", "1.0"))
+        .protocol(choice)
+        .request_timeout(WAIT)
+        .on_elicit(Arc::new(|_params: ElicitRequestParams| {
+            Box::pin(async move {
+                let mut content = toolyard::proto::JsonObject::new();
+                content.insert("name".into(), json!("Ada"));
+                Ok(ElicitResult {
+                    action: ElicitAction::Accept,
+                    content: Some(content),
+                    meta: None,
+                    result_type: None,
+                })
+            })
+        }))
+        .connect(transport)
+        .await
+        .unwrap()
+}
+
+async fn answer(client: &Client, tool: &str) -> String {
+    let r = client.call_tool(tool, json!({})).await.unwrap();
+    assert_eq!(r.is_error, None, "{r:?}");
+    text(&r)
+}
+
+/// The user token and `Mcp-Principal` of each tool call seen on `seen` so far (until it has
+/// been quiet for a moment).
+async fn calls_seen(seen: &mut async_nats::Subscriber) -> Vec<(String, Option<String>)> {
+    let mut calls = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), seen.next()).await {
+        if !m.subject.contains(".tools.call.") {
+            continue;
+        }
+        let user = m.subject.split('.').nth(4).unwrap_or_default().to_owned();
+        let principal = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(wire::PRINCIPAL))
+            .map(|v| v.as_str().to_owned());
+        calls.push((user, principal));
+    }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_tool_sees_the_gateways_caller_as_its_principal_on_every_round() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = who_worker(&url).await;
+    let gw = gateway(&url, RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "who__ask_whoami")).await;
+    let raw = connect(&url).await;
+    let mut seen = raw.subscribe("mcp.v1.req.>").await.unwrap();
+    raw.flush().await.unwrap();
+
+    for choice in [
+        ProtocolChoice::Modern,
+        ProtocolChoice::Legacy(ProtocolVersion::V2025_11_25),
+    ] {
+        let alice = client_as(&gw.server, choice, Some(ALICE)).await;
+        let as_alice = (principal_token(ALICE), Some(ALICE.to_owned()));
+        assert_eq!(answer(&alice, "who__whoami").await, ALICE, "{choice:?}");
+        assert_eq!(
+            calls_seen(&mut seen).await,
+            vec![as_alice.clone()],
+            "the subject's user token is made from the principal the header carries"
+        );
+        // Rounds on the bus (the question, then the retry with its answer), each carrying
+        // the principal: the worker's sealed `requestState` is bound to it, and would not
+        // open on a round without it.
+        assert_eq!(
+            answer(&alice, "who__ask_whoami").await,
+            format!("Ada as {ALICE}"),
+            "{choice:?}"
+        );
+        let rounds = calls_seen(&mut seen).await;
+        assert!(
+            rounds.len() >= 2 && rounds.iter().all(|r| *r == as_alice),
+            "{choice:?}: {rounds:?}"
+        );
+
+        let anonymous = client_as(&gw.server, choice, None).await;
+        assert_eq!(answer(&anonymous, "who__whoami").await, "nobody");
+        assert_eq!(calls_seen(&mut seen).await, vec![("_".to_owned(), None)]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_told_not_to_or_calling_as_one_user_sends_no_principal() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = who_worker(&url).await;
+    let raw = connect(&url).await;
+    let mut seen = raw.subscribe("mcp.v1.req.>").await.unwrap();
+    raw.flush().await.unwrap();
+    for (config, user) in [
+        (
+            RemoteConfig {
+                forward_principal: false,
+                ..RemoteConfig::default()
+            },
+            "_",
+        ),
+        (
+            RemoteConfig {
+                caller: Scope::of(Some("acme"), Some("bob")).unwrap(),
+                ..RemoteConfig::default()
+            },
+            "bob",
+        ),
+    ] {
+        let gw = gateway(&url, config).await;
+        listed(&gw.client, |n| n.iter().any(|t| t == "who__whoami")).await;
+        let alice = client_as(&gw.server, ProtocolChoice::Modern, Some(ALICE)).await;
+        assert_eq!(answer(&alice, "who__whoami").await, "nobody");
+        assert_eq!(calls_seen(&mut seen).await, vec![(user.to_owned(), None)]);
+    }
+}
+
+/// `Mcp-Principal` on a subject whose user token is not made from it is a header mismatch;
+/// on its own user's subject the tool sees it (NATS permissions on that subject decide who
+/// may send it); the worker serves on either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_on_another_users_subject_is_refused_and_the_worker_serves_on() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = who_worker(&url).await;
+    let raw = connect(&url).await;
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "whoami", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let claiming = |principal: &str| {
+        let mut h: HeaderMap = headers("tools/call", Some("whoami"));
+        h.insert(wire::PRINCIPAL, principal);
+        h
+    };
+    let subject = |user: &str| format!("mcp.v1.req.acme.{user}.who.tools.call.whoami");
+    let mallory = principal_token("mallory");
+    for user in ["_", "bob", mallory.as_str()] {
+        let frames = raw_call(&raw, &subject(user), claiming(ALICE), &body).await;
+        let error = refusal(&frames);
+        assert_eq!(error["code"], wire::HEADER_MISMATCH, "{error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains("Mcp-Principal"), "{message}");
+    }
+    let frames = raw_call(
+        &raw,
+        &subject(&principal_token(ALICE)),
+        claiming(ALICE),
+        &body,
+    )
+    .await;
+    let (frame, answer) = frames.last().unwrap();
+    assert_eq!(frame, "end", "{frames:?}");
+    assert_eq!(answer["result"]["content"][0]["text"], ALICE, "{answer}");
+    let frames = raw_call(
+        &raw,
+        &subject("_"),
+        headers("tools/call", Some("whoami")),
+        &body,
+    )
+    .await;
+    let (frame, answer) = frames.last().unwrap();
+    assert_eq!(frame, "end", "{frames:?}");
+    assert_eq!(answer["result"]["content"][0]["text"], "nobody");
+}
+
+/// A task's tool runs as a durable job on a worker, maybe in several jobs (handed back after
+/// its first round, parked while it waits for an answer, resumed by another job): each job
+/// carries its caller's principal, and the tool sees it to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_tasks_tool_sees_its_callers_principal_in_every_job() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _worker = who_worker(&url).await;
+    let (server, _remote, anonymous, _following) = durable_gateway_of(&url, Scope::every()).await;
+    let alice = RawClient::connect_as(&server, Some(ALICE)).await.unwrap();
+    let caller = answering_caller();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list = alice
+            .request("tools/list", json!({"_meta": caller}))
+            .await
+            .unwrap();
+        if list["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "who__ask_then_whoami"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never listed: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    for (client, who) in [(&alice, ALICE), (&anonymous, "nobody")] {
+        let created = client
+            .request(
+                "tools/call",
+                json!({"name": "who__whoami_task", "arguments": {}, "_meta": caller}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(created["resultType"], "task", "{created}");
+        let done = terminal(client, created["taskId"].as_str().unwrap()).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["result"]["content"][0]["text"], who, "{done}");
+    }
+
+    let call = |params: serde_json::Value| alice.request("tools/call", params);
+    let first = call(json!({"name": "who__ask_then_whoami", "arguments": {}, "_meta": caller}))
+        .await
+        .unwrap();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let created = call(json!({
+        "name": "who__ask_then_whoami",
+        "arguments": {},
+        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": first["requestState"],
+        "_meta": caller,
+    }))
+    .await
+    .unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    asked(&alice, &id, "again").await;
+    answer_task(&alice, &id, "again", "Lovelace").await;
+    let done = terminal(&alice, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        format!("Ada Lovelace as {ALICE}"),
+        "{done}"
+    );
+}
