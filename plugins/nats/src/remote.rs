@@ -1605,7 +1605,8 @@ type Trace = (String, Option<String>);
 
 /// [`rounds`] of a request made for `principal` (`crate::principal`): its subject's user
 /// token is made from the principal and `Mcp-Principal` carries it, on every round. A
-/// principal a header cannot carry fails the request rather than going unsent.
+/// principal a header cannot carry as it is (a line break; white space at an end, which a
+/// header's reader trims) fails the request rather than going unsent or changed.
 async fn rounds_of<T: Forwarded>(
     inner: &Inner,
     target: &Target<'_>,
@@ -1614,11 +1615,14 @@ async fn rounds_of<T: Forwarded>(
     trace: Option<&Trace>,
     principal: &str,
 ) -> Result<Ended<T>, HandlerError> {
-    let Ok(header) = principal.parse::<HeaderValue>() else {
-        return Err(HandlerError::failed(format!(
-            "the caller's principal cannot be sent to `{}`: a header cannot carry it (a line break)",
-            target.server
-        )));
+    let header = match principal.parse::<HeaderValue>() {
+        Ok(header) if principal.trim() == principal => header,
+        _ => {
+            return Err(HandlerError::failed(format!(
+                "the caller's principal cannot be sent to `{}`: a header cannot carry it as it is (a line break, or white space at an end)",
+                target.server
+            )))
+        }
     };
     let subject = Subject::from(wire::request_subject_of(
         &inner.config.prefix,

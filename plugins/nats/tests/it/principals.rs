@@ -201,6 +201,17 @@ async fn a_workers_tool_sees_the_gateways_caller_as_its_principal_on_every_round
         assert_eq!(answer(&anonymous, "who__whoami").await, "nobody");
         assert_eq!(calls_seen(&mut seen).await, vec![("_".to_owned(), None)]);
     }
+
+    // A principal a header would not carry as it is (its reader trims it) is not sent
+    // changed: the call fails saying why, and nothing reaches the bus.
+    let padded = client_as(&gw.server, ProtocolChoice::Modern, Some(" alice ")).await;
+    let failed = padded.call_tool("who__whoami", json!({})).await;
+    let why = match failed {
+        Ok(r) => text(&r),
+        Err(e) => e.to_string(),
+    };
+    assert!(why.contains("cannot be sent"), "{why}");
+    assert_eq!(calls_seen(&mut seen).await, vec![]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
