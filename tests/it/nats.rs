@@ -204,6 +204,95 @@ fn a_plain_nats_client_calls_for_a_principal_with_its_token_as_the_subjects_user
     assert!(message.contains("Mcp-Principal"), "{message}");
 }
 
+/// End to end through the binaries: a caller the gateway's OAuth authenticated (a bearer
+/// token `serve --oauth-*` verifies) is who a `toolyard worker`'s tool sees, the demo
+/// `whoami` (HTTP → `serve --nats` → the bus → the worker process), and an anonymous one
+/// is refused at the gateway (401), never sent on as someone.
+#[test]
+fn a_workers_tool_sees_the_principal_the_gateways_oauth_authenticated() {
+    const ISSUER: &str = "https://issuer.example";
+    const RESOURCE: &str = "https://gateway.example/mcp";
+    let data = repo().join("runtime/tests/data");
+    let nats = NatsServer::start();
+    let _w = ready_worker_with(&nats.url(), "calc", &[]);
+    let jwks = data.join("oauth-jwks.json");
+    let gateway = toolyard_testkit::ServerProcess::start(
+        BIN,
+        &[
+            "serve",
+            "--nats",
+            &nats.url(),
+            "--oauth-resource",
+            RESOURCE,
+            "--oauth-issuer",
+            ISSUER,
+            "--oauth-jwks",
+            jwks.to_str().unwrap(),
+        ],
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({
+        "iss": ISSUER, "aud": RESOURCE, "sub": "alice@example.com",
+        "iat": now, "exp": now + 300,
+    });
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some("test-rsa".into());
+    let pem = std::fs::read(data.join("oauth-rsa.pem")).unwrap();
+    let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap();
+    let token = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+    let url = format!("{}/mcp", gateway.base_url());
+    let call = |bearer: Option<&str>| -> (u16, Value) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "calc__whoami", "arguments": {},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut request = reqwest::Client::new()
+                .post(&url)
+                .header("Accept", "application/json, text/event-stream")
+                .header("Content-Type", "application/json")
+                .header("MCP-Protocol-Version", "2026-07-28")
+                .header("Mcp-Method", "tools/call")
+                .header("Mcp-Name", "calc__whoami");
+            if let Some(token) = bearer {
+                request = request.bearer_auth(token);
+            }
+            let r = request.body(body.to_string()).send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            let last = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .next_back()
+                .map_or(text.as_str(), str::trim);
+            (status, serde_json::from_str(last).unwrap_or(Value::Null))
+        })
+    };
+    // The gateway lists the worker's tools once it has read the catalog.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        let (status, answer) = call(Some(&token));
+        assert_eq!(status, 200, "{answer}");
+        if answer["result"].is_object() {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "never answered: {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "alice@example.com",
+        "{answer}"
+    );
+    assert_eq!(call(None).0, 401);
+}
+
 /// The same plain client with a request and an answer too large for the bus (a broker whose
 /// `max_payload` is 64 KiB): both travel through claims in the `TY_CLAIMS` object store, as
 /// docs/nats.md says (`Mcp-Body-Claim`, `Mcp-Accept-Claim`, `Mcp-Claim`).

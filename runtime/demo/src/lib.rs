@@ -310,6 +310,14 @@ pub fn demo(builder: ServerBuilder) -> ServerBuilder {
             list_roots,
         ))
         .try_tool(tool_fn(
+            "whoami",
+            "Says who the server's transport authenticated you as (an OAuth token's subject), \
+                 or that you are anonymous",
+            |ctx: RequestContext, _a: NoArgs| async move {
+                Ok(ctx.principal().unwrap_or("anonymous").to_owned())
+            },
+        ))
+        .try_tool(tool_fn(
             "fail",
             "Always fails with an error result",
             |_ctx, _a: NoArgs| async move {
