@@ -153,6 +153,16 @@ fn a_plain_nats_client_calls_a_worker_by_the_documented_wire() {
     }
 }
 
+/// The plain client's `add` of 4 and 5 ended with an `end` frame saying 9.
+fn assert_added_four_and_five(answer: &Value) {
+    let last = &answer["frames"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["frame"], "end", "{answer}");
+    let text = last["body"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains('9'), "4 + 5: {answer}");
+}
+
 /// The same plain client calls a tenant's pool by putting the tenant in the subject, as
 /// docs/nats.md's "Scoped pools" says (that the pool takes no unattributed call is
 /// `scopes::each_gateway_lists_and_calls_only_the_pools_that_take_its_tenant_and_user`).
@@ -166,12 +176,7 @@ fn a_plain_nats_client_calls_a_tenants_pool_with_the_tenant_in_its_subject() {
         &json!({"a": 4, "b": 5}),
         &["--tenant", "acme"],
     );
-    let last = answer["frames"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["frame"], "end", "{answer}");
-    let text = last["body"]["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap();
-    assert!(text.contains('9'), "4 + 5: {answer}");
+    assert_added_four_and_five(&answer);
 }
 
 /// The same plain client calls for a principal by docs/nats.md's "The caller's principal"
@@ -185,12 +190,7 @@ fn a_plain_nats_client_calls_for_a_principal_with_its_token_as_the_subjects_user
     let _w = worker(&nats.url(), "calc");
     let principal = ["--principal", "alice@example.com"];
     let answer = nats_client(&nats.url(), "add", &json!({"a": 4, "b": 5}), &principal);
-    let last = answer["frames"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["frame"], "end", "{answer}");
-    let text = last["body"]["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap();
-    assert!(text.contains('9'), "4 + 5: {answer}");
+    assert_added_four_and_five(&answer);
     let forged = nats_client(
         &nats.url(),
         "add",

@@ -250,7 +250,7 @@ pub(crate) async fn worker_server_reading(seen: Arc<Seen>, readme: &str) -> Serv
 /// A tool that asks the caller's user for a name (elicitation), twice under one key, and
 /// answers both names.
 /// An elicitation form asking `question` for a `name`.
-fn form(question: &str) -> toolyard::proto::ElicitRequestParams {
+pub(crate) fn form(question: &str) -> toolyard::proto::ElicitRequestParams {
     let mut schema = toolyard::proto::JsonObject::new();
     schema.insert("type".into(), "object".into());
     schema.insert(
@@ -261,7 +261,7 @@ fn form(question: &str) -> toolyard::proto::ElicitRequestParams {
 }
 
 /// The `name` a [`form`] was answered with ("?" without one).
-fn answered_name(r: &toolyard::proto::ElicitResult) -> String {
+pub(crate) fn answered_name(r: &toolyard::proto::ElicitResult) -> String {
     r.content
         .as_ref()
         .and_then(|c| c.get("name"))

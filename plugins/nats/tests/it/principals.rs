@@ -5,6 +5,7 @@
 use crate::faults::{headers, raw_call, refusal};
 use crate::tasks::{answer as answer_task, answering_caller, asked, durable_gateway_of, terminal};
 use crate::*;
+
 use async_nats::HeaderMap;
 use futures_util::StreamExt;
 use serde_json::json;
@@ -33,7 +34,7 @@ async fn who_server() -> Server {
             let answer = ctx.elicit("name", form("Your name?")).await?;
             Ok::<_, HandlerError>(format!(
                 "{} as {}",
-                name_in(&answer),
+                answered_name(&answer),
                 ctx.principal().unwrap_or("nobody")
             ))
         },
@@ -60,8 +61,8 @@ async fn who_server() -> Server {
             let second = ctx.elicit("again", form("Last name?")).await?;
             Ok::<_, HandlerError>(format!(
                 "{} {} as {}",
-                name_in(&first),
-                name_in(&second),
+                answered_name(&first),
+                answered_name(&second),
                 ctx.principal().unwrap_or("nobody")
             ))
         },
@@ -77,25 +78,6 @@ async fn who_server() -> Server {
         .start()
         .await
         .unwrap()
-}
-
-/// A form asking `question` for a `name`.
-fn form(question: &str) -> ElicitRequestParams {
-    let mut schema = toolyard::proto::JsonObject::new();
-    schema.insert("type".into(), "object".into());
-    schema.insert("properties".into(), json!({"name": {"type": "string"}}));
-    ElicitRequestParams::form(question, schema)
-}
-
-/// The name a [`form`] was answered with.
-fn name_in(answer: &ElicitResult) -> String {
-    answer
-        .content
-        .as_ref()
-        .and_then(|c| c.get("name"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("?")
-        .to_owned()
 }
 
 async fn who_worker(url: &str) -> Worker {
