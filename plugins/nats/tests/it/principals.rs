@@ -256,16 +256,22 @@ async fn a_principal_on_another_users_subject_is_refused_and_the_worker_serves_o
         let message = error["message"].as_str().unwrap_or_default();
         assert!(message.contains("Mcp-Principal"), "{message}");
     }
-    let frames = raw_call(
-        &raw,
-        &subject(&principal_token(ALICE)),
-        claiming(ALICE),
-        &body,
-    )
-    .await;
-    let (frame, answer) = frames.last().unwrap();
-    assert_eq!(frame, "end", "{frames:?}");
-    assert_eq!(answer["result"]["content"][0]["text"], ALICE, "{answer}");
+    // Any principal a header carries as it is, a name beyond ASCII too.
+    for principal in [ALICE, "Zoë Ångström|auth0"] {
+        let frames = raw_call(
+            &raw,
+            &subject(&principal_token(principal)),
+            claiming(principal),
+            &body,
+        )
+        .await;
+        let (frame, answer) = frames.last().unwrap();
+        assert_eq!(frame, "end", "{frames:?}");
+        assert_eq!(
+            answer["result"]["content"][0]["text"], principal,
+            "{answer}"
+        );
+    }
     let frames = raw_call(
         &raw,
         &subject("_"),
