@@ -354,3 +354,106 @@ async fn a_durable_tasks_tool_sees_its_callers_principal_in_every_job() {
         "{done}"
     );
 }
+
+/// The permissions that make the principal check an authorization: a backend whose NATS
+/// user may publish only its own user's token (and unattributed requests) calls as that user
+/// and no one else. Its publish on another principal's token is refused by the broker (the
+/// worker never sees it), and that principal's header on a subject it may use is refused by
+/// the worker (-32020); the gateway's user, which may publish for every user, calls for
+/// anyone its own transport authenticated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_the_broker_keeps_to_its_own_users_token_cannot_act_as_another() {
+    let bob = principal_token("bob");
+    let nats = NatsServer::start_with_config(&format!(
+        r#"accounts {{
+  APP: {{
+    jetstream: enabled
+    users: [
+      {{ user: "worker", password: "w" }}
+      {{ user: "gateway", password: "g" }}
+      {{ user: "backend", password: "b", permissions: {{
+          publish: {{ allow: ["mcp.v1.req.*.{bob}.>", "mcp.v1.req.*._.>"] }}
+          subscribe: {{ allow: ["_INBOX.>"] }} }} }}
+    ]
+  }}
+}}"#
+    ));
+    let as_user = |user: &str, password: &str| {
+        nats.url()
+            .replace("nats://", &format!("nats://{user}:{password}@"))
+    };
+    let _worker = who_worker(&as_user("worker", "w")).await;
+    let gw = gateway(&as_user("gateway", "g"), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "who__whoami")).await;
+    let alice = client_as(&gw.server, ProtocolChoice::Modern, Some(ALICE)).await;
+    assert_eq!(answer(&alice, "who__whoami").await, ALICE);
+
+    let (errors_tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
+    let backend = async_nats::ConnectOptions::new()
+        .event_callback(move |event| {
+            let errors = errors_tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    let _ = errors.send(e.to_string());
+                }
+            }
+        })
+        .user_and_password("backend".into(), "b".into())
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "whoami", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let claiming = |principal: &str| {
+        let mut h: HeaderMap = headers("tools/call", Some("whoami"));
+        h.insert(wire::PRINCIPAL, principal);
+        h
+    };
+    let subject = |user: &str| format!("mcp.v1.req._.{user}.who.tools.call.whoami");
+
+    // As bob, on bob's token: allowed, and the tool sees bob.
+    let frames = raw_call(&backend, &subject(&bob), claiming("bob"), &body).await;
+    let (frame, answered) = frames.last().unwrap();
+    assert_eq!(frame, "end", "{frames:?}");
+    assert_eq!(answered["result"]["content"][0]["text"], "bob");
+
+    // As alice, on alice's token: the broker refuses the publish.
+    let inbox = backend.new_inbox();
+    let mut replies = backend.subscribe(inbox.clone()).await.unwrap();
+    backend
+        .publish_with_reply_and_headers(
+            subject(&principal_token(ALICE)),
+            inbox,
+            claiming(ALICE),
+            body.clone().into(),
+        )
+        .await
+        .unwrap();
+    let refusal = tokio::time::timeout(WAIT, errors.recv())
+        .await
+        .expect("the broker says why")
+        .unwrap();
+    assert!(
+        refusal.contains("Permissions Violation for Publish"),
+        "{refusal}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), replies.next())
+            .await
+            .is_err(),
+        "no worker got it, so no frame"
+    );
+
+    // As alice, on a subject it may use: the worker refuses the header.
+    for user in [bob.as_str(), "_"] {
+        let frames = raw_call(&backend, &subject(user), claiming(ALICE), &body).await;
+        assert_eq!(refusal_code(&frames), wire::HEADER_MISMATCH, "{frames:?}");
+    }
+}
+
+fn refusal_code(frames: &[(String, serde_json::Value)]) -> i32 {
+    refusal(frames)["code"].as_i64().unwrap_or_default() as i32
+}
