@@ -2116,7 +2116,7 @@ async fn requests_with_mutated_headers_and_subjects_each_get_one_numbered_termin
     let (_nats, _worker, raw) = calc_on_a_broker().await;
     let requests = served_requests();
     let odd = odd_header_values();
-    let names: [HeaderName; 13] = [
+    let names: [HeaderName; 15] = [
         wire::WIRE,
         wire::METHOD,
         wire::NAME,
@@ -2129,6 +2129,8 @@ async fn requests_with_mutated_headers_and_subjects_each_get_one_numbered_termin
         wire::BAGGAGE,
         wire::FRAME,
         wire::SEQ,
+        wire::TASK_HANDOFF,
+        wire::PRINCIPAL,
         HeaderName::from_static("X-Junk"),
     ];
     // One subscription for every case's inbox, `{inbox}.{case}`: a frame for a case that
