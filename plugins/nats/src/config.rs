@@ -63,6 +63,9 @@ pub struct NatsSection {
     /// A gateway sends each caller's authenticated principal with its calls, for the
     /// worker's tool (default true; `RemoteConfig::forward_principal`).
     pub forward_principal: Option<bool>,
+    /// A gateway of a tenant also exposes that tenant's user pools, each caller's calls going
+    /// to its own (default false; `RemoteConfig::user_pools`).
+    pub user_pools: Option<bool>,
 }
 
 /// The NATS bridge's sections of a config file.
@@ -130,6 +133,8 @@ impl NatsSection {
         }
         config.durable_tasks = self.durable_tasks.unwrap_or(true);
         config.forward_principal = self.forward_principal.unwrap_or(true);
+        config.user_pools = self.user_pools.unwrap_or(false);
+        config.check()?;
         Ok(config)
     }
 
@@ -228,6 +233,20 @@ mod tests {
             NatsSection::default().remote().unwrap().caller,
             Scope::every()
         );
+    }
+
+    #[test]
+    fn user_pools_need_the_gateways_tenant_no_user_and_principals_sent() {
+        let ok = NatsConfig::parse("[nats]\ntenant = \"acme\"\nuser_pools = true\n").unwrap();
+        assert!(ok.nats.remote().unwrap().user_pools);
+        for bad in [
+            "[nats]\nuser_pools = true\n",
+            "[nats]\ntenant = \"acme\"\nuser = \"bob\"\nuser_pools = true\n",
+            "[nats]\ntenant = \"acme\"\nforward_principal = false\nuser_pools = true\n",
+        ] {
+            let err = NatsConfig::parse(bad).unwrap().nats.remote().unwrap_err();
+            assert!(err.to_string().contains("user_pools"), "{bad}: {err}");
+        }
     }
 
     #[test]

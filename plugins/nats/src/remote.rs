@@ -67,6 +67,13 @@ pub struct RemoteConfig {
     /// (`crate::principal`). Not when `caller` names a user: those requests are that
     /// user's.
     pub forward_principal: bool,
+    /// Also exposes the user pools of this gateway's tenant (default off): each caller's
+    /// calls of such a server go to its own pool, the one whose user token is its
+    /// principal's token, as the subject says (each user's own workers, e.g. their desktop's
+    /// tools, behind one gateway). Needs `caller` to name a tenant and no user, and
+    /// `forward_principal`. A caller without a principal, or without a pool of its own, is
+    /// told no worker serves it (-32011).
+    pub user_pools: bool,
 }
 
 impl Default for RemoteConfig {
@@ -80,11 +87,34 @@ impl Default for RemoteConfig {
             durable_tasks: false,
             caller: Scope::every(),
             forward_principal: true,
+            user_pools: false,
         }
     }
 }
 
 impl RemoteConfig {
+    /// Whether this gateway exposes the pool of `scope`: one that takes its calls, or (with
+    /// `user_pools`) a user pool of its tenant.
+    fn takes(&self, scope: &Scope) -> bool {
+        scope.serves(&self.caller)
+            || (self.user_pools && scope.user.is_some() && scope.tenant == self.caller.tenant)
+    }
+
+    /// `user_pools` needs a tenant, no user, and principals sent.
+    pub(crate) fn check(&self) -> Result<(), NatsError> {
+        self.caller.check()?;
+        if self.user_pools
+            && (self.caller.tenant.is_none()
+                || self.caller.user.is_some()
+                || !self.forward_principal)
+        {
+            return Err(NatsError::Config(
+                "user_pools needs the gateway's tenant, no user of its own, and forward_principal: each call goes to the pool of its caller's principal".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The principal sent with a request made for `ctx` (see `forward_principal`).
     fn principal_sent<'c>(&self, ctx: &'c RequestContext) -> Option<&'c str> {
         if self.forward_principal && self.caller.user.is_none() {
@@ -215,7 +245,7 @@ impl RemoteTools {
         watch: Client,
         config: RemoteConfig,
     ) -> Result<RemoteTools, NatsError> {
-        config.caller.check()?;
+        config.check()?;
         let replies = Replies::start(&client)
             .await
             .map_err(|e| NatsError::Bus(format!("subscribing for the answers: {e}")))?;
@@ -595,7 +625,7 @@ impl Inner {
         for e in state
             .entries
             .values()
-            .filter(|e| e.1.scope.serves(&self.config.caller))
+            .filter(|e| self.config.takes(&e.1.scope))
         {
             let slot = newest.entry(e.1.server.as_str()).or_insert(e);
             if e.0 > slot.0 {
@@ -1007,7 +1037,8 @@ async fn call_tool(
     {
         let bodies = inner.reads_task_bodies(server);
         let principal = inner.config.principal_sent(&ctx);
-        let job = jobs.run(&ctx, task_id, queue, tool, &args, bodies, principal, None);
+        let queue = inner.job_queue_for(server, queue, &ctx)?;
+        let job = jobs.run(&ctx, task_id, &queue, tool, &args, bodies, principal, None);
         return Box::pin(job).await;
     }
     if route.handoff_headers.is_some() && ctx.can_start_task() {
@@ -1055,10 +1086,11 @@ async fn deferred_call(
     };
     let bodies = inner.reads_task_bodies(server);
     let principal = inner.config.principal_sent(ctx);
+    let queue = inner.job_queue_for(server, queue, ctx)?;
     let job = jobs.run(
         ctx,
         task_id,
-        queue,
+        &queue,
         tool,
         args,
         bodies,
@@ -1555,6 +1587,8 @@ async fn request<T: Forwarded>(
     ctx: &RequestContext,
     params: &[(&'static str, &str)],
 ) -> Result<Ended<T>, HandlerError> {
+    // A server of its users' own pools has none for a caller without a principal.
+    inner.reachable(target.server, inner.config.principal_sent(ctx))?;
     // Observed as a client request (a CLIENT span when telemetry is on), whose context the
     // worker then receives instead of ours.
     let observed = toolyard_client::default_observer().and_then(|o| {
@@ -1890,6 +1924,47 @@ impl Inner {
         self.every_instance(server, |e| e.task_body_claims)
     }
 
+    /// Whether `server` is served by its users' own pools (`user_pools`): each call goes
+    /// to its caller's.
+    fn users_own(&self, server: &str) -> bool {
+        self.config.user_pools
+            && self.state().entries.values().any(|(_, e)| {
+                e.server == server && e.scope.user.is_some() && self.config.takes(&e.scope)
+            })
+    }
+
+    /// Refuses a request of `server` for a caller with no principal when the server is
+    /// served by its users' own pools: no pool serves that caller.
+    fn reachable(&self, server: &str, principal: Option<&str>) -> Result<(), HandlerError> {
+        if principal.is_none() && self.users_own(server) {
+            return Err(bus_error(
+                wire::NO_RESPONDERS,
+                format!("`{server}` is served by its users' own pools, and this caller has no principal to reach one by"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The job queue of a task of `server` for `ctx`: the serving pool's (`queue`), or,
+    /// when the server is served by its users' own pools, the caller's own pool's.
+    fn job_queue_for<'q>(
+        &self,
+        server: &str,
+        queue: &'q str,
+        ctx: &RequestContext,
+    ) -> Result<std::borrow::Cow<'q, str>, HandlerError> {
+        if !self.users_own(server) {
+            return Ok(std::borrow::Cow::Borrowed(queue));
+        }
+        let principal = self.config.principal_sent(ctx);
+        self.reachable(server, principal)?;
+        let own = Scope {
+            tenant: self.config.caller.tenant.clone(),
+            user: principal.map(crate::principal_token),
+        };
+        Ok(std::borrow::Cow::Owned(own.job_queue(server)))
+    }
+
     /// Whether `server` has an instance in the catalog (of the pool taking this gateway's
     /// calls), and `what` holds for every one.
     fn every_instance(&self, server: &str, what: impl Fn(&CatalogEntry) -> bool) -> bool {
@@ -1897,7 +1972,7 @@ impl Inner {
         let mut instances = state
             .entries
             .values()
-            .filter(|(_, e)| e.server == server && e.scope.serves(&self.config.caller))
+            .filter(|(_, e)| e.server == server && self.config.takes(&e.scope))
             .peekable();
         instances.peek().is_some() && instances.all(|(_, e)| what(e))
     }

@@ -3,7 +3,10 @@
 //! the subject of its own user token, so a plain client cannot act as someone else.
 
 use crate::faults::{headers, raw_call, refusal};
-use crate::tasks::{answer as answer_task, answering_caller, asked, durable_gateway_of, terminal};
+use crate::tasks::{
+    answer as answer_task, answering_caller, asked, durable_gateway_configured, durable_gateway_of,
+    terminal,
+};
 use crate::*;
 
 use async_nats::HeaderMap;
@@ -456,4 +459,140 @@ async fn a_backend_the_broker_keeps_to_its_own_users_token_cannot_act_as_another
 
 fn refusal_code(frames: &[(String, serde_json::Value)]) -> i32 {
     refusal(frames)["code"].as_i64().unwrap_or_default() as i32
+}
+
+/// The pool of `owner` (a principal) for `desk` in tenant acme: its user token is the
+/// owner's, and its tools `owner` and `owner_task` (a task) answer the owner's name, so a
+/// call's answer says which pool ran it.
+async fn desk_of(url: &str, owner: &'static str) -> Worker {
+    let says = |name: &str, task: bool| {
+        let def = tool_fn(
+            name,
+            "Says whose desk this is",
+            move |_ctx: toolyard::RequestContext, _a: serde_json::Value| async move {
+                Ok::<_, HandlerError>(owner.to_owned())
+            },
+        )
+        .unwrap();
+        if task {
+            def.with_task_support(toolyard::proto::TaskSupport::Required)
+        } else {
+            def
+        }
+    };
+    let server = ServerBuilder::new("desk", "1.0")
+        .tool(says("owner", false))
+        .tool(says("owner_task", true))
+        .start()
+        .await
+        .unwrap();
+    let mut config = WorkerConfig::new("desk");
+    config.scope = Scope::of(Some("acme"), Some(&principal_token(owner))).unwrap();
+    config.keepalive = Duration::from_millis(200);
+    config.drain_timeout = Duration::from_millis(500);
+    config.tasks = true;
+    Worker::start(server, connect(url).await, config)
+        .await
+        .unwrap()
+}
+
+/// Each user's own pool behind one gateway (`user_pools`): alice's and bob's pools of `desk`
+/// (each a user pool of tenant acme whose user token is its owner's principal token) behind
+/// a gateway of acme. Each caller's calls, and its tasks (durable jobs on its own pool's
+/// queue), run on its own pool; a caller with no pool, or no principal, is told no worker
+/// serves it (-32011).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_callers_calls_and_tasks_run_on_its_own_user_pool() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let _alice_desk = desk_of(&url, "alice").await;
+    let _bob_desk = desk_of(&url, "bob").await;
+    let (server, _remote, anonymous, _following) = durable_gateway_configured(
+        &url,
+        RemoteConfig {
+            caller: Scope::of(Some("acme"), None).unwrap(),
+            user_pools: true,
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
+    let caller = answering_caller();
+    let connect_as = |who: &'static str| RawClient::connect_as(&server, Some(who));
+    let (alice, bob, carol) = (
+        connect_as("alice").await.unwrap(),
+        connect_as("bob").await.unwrap(),
+        connect_as("carol").await.unwrap(),
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list = alice
+            .request("tools/list", json!({"_meta": caller}))
+            .await
+            .unwrap();
+        if list["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "desk__owner_task"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never listed: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (client, owner) in [(&alice, "alice"), (&bob, "bob")] {
+        let answered = call_desk(client, "desk__owner").await.unwrap();
+        assert_eq!(answered["content"][0]["text"], owner, "{answered}");
+        let created = call_desk(client, "desk__owner_task").await.unwrap();
+        assert_eq!(created["resultType"], "task", "{created}");
+        let done = terminal(client, created["taskId"].as_str().unwrap()).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["result"]["content"][0]["text"], owner, "{done}");
+    }
+    // Each task was a job on its owner's own queue.
+    let js = async_nats::jetstream::new(connect(&url).await);
+    let stream = js.get_stream(toolyard_nats::JOBS_STREAM).await.unwrap();
+    for owner in ["alice", "bob"] {
+        let consumer = format!("tyw-desk~acme~{}", principal_token(owner));
+        assert!(
+            stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&consumer)
+                .await
+                .is_ok(),
+            "{consumer}"
+        );
+    }
+
+    // carol has no pool: no responders. A caller without a principal has none to reach.
+    for client in [&carol, &anonymous] {
+        let refused = rpc_error(call_desk(client, "desk__owner").await);
+        assert_eq!(refused.code, wire::NO_RESPONDERS, "{refused:?}");
+    }
+    let refused = rpc_error(call_desk(&anonymous, "desk__owner").await);
+    assert!(refused.message.contains("no principal"), "{refused:?}");
+    // Its task is made, and fails saying so: no job goes to anyone's queue.
+    let created = call_desk(&anonymous, "desk__owner_task").await.unwrap();
+    let done = terminal(&anonymous, created["taskId"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(done.to_string().contains("no principal"), "{done}");
+}
+
+/// The JSON-RPC error a request was answered with.
+fn rpc_error(
+    answered: Result<serde_json::Value, toolyard_testkit::RawClientError>,
+) -> toolyard::proto::ErrorObject {
+    match answered {
+        Err(toolyard_testkit::RawClientError::Rpc(e)) => e,
+        other => panic!("a JSON-RPC error expected: {other:?}"),
+    }
+}
+
+/// A call of `tool` (no arguments) by a tasks-extension caller that can answer.
+async fn call_desk(
+    client: &RawClient,
+    tool: &str,
+) -> Result<serde_json::Value, toolyard_testkit::RawClientError> {
+    let params = json!({"name": tool, "arguments": {}, "_meta": answering_caller()});
+    client.request("tools/call", params).await
 }

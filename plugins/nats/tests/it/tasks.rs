@@ -42,6 +42,14 @@ pub(crate) async fn durable_gateway_of(
     url: &str,
     caller: toolyard_nats::Scope,
 ) -> (Server, RemoteTools, RawClient, tokio::task::JoinHandle<()>) {
+    durable_gateway_configured(url, RemoteConfig { caller, ..quick() }).await
+}
+
+/// A durable gateway with `config` otherwise, and its watch.
+pub(crate) async fn durable_gateway_configured(
+    url: &str,
+    config: RemoteConfig,
+) -> (Server, RemoteTools, RawClient, tokio::task::JoinHandle<()>) {
     let bus = connect(url).await;
     let store = NatsTaskStore::open(&bus, 1).await.unwrap();
     let server = ServerBuilder::new("gateway", "1.0")
@@ -56,8 +64,7 @@ pub(crate) async fn durable_gateway_of(
     let following = store.follow(server.clone()).await;
     let config = RemoteConfig {
         durable_tasks: true,
-        caller,
-        ..quick()
+        ..config
     };
     let remote = RemoteTools::start(server.clone(), bus, config)
         .await
