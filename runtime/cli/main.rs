@@ -249,10 +249,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } = file;
     #[cfg(feature = "nats")]
     let nats_url = args.nats.clone().or(nats_file.nats.url.clone());
-    // A scope that is no subject token is reported before waiting for the bus.
+    // A scope that is no subject token, or user pools without a tenant, is reported before
+    // waiting for the bus.
     #[cfg(feature = "nats")]
     if nats_url.is_some() {
-        args.nats_auth.scoped(&nats_file.nats).scope()?;
+        args.nats_auth.scoped(&nats_file.nats).remote()?;
     }
     let runtime = runtime(args.workers.unwrap_or(if args.stdio { 1 } else { 2 }))?;
     runtime.block_on(async move {

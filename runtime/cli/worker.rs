@@ -21,6 +21,17 @@ pub(crate) struct WorkerArgs {
     nats: Option<String>,
     #[command(flatten)]
     nats_auth: crate::nats_auth::NatsAuthArgs,
+    /// The pool's user as a principal (with a tenant): its user token is the principal's
+    /// (docs/nats.md "The caller's principal"), so a gateway of that tenant with
+    /// `[nats] user_pools` sends this principal's calls here, e.g. a user's own tools behind
+    /// a shared gateway. Instead of --nats-user.
+    #[arg(
+        long,
+        env = "TOOLYARD_NATS_PRINCIPAL",
+        value_name = "PRINCIPAL",
+        conflicts_with = "nats_user"
+    )]
+    nats_principal: Option<String>,
     /// The name callers address this worker's tools by (a subject token: [A-Za-z0-9_-]+);
     /// every worker with the same name shares the load.
     #[arg(long, env = "TOOLYARD_WORKER_NAME")]
@@ -77,6 +88,18 @@ pub(crate) struct WorkerArgs {
     telemetry: crate::telemetry::TelemetryArgs,
 }
 
+impl WorkerArgs {
+    /// The `[nats]` section with the scope flags in place of its own: `--nats-principal`
+    /// names the pool's user by the principal's token.
+    fn pool(&self, section: &toolyard_nats::NatsSection) -> toolyard_nats::NatsSection {
+        let mut section = self.nats_auth.scoped(section);
+        if let Some(principal) = &self.nats_principal {
+            section.user = Some(toolyard_nats::principal_token(principal));
+        }
+        section
+    }
+}
+
 pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
     crate::telemetry::init_logging(&args.log);
     let file = match &args.config {
@@ -99,7 +122,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .resolve_sources(&base_dir)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     // So is a scope that is no subject token (before waiting for the bus).
-    args.nats_auth.scoped(&file.nats.nats).scope()?;
+    args.pool(&file.nats.nats).scope()?;
     let runtime = crate::runtime(args.workers)?;
     runtime.block_on(async move {
         let config = file.server;
@@ -155,7 +178,7 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
                 .await?;
         // The `[nats]` section's prefix and catalog replicas apply to workers too: a worker
         // and its gateways must agree on the prefix.
-        let mut worker_config = args.nats_auth.scoped(&nats_section).worker(&args.name)?;
+        let mut worker_config = args.pool(&nats_section).worker(&args.name)?;
         worker_config.concurrency = args.concurrency.max(1);
         worker_config.waiting = args.waiting;
         worker_config.notification_backlog = args.notification_backlog.max(1);

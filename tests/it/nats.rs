@@ -204,93 +204,197 @@ fn a_plain_nats_client_calls_for_a_principal_with_its_token_as_the_subjects_user
     assert!(message.contains("Mcp-Principal"), "{message}");
 }
 
+/// The issuer and resource (the tokens' audience) of [`oauth_gateway`].
+const OAUTH_ISSUER: &str = "https://issuer.example";
+const OAUTH_RESOURCE: &str = "https://gateway.example/mcp";
+
+/// `serve --nats NATS_URL` (with `more`) taking bearer tokens signed with the OAuth tests'
+/// RSA key ([`bearer_for`]).
+fn oauth_gateway(nats_url: &str, more: &[&str]) -> toolyard_testkit::ServerProcess {
+    let jwks = repo().join("runtime/tests/data/oauth-jwks.json");
+    let jwks = jwks.to_string_lossy();
+    let args = [
+        &[
+            "serve",
+            "--nats",
+            nats_url,
+            "--oauth-resource",
+            OAUTH_RESOURCE,
+        ][..],
+        &["--oauth-issuer", OAUTH_ISSUER, "--oauth-jwks", &jwks],
+        more,
+    ]
+    .concat();
+    toolyard_testkit::ServerProcess::start(BIN, &args)
+}
+
+/// A bearer token for `sub` that [`oauth_gateway`] takes.
+fn bearer_for(sub: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({
+        "iss": OAUTH_ISSUER, "aud": OAUTH_RESOURCE, "sub": sub,
+        "iat": now, "exp": now + 300,
+    });
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some("test-rsa".into());
+    let pem = std::fs::read(repo().join("runtime/tests/data/oauth-rsa.pem")).unwrap();
+    let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap();
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
+/// A 2026-07-28 `tools/call` of `tool` over HTTP at `url`, with `bearer`: the status and
+/// the JSON-RPC response.
+fn call_over_http(url: &str, tool: &str, bearer: Option<&str>) -> (u16, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut request = reqwest::Client::new()
+            .post(url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", tool);
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
+        }
+        let r = request.body(body.to_string()).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        let last = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .next_back()
+            .map_or(text.as_str(), str::trim);
+        (status, serde_json::from_str(last).unwrap_or(Value::Null))
+    })
+}
+
+/// [`call_over_http`] until it is answered with a result (the gateway lists the workers'
+/// tools once it has read the catalog): the result.
+fn answered_over_http(url: &str, tool: &str, bearer: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, answer) = call_over_http(url, tool, Some(bearer));
+        assert_eq!(status, 200, "{answer}");
+        if answer["result"].is_object() {
+            return answer["result"].clone();
+        }
+        assert!(Instant::now() < deadline, "never answered: {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// End to end through the binaries: a caller the gateway's OAuth authenticated (a bearer
 /// token `serve --oauth-*` verifies) is who a `toolyard worker`'s tool sees, the demo
 /// `whoami` (HTTP → `serve --nats` → the bus → the worker process), and an anonymous one
 /// is refused at the gateway (401), never sent on as someone.
 #[test]
 fn a_workers_tool_sees_the_principal_the_gateways_oauth_authenticated() {
-    const ISSUER: &str = "https://issuer.example";
-    const RESOURCE: &str = "https://gateway.example/mcp";
-    let data = repo().join("runtime/tests/data");
     let nats = NatsServer::start();
     let _w = ready_worker_with(&nats.url(), "calc", &[]);
-    let jwks = data.join("oauth-jwks.json");
-    let gateway = toolyard_testkit::ServerProcess::start(
-        BIN,
-        &[
-            "serve",
-            "--nats",
-            &nats.url(),
-            "--oauth-resource",
-            RESOURCE,
-            "--oauth-issuer",
-            ISSUER,
-            "--oauth-jwks",
-            jwks.to_str().unwrap(),
-        ],
-    );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let claims = json!({
-        "iss": ISSUER, "aud": RESOURCE, "sub": "alice@example.com",
-        "iat": now, "exp": now + 300,
-    });
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-    header.kid = Some("test-rsa".into());
-    let pem = std::fs::read(data.join("oauth-rsa.pem")).unwrap();
-    let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap();
-    let token = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+    let gateway = oauth_gateway(&nats.url(), &[]);
     let url = format!("{}/mcp", gateway.base_url());
-    let call = |bearer: Option<&str>| -> (u16, Value) {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "calc__whoami", "arguments": {},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientCapabilities": {}}}});
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let mut request = reqwest::Client::new()
-                .post(&url)
-                .header("Accept", "application/json, text/event-stream")
-                .header("Content-Type", "application/json")
-                .header("MCP-Protocol-Version", "2026-07-28")
-                .header("Mcp-Method", "tools/call")
-                .header("Mcp-Name", "calc__whoami");
-            if let Some(token) = bearer {
-                request = request.bearer_auth(token);
-            }
-            let r = request.body(body.to_string()).send().await.unwrap();
-            let status = r.status().as_u16();
-            let text = r.text().await.unwrap();
-            let last = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .next_back()
-                .map_or(text.as_str(), str::trim);
-            (status, serde_json::from_str(last).unwrap_or(Value::Null))
-        })
-    };
-    // The gateway lists the worker's tools once it has read the catalog.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let answer = loop {
-        let (status, answer) = call(Some(&token));
-        assert_eq!(status, 200, "{answer}");
-        if answer["result"].is_object() {
-            break answer;
-        }
-        assert!(Instant::now() < deadline, "never answered: {answer}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let result = answered_over_http(&url, "calc__whoami", &bearer_for("alice@example.com"));
     assert_eq!(
-        answer["result"]["content"][0]["text"], "alice@example.com",
-        "{answer}"
+        result["content"][0]["text"], "alice@example.com",
+        "{result}"
     );
-    assert_eq!(call(None).0, 401);
+    assert_eq!(call_over_http(&url, "calc__whoami", None).0, 401);
+}
+
+/// Each user's own pool through the binaries: `toolyard worker --nats-tenant acme
+/// --nats-principal P` for alice and for bob (one server, `desk`, each with a `[[tools]]`
+/// saying whose it is) behind one `serve --nats` whose `[nats]` names tenant acme and
+/// `user_pools`, OAuth in front: each user's bearer reaches its own desk, where `whoami`
+/// sees its principal; carol, who has no desk, is told no worker serves her (-32011).
+#[test]
+fn each_users_bearer_reaches_its_own_desk_through_the_binaries() {
+    let nats = NatsServer::start();
+    let dir = std::env::temp_dir().join(format!("toolyard-it-desks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let desk = |owner: &str| {
+        let config = dir.join(format!("{owner}.toml"));
+        std::fs::write(
+            &config,
+            format!("[[tools]]\nname = \"owner\"\ndescription = \"Whose desk\"\ntext = \"{owner}'s desk\"\n"),
+        )
+        .unwrap();
+        let principal = format!("{owner}@example.com");
+        let config = config.to_string_lossy().into_owned();
+        let args = [
+            "--config",
+            &config,
+            "--nats-tenant",
+            "acme",
+            "--nats-principal",
+            &principal,
+        ];
+        ready_worker_with(&nats.url(), "desk", &args)
+    };
+    let (_alice, _bob) = (desk("alice"), desk("bob"));
+    let gateway_config = dir.join("gateway.toml");
+    std::fs::write(
+        &gateway_config,
+        "[nats]\ntenant = \"acme\"\nuser_pools = true\n",
+    )
+    .unwrap();
+    let gateway = oauth_gateway(
+        &nats.url(),
+        &["--config", &gateway_config.to_string_lossy()],
+    );
+    let url = format!("{}/mcp", gateway.base_url());
+    for owner in ["alice", "bob"] {
+        let bearer = bearer_for(&format!("{owner}@example.com"));
+        let result = answered_over_http(&url, "desk__owner", &bearer);
+        assert_eq!(
+            result["content"][0]["text"],
+            format!("{owner}'s desk"),
+            "{result}"
+        );
+        let result = answered_over_http(&url, "desk__whoami", &bearer);
+        assert_eq!(
+            result["content"][0]["text"],
+            format!("{owner}@example.com"),
+            "{result}"
+        );
+    }
+    let (status, answer) =
+        call_over_http(&url, "desk__owner", Some(&bearer_for("carol@example.com")));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["error"]["code"], -32011, "{answer}");
+
+    // User pools without a tenant are refused before the bus: nothing listens on port 1.
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[nats]\nuser_pools = true\n").unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "serve",
+            "--stdio",
+            "--nats",
+            "nats://127.0.0.1:1",
+            "--config",
+        ])
+        .arg(&bad)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, stderr) = crate::exit_within(child, Duration::from_secs(10), "serve");
+    assert!(
+        !status.success() && stderr.contains("user_pools needs the gateway's tenant"),
+        "{status:?}: {stderr}"
+    );
 }
 
 /// The same plain client with a request and an answer too large for the bus (a broker whose
