@@ -298,24 +298,7 @@ async fn a_durable_tasks_tool_sees_its_callers_principal_in_every_job() {
     let (server, _remote, anonymous, _following) = durable_gateway_of(&url, Scope::every()).await;
     let alice = RawClient::connect_as(&server, Some(ALICE)).await.unwrap();
     let caller = answering_caller();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let list = alice
-            .request("tools/list", json!({"_meta": caller}))
-            .await
-            .unwrap();
-        if list["tools"]
-            .as_array()
-            .is_some_and(|t| t.iter().any(|t| t["name"] == "who__ask_then_whoami"))
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never listed: {list}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    listed_to(&alice, "who__ask_then_whoami").await;
 
     for (client, who) in [(&alice, ALICE), (&anonymous, "nobody")] {
         let created = client
@@ -516,31 +499,13 @@ async fn each_callers_calls_and_tasks_run_on_its_own_user_pool() {
         },
     )
     .await;
-    let caller = answering_caller();
     let connect_as = |who: &'static str| RawClient::connect_as(&server, Some(who));
     let (alice, bob, carol) = (
         connect_as("alice").await.unwrap(),
         connect_as("bob").await.unwrap(),
         connect_as("carol").await.unwrap(),
     );
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let list = alice
-            .request("tools/list", json!({"_meta": caller}))
-            .await
-            .unwrap();
-        if list["tools"]
-            .as_array()
-            .is_some_and(|t| t.iter().any(|t| t["name"] == "desk__owner_task"))
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never listed: {list}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    listed_to(&alice, "desk__owner_task").await;
     for (client, owner) in [(&alice, "alice"), (&bob, "bob")] {
         let answered = call_desk(client, "desk__owner").await.unwrap();
         assert_eq!(answered["content"][0]["text"], owner, "{answered}");
@@ -595,4 +560,26 @@ async fn call_desk(
 ) -> Result<serde_json::Value, toolyard_testkit::RawClientError> {
     let params = json!({"name": tool, "arguments": {}, "_meta": answering_caller()});
     client.request("tools/call", params).await
+}
+
+/// Waits until `client` (a tasks-extension caller) is listed `tool`.
+async fn listed_to(client: &RawClient, tool: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list = client
+            .request("tools/list", json!({"_meta": answering_caller()}))
+            .await
+            .unwrap();
+        if list["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == tool))
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never listed {tool}: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
