@@ -240,16 +240,7 @@ async fn a_principal_on_another_users_subject_is_refused_and_the_worker_serves_o
     let url = nats.url();
     let _worker = who_worker(&url).await;
     let raw = connect(&url).await;
-    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-        "name": "whoami", "arguments": {},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}})
-    .to_string();
-    let claiming = |principal: &str| {
-        let mut h: HeaderMap = headers("tools/call", Some("whoami"));
-        h.insert(wire::PRINCIPAL, principal);
-        h
-    };
+    let body = whoami_body();
     let subject = |user: &str| format!("mcp.v1.req.acme.{user}.who.tools.call.whoami");
     let mallory = principal_token("mallory");
     for user in ["_", "bob", mallory.as_str()] {
@@ -388,16 +379,7 @@ async fn a_backend_the_broker_keeps_to_its_own_users_token_cannot_act_as_another
         .connect(nats.url())
         .await
         .unwrap();
-    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
-        "name": "whoami", "arguments": {},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}})
-    .to_string();
-    let claiming = |principal: &str| {
-        let mut h: HeaderMap = headers("tools/call", Some("whoami"));
-        h.insert(wire::PRINCIPAL, principal);
-        h
-    };
+    let body = whoami_body();
     let subject = |user: &str| format!("mcp.v1.req._.{user}.who.tools.call.whoami");
 
     // As bob, on bob's token: allowed, and the tool sees bob.
@@ -582,4 +564,20 @@ async fn listed_to(client: &RawClient, tool: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A plain client's 2026-07-28 `tools/call` of the worker's `whoami`.
+fn whoami_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "whoami", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string()
+}
+
+/// The headers of that call, claiming `principal`.
+fn claiming(principal: &str) -> HeaderMap {
+    let mut h = headers("tools/call", Some("whoami"));
+    h.insert(wire::PRINCIPAL, principal);
+    h
 }
