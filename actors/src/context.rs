@@ -302,6 +302,11 @@ impl RequestContext {
     pub fn principal(&self) -> Option<&str> {
         self.inner.caller.principal.as_deref()
     }
+
+    /// [`RequestContext::principal`], shared (a listing takes it to its actor).
+    pub(crate) fn principal_shared(&self) -> Option<Arc<str>> {
+        self.inner.caller.principal.clone()
+    }
     /// Where the request came from: equal for the requests of one legacy session or of
     /// one stdio or in-memory connection, distinct for each stateless request over HTTP.
     /// Two requests with one peer id reach the same answerer with their questions

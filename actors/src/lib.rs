@@ -11,6 +11,7 @@
 //!
 //! Transport authors (stdio, HTTP, NATS) find what they need in [`transport`].
 
+mod audience;
 mod connection;
 mod context;
 mod error;
@@ -52,6 +53,7 @@ pub mod transport {
     pub use crate::sink::{MessageSink, Sink};
 }
 
+pub use audience::Audience;
 pub use context::{Caller, InputError, RequestContext, TaskRole, TASK_HANDOFF};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::{Event, EventTap, SubscriptionWatcher};

@@ -8,6 +8,7 @@
 //! find the tool missing). Order is registration order, so listings are
 //! deterministic, as 2026-07-28 asks for client-side caching.
 
+use crate::audience::Audienced;
 use arc_swap::ArcSwap;
 use indexmap::IndexMap;
 use std::sync::{Arc, Mutex};
@@ -67,21 +68,37 @@ pub(crate) struct Page<T> {
     pub(crate) cache_scope: Option<toolyard_proto::CacheScope>,
 }
 
-/// The page of `registry` that `cursor` points at; modern callers get `ttlMs`/`cacheScope`.
-pub(crate) fn list_page<D, T>(
+/// The page of `registry` that `cursor` points at, of what a caller with `principal` may
+/// see (`crate::Audience`); modern callers get `ttlMs`/`cacheScope`, the scope `private`
+/// when any definition has an audience (the listing then differs from caller to caller).
+pub(crate) fn list_page<D: Audienced, T>(
     registry: &Registry<D>,
     cursor: Option<&str>,
     list: &crate::ListSettings,
     modern: bool,
+    principal: Option<&str>,
     item: impl Fn(&D) -> T,
 ) -> Result<Page<T>, toolyard_proto::ErrorObject> {
     let snapshot = registry.load();
-    let (range, next_cursor) = cursor::page(snapshot.len(), cursor, list.page_size)?;
+    let restricted = snapshot.values().any(|d| d.audience().is_some());
+    let (items, next_cursor) = if restricted {
+        let visible: Vec<&Arc<D>> = snapshot.values().filter(|d| d.admits(principal)).collect();
+        let (range, next) = cursor::page(visible.len(), cursor, list.page_size)?;
+        (visible[range].iter().map(|d| item(d)).collect(), next)
+    } else {
+        let (range, next) = cursor::page(snapshot.len(), cursor, list.page_size)?;
+        (snapshot[range].values().map(|d| item(d)).collect(), next)
+    };
+    let cache_scope = if restricted {
+        toolyard_proto::CacheScope::Private
+    } else {
+        list.cache_scope
+    };
     Ok(Page {
-        items: snapshot[range].values().map(|d| item(d)).collect(),
+        items,
         next_cursor,
         ttl_ms: modern.then_some(list.ttl_ms),
-        cache_scope: modern.then_some(list.cache_scope),
+        cache_scope: modern.then_some(cache_scope),
     })
 }
 

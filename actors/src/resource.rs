@@ -1,5 +1,6 @@
 //! Resource and prompt definitions: static resources, URI templates, prompts, completers.
 
+use crate::audience::{Audience, Audienced};
 use crate::context::RequestContext;
 use crate::error::HandlerError;
 use crate::exec::Judge;
@@ -43,6 +44,7 @@ pub struct ResourceDef {
     pub(crate) resource: Resource,
     pub(crate) read: ResourceFn,
     pub(crate) check: Option<SubscribeCheckFn>,
+    pub(crate) audience: Option<Audience>,
 }
 
 impl ResourceDef {
@@ -52,6 +54,7 @@ impl ResourceDef {
             resource,
             read,
             check: None,
+            audience: None,
         }
     }
 
@@ -59,6 +62,13 @@ impl ResourceDef {
     /// [`SubscribeCheckFn`]).
     pub fn check_subscriptions(mut self, check: SubscribeCheckFn) -> Self {
         self.check = Some(check);
+        self
+    }
+
+    /// Shows, reads and lets subscribe to the resource only for callers `audience` admits
+    /// ([`Audience`]): to anyone else its URI is one the server does not know.
+    pub fn for_audience(mut self, audience: Audience) -> Self {
+        self.audience = Some(audience);
         self
     }
 
@@ -75,6 +85,7 @@ pub struct TemplateDef {
     pub(crate) matcher: UriTemplate,
     pub(crate) read: ResourceFn,
     pub(crate) check: Option<SubscribeCheckFn>,
+    pub(crate) audience: Option<Audience>,
 }
 
 impl TemplateDef {
@@ -87,6 +98,7 @@ impl TemplateDef {
             matcher,
             read,
             check: None,
+            audience: None,
         })
     }
 
@@ -94,6 +106,14 @@ impl TemplateDef {
     /// [`SubscribeCheckFn`]).
     pub fn check_subscriptions(mut self, check: SubscribeCheckFn) -> Self {
         self.check = Some(check);
+        self
+    }
+
+    /// Shows the template, and reads and lets subscribe to the URIs it matches, only for
+    /// callers `audience` admits ([`Audience`]): to anyone else they are URIs the server
+    /// does not know (a later template that matches them may still serve them).
+    pub fn for_audience(mut self, audience: Audience) -> Self {
+        self.audience = Some(audience);
         self
     }
 }
@@ -147,12 +167,24 @@ impl FromIterator<String> for Completions {
 pub struct PromptDef {
     pub(crate) prompt: Prompt,
     pub(crate) get: PromptFn,
+    pub(crate) audience: Option<Audience>,
 }
 
 impl PromptDef {
     /// A prompt and its producer.
     pub fn new(prompt: Prompt, get: PromptFn) -> Self {
-        PromptDef { prompt, get }
+        PromptDef {
+            prompt,
+            get,
+            audience: None,
+        }
+    }
+
+    /// Shows and gets the prompt only for callers `audience` admits ([`Audience`]): to
+    /// anyone else it is a prompt the server does not know.
+    pub fn for_audience(mut self, audience: Audience) -> Self {
+        self.audience = Some(audience);
+        self
     }
 
     /// Wraps the producer (telemetry, auditing); the prompt is unchanged.
@@ -173,3 +205,21 @@ pub enum CompletionTarget {
 
 impl Judge for ReadResourceResult {}
 impl Judge for GetPromptResult {}
+
+impl Audienced for ResourceDef {
+    fn audience(&self) -> Option<&Audience> {
+        self.audience.as_ref()
+    }
+}
+
+impl Audienced for TemplateDef {
+    fn audience(&self) -> Option<&Audience> {
+        self.audience.as_ref()
+    }
+}
+
+impl Audienced for PromptDef {
+    fn audience(&self) -> Option<&Audience> {
+        self.audience.as_ref()
+    }
+}

@@ -100,6 +100,7 @@ pub(crate) fn route(
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.tools.cast(ToolMsg::List {
                     cursor: p.cursor,
+                    principal: ctx.principal_shared(),
                     reply,
                 });
             }
@@ -108,6 +109,7 @@ pub(crate) fn route(
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.resources.cast(ResourceMsg::List {
                     cursor: p.cursor,
+                    principal: ctx.principal_shared(),
                     reply,
                 });
             }
@@ -116,6 +118,7 @@ pub(crate) fn route(
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.resources.cast(ResourceMsg::ListTemplates {
                     cursor: p.cursor,
+                    principal: ctx.principal_shared(),
                     reply,
                 });
             }
@@ -131,6 +134,7 @@ pub(crate) fn route(
             if let Some((p, reply)) = parsed::<Paginated>(&params, reply) {
                 let _ = routes.prompts.cast(PromptMsg::List {
                     cursor: p.cursor,
+                    principal: ctx.principal_shared(),
                     reply,
                 });
             }

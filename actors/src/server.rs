@@ -6,10 +6,12 @@
 //! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
 
+use crate::audience::Audienced;
 use crate::connection::{
     Connection, ConnectionArgs, ConnectionHandle, Delivery, DirectModern, Inflight, SessionView,
 };
-use crate::context::TaskRole;
+use crate::context::{RequestContext, TaskRole};
+use crate::error::HandlerError;
 use crate::event_bus::{BusMsg, Event, EventBus};
 use crate::handlers::completion::{CompletionHandler, CompletionMsg, CompletionState};
 use crate::handlers::custom::{CustomMethods, CustomMsg, CustomState, MethodFn};
@@ -188,19 +190,60 @@ impl ServerCore {
     /// The subscription check of the resource `uri` names, found as `resources/read` finds
     /// its reader (the static resource of that URI, else the first template that matches),
     /// with the request the check gets; `None` when that resource has no check.
+    ///
+    /// Where what serves the URI depends on who asks (an [`Audience`](crate::Audience)), the
+    /// check is one that finds it for the caller it runs for, as a read would, and refuses
+    /// as a read of an unknown URI when nothing the caller may see serves it.
     pub(crate) fn subscribe_check(&self, uri: &str) -> Option<(SubscribeCheckFn, ResourceRequest)> {
         let request = |vars| ResourceRequest {
             uri: uri.to_owned(),
             vars,
         };
-        if let Some(def) = self.resources.get(uri) {
+        let resource = self.resources.get(uri);
+        let templates = self.templates.load();
+        let mut matching = templates
+            .values()
+            .filter_map(|t| t.matcher.matches(uri).map(|vars| (t, vars)));
+        let restricted = resource.as_ref().is_some_and(|d| d.audience().is_some())
+            || templates.values().any(|t| t.audience().is_some());
+        if restricted {
+            return Some((self.check_for_caller(), request(HashMap::new())));
+        }
+        if let Some(def) = resource {
             return def.check.clone().map(|c| (c, request(HashMap::new())));
         }
-        let templates = self.templates.load();
-        let (t, vars) = templates
-            .values()
-            .find_map(|t| t.matcher.matches(uri).map(|vars| (t, vars)))?;
+        let (t, vars) = matching.next()?;
         t.check.clone().map(|c| (c, request(vars)))
+    }
+
+    /// A subscription check that finds what serves the URI for the caller it runs for (the
+    /// static resource, else the first template that matches, of those it may see) and
+    /// runs that one's check; nothing it may see: refused as a read would be.
+    fn check_for_caller(&self) -> SubscribeCheckFn {
+        let (resources, templates) = (self.resources.load(), self.templates.load());
+        Arc::new(move |ctx: RequestContext, request: ResourceRequest| {
+            let principal = ctx.principal();
+            let found = match resources.get(&request.uri).filter(|d| d.admits(principal)) {
+                Some(def) => Some((def.check.clone(), HashMap::new())),
+                None => templates
+                    .values()
+                    .filter(|t| t.admits(principal))
+                    .find_map(|t| {
+                        t.matcher
+                            .matches(&request.uri)
+                            .map(|v| (t.check.clone(), v))
+                    }),
+            };
+            match found {
+                None => {
+                    let refused =
+                        crate::handlers::resources::not_found(&request.uri, ctx.is_modern());
+                    Box::pin(std::future::ready(Err(HandlerError::Protocol(refused))))
+                }
+                Some((None, _)) => Box::pin(std::future::ready(Ok(()))),
+                Some((Some(check), vars)) => check(ctx, ResourceRequest { vars, ..request }),
+            }
+        })
     }
 
     /// The current routing table. Set before any connection exists.

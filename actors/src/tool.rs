@@ -85,6 +85,8 @@ pub struct ToolDef {
     /// Check arguments against the input schema before the handler runs (off for tools
     /// whose handler forwards to a server that checks them itself).
     pub(crate) validate_args: bool,
+    /// Who may see and call it (`None`: everyone).
+    pub(crate) audience: Option<crate::Audience>,
 }
 
 impl std::fmt::Debug for ToolDef {
@@ -122,6 +124,7 @@ impl ToolDef {
             validator: std::sync::OnceLock::new(),
             required_capabilities: None,
             validate_args: true,
+            audience: None,
         })
     }
 
@@ -143,6 +146,7 @@ impl ToolDef {
             validator: std::sync::OnceLock::new(),
             required_capabilities: None,
             validate_args: false,
+            audience: None,
         }
     }
 
@@ -199,6 +203,19 @@ impl ToolDef {
     pub fn requires_capabilities(mut self, required: JsonObject) -> Self {
         self.required_capabilities = Some(required);
         self
+    }
+
+    /// Shows and runs the tool only for callers `audience` admits ([`Audience`](crate::Audience)):
+    /// anyone else does not see it listed, and calling it answers as an unknown tool does.
+    pub fn for_audience(mut self, audience: crate::Audience) -> Self {
+        self.audience = Some(audience);
+        self
+    }
+
+    /// Whether a caller with `principal` may see and call the tool (everyone may, unless
+    /// it has an audience).
+    pub fn admits(&self, principal: Option<&str>) -> bool {
+        crate::audience::Audienced::admits(self, principal)
     }
 
     /// Declares whether calls may run as tasks (`execution.taskSupport`): `Optional` and
@@ -385,5 +402,11 @@ impl Judge for CallToolResult {
         } else {
             crate::middleware::Outcome::Ok
         }
+    }
+}
+
+impl crate::audience::Audienced for ToolDef {
+    fn audience(&self) -> Option<&crate::Audience> {
+        self.audience.as_ref()
     }
 }

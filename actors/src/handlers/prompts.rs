@@ -1,5 +1,6 @@
 //! The PromptHandler actor: the prompt registry; each `prompts/get` runs in a task.
 
+use crate::audience::Audienced;
 use crate::context::RequestContext;
 use crate::exec::{self, Binding, Digest, RetryInput};
 use crate::mrtr::{digest, StateSealer};
@@ -37,6 +38,8 @@ pub(crate) enum PromptMsg {
     List {
         /// Cursor.
         cursor: Option<String>,
+        /// Who asks: what it may see ([`crate::Audience`]).
+        principal: Option<Arc<str>>,
         /// Answer.
         reply: Reply,
     },
@@ -79,13 +82,18 @@ impl Actor for PromptHandler {
         state: &mut PromptState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            PromptMsg::List { cursor, reply } => {
+            PromptMsg::List {
+                cursor,
+                principal,
+                reply,
+            } => {
                 let modern = reply.is_modern();
                 let page = list_page(
                     &state.registry,
                     cursor.as_deref(),
                     &state.list,
                     modern,
+                    principal.as_deref(),
                     |d| d.prompt.clone(),
                 );
                 match page {
@@ -107,7 +115,11 @@ impl Actor for PromptHandler {
 }
 
 fn get(state: &PromptState, params: GetParams, ctx: RequestContext, reply: Reply) {
-    let Some(def) = state.registry.get(&params.name) else {
+    let def = state
+        .registry
+        .get(&params.name)
+        .filter(|d| d.admits(ctx.principal()));
+    let Some(def) = def else {
         return reply.err(ErrorObject::invalid_params(format!(
             "Unknown prompt: {}",
             params.name

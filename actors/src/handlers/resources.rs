@@ -1,6 +1,7 @@
 //! The ResourceHandler actor: static resources, URI templates matched in reverse, reads run
 //! in tasks.
 
+use crate::audience::Audienced;
 use crate::context::RequestContext;
 use crate::exec::{self, Binding, Digest, RetryInput};
 use crate::mrtr::StateSealer;
@@ -38,6 +39,8 @@ pub(crate) enum ResourceMsg {
     List {
         /// Cursor.
         cursor: Option<String>,
+        /// Who asks: what it may see ([`crate::Audience`]).
+        principal: Option<Arc<str>>,
         /// Answer.
         reply: Reply,
     },
@@ -45,6 +48,8 @@ pub(crate) enum ResourceMsg {
     ListTemplates {
         /// Cursor.
         cursor: Option<String>,
+        /// Who asks: what it may see ([`crate::Audience`]).
+        principal: Option<Arc<str>>,
         /// Answer.
         reply: Reply,
     },
@@ -91,13 +96,18 @@ impl Actor for ResourceHandler {
         state: &mut ResourceState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ResourceMsg::List { cursor, reply } => {
+            ResourceMsg::List {
+                cursor,
+                principal,
+                reply,
+            } => {
                 let modern = reply.is_modern();
                 let page = list_page(
                     &state.resources,
                     cursor.as_deref(),
                     &state.list,
                     modern,
+                    principal.as_deref(),
                     |d| d.resource.clone(),
                 );
                 match page {
@@ -112,13 +122,18 @@ impl Actor for ResourceHandler {
                     Err(e) => reply.err(e),
                 }
             }
-            ResourceMsg::ListTemplates { cursor, reply } => {
+            ResourceMsg::ListTemplates {
+                cursor,
+                principal,
+                reply,
+            } => {
                 let modern = reply.is_modern();
                 let page = list_page(
                     &state.templates,
                     cursor.as_deref(),
                     &state.list,
                     modern,
+                    principal.as_deref(),
                     |d| d.template.clone(),
                 );
                 match page {
@@ -141,25 +156,28 @@ impl Actor for ResourceHandler {
 }
 
 fn read(state: &ResourceState, params: ReadParams, ctx: RequestContext, reply: Reply) {
-    let found = match state.resources.get(&params.uri) {
+    // What the caller may not see it cannot read: answered as a URI nothing serves.
+    let principal = ctx.principal();
+    let found = match state
+        .resources
+        .get(&params.uri)
+        .filter(|d| d.admits(principal))
+    {
         Some(def) => Some((def.read.clone(), Default::default())),
-        None => state.templates.load().values().find_map(|t| {
-            t.matcher
-                .matches(&params.uri)
-                .map(|vars| (t.read.clone(), vars))
-        }),
+        None => state
+            .templates
+            .load()
+            .values()
+            .filter(|t| t.admits(principal))
+            .find_map(|t| {
+                t.matcher
+                    .matches(&params.uri)
+                    .map(|vars| (t.read.clone(), vars))
+            }),
     };
     let Some((read, vars)) = found else {
-        // 2026-07-28 moved "resource not found" to -32602; legacy revisions use -32002.
-        let code = if reply.is_modern() {
-            code::INVALID_PARAMS
-        } else {
-            code::RESOURCE_NOT_FOUND_LEGACY
-        };
-        return reply.err(
-            ErrorObject::new(code, format!("Resource not found: {}", params.uri))
-                .with_data(serde_json::json!({ "uri": params.uri })),
-        );
+        let modern = reply.is_modern();
+        return reply.err(not_found(&params.uri, modern));
     };
     let sealer = state.sealer.clone();
     let modern = reply.is_modern();
@@ -197,4 +215,16 @@ fn read(state: &ResourceState, params: ReadParams, ctx: RequestContext, reply: R
         };
         exec::run(ctx, reply, sealer, binding, fut, |_| None).await
     });
+}
+
+/// The answer to a read of a URI nothing serves (to this caller).
+pub(crate) fn not_found(uri: &str, modern: bool) -> ErrorObject {
+    // 2026-07-28 moved "resource not found" to -32602; legacy revisions use -32002.
+    let code = if modern {
+        code::INVALID_PARAMS
+    } else {
+        code::RESOURCE_NOT_FOUND_LEGACY
+    };
+    ErrorObject::new(code, format!("Resource not found: {uri}"))
+        .with_data(serde_json::json!({ "uri": uri }))
 }

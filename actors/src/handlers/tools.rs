@@ -70,6 +70,8 @@ pub(crate) enum ToolMsg {
     List {
         /// Pagination cursor.
         cursor: Option<String>,
+        /// Who asks: what it may see ([`crate::Audience`]).
+        principal: Option<Arc<str>>,
         /// Where the answer goes.
         reply: Reply,
     },
@@ -105,18 +107,27 @@ impl Actor for ToolCatalog {
         state: &mut ToolState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolMsg::List { cursor, reply } => list(state, cursor.as_deref(), reply),
+            ToolMsg::List {
+                cursor,
+                principal,
+                reply,
+            } => list(state, cursor.as_deref(), principal.as_deref(), reply),
             ToolMsg::Crash => return Err("tool handler crash requested".into()),
         }
         Ok(())
     }
 }
 
-fn list(state: &ToolState, cursor: Option<&str>, reply: Reply) {
+fn list(state: &ToolState, cursor: Option<&str>, principal: Option<&str>, reply: Reply) {
     let modern = reply.is_modern();
-    match list_page(&state.registry, cursor, &state.list, modern, |d| {
-        d.tool.clone()
-    }) {
+    match list_page(
+        &state.registry,
+        cursor,
+        &state.list,
+        modern,
+        principal,
+        |d| d.tool.clone(),
+    ) {
         Ok(p) => reply.ok(&ListToolsResult {
             tools: p.items,
             next_cursor: p.next_cursor,
@@ -146,7 +157,12 @@ pub(crate) struct CallSite<'a> {
     reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
 )]
 pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, reply: Reply) {
-    let Some(def) = site.registry.get(&params.name) else {
+    // A tool the caller may not see is one it cannot call, answered as unknown.
+    let def = site
+        .registry
+        .get(&params.name)
+        .filter(|d| d.admits(ctx.principal()));
+    let Some(def) = def else {
         let explained = site
             .unknown
             .load()

@@ -8,6 +8,7 @@
     reason = "tests write tools the way users do (owned arguments, async without awaiting, as the macros require) and match only the variant they expect"
 )]
 
+mod audience;
 mod client;
 mod client_http;
 mod client_oauth;

@@ -67,6 +67,8 @@ fn same_value(header: &str, body: &serde_json::Value) -> bool {
 }
 
 /// `Mcp-Param-*` headers of a tools/call must mirror the tool's `x-mcp-header` arguments.
+/// A tool the caller may not see (`Audience`) has none to check: its call is answered as an
+/// unknown tool's, and a header mismatch would tell the caller it is there.
 // The error is a ready response, built once on the rare rejection path.
 #[allow(clippy::result_large_err)]
 fn check_param_headers(
@@ -74,9 +76,13 @@ fn check_param_headers(
     headers: &HeaderMap,
     req: &Request,
     tool: Option<&str>,
+    principal: Option<&str>,
     arguments: Option<&serde_json::value::RawValue>,
 ) -> Result<(), Response> {
-    let Some(def) = tool.and_then(|t| state.server.tool(t)) else {
+    let def = tool
+        .and_then(|t| state.server.tool(t))
+        .filter(|d| d.admits(principal));
+    let Some(def) = def else {
         return Ok(());
     };
     if def.header_params().is_empty() {
@@ -153,6 +159,7 @@ pub(super) fn check_modern(
     state: &HttpState,
     headers: &HeaderMap,
     req: &Request,
+    principal: Option<&str>,
 ) -> Result<RequestMeta, Response> {
     let head: ModernHead = jsonrpc::params(req.params.as_deref())
         .map_err(|e| json_error(StatusCode::BAD_REQUEST, Some(&req.id), e))?;
@@ -238,6 +245,7 @@ pub(super) fn check_modern(
             headers,
             req,
             head.name.as_ref().and_then(|v| v.as_str()),
+            principal,
             head.arguments.as_deref(),
         )?;
     }

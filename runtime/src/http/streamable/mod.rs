@@ -225,7 +225,7 @@ pub(crate) async fn post(
     }
     match message {
         Incoming::Request(req) => {
-            let meta = match check_modern(&state, &headers, &req) {
+            let meta = match check_modern(&state, &headers, &req, principal.as_deref()) {
                 Ok(meta) => meta,
                 Err(r) => return r,
             };

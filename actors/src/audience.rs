@@ -1,0 +1,85 @@
+//! Who may see and use a definition.
+//!
+//! A tool, prompt, resource or template is for everyone unless it is given an
+//! [`Audience`]: then only callers whose principal (the identity the transport authenticated,
+//! [`RequestContext::principal`](crate::RequestContext::principal)) it admits see it listed
+//! and may call, get, read or subscribe to it. To anyone else it is not there: not listed,
+//! and used it answers as a name or URI the server does not know, so a caller learns nothing
+//! of what it may not use. A caller with no principal is admitted by no audience.
+//!
+//! One check, at the registry: every path to a definition (both generations, every
+//! transport, a worker serving the bus) goes through it, so there is no way round it to
+//! forget. A listing that hides something differs from caller to caller, so its 2026-07-28
+//! `cacheScope` becomes `private` whenever any definition of its kind has an audience.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The principals a definition is for (see the module docs).
+#[derive(Clone)]
+pub struct Audience(Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl Audience {
+    /// Exactly these principals.
+    pub fn principals<I, S>(principals: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let set: BTreeSet<String> = principals.into_iter().map(Into::into).collect();
+        Audience(Arc::new(move |p| set.contains(p)))
+    }
+
+    /// The principals `admits` says yes to (a role looked up elsewhere, a pattern, a hash of
+    /// the principal). It is asked on every listing and every use, so it should be quick.
+    pub fn when(admits: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        Audience(Arc::new(admits))
+    }
+
+    /// Whether a caller with this principal (`None`: not authenticated) is in the audience.
+    pub fn admits(&self, principal: Option<&str>) -> bool {
+        principal.is_some_and(|p| (self.0)(p))
+    }
+}
+
+impl std::fmt::Debug for Audience {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Audience(..)")
+    }
+}
+
+/// A definition that may have an audience: what the registry's listing and lookups ask.
+pub(crate) trait Audienced {
+    fn audience(&self) -> Option<&Audience>;
+
+    /// Whether a caller with `principal` may see and use it.
+    fn admits(&self, principal: Option<&str>) -> bool {
+        self.audience().is_none_or(|a| a.admits(principal))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn principals_admit_exactly_themselves_and_no_anonymous_caller() {
+        let a = Audience::principals(["alice", "bob@example.com"]);
+        assert!(a.admits(Some("alice")));
+        assert!(a.admits(Some("bob@example.com")));
+        assert!(!a.admits(Some("Alice")));
+        assert!(!a.admits(Some("alice ")));
+        assert!(!a.admits(Some("")));
+        assert!(!a.admits(None));
+    }
+
+    #[test]
+    fn a_predicate_decides_but_never_for_an_anonymous_caller() {
+        let a = Audience::when(|p| p.ends_with("@example.com"));
+        assert!(a.admits(Some("carol@example.com")));
+        assert!(!a.admits(Some("carol@example.org")));
+        let everyone = Audience::when(|_| true);
+        assert!(everyone.admits(Some("x")));
+        assert!(!everyone.admits(None));
+    }
+}
