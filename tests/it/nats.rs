@@ -248,10 +248,35 @@ fn bearer_for(sub: &str) -> String {
 /// A 2026-07-28 `tools/call` of `tool` over HTTP at `url`, with `bearer`: the status and
 /// the JSON-RPC response.
 fn call_over_http(url: &str, tool: &str, bearer: Option<&str>) -> (u16, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": tool, "arguments": {},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let params = json!({"name": tool, "arguments": {}});
+    request_over_http(url, "tools/call", Some(tool), params, bearer)
+}
+
+/// The tool names a 2026-07-28 `tools/list` over HTTP at `url` with `bearer` answers.
+fn listed_over_http(url: &str, bearer: &str) -> Vec<String> {
+    let (status, answer) = request_over_http(url, "tools/list", None, json!({}), Some(bearer));
+    assert_eq!(status, 200, "{answer}");
+    let tools = answer["result"]["tools"].as_array();
+    let names = tools
+        .unwrap_or_else(|| panic!("no listing: {answer}"))
+        .iter();
+    names
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A 2026-07-28 request (`params` with the protocol's `_meta` added) over HTTP at `url`,
+/// with `bearer`: the status and the JSON-RPC response.
+fn request_over_http(
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+    bearer: Option<&str>,
+) -> (u16, Value) {
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -262,8 +287,10 @@ fn call_over_http(url: &str, tool: &str, bearer: Option<&str>) -> (u16, Value) {
             .header("Accept", "application/json, text/event-stream")
             .header("Content-Type", "application/json")
             .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", tool);
+            .header("Mcp-Method", method);
+        if let Some(name) = name {
+            request = request.header("Mcp-Name", name);
+        }
         if let Some(token) = bearer {
             request = request.bearer_auth(token);
         }
@@ -315,8 +342,9 @@ fn a_workers_tool_sees_the_principal_the_gateways_oauth_authenticated() {
 /// Each user's own pool through the binaries: `toolyard worker --nats-tenant acme
 /// --nats-principal P` for alice and for bob (one server, `desk`, each with a `[[tools]]`
 /// saying whose it is) behind one `serve --nats` whose `[nats]` names tenant acme and
-/// `user_pools`, OAuth in front: each user's bearer reaches its own desk, where `whoami`
-/// sees its principal; carol, who has no desk, is told no worker serves her (-32011).
+/// `user_pools`, OAuth in front: each user's bearer is listed its own desk's tools alone and
+/// reaches its own desk, where `whoami` sees its principal; to carol, who has no desk, and to
+/// alice for bob's own tool, the tools are unknown.
 #[test]
 fn each_users_bearer_reaches_its_own_desk_through_the_binaries() {
     let nats = NatsServer::start();
@@ -326,7 +354,7 @@ fn each_users_bearer_reaches_its_own_desk_through_the_binaries() {
         let config = dir.join(format!("{owner}.toml"));
         std::fs::write(
             &config,
-            format!("[[tools]]\nname = \"owner\"\ndescription = \"Whose desk\"\ntext = \"{owner}'s desk\"\n"),
+            format!("[[tools]]\nname = \"owner\"\ndescription = \"Whose desk\"\ntext = \"{owner}'s desk\"\n\n[[tools]]\nname = \"{owner}_notes\"\ndescription = \"Notes\"\ntext = \"{owner}'s notes\"\n"),
         )
         .unwrap();
         let principal = format!("{owner}@example.com");
@@ -367,11 +395,33 @@ fn each_users_bearer_reaches_its_own_desk_through_the_binaries() {
             format!("{owner}@example.com"),
             "{result}"
         );
+        let desk: Vec<String> = listed_over_http(&url, &bearer)
+            .into_iter()
+            .filter(|t| t.starts_with("desk__"))
+            .collect();
+        let own = format!("desk__{owner}_notes");
+        assert!(desk.contains(&own), "{owner}: {desk:?}");
+        assert!(
+            desk.iter().all(|t| !t.ends_with("_notes") || *t == own),
+            "{owner}: {desk:?}"
+        );
     }
-    let (status, answer) =
-        call_over_http(&url, "desk__owner", Some(&bearer_for("carol@example.com")));
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["error"]["code"], -32011, "{answer}");
+    let (carol, alice) = (
+        bearer_for("carol@example.com"),
+        bearer_for("alice@example.com"),
+    );
+    for (bearer, tool) in [(&carol, "desk__owner"), (&alice, "desk__bob_notes")] {
+        let (status, answer) = call_over_http(&url, tool, Some(bearer));
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            answer["error"]["message"],
+            format!("Unknown tool: {tool}"),
+            "{answer}"
+        );
+    }
+    assert!(listed_over_http(&url, &carol)
+        .iter()
+        .all(|t| !t.starts_with("desk__")));
 
     // User pools without a tenant are refused before the bus: nothing listens on port 1.
     let bad = dir.join("bad.toml");

@@ -208,11 +208,11 @@ type Installs<T> = BTreeMap<String, (String, T)>;
 
 #[derive(Debug, Default)]
 struct Installed {
-    /// Each tool, and how its task-augmented calls run.
-    tools: Installs<(Tool, TaskRun)>,
-    resources: Installs<Resource>,
-    templates: Installs<ResourceTemplate>,
-    prompts: Installs<Prompt>,
+    /// Each tool, how its task-augmented calls run, and whom it is for.
+    tools: Installs<(Tool, TaskRun, Tokens)>,
+    resources: Installs<(Resource, Tokens)>,
+    templates: Installs<(ResourceTemplate, Tokens)>,
+    prompts: Installs<(Prompt, Tokens)>,
 }
 
 impl RemoteTools {
@@ -618,60 +618,79 @@ impl Inner {
 
     /// Makes the server's tools, resources, templates and prompts match every live entry.
     fn install(self: &Arc<Self>, mut state: std::sync::MutexGuard<'_, State>) {
-        // Per worker server, the newest entry wins (replicas normally agree), of the pools
-        // that take this gateway's calls (pools of one server whose scopes overlap are
-        // refused, so these are one pool's).
-        let mut newest: BTreeMap<&str, &(u64, CatalogEntry)> = BTreeMap::new();
+        // Per worker server, its entries of the pools that take this gateway's calls, newest
+        // first (pools of one server whose scopes overlap are refused, so these are one
+        // pool's, or, with `user_pools`, its users' own pools).
+        let mut by_server: BTreeMap<&str, Vec<&(u64, CatalogEntry)>> = BTreeMap::new();
         for e in state
             .entries
             .values()
             .filter(|e| self.config.takes(&e.1.scope))
         {
-            let slot = newest.entry(e.1.server.as_str()).or_insert(e);
-            if e.0 > slot.0 {
-                *slot = e;
-            }
+            by_server.entry(e.1.server.as_str()).or_default().push(e);
         }
-        let servers: BTreeSet<String> = newest.keys().map(|s| (*s).to_owned()).collect();
+        let servers: BTreeSet<String> = by_server.keys().map(|s| (*s).to_owned()).collect();
         let (mut offered_tools, mut resources, mut templates, mut prompts) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         // A task is a durable job on the job queue of the pool serving it; a deferred task's
         // first rounds run in place and its task is then a job. Without jobs, a task is made
         // at once and its call forwarded in place.
         let durable = self.jobs.get().is_some();
-        for (server, (_, e)) in newest {
-            let queue: Arc<str> = e.scope.job_queue(server).into();
-            for tool in &e.tools {
+        for (server, mut entries) in by_server {
+            entries.sort_by_key(|e| std::cmp::Reverse(e.0));
+            // The newest entry says what a pool offers (replicas normally agree). A server
+            // its users' own pools serve offers each user what that user's pool does, and
+            // nobody else: each item is for the users whose pools offer it (`Tokens`).
+            let per_user =
+                self.config.user_pools && entries.iter().any(|e| e.1.scope.user.is_some());
+            let offering: Vec<&CatalogEntry> = if per_user {
+                entries
+                    .iter()
+                    .map(|e| &e.1)
+                    .filter(|e| e.scope.user.is_some())
+                    .collect()
+            } else {
+                entries.iter().map(|e| &e.1).take(1).collect()
+            };
+            for (tool, e, tokens) in offered(&offering, per_user, |e| &e.tools, |t| &t.name) {
+                let queue: Arc<str> = e.scope.job_queue(server).into();
                 let exposed = self.config.expose(server, &tool.name);
                 let run = match (durable, e.deferred_tasks.contains(&tool.name)) {
                     (false, _) => TaskRun::InPlace,
-                    (true, false) => TaskRun::Job(queue.clone()),
-                    (true, true) => TaskRun::Deferred(queue.clone()),
+                    (true, false) => TaskRun::Job(queue),
+                    (true, true) => TaskRun::Deferred(queue),
                 };
-                offered_tools.push((exposed, server, (tool.clone(), run)));
+                offered_tools.push((exposed, server, (tool.clone(), run, tokens)));
             }
-            for resource in &e.resources {
-                resources.push((resource.uri.clone(), server, resource));
+            for (resource, _, tokens) in offered(&offering, per_user, |e| &e.resources, |r| &r.uri)
+            {
+                resources.push((resource.uri.clone(), server, (resource.clone(), tokens)));
             }
-            for template in &e.resource_templates {
+            let each_template = offered(
+                &offering,
+                per_user,
+                |e| &e.resource_templates,
+                |t| &t.uri_template,
+            );
+            for (template, _, tokens) in each_template {
                 match UriTemplate::parse(&template.uri_template) {
-                    Ok(_) => templates.push((template.uri_template.clone(), server, template)),
+                    Ok(_) => templates.push((
+                        template.uri_template.clone(),
+                        server,
+                        (template.clone(), tokens),
+                    )),
                     Err(e) => {
                         tracing::debug!(%server, template = %template.uri_template, error = %e, "a worker's resource template skipped");
                     }
                 }
             }
-            for prompt in &e.prompts {
+            for (prompt, _, tokens) in offered(&offering, per_user, |e| &e.prompts, |p| &p.name) {
                 let exposed = self.config.expose(server, &prompt.name);
-                prompts.push((exposed, server, prompt));
+                prompts.push((exposed, server, (prompt.clone(), tokens)));
             }
         }
         let mut clashes = Vec::new();
-        let tools = offered_tools
-            .iter()
-            .map(|(exposed, server, tool)| (exposed.clone(), *server, tool))
-            .collect();
-        let tools = assign(&state.installed.tools, tools, "tool", &mut clashes);
+        let tools = assign(&state.installed.tools, offered_tools, "tool", &mut clashes);
         let resources = assign(
             &state.installed.resources,
             resources,
@@ -712,7 +731,7 @@ impl Inner {
         let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
         let tool_defs: Vec<ToolDef> = new_tools
             .into_iter()
-            .map(|(exposed, (server, (tool, run)))| {
+            .map(|(exposed, (server, (tool, run, tokens)))| {
                 let mut def_tool = tool.clone();
                 def_tool.name = exposed.clone();
                 // A tool that says calling it again is harmless may be re-issued once when its
@@ -728,19 +747,25 @@ impl Inner {
                 };
                 // The byte-level path: the worker checks the arguments against its own
                 // schema, and its result is passed on as it came.
-                let def = ToolDef::forwarding(def_tool, forward(self.clone(), route));
+                let mut def = ToolDef::forwarding(def_tool, forward(self.clone(), route));
                 if matches!(run, TaskRun::Deferred(_)) {
-                    def.with_deferred_task()
-                } else {
-                    def
+                    def = def.with_deferred_task();
+                }
+                match audience_of(tokens) {
+                    Some(audience) => def.for_audience(audience),
+                    None => def,
                 }
             })
             .collect();
         let (mut gone_uris, new_resources) = diff(&state.installed.resources, &resources);
         let resource_defs: Vec<ResourceDef> = new_resources
             .into_iter()
-            .map(|(_, (server, resource))| {
-                ResourceDef::new(resource.clone(), read(self.clone(), server.clone()))
+            .map(|(_, (server, (resource, tokens)))| {
+                let def = ResourceDef::new(resource.clone(), read(self.clone(), server.clone()));
+                match audience_of(tokens) {
+                    Some(audience) => def.for_audience(audience),
+                    None => def,
+                }
             })
             .collect();
         let (gone_templates, new_templates) = diff(&state.installed.templates, &templates);
@@ -760,12 +785,17 @@ impl Inner {
         }
         let template_defs: Vec<TemplateDef> = new_templates
             .into_iter()
-            .filter_map(|(_, (server, template))| {
-                TemplateDef::new(template.clone(), read(self.clone(), server.clone())).ok()
+            .filter_map(|(_, (server, (template, tokens)))| {
+                let def =
+                    TemplateDef::new(template.clone(), read(self.clone(), server.clone())).ok()?;
+                Some(match audience_of(tokens) {
+                    Some(audience) => def.for_audience(audience),
+                    None => def,
+                })
             })
             .collect();
         let (gone_prompts, new_prompts) = diff(&state.installed.prompts, &prompts);
-        for (exposed, (_, prompt)) in &new_prompts {
+        for (exposed, (_, (prompt, _))) in &new_prompts {
             for arg in prompt.arguments.iter().flatten() {
                 completers.push(CompletionTarget::Prompt(
                     (*exposed).clone(),
@@ -775,13 +805,17 @@ impl Inner {
         }
         let prompt_defs: Vec<PromptDef> = new_prompts
             .into_iter()
-            .map(|(exposed, (server, prompt))| {
+            .map(|(exposed, (server, (prompt, tokens)))| {
                 let mut def_prompt = prompt.clone();
                 def_prompt.name = exposed.clone();
-                PromptDef::new(
+                let def = PromptDef::new(
                     def_prompt,
                     get_prompt(self.clone(), server.clone(), prompt.name.clone()),
-                )
+                );
+                match audience_of(tokens) {
+                    Some(audience) => def.for_audience(audience),
+                    None => def,
+                }
             })
             .collect();
         state.installed = Installed {
@@ -841,13 +875,13 @@ impl Inner {
 /// order of their server names): the one serving it now keeps it while it still offers it
 /// (a worker that comes later cannot take a name over), else the first. The others are
 /// `clashes` (kind, name, the server left out).
-fn assign<T: Clone>(
+fn assign<T>(
     installed: &Installs<T>,
-    offers: Vec<(String, &str, &T)>,
+    offers: Vec<(String, &str, T)>,
     kind: &'static str,
     clashes: &mut Vec<(&'static str, String, String)>,
 ) -> Installs<T> {
-    let mut by_key: BTreeMap<String, Vec<(&str, &T)>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, Vec<(&str, T)>> = BTreeMap::new();
     for (key, server, item) in offers {
         by_key.entry(key).or_default().push((server, item));
     }
@@ -864,9 +898,48 @@ fn assign<T: Clone>(
                 clashes.push((kind, key.clone(), other.to_owned()));
             }
         }
-        chosen.insert(key, (server.to_owned(), item.clone()));
+        chosen.insert(key, (server.to_owned(), item));
     }
     chosen
+}
+
+/// The user tokens of the pools an item is for: `None` for everyone this gateway serves;
+/// a server its users' own pools serve (`user_pools`) offers each item to the users whose
+/// pools offer it.
+type Tokens = Option<BTreeSet<String>>;
+
+/// Each item of `offering` (a server's entries, newest first) once by its name, as the
+/// newest entry offering it has it, with that entry, and, `per_user`, the user tokens of
+/// every entry offering it.
+fn offered<'e, T>(
+    offering: &[&'e CatalogEntry],
+    per_user: bool,
+    items: impl Fn(&'e CatalogEntry) -> &'e [T],
+    name: impl Fn(&'e T) -> &'e str,
+) -> Vec<(&'e T, &'e CatalogEntry, Tokens)> {
+    let mut out: Vec<(&'e T, &'e CatalogEntry, Tokens)> = Vec::new();
+    let mut at: HashMap<&'e str, usize> = HashMap::new();
+    for e in offering {
+        for item in items(e) {
+            let i = *at.entry(name(item)).or_insert_with(|| {
+                out.push((item, e, per_user.then(BTreeSet::new)));
+                out.len() - 1
+            });
+            if let (Some(tokens), Some(user)) = (&mut out[i].2, &e.scope.user) {
+                tokens.insert(user.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Who may see and use an item for the users of `tokens`: callers whose principal's token
+/// is one of them (`Tokens`).
+fn audience_of(tokens: &Tokens) -> Option<toolyard::Audience> {
+    let tokens = tokens.clone()?;
+    Some(toolyard::Audience::when(move |principal| {
+        tokens.contains(&crate::principal_token(principal))
+    }))
 }
 
 /// Exposed names (or URIs) with what to install there.
@@ -1186,7 +1259,7 @@ fn complete(inner: std::sync::Weak<Inner>, target: CompletionTarget) -> toolyard
                 match &target {
                     CompletionTarget::Prompt(exposed, argument) => {
                         match state.installed.prompts.get(exposed) {
-                            Some((server, prompt)) => (
+                            Some((server, (prompt, _))) => (
                                 server.clone(),
                                 json!({"type": "ref/prompt", "name": prompt.name}),
                                 argument.clone(),
@@ -1196,7 +1269,7 @@ fn complete(inner: std::sync::Weak<Inner>, target: CompletionTarget) -> toolyard
                     }
                     CompletionTarget::Resource(uri_template, variable) => {
                         match state.installed.templates.get(uri_template) {
-                            Some((server, template)) => (
+                            Some((server, (template, _))) => (
                                 server.clone(),
                                 json!({"type": "ref/resource", "uri": template.uri_template}),
                                 variable.clone(),

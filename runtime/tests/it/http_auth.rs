@@ -71,6 +71,7 @@ async fn start(jwks: Option<JwksSource>) -> TestServer {
                 ))
             },
         ))
+        .tool(vault())
         .start()
         .await
         .unwrap();
@@ -97,6 +98,22 @@ async fn start(jwks: Option<JwksSource>) -> TestServer {
         let _ = axum::serve(listener, app).await;
     });
     TestServer { port, task }
+}
+
+/// alice's `vault`, whose `region` argument HTTP callers mirror into `Mcp-Param-Region`.
+fn vault() -> toolyard::ToolDef {
+    let tool: toolyard::proto::Tool = serde_json::from_value(json!({
+        "name": "vault", "inputSchema": {"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}}}))
+    .unwrap();
+    toolyard::ToolDef::new(
+        tool,
+        Arc::new(|_ctx, _args| {
+            Box::pin(async { Ok(toolyard::proto::CallToolResult::text("opened")) })
+        }),
+    )
+    .unwrap()
+    .for_audience(toolyard::Audience::principals(["alice"]))
 }
 
 /// The claims of a good token for server `port`; tests spoil one at a time.
@@ -573,4 +590,26 @@ async fn unusable_settings_fail_the_router() {
     assert!(matches!(err, toolyard::BuildError::OAuth(_)), "{err}");
     let remote = config(JwksSource::Url("http://issuer.example/jwks".into()));
     assert!(toolyard::http::router(server, remote).await.is_err());
+}
+
+/// A tool for alice alone is, to bob's bearer, an unknown tool over HTTP too: its call is not
+/// refused for the `Mcp-Param-Region` header it lacks (a header mismatch would tell bob the
+/// tool is there), and alice's call with the header is served.
+#[tokio::test]
+async fn a_tool_for_another_principal_is_unknown_whatever_its_header_params() {
+    let server = start(None).await;
+    let mut bob = claims(server.port);
+    bob["sub"] = "bob".into();
+    let hidden = call(server.port, &rsa(&bob), "vault", json!({"region": "eu"})).await;
+    let unknown = call(server.port, &rsa(&bob), "nonesuch", json!({"region": "eu"})).await;
+    assert_eq!(hidden.status, unknown.status);
+    assert_eq!(hidden.json()["error"]["code"], -32602, "{}", hidden.json());
+    assert_eq!(hidden.json()["error"]["message"], "Unknown tool: vault");
+    // alice without the header: the tool is hers, so the mismatch is hers to hear of.
+    let alice = rsa(&claims(server.port));
+    let mismatch = call(server.port, &alice, "vault", json!({"region": "eu"})).await;
+    assert_eq!(mismatch.status, 400, "{}", mismatch.json());
+    assert!(mismatch.json()["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("Mcp-Param-Region")));
 }

@@ -8,6 +8,7 @@ use crate::tasks::{
     terminal,
 };
 use crate::*;
+use std::collections::BTreeSet;
 
 use async_nats::HeaderMap;
 use futures_util::StreamExt;
@@ -448,6 +449,7 @@ async fn desk_of(url: &str, owner: &'static str) -> Worker {
     let server = ServerBuilder::new("desk", "1.0")
         .tool(says("owner", false))
         .tool(says("owner_task", true))
+        .tool(says(&format!("notes_of_{owner}"), false))
         .start()
         .await
         .unwrap();
@@ -463,11 +465,12 @@ async fn desk_of(url: &str, owner: &'static str) -> Worker {
 
 /// Each user's own pool behind one gateway (`user_pools`): alice's and bob's pools of `desk`
 /// (each a user pool of tenant acme whose user token is its owner's principal token) behind
-/// a gateway of acme. Each caller's calls, and its tasks (durable jobs on its own pool's
-/// queue), run on its own pool; a caller with no pool, or no principal, is told no worker
-/// serves it (-32011).
+/// a gateway of acme. Each caller is listed what its own pool offers and nothing of another's
+/// (`Audience`); its calls, and its tasks (durable jobs on its own pool's queue), run on its
+/// own pool. A caller with no pool, or no principal, is listed none of desk's tools, and
+/// calling one is answered as an unknown tool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_callers_calls_and_tasks_run_on_its_own_user_pool() {
+async fn each_caller_sees_and_runs_only_its_own_user_pools_tools() {
     let nats = NatsServer::start();
     let url = nats.url();
     let _alice_desk = desk_of(&url, "alice").await;
@@ -487,9 +490,21 @@ async fn each_callers_calls_and_tasks_run_on_its_own_user_pool() {
         connect_as("bob").await.unwrap(),
         connect_as("carol").await.unwrap(),
     );
-    listed_to(&alice, "desk__owner_task").await;
+    listed_to(&alice, "desk__notes_of_alice").await;
+    listed_to(&bob, "desk__notes_of_bob").await;
     for (client, owner) in [(&alice, "alice"), (&bob, "bob")] {
+        let mine = [
+            "desk__owner",
+            "desk__owner_task",
+            &format!("desk__notes_of_{owner}"),
+        ]
+        .map(String::from);
+        assert_eq!(desk_tools(client).await, BTreeSet::from(mine), "{owner}");
         let answered = call_desk(client, "desk__owner").await.unwrap();
+        assert_eq!(answered["content"][0]["text"], owner, "{answered}");
+        let answered = call_desk(client, &format!("desk__notes_of_{owner}"))
+            .await
+            .unwrap();
         assert_eq!(answered["content"][0]["text"], owner, "{answered}");
         let created = call_desk(client, "desk__owner_task").await.unwrap();
         assert_eq!(created["resultType"], "task", "{created}");
@@ -497,6 +512,9 @@ async fn each_callers_calls_and_tasks_run_on_its_own_user_pool() {
         assert_eq!(done["status"], "completed", "{done}");
         assert_eq!(done["result"]["content"][0]["text"], owner, "{done}");
     }
+    // Another user's own tool is not there for alice.
+    let refused = rpc_error(call_desk(&alice, "desk__notes_of_bob").await);
+    assert_eq!(refused.message, "Unknown tool: desk__notes_of_bob");
     // Each task was a job on its owner's own queue.
     let js = async_nats::jetstream::new(connect(&url).await);
     let stream = js.get_stream(toolyard_nats::JOBS_STREAM).await.unwrap();
@@ -511,18 +529,35 @@ async fn each_callers_calls_and_tasks_run_on_its_own_user_pool() {
         );
     }
 
-    // carol has no pool: no responders. A caller without a principal has none to reach.
+    // carol has no pool, an anonymous caller no principal to reach one by: none of desk's
+    // tools is theirs, and no call or task of one is made.
     for client in [&carol, &anonymous] {
-        let refused = rpc_error(call_desk(client, "desk__owner").await);
-        assert_eq!(refused.code, wire::NO_RESPONDERS, "{refused:?}");
+        assert_eq!(desk_tools(client).await, BTreeSet::new());
+        for tool in ["desk__owner", "desk__owner_task"] {
+            let refused = rpc_error(call_desk(client, tool).await);
+            assert_eq!(
+                refused.message,
+                format!("Unknown tool: {tool}"),
+                "{refused:?}"
+            );
+        }
     }
-    let refused = rpc_error(call_desk(&anonymous, "desk__owner").await);
-    assert!(refused.message.contains("no principal"), "{refused:?}");
-    // Its task is made, and fails saying so: no job goes to anyone's queue.
-    let created = call_desk(&anonymous, "desk__owner_task").await.unwrap();
-    let done = terminal(&anonymous, created["taskId"].as_str().unwrap()).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert!(done.to_string().contains("no principal"), "{done}");
+}
+
+/// The `desk__` tools `client` is listed.
+async fn desk_tools(client: &RawClient) -> BTreeSet<String> {
+    let list = client
+        .request("tools/list", json!({"_meta": answering_caller()}))
+        .await
+        .unwrap();
+    list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .filter(|n| n.starts_with("desk__"))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The JSON-RPC error a request was answered with.
