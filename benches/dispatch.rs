@@ -5,6 +5,10 @@
 //!   path (parse -> Connection -> ToolHandler -> task -> serialize -> sink) and back, one at
 //!   a time, through the in-memory transport.
 //! - `memory_round_trip_16`: 16 calls in flight at once.
+//! - `audience/{everyone,token}`: a modern `tools/call` by an authenticated caller of a tool
+//!   for everyone and of the same tool for an audience that admits it as a gateway with
+//!   `user_pools` does (the SHA-256 token of the caller's principal, looked up in a set): what
+//!   the check costs a call.
 //!
 //! Compare the modern and legacy figures with each other, not with absolute numbers: the
 //! machine is shared.
@@ -61,6 +65,54 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+
+    #[cfg(feature = "nats")]
+    audience(c, &rt, &modern);
+}
+
+/// The echo's arguments.
+#[cfg(feature = "nats")]
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Message {
+    message: String,
+}
+
+/// `audience/*`: the same echo for everyone and for an audience, called by one principal.
+#[cfg(feature = "nats")]
+fn audience(c: &mut Criterion, rt: &tokio::runtime::Runtime, modern: &serde_json::Value) {
+    let principal = "alice@example.com";
+    let client = rt.block_on(async {
+        let echo = |name: &str| {
+            toolyard::tool_fn(
+                name,
+                "Echoes",
+                |_c, a: Message| async move { Ok(a.message) },
+            )
+            .expect("tool")
+        };
+        let tokens: std::collections::BTreeSet<String> = ["bob", principal, "carol"]
+            .map(toolyard_nats::principal_token)
+            .into();
+        let for_users =
+            toolyard::Audience::when(move |p| tokens.contains(&toolyard_nats::principal_token(p)));
+        let server = ServerBuilder::new("bench", "0")
+            .tool(echo("everyone"))
+            .tool(echo("token").for_audience(for_users))
+            .start()
+            .await
+            .expect("server");
+        RawClient::connect_as(&server, Some(principal))
+            .await
+            .expect("client")
+    });
+    for tool in ["everyone", "token"] {
+        let mut call = modern.clone();
+        call["name"] = tool.into();
+        c.bench_function(&format!("audience/{tool}"), |b| {
+            b.to_async(rt)
+                .iter(|| async { client.request("tools/call", &call).await.is_ok() })
+        });
+    }
 }
 
 #[allow(missing_docs)]

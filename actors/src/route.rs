@@ -146,9 +146,11 @@ pub(crate) fn route(
         }
         method::COMPLETION_COMPLETE => {
             if let Some((params, reply)) = parsed::<CompleteParams>(&params, reply) {
-                let _ = routes
-                    .completion
-                    .cast(CompletionMsg::Complete { params, reply });
+                let _ = routes.completion.cast(CompletionMsg::Complete {
+                    params,
+                    principal: ctx.principal_shared(),
+                    reply,
+                });
             }
         }
         method::TASKS_GET

@@ -333,6 +333,8 @@ impl SupState {
             CompletionHandler,
             CompletionState {
                 completers: self.completers.clone(),
+                prompts: self.core.prompts.clone(),
+                templates: self.core.templates.clone(),
             },
             sup,
         )

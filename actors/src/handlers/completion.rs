@@ -1,10 +1,13 @@
 //! The CompletionHandler actor: argument completers for prompts and resource templates.
 
+use crate::audience::Audienced;
+use crate::registry::Registry;
 use crate::reply::Reply;
-use crate::resource::{CompleteFn, CompletionTarget, Completions};
+use crate::resource::{CompleteFn, CompletionTarget, Completions, PromptDef, TemplateDef};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The most values one completion answer carries, as the spec caps it.
 const MAX_VALUES: usize = 100;
@@ -66,6 +69,8 @@ pub(crate) enum CompletionMsg {
     Complete {
         /// Params.
         params: CompleteParams,
+        /// Who asks: a prompt or template it may not see completes to nothing.
+        principal: Option<Arc<str>>,
         /// Answer.
         reply: Reply,
     },
@@ -77,6 +82,28 @@ pub(crate) struct CompletionHandler;
 
 pub(crate) struct CompletionState {
     pub(crate) completers: HashMap<CompletionTarget, CompleteFn>,
+    /// Where a prompt's or template's audience is looked up.
+    pub(crate) prompts: Arc<Registry<PromptDef>>,
+    pub(crate) templates: Arc<Registry<TemplateDef>>,
+}
+
+impl CompletionState {
+    /// Whether a caller with `principal` may see what `target` completes an argument of
+    /// (an [`Audience`](crate::Audience)'s): else it is as unknown as a prompt or template
+    /// the server does not have.
+    fn admits(&self, target: &CompletionTarget, principal: Option<&str>) -> bool {
+        match target {
+            CompletionTarget::Prompt(name, _) => {
+                self.prompts.get(name).is_none_or(|p| p.admits(principal))
+            }
+            CompletionTarget::Resource(uri_template, _) => self
+                .templates
+                .load()
+                .values()
+                .find(|t| t.template.uri_template == *uri_template)
+                .is_none_or(|t| t.admits(principal)),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -115,7 +142,11 @@ impl Actor for CompletionHandler {
             CompletionMsg::Register(target, f) => {
                 state.completers.insert(target, f);
             }
-            CompletionMsg::Complete { params, reply } => {
+            CompletionMsg::Complete {
+                params,
+                principal,
+                reply,
+            } => {
                 let target = match params.reference {
                     CompletionRef::Prompt { name } => {
                         CompletionTarget::Prompt(name, params.argument.name)
@@ -125,13 +156,18 @@ impl Actor for CompletionHandler {
                     }
                 };
                 let context = params.context.and_then(|c| c.arguments).unwrap_or_default();
-                let completer = state.completers.get(&target).cloned();
+                let completer = state
+                    .completers
+                    .get(&target)
+                    .filter(|_| state.admits(&target, principal.as_deref()))
+                    .cloned();
                 let value = params.argument.value;
                 tokio::spawn(async move {
                     let found = match completer {
                         Some(f) => f(value, context).await,
-                        // Unknown targets complete to nothing rather than failing: the
-                        // client asked for suggestions, and there are none.
+                        // Unknown targets (and those the caller may not see) complete to
+                        // nothing rather than failing: the client asked for suggestions, and
+                        // there are none.
                         None => Completions::default(),
                     };
                     let mut values = found.values;

@@ -86,9 +86,34 @@ async fn server() -> Server {
         .resource(resource("res://secret").for_audience(alice()))
         .template(template("catalog://{id}"))
         .template(template("vault://{id}").for_audience(alice()))
+        .completer(
+            toolyard::CompletionTarget::Prompt("briefing".into(), "topic".into()),
+            suggest(),
+        )
+        .completer(
+            toolyard::CompletionTarget::Resource("vault://{id}".into(), "id".into()),
+            suggest(),
+        )
         .start()
         .await
         .unwrap()
+}
+
+/// A completer suggesting one value.
+fn suggest() -> toolyard::CompleteFn {
+    Arc::new(|typed: String, _| {
+        Box::pin(async move { toolyard::Completions::from(vec![format!("{typed}-suggested")]) })
+    })
+}
+
+/// The values `completion/complete` of `reference`'s `argument` suggests to `client`.
+async fn completed(client: &RawClient, m: &Value, reference: Value, argument: &str) -> Value {
+    let mut params = json!({"ref": reference, "argument": {"name": argument, "value": "x"}});
+    if !m.is_null() {
+        params["_meta"] = m.clone();
+    }
+    let answer = client.request("completion/complete", params).await.unwrap();
+    answer["completion"]["values"].clone()
 }
 
 fn names(listed: &Value, key: &str, field: &str) -> Vec<String> {
@@ -171,6 +196,16 @@ async fn what_is_for_an_audience_is_listed_and_served_to_it_alone_and_unknown_to
             .await
             .unwrap();
         assert_eq!(read["contents"][0]["text"], "entry 7");
+        let prompt = json!({"type": "ref/prompt", "name": "briefing"});
+        let vault = json!({"type": "ref/resource", "uri": "vault://{id}"});
+        assert_eq!(
+            completed(client, &m, prompt, "topic").await,
+            json!(["x-suggested"])
+        );
+        assert_eq!(
+            completed(client, &m, vault, "id").await,
+            json!(["x-suggested"])
+        );
     }
     // A listing that hides something from someone is no listing to share between callers.
     let tools = current
@@ -230,6 +265,12 @@ async fn what_is_for_an_audience_is_listed_and_served_to_it_alone_and_unknown_to
                 );
                 assert_eq!(hidden, (not_found, format!("Resource not found: {uri}")));
             }
+            // Completing an argument of what it may not see suggests nothing, as for a
+            // prompt or template the server does not have.
+            let prompt = json!({"type": "ref/prompt", "name": "briefing"});
+            let vault = json!({"type": "ref/resource", "uri": "vault://{id}"});
+            assert_eq!(completed(client, &m, prompt, "topic").await, json!([]));
+            assert_eq!(completed(client, &m, vault, "id").await, json!([]));
             // What is for everyone still answers.
             let read = client
                 .request("resources/read", with(json!({"uri":"catalog://3"})))
