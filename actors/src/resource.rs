@@ -128,11 +128,14 @@ pub type PromptFn = Arc<
         + Sync,
 >;
 
-/// Suggests values for an argument: gets the partial value and the other arguments already
-/// filled in, returns candidates (`.collect()` an iterator of `String`s, or say how many
-/// there are in all with [`Completions::total`]).
-pub type CompleteFn =
-    Arc<dyn Fn(String, HashMap<String, String>) -> BoxFuture<Completions> + Send + Sync>;
+/// Suggests values for an argument: gets the request's context (who asks, its trace), the
+/// partial value and the other arguments already filled in, returns candidates (`.collect()`
+/// an iterator of `String`s, or say how many there are in all with [`Completions::total`]).
+/// The context is what a completer that relays another server's answer (a gateway's) sends
+/// on: the caller's principal and trace.
+pub type CompleteFn = Arc<
+    dyn Fn(RequestContext, String, HashMap<String, String>) -> BoxFuture<Completions> + Send + Sync,
+>;
 
 /// What a completer found. The answer carries at most 100 values; `total` and `has_more`
 /// default to what the values say, and a completer that knows better (one that relays

@@ -146,11 +146,9 @@ pub(crate) fn route(
         }
         method::COMPLETION_COMPLETE => {
             if let Some((params, reply)) = parsed::<CompleteParams>(&params, reply) {
-                let _ = routes.completion.cast(CompletionMsg::Complete {
-                    params,
-                    principal: ctx.principal_shared(),
-                    reply,
-                });
+                let _ = routes
+                    .completion
+                    .cast(CompletionMsg::Complete { params, ctx, reply });
             }
         }
         method::TASKS_GET

@@ -1,6 +1,7 @@
 //! The CompletionHandler actor: argument completers for prompts and resource templates.
 
 use crate::audience::Audienced;
+use crate::context::RequestContext;
 use crate::registry::Registry;
 use crate::reply::Reply;
 use crate::resource::{CompleteFn, CompletionTarget, Completions, PromptDef, TemplateDef};
@@ -69,8 +70,9 @@ pub(crate) enum CompletionMsg {
     Complete {
         /// Params.
         params: CompleteParams,
-        /// Who asks: a prompt or template it may not see completes to nothing.
-        principal: Option<Arc<str>>,
+        /// Who asks (a prompt or template it may not see completes to nothing), and the
+        /// context the completer gets.
+        ctx: RequestContext,
         /// Answer.
         reply: Reply,
     },
@@ -142,11 +144,7 @@ impl Actor for CompletionHandler {
             CompletionMsg::Register(target, f) => {
                 state.completers.insert(target, f);
             }
-            CompletionMsg::Complete {
-                params,
-                principal,
-                reply,
-            } => {
+            CompletionMsg::Complete { params, ctx, reply } => {
                 let target = match params.reference {
                     CompletionRef::Prompt { name } => {
                         CompletionTarget::Prompt(name, params.argument.name)
@@ -159,12 +157,12 @@ impl Actor for CompletionHandler {
                 let completer = state
                     .completers
                     .get(&target)
-                    .filter(|_| state.admits(&target, principal.as_deref()))
+                    .filter(|_| state.admits(&target, ctx.principal()))
                     .cloned();
                 let value = params.argument.value;
                 tokio::spawn(async move {
                     let found = match completer {
-                        Some(f) => f(value, context).await,
+                        Some(f) => f(ctx, value, context).await,
                         // Unknown targets (and those the caller may not see) complete to
                         // nothing rather than failing: the client asked for suggestions, and
                         // there are none.

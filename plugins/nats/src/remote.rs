@@ -1242,87 +1242,104 @@ const COMPLETE_WITHIN: Duration = Duration::from_secs(5);
 
 /// A completer for one argument of a worker's prompt or one variable of its resource
 /// template (`target` in exposed names): `completion/complete` over the bus to the worker
-/// serving it now, with its upstream prompt name or template URI. Completion is a hint: a
+/// serving it now, with its upstream prompt name or template URI, for the caller (its
+/// principal sent as any request's is, so a user pool's prompt completes on that user's
+/// pool) and in its trace. Completion is a hint: a
 /// worker that fails, is gone or is slow completes to nothing (logged at debug), never to an
 /// error. Weak: the server holds its completers for good, and must not keep the gateway side
 /// alive.
 fn complete(inner: std::sync::Weak<Inner>, target: CompletionTarget) -> toolyard::CompleteFn {
-    Arc::new(move |value: String, context: HashMap<String, String>| {
-        let inner = inner.upgrade();
-        let target = target.clone();
-        Box::pin(async move {
-            let Some(inner) = inner else {
-                return Completions::default();
-            };
-            let (server, reference, argument) = {
-                let state = inner.state();
-                match &target {
-                    CompletionTarget::Prompt(exposed, argument) => {
-                        match state.installed.prompts.get(exposed) {
-                            Some((server, (prompt, _))) => (
-                                server.clone(),
-                                json!({"type": "ref/prompt", "name": prompt.name}),
-                                argument.clone(),
-                            ),
-                            None => return Completions::default(),
+    Arc::new(
+        move |ctx: RequestContext, value: String, context: HashMap<String, String>| {
+            let inner = inner.upgrade();
+            let target = target.clone();
+            Box::pin(async move {
+                let Some(inner) = inner else {
+                    return Completions::default();
+                };
+                let (server, reference, argument) = {
+                    let state = inner.state();
+                    match &target {
+                        CompletionTarget::Prompt(exposed, argument) => {
+                            match state.installed.prompts.get(exposed) {
+                                Some((server, (prompt, _))) => (
+                                    server.clone(),
+                                    json!({"type": "ref/prompt", "name": prompt.name}),
+                                    argument.clone(),
+                                ),
+                                None => return Completions::default(),
+                            }
+                        }
+                        CompletionTarget::Resource(uri_template, variable) => {
+                            match state.installed.templates.get(uri_template) {
+                                Some((server, (template, _))) => (
+                                    server.clone(),
+                                    json!({"type": "ref/resource", "uri": template.uri_template}),
+                                    variable.clone(),
+                                ),
+                                None => return Completions::default(),
+                            }
                         }
                     }
-                    CompletionTarget::Resource(uri_template, variable) => {
-                        match state.installed.templates.get(uri_template) {
-                            Some((server, (template, _))) => (
-                                server.clone(),
-                                json!({"type": "ref/resource", "uri": template.uri_template}),
-                                variable.clone(),
-                            ),
-                            None => return Completions::default(),
-                        }
+                };
+                let mut params = json!({
+                    "ref": reference,
+                    "argument": {"name": argument, "value": value},
+                    "_meta": {
+                        toolyard_proto::meta::PROTOCOL_VERSION: "2026-07-28",
+                        toolyard_proto::meta::CLIENT_CAPABILITIES: {},
+                    },
+                });
+                if !context.is_empty() {
+                    params["context"] = json!({"arguments": context});
+                }
+                let within = inner.config.inactivity.min(COMPLETE_WITHIN);
+                let asked = complete_once(&inner, &ctx, &server, &params);
+                match tokio::time::timeout(within, asked).await {
+                    Ok(Ok(found)) => found,
+                    Ok(Err(why)) => {
+                        tracing::debug!(target: "toolyard::nats", %server, %why, "completion: nothing from the worker");
+                        Completions::default()
+                    }
+                    Err(_) => {
+                        tracing::debug!(target: "toolyard::nats", %server, "completion: the worker did not answer in {within:?}");
+                        Completions::default()
                     }
                 }
-            };
-            let mut params = json!({
-                "ref": reference,
-                "argument": {"name": argument, "value": value},
-                "_meta": {
-                    toolyard_proto::meta::PROTOCOL_VERSION: "2026-07-28",
-                    toolyard_proto::meta::CLIENT_CAPABILITIES: {},
-                },
-            });
-            if !context.is_empty() {
-                params["context"] = json!({"arguments": context});
-            }
-            let within = inner.config.inactivity.min(COMPLETE_WITHIN);
-            match tokio::time::timeout(within, complete_once(&inner, &server, &params)).await {
-                Ok(Ok(found)) => found,
-                Ok(Err(why)) => {
-                    tracing::debug!(target: "toolyard::nats", %server, %why, "completion: nothing from the worker");
-                    Completions::default()
-                }
-                Err(_) => {
-                    tracing::debug!(target: "toolyard::nats", %server, "completion: the worker did not answer in {within:?}");
-                    Completions::default()
-                }
-            }
-        })
-    })
+            })
+        },
+    )
 }
 
 /// One `completion/complete` to a worker of `server`, read to its terminal frame.
 /// Completion has no progress, input rounds, claims or retries: any failure is the caller's
 /// "nothing", so it is reported as a reason only.
-async fn complete_once(inner: &Inner, server: &str, params: &Value) -> Result<Completions, String> {
-    // Observed like every outgoing request (a CLIENT span when telemetry is on); a completer
-    // has no caller context, so the span starts a trace of its own, which the worker joins.
+async fn complete_once(
+    inner: &Inner,
+    ctx: &RequestContext,
+    server: &str,
+    params: &Value,
+) -> Result<Completions, String> {
+    // Observed like every outgoing request (a CLIENT span when telemetry is on), in the
+    // caller's trace, which the worker joins.
     let observed = toolyard_client::default_observer().and_then(|o| {
         o.start(&OutgoingRequest {
             method: "completion/complete",
             target: None,
-            traceparent: None,
-            tracestate: None,
+            traceparent: ctx.traceparent(),
+            tracestate: ctx.tracestate(),
             server: Some(server),
         })
     });
-    let trace = observed.as_ref().and_then(|o| o.trace_context());
-    let outcome = complete_traced(inner, server, params, trace.as_ref()).await;
+    let trace = observed
+        .as_ref()
+        .and_then(|o| o.trace_context())
+        .or_else(|| {
+            let parent = ctx.traceparent()?;
+            Some((parent.to_owned(), ctx.tracestate().map(str::to_owned)))
+        });
+    let principal = inner.config.principal_sent(ctx);
+    let outcome = complete_traced(inner, server, params, trace.as_ref(), principal).await;
     if let Some(o) = observed {
         o.finish(match &outcome {
             Ok(_) => RequestOutcome::Ok,
@@ -1337,18 +1354,28 @@ async fn complete_traced(
     server: &str,
     params: &Value,
     trace: Option<&Trace>,
+    principal: Option<&str>,
 ) -> Result<Completions, String> {
     let method = "completion/complete";
-    let subject = Subject::from(wire::request_subject_for(
-        &inner.config.prefix,
-        &inner.config.caller,
-        server,
-        method,
-        None,
-    ));
+    let mut headers = HeaderMap::new();
+    let subject = match principal {
+        None => Subject::from(wire::request_subject_for(
+            &inner.config.prefix,
+            &inner.config.caller,
+            server,
+            method,
+            None,
+        )),
+        Some(principal) => {
+            let header = principal_header(principal).ok_or(
+                "the caller's principal cannot be sent: a header cannot carry it as it is",
+            )?;
+            headers.insert(wire::PRINCIPAL, header);
+            principal_subject(inner, principal, server, method, None)
+        }
+    };
     let frames = inner.replies.open(&subject);
     let inbox = frames.subject().to_owned();
-    let mut headers = HeaderMap::new();
     headers.insert(wire::WIRE, "1");
     headers.insert(wire::METHOD, method);
     headers.insert(wire::PROTOCOL_VERSION, "2026-07-28");
@@ -1722,29 +1749,51 @@ async fn rounds_of<T: Forwarded>(
     trace: Option<&Trace>,
     principal: &str,
 ) -> Result<Ended<T>, HandlerError> {
-    let header = match principal.parse::<HeaderValue>() {
-        Ok(header) if principal.trim() == principal => header,
-        _ => {
-            return Err(HandlerError::failed(format!(
-                "the caller's principal cannot be sent to `{}`: a header cannot carry it as it is (a line break, or white space at an end)",
-                target.server
-            )))
-        }
+    let Some(header) = principal_header(principal) else {
+        return Err(HandlerError::failed(format!(
+            "the caller's principal cannot be sent to `{}`: a header cannot carry it as it is (a line break, or white space at an end)",
+            target.server
+        )));
     };
-    let subject = Subject::from(wire::request_subject_of(
-        &inner.config.prefix,
-        inner.config.caller.tenant_token(),
-        &crate::principal_token(principal),
+    let subject = principal_subject(
+        inner,
+        principal,
         target.server,
         target.method,
         Some(target.name),
-    ));
+    );
     let target = Target {
         subject: Some(&subject),
         principal: Some(&header),
         ..*target
     };
     rounds::<T>(inner, &target, ctx, params, trace).await
+}
+
+/// `Mcp-Principal` carrying `principal`; `None` when a header cannot carry it as it is (a
+/// line break; white space at an end, which a header's reader trims).
+fn principal_header(principal: &str) -> Option<HeaderValue> {
+    let header = principal.parse::<HeaderValue>().ok()?;
+    (principal.trim() == principal).then_some(header)
+}
+
+/// The subject of a request of `server` made for `principal`: its user token is made from
+/// the principal (`crate::principal`).
+fn principal_subject(
+    inner: &Inner,
+    principal: &str,
+    server: &str,
+    method: &str,
+    name: Option<&str>,
+) -> Subject {
+    Subject::from(wire::request_subject_of(
+        &inner.config.prefix,
+        inner.config.caller.tenant_token(),
+        &crate::principal_token(principal),
+        server,
+        method,
+        name,
+    ))
 }
 
 /// The most input rounds one forwarded request may take.

@@ -346,7 +346,7 @@ pub fn demo(builder: ServerBuilder) -> ServerBuilder {
         .prompt(review);
     b = b.completer(
         CompletionTarget::Prompt("code_review".into(), "language".into()),
-        Arc::new(|prefix, _ctx| {
+        Arc::new(|_ctx, prefix, _args| {
             Box::pin(async move {
                 ["rust", "python", "typescript", "go"]
                     .iter()

@@ -101,7 +101,7 @@ async fn server() -> Server {
 
 /// A completer suggesting one value.
 fn suggest() -> toolyard::CompleteFn {
-    Arc::new(|typed: String, _| {
+    Arc::new(|_ctx, typed: String, _| {
         Box::pin(async move { toolyard::Completions::from(vec![format!("{typed}-suggested")]) })
     })
 }

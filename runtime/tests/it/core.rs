@@ -535,7 +535,7 @@ async fn a_completers_total_and_has_more_reach_the_answer_and_100_values_are_the
     let server = ServerBuilder::new("t", "0")
         .completer(
             toolyard::CompletionTarget::Prompt("p".into(), "few".into()),
-            Arc::new(|_, _| {
+            Arc::new(|_, _, _| {
                 Box::pin(async {
                     toolyard::Completions {
                         values: vec!["a".into(), "b".into()],
@@ -547,7 +547,7 @@ async fn a_completers_total_and_has_more_reach_the_answer_and_100_values_are_the
         )
         .completer(
             toolyard::CompletionTarget::Prompt("p".into(), "many".into()),
-            Arc::new(|_, _| Box::pin(async { (0..150).map(|i| i.to_string()).collect() })),
+            Arc::new(|_, _, _| Box::pin(async { (0..150).map(|i| i.to_string()).collect() })),
         )
         .start()
         .await

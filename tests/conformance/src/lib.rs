@@ -612,7 +612,7 @@ fn prompts(b: ServerBuilder) -> ServerBuilder {
     })))
     .completer(
         CompletionTarget::Prompt("test_prompt_with_arguments".into(), "arg1".into()),
-        Arc::new(|prefix, _| Box::pin(async move {
+        Arc::new(|_, prefix, _| Box::pin(async move {
             ["test", "testValue1", "other"].iter().filter(|v| v.starts_with(&prefix)).map(|v| v.to_string()).collect()
         })),
     )

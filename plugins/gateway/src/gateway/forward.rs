@@ -419,46 +419,48 @@ pub(super) fn forward_complete(
     argument: String,
 ) -> toolyard::CompleteFn {
     let source = Arc::downgrade(source);
-    Arc::new(move |value: String, context: HashMap<String, String>| {
-        let source = source.upgrade();
-        let params = CompleteRequestParams {
-            meta: None,
-            r#ref: reference.clone(),
-            argument: CompleteArgument {
-                name: argument.clone(),
-                value,
-            },
-            context: (!context.is_empty()).then(|| CompleteContext {
-                arguments: Some(context.into_iter().collect()),
-            }),
-        };
-        Box::pin(async move {
-            let Some(source) = source else {
-                return toolyard::Completions::default();
-            };
-            let lease = match source.pool.lease().await {
-                Ok(lease) => lease,
-                Err(e) => {
-                    tracing::debug!(source = %source.spec.name, error = %e, "completion: source unavailable");
-                    return toolyard::Completions::default();
-                }
-            };
-            match lease.complete(params).await {
-                // The source's own count and "more" flag, not just what fits in the answer.
-                Ok(result) => toolyard::Completions {
-                    values: result.completion.values,
-                    total: result
-                        .completion
-                        .total
-                        .and_then(|t| usize::try_from(t).ok()),
-                    has_more: result.completion.has_more,
+    Arc::new(
+        move |_ctx, value: String, context: HashMap<String, String>| {
+            let source = source.upgrade();
+            let params = CompleteRequestParams {
+                meta: None,
+                r#ref: reference.clone(),
+                argument: CompleteArgument {
+                    name: argument.clone(),
+                    value,
                 },
-                Err(e) => {
-                    lease.report(&e);
-                    tracing::debug!(source = %source.spec.name, error = %e, "completion failed upstream");
-                    toolyard::Completions::default()
+                context: (!context.is_empty()).then(|| CompleteContext {
+                    arguments: Some(context.into_iter().collect()),
+                }),
+            };
+            Box::pin(async move {
+                let Some(source) = source else {
+                    return toolyard::Completions::default();
+                };
+                let lease = match source.pool.lease().await {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        tracing::debug!(source = %source.spec.name, error = %e, "completion: source unavailable");
+                        return toolyard::Completions::default();
+                    }
+                };
+                match lease.complete(params).await {
+                    // The source's own count and "more" flag, not just what fits in the answer.
+                    Ok(result) => toolyard::Completions {
+                        values: result.completion.values,
+                        total: result
+                            .completion
+                            .total
+                            .and_then(|t| usize::try_from(t).ok()),
+                        has_more: result.completion.has_more,
+                    },
+                    Err(e) => {
+                        lease.report(&e);
+                        tracing::debug!(source = %source.spec.name, error = %e, "completion failed upstream");
+                        toolyard::Completions::default()
+                    }
                 }
-            }
-        })
-    })
+            })
+        },
+    )
 }

@@ -450,6 +450,26 @@ async fn desk_of(url: &str, owner: &'static str) -> Worker {
         .tool(says("owner", false))
         .tool(says("owner_task", true))
         .tool(says(&format!("notes_of_{owner}"), false))
+        .prompt(toolyard::PromptDef::new(
+            serde_json::from_value(json!({"name": "memo", "arguments": [{"name": "topic"}]}))
+                .unwrap(),
+            Arc::new(move |_ctx, _args| {
+                Box::pin(async move {
+                    let text = format!("{owner}'s memo");
+                    Ok(serde_json::from_value(json!({"messages": [
+                        {"role": "user", "content": {"type": "text", "text": text}}]}))
+                    .unwrap())
+                })
+            }),
+        ))
+        .completer(
+            toolyard::CompletionTarget::Prompt("memo".into(), "topic".into()),
+            Arc::new(move |_ctx, typed: String, _| {
+                Box::pin(async move {
+                    toolyard::Completions::from(vec![format!("{typed} for {owner}")])
+                })
+            }),
+        )
         .start()
         .await
         .unwrap();
@@ -512,6 +532,26 @@ async fn each_caller_sees_and_runs_only_its_own_user_pools_tools() {
         assert_eq!(done["status"], "completed", "{done}");
         assert_eq!(done["result"]["content"][0]["text"], owner, "{done}");
     }
+    // A prompt of a user pool is got from, and completes on, the caller's own pool.
+    listed_prompt(&bob, "desk__memo").await;
+    for (client, owner) in [(&alice, "alice"), (&bob, "bob")] {
+        let got = client
+            .request(
+                "prompts/get",
+                json!({"name": "desk__memo", "_meta": answering_caller()}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            got["messages"][0]["content"]["text"],
+            format!("{owner}'s memo")
+        );
+        let values = memo_completed(client).await;
+        assert_eq!(values, json!([format!("sal for {owner}")]), "{owner}");
+    }
+    for client in [&carol, &anonymous] {
+        assert_eq!(memo_completed(client).await, json!([]));
+    }
     // Another user's own tool is not there for alice.
     let refused = rpc_error(call_desk(&alice, "desk__notes_of_bob").await);
     assert_eq!(refused.message, "Unknown tool: desk__notes_of_bob");
@@ -541,6 +581,36 @@ async fn each_caller_sees_and_runs_only_its_own_user_pools_tools() {
                 "{refused:?}"
             );
         }
+    }
+}
+
+/// What `completion/complete` of `desk__memo`'s `topic` suggests to `client` for "sal".
+async fn memo_completed(client: &RawClient) -> serde_json::Value {
+    let params = json!({"ref": {"type": "ref/prompt", "name": "desk__memo"},
+        "argument": {"name": "topic", "value": "sal"}, "_meta": answering_caller()});
+    let answer = client.request("completion/complete", params).await.unwrap();
+    answer["completion"]["values"].clone()
+}
+
+/// Waits until `client` is listed the prompt `name`.
+async fn listed_prompt(client: &RawClient, name: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list = client
+            .request("prompts/list", json!({"_meta": answering_caller()}))
+            .await
+            .unwrap();
+        if list["prompts"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["name"] == name))
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never listed {name}: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -450,7 +450,7 @@ async fn a_workers_completers_answer_through_the_gateway_and_a_gone_worker_compl
     let served = worker_server(Arc::default()).await;
     served.add_completer(
         CompletionTarget::Prompt("greet".into(), "name".into()),
-        Arc::new(|value: String, _context| {
+        Arc::new(|_ctx, value: String, _context| {
             Box::pin(async move {
                 let names = ["Ada", "Alan", "Grace"];
                 Completions {
@@ -468,7 +468,7 @@ async fn a_workers_completers_answer_through_the_gateway_and_a_gone_worker_compl
     served.add_completer(
         CompletionTarget::Resource("worker://items/{id}".into(), "id".into()),
         Arc::new(
-            |value: String, context: std::collections::HashMap<String, String>| {
+            |_ctx, value: String, context: std::collections::HashMap<String, String>| {
                 Box::pin(async move {
                     let shelf = context.get("shelf").cloned().unwrap_or_default();
                     Completions::from(vec![format!("{value}2 on {shelf}")])
@@ -598,7 +598,7 @@ async fn a_forwarded_completion_is_an_observed_client_request_like_every_other()
     let served = worker_server(Arc::default()).await;
     served.add_completer(
         CompletionTarget::Prompt("greet".into(), "name".into()),
-        Arc::new(|_value: String, _context| {
+        Arc::new(|_ctx, _value: String, _context| {
             Box::pin(async move { Completions::from(vec!["Ada".to_owned()]) })
         }),
     );
