@@ -175,5 +175,11 @@ A worker pool's id (its Deployment, labels and config key): its name, then its t
 user when it is scoped to them (docs/nats.md "Scoped pools").
 */}}
 {{- define "toolyard.workerPool" -}}
-{{ .name }}{{ with .tenant }}-{{ . }}{{ end }}{{ with .user }}-{{ . }}{{ end }}
+{{ .name }}{{ with .tenant }}-{{ . }}{{ end }}{{ with .user }}-{{ . }}{{ end }}{{ with .principal }}-p{{ sha256sum . | trunc 10 }}{{ end }}
+{{- end }}
+
+{{- /* The user token a pool's calls carry: its user's, or its principal's token (`p` and the
+first 16 bytes of SHA-256 of the principal in hex, docs/nats.md "The caller's principal"). */}}
+{{- define "toolyard.workerUserToken" -}}
+{{- if .principal }}p{{ sha256sum .principal | trunc 32 }}{{ else }}{{ .user | default "" }}{{ end }}
 {{- end }}
