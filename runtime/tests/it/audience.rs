@@ -106,25 +106,6 @@ fn suggest() -> toolyard::CompleteFn {
     })
 }
 
-/// The values `completion/complete` of `reference`'s `argument` suggests to `client`.
-async fn completed(client: &RawClient, m: &Value, reference: Value, argument: &str) -> Value {
-    let mut params = json!({"ref": reference, "argument": {"name": argument, "value": "x"}});
-    if !m.is_null() {
-        params["_meta"] = m.clone();
-    }
-    let answer = client.request("completion/complete", params).await.unwrap();
-    answer["completion"]["values"].clone()
-}
-
-fn names(listed: &Value, key: &str, field: &str) -> Vec<String> {
-    listed[key]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t[field].as_str().unwrap().to_owned())
-        .collect()
-}
-
 fn refused(r: Result<Value, RawClientError>) -> (i64, String) {
     match r {
         Err(RawClientError::Rpc(e)) => (e.code.into(), e.message.into_owned()),
@@ -132,12 +113,86 @@ fn refused(r: Result<Value, RawClientError>) -> (i64, String) {
     }
 }
 
-/// A legacy session as `principal` (initialized) and a connection for modern requests.
-async fn clients(server: &Server, principal: Option<&str>) -> (RawClient, RawClient) {
-    let legacy = RawClient::connect_as(server, principal).await.unwrap();
-    legacy.initialize(json!({})).await.unwrap();
-    let modern = RawClient::connect_as(server, principal).await.unwrap();
-    (legacy, modern)
+/// One connection as one principal, asking in one generation: legacy (an initialized
+/// session) or modern (`_meta` on every request).
+struct Asker {
+    client: RawClient,
+    meta: Option<Value>,
+}
+
+impl Asker {
+    /// Both generations' askers as `principal`.
+    async fn both(server: &Server, principal: Option<&str>) -> [Asker; 2] {
+        let legacy = RawClient::connect_as(server, principal).await.unwrap();
+        legacy.initialize(json!({})).await.unwrap();
+        let current = RawClient::connect_as(server, principal).await.unwrap();
+        [
+            Asker {
+                client: legacy,
+                meta: None,
+            },
+            Asker {
+                client: current,
+                meta: Some(modern()),
+            },
+        ]
+    }
+
+    async fn ask(&self, method: &str, mut params: Value) -> Result<Value, RawClientError> {
+        if let Some(meta) = &self.meta {
+            params["_meta"] = meta.clone();
+        }
+        self.client.request(method, params).await
+    }
+
+    /// The first text of what `method` answers with `params` (a call's, a prompt's, a read's).
+    async fn text(&self, method: &str, params: Value) -> Value {
+        let answer = self.ask(method, params).await.unwrap();
+        let text = match method {
+            "tools/call" => &answer["content"][0]["text"],
+            "prompts/get" => &answer["messages"][0]["content"]["text"],
+            _ => &answer["contents"][0]["text"],
+        };
+        text.clone()
+    }
+
+    /// The tools, prompts, resources and templates listed, by name or URI.
+    async fn listings(&self) -> [Vec<String>; 4] {
+        let mut listed = Vec::new();
+        for (method, key, field) in [
+            ("tools/list", "tools", "name"),
+            ("prompts/list", "prompts", "name"),
+            ("resources/list", "resources", "uri"),
+            (
+                "resources/templates/list",
+                "resourceTemplates",
+                "uriTemplate",
+            ),
+        ] {
+            let answer = self.ask(method, json!({})).await.unwrap();
+            let items = answer[key].as_array().unwrap().iter();
+            listed.push(
+                items
+                    .map(|i| i[field].as_str().unwrap().to_owned())
+                    .collect(),
+            );
+        }
+        listed.try_into().unwrap()
+    }
+
+    /// What completing the briefing prompt's `topic` and the vault template's `id` suggests.
+    async fn completions(&self) -> [Value; 2] {
+        let mut found = Vec::new();
+        for (reference, argument) in [
+            (json!({"type": "ref/prompt", "name": "briefing"}), "topic"),
+            (json!({"type": "ref/resource", "uri": "vault://{id}"}), "id"),
+        ] {
+            let params = json!({"ref": reference, "argument": {"name": argument, "value": "x"}});
+            let answer = self.ask("completion/complete", params).await.unwrap();
+            found.push(answer["completion"]["values"].clone());
+        }
+        found.try_into().unwrap()
+    }
 }
 
 /// Both generations: alice sees and uses all of it; bob and an anonymous caller see only
@@ -145,143 +200,60 @@ async fn clients(server: &Server, principal: Option<&str>) -> (RawClient, RawCli
 #[tokio::test]
 async fn what_is_for_an_audience_is_listed_and_served_to_it_alone_and_unknown_to_everyone_else() {
     let server = server().await;
-    let (legacy, current) = clients(&server, Some("alice")).await;
-    for (client, m) in [(&legacy, Value::Null), (&current, modern())] {
-        let with = |mut p: Value| {
-            if !m.is_null() {
-                p["_meta"] = m.clone();
-            }
-            p
-        };
-        let tools = client.request("tools/list", with(json!({}))).await.unwrap();
-        assert_eq!(names(&tools, "tools", "name"), ["open", "secret"]);
-        let prompts = client
-            .request("prompts/list", with(json!({})))
-            .await
-            .unwrap();
-        assert_eq!(names(&prompts, "prompts", "name"), ["greeting", "briefing"]);
-        let resources = client
-            .request("resources/list", with(json!({})))
-            .await
-            .unwrap();
-        assert_eq!(
-            names(&resources, "resources", "uri"),
-            ["res://public", "res://secret"]
-        );
-        let templates = client
-            .request("resources/templates/list", with(json!({})))
-            .await
-            .unwrap();
-        assert_eq!(
-            names(&templates, "resourceTemplates", "uriTemplate"),
-            ["catalog://{id}", "vault://{id}"]
-        );
-        let called = client
-            .request("tools/call", with(json!({"name":"secret"})))
-            .await
-            .unwrap();
-        assert_eq!(called["content"][0]["text"], "secret for alice");
-        let got = client
-            .request("prompts/get", with(json!({"name":"briefing"})))
-            .await
-            .unwrap();
-        assert_eq!(got["messages"][0]["content"]["text"], "the briefing prompt");
-        let read = client
-            .request("resources/read", with(json!({"uri":"res://secret"})))
-            .await
-            .unwrap();
-        assert_eq!(read["contents"][0]["text"], "read by alice");
-        let read = client
-            .request("resources/read", with(json!({"uri":"vault://7"})))
-            .await
-            .unwrap();
-        assert_eq!(read["contents"][0]["text"], "entry 7");
-        let prompt = json!({"type": "ref/prompt", "name": "briefing"});
-        let vault = json!({"type": "ref/resource", "uri": "vault://{id}"});
-        assert_eq!(
-            completed(client, &m, prompt, "topic").await,
-            json!(["x-suggested"])
-        );
-        assert_eq!(
-            completed(client, &m, vault, "id").await,
-            json!(["x-suggested"])
-        );
+    for alice in Asker::both(&server, Some("alice")).await {
+        let listed = alice.listings().await;
+        assert_eq!(listed[0], ["open", "secret"]);
+        assert_eq!(listed[1], ["greeting", "briefing"]);
+        assert_eq!(listed[2], ["res://public", "res://secret"]);
+        assert_eq!(listed[3], ["catalog://{id}", "vault://{id}"]);
+        let text = alice.text("tools/call", json!({"name": "secret"})).await;
+        assert_eq!(text, "secret for alice");
+        let text = alice.text("prompts/get", json!({"name": "briefing"})).await;
+        assert_eq!(text, "the briefing prompt");
+        let text = alice
+            .text("resources/read", json!({"uri": "res://secret"}))
+            .await;
+        assert_eq!(text, "read by alice");
+        let text = alice
+            .text("resources/read", json!({"uri": "vault://7"}))
+            .await;
+        assert_eq!(text, "entry 7");
+        let suggested = json!(["x-suggested"]);
+        assert_eq!(alice.completions().await, [suggested.clone(), suggested]);
+        // A listing that hides something from someone is no listing to share.
+        if alice.meta.is_some() {
+            let tools = alice.ask("tools/list", json!({})).await.unwrap();
+            assert_eq!(tools["cacheScope"], "private");
+        }
     }
-    // A listing that hides something from someone is no listing to share between callers.
-    let tools = current
-        .request("tools/list", json!({"_meta": modern()}))
-        .await
-        .unwrap();
-    assert_eq!(tools["cacheScope"], "private");
 
     for principal in [Some("bob"), Some("Alice"), None] {
-        let (legacy, current) = clients(&server, principal).await;
-        for (client, m) in [(&legacy, Value::Null), (&current, modern())] {
-            let with = |mut p: Value| {
-                if !m.is_null() {
-                    p["_meta"] = m.clone();
-                }
-                p
-            };
-            let tools = client.request("tools/list", with(json!({}))).await.unwrap();
-            assert_eq!(names(&tools, "tools", "name"), ["open"], "{principal:?}");
-            let prompts = client
-                .request("prompts/list", with(json!({})))
-                .await
-                .unwrap();
-            assert_eq!(names(&prompts, "prompts", "name"), ["greeting"]);
-            let resources = client
-                .request("resources/list", with(json!({})))
-                .await
-                .unwrap();
-            assert_eq!(names(&resources, "resources", "uri"), ["res://public"]);
-            let templates = client
-                .request("resources/templates/list", with(json!({})))
-                .await
-                .unwrap();
-            assert_eq!(
-                names(&templates, "resourceTemplates", "uriTemplate"),
-                ["catalog://{id}"]
-            );
+        for other in Asker::both(&server, principal).await {
+            let listed = other.listings().await;
+            assert_eq!(listed[0], ["open"], "{principal:?}");
+            assert_eq!(listed[1], ["greeting"]);
+            assert_eq!(listed[2], ["res://public"]);
+            assert_eq!(listed[3], ["catalog://{id}"]);
             // Each answer is the one a name or URI that does not exist gets.
-            let hidden = refused(
-                client
-                    .request("tools/call", with(json!({"name":"secret"})))
-                    .await,
-            );
+            let hidden = refused(other.ask("tools/call", json!({"name": "secret"})).await);
             assert_eq!(hidden, (-32602, "Unknown tool: secret".to_owned()));
-            let hidden = refused(
-                client
-                    .request("prompts/get", with(json!({"name":"briefing"})))
-                    .await,
-            );
+            let hidden = refused(other.ask("prompts/get", json!({"name": "briefing"})).await);
             assert_eq!(hidden, (-32602, "Unknown prompt: briefing".to_owned()));
-            let not_found = if m.is_null() { -32002 } else { -32602 };
+            let not_found = if other.meta.is_none() { -32002 } else { -32602 };
             for uri in ["res://secret", "vault://7"] {
-                let hidden = refused(
-                    client
-                        .request("resources/read", with(json!({"uri": uri})))
-                        .await,
-                );
+                let hidden = refused(other.ask("resources/read", json!({"uri": uri})).await);
                 assert_eq!(hidden, (not_found, format!("Resource not found: {uri}")));
             }
             // Completing an argument of what it may not see suggests nothing, as for a
             // prompt or template the server does not have.
-            let prompt = json!({"type": "ref/prompt", "name": "briefing"});
-            let vault = json!({"type": "ref/resource", "uri": "vault://{id}"});
-            assert_eq!(completed(client, &m, prompt, "topic").await, json!([]));
-            assert_eq!(completed(client, &m, vault, "id").await, json!([]));
+            assert_eq!(other.completions().await, [json!([]), json!([])]);
             // What is for everyone still answers.
-            let read = client
-                .request("resources/read", with(json!({"uri":"catalog://3"})))
-                .await
-                .unwrap();
-            assert_eq!(read["contents"][0]["text"], "entry 3");
-            let called = client
-                .request("tools/call", with(json!({"name":"open"})))
-                .await
-                .unwrap();
-            assert_eq!(called["content"][0]["text"], "open");
+            let text = other
+                .text("resources/read", json!({"uri": "catalog://3"}))
+                .await;
+            assert_eq!(text, "entry 3");
+            let text = other.text("tools/call", json!({"name": "open"})).await;
+            assert_eq!(text, "open");
         }
     }
 
@@ -307,7 +279,8 @@ async fn what_is_for_an_audience_is_listed_and_served_to_it_alone_and_unknown_to
 #[tokio::test]
 async fn subscribing_to_what_one_may_not_see_is_refused_as_an_unknown_uri() {
     let server = server().await;
-    let (bob, _) = clients(&server, Some("bob")).await;
+    let [bob, _] = Asker::both(&server, Some("bob")).await;
+    let bob = bob.client;
     for uri in ["res://secret", "vault://7"] {
         let hidden = refused(
             bob.request("resources/subscribe", json!({"uri": uri}))
@@ -318,7 +291,8 @@ async fn subscribing_to_what_one_may_not_see_is_refused_as_an_unknown_uri() {
     bob.request("resources/subscribe", json!({"uri":"res://public"}))
         .await
         .unwrap();
-    let (alice, _) = clients(&server, Some("alice")).await;
+    let [alice, _] = Asker::both(&server, Some("alice")).await;
+    let alice = alice.client;
     alice
         .request("resources/subscribe", json!({"uri":"res://secret"}))
         .await
@@ -369,9 +343,9 @@ async fn pages_hold_only_what_the_caller_may_see_and_together_all_of_it() {
                 .request("tools/list", json!({"cursor": cursor}))
                 .await
                 .unwrap();
-            let names = names(&page, "tools", "name");
-            assert!(names.len() <= 2);
-            listed.extend(names);
+            let tools = page["tools"].as_array().unwrap();
+            assert!(tools.len() <= 2);
+            listed.extend(tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()));
             pages += 1;
             match page["nextCursor"].as_str() {
                 Some(c) => cursor = Some(c.to_owned()),
