@@ -11,6 +11,7 @@
 //! name = "motd"
 //! description = "Message of the day"
 //! text = "Hello!"
+//! # audience = ["alice@example.com"]  # only these principals see and use it (any item)
 //!
 //! [[resources]]
 //! uri = "config://motd"
@@ -89,6 +90,9 @@ pub struct StaticTool {
     pub description: String,
     /// The text it returns.
     pub text: String,
+    /// Only these principals see and call it ([`Audience`](toolyard_actors::Audience));
+    /// absent: everyone.
+    pub audience: Option<Vec<String>>,
 }
 
 /// `[[resources]]`.
@@ -107,6 +111,8 @@ pub struct StaticResource {
     pub text: Option<String>,
     /// A file read at each request.
     pub file: Option<PathBuf>,
+    /// Only these principals see and read it; absent: everyone.
+    pub audience: Option<Vec<String>>,
 }
 
 /// `[[prompts]]`: `{arg}` placeholders in `template` are replaced by arguments.
@@ -122,6 +128,8 @@ pub struct TemplatePrompt {
     /// Arguments.
     #[serde(default)]
     pub arguments: Vec<PromptArgSpec>,
+    /// Only these principals see and get it; absent: everyone.
+    pub audience: Option<Vec<String>>,
 }
 
 /// A prompt argument.
@@ -214,13 +222,17 @@ impl Config {
                 input_schema: toolyard_actors::empty_object_schema(),
                 ..Tool::default()
             };
-            b = b.try_tool(ToolDef::new(
+            let def = ToolDef::new(
                 tool,
                 Arc::new(move |_ctx, _args| {
                     let text = text.clone();
                     Box::pin(async move { Ok(CallToolResult::text(text)) })
                 }),
-            ));
+            );
+            b = b.try_tool(def.map(|d| match audience_of(t.audience.as_deref()) {
+                Some(a) => d.for_audience(a),
+                None => d,
+            }));
         }
         for r in &self.resources {
             let (uri, mime, text, file) = (
@@ -236,7 +248,7 @@ impl Config {
                 mime_type: r.mime_type.clone(),
                 ..Resource::new(r.uri.clone(), r.name.clone())
             };
-            b = b.resource(ResourceDef::new(
+            let def = ResourceDef::new(
                 resource,
                 Arc::new(move |_ctx, _req| {
                     let (uri, mime, text, file) =
@@ -250,7 +262,11 @@ impl Config {
                         Ok(vec![ResourceContents::text(uri, mime, body)].into())
                     })
                 }),
-            ));
+            );
+            b = b.resource(match audience_of(r.audience.as_deref()) {
+                Some(a) => def.for_audience(a),
+                None => def,
+            });
         }
         for p in &self.prompts {
             let template = p.template.clone();
@@ -272,7 +288,7 @@ impl Config {
                 icons: None,
                 meta: None,
             };
-            b = b.prompt(PromptDef::new(
+            let def = PromptDef::new(
                 prompt,
                 Arc::new(move |_ctx, args| {
                     let mut text = template.clone();
@@ -288,10 +304,19 @@ impl Config {
                         })
                     })
                 }),
-            ));
+            );
+            b = b.prompt(match audience_of(p.audience.as_deref()) {
+                Some(a) => def.for_audience(a),
+                None => def,
+            });
         }
         b
     }
+}
+
+/// An item's `audience = [..]`: exactly those principals.
+fn audience_of(principals: Option<&[String]>) -> Option<toolyard_actors::Audience> {
+    principals.map(|p| toolyard_actors::Audience::principals(p.iter().cloned()))
 }
 
 #[cfg(test)]

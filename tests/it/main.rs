@@ -28,6 +28,7 @@ mod nats;
 mod nats_auth;
 #[cfg(feature = "nats")]
 mod nats_interop;
+mod oauth_http;
 #[cfg(all(feature = "otel", feature = "nats"))]
 mod otel;
 mod probe;

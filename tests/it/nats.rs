@@ -3,6 +3,9 @@
 //! plain NATS client that is not ours (nats-py, tests/interop/nats_client.py) calling a
 //! worker by following docs/nats.md alone.
 
+use crate::oauth_http::{
+    answered_over_http, bearer_for, call_over_http, listed_over_http, oauth_server,
+};
 use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -204,123 +207,6 @@ fn a_plain_nats_client_calls_for_a_principal_with_its_token_as_the_subjects_user
     assert!(message.contains("Mcp-Principal"), "{message}");
 }
 
-/// The issuer and resource (the tokens' audience) of [`oauth_gateway`].
-const OAUTH_ISSUER: &str = "https://issuer.example";
-const OAUTH_RESOURCE: &str = "https://gateway.example/mcp";
-
-/// `serve --nats NATS_URL` (with `more`) taking bearer tokens signed with the OAuth tests'
-/// RSA key ([`bearer_for`]).
-fn oauth_gateway(nats_url: &str, more: &[&str]) -> toolyard_testkit::ServerProcess {
-    let jwks = repo().join("runtime/tests/data/oauth-jwks.json");
-    let jwks = jwks.to_string_lossy();
-    let args = [
-        &[
-            "serve",
-            "--nats",
-            nats_url,
-            "--oauth-resource",
-            OAUTH_RESOURCE,
-        ][..],
-        &["--oauth-issuer", OAUTH_ISSUER, "--oauth-jwks", &jwks],
-        more,
-    ]
-    .concat();
-    toolyard_testkit::ServerProcess::start(BIN, &args)
-}
-
-/// A bearer token for `sub` that [`oauth_gateway`] takes.
-fn bearer_for(sub: &str) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let claims = json!({
-        "iss": OAUTH_ISSUER, "aud": OAUTH_RESOURCE, "sub": sub,
-        "iat": now, "exp": now + 300,
-    });
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-    header.kid = Some("test-rsa".into());
-    let pem = std::fs::read(repo().join("runtime/tests/data/oauth-rsa.pem")).unwrap();
-    let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap();
-    jsonwebtoken::encode(&header, &claims, &key).unwrap()
-}
-
-/// A 2026-07-28 `tools/call` of `tool` over HTTP at `url`, with `bearer`: the status and
-/// the JSON-RPC response.
-fn call_over_http(url: &str, tool: &str, bearer: Option<&str>) -> (u16, Value) {
-    let params = json!({"name": tool, "arguments": {}});
-    request_over_http(url, "tools/call", Some(tool), params, bearer)
-}
-
-/// The tool names a 2026-07-28 `tools/list` over HTTP at `url` with `bearer` answers.
-fn listed_over_http(url: &str, bearer: &str) -> Vec<String> {
-    let (status, answer) = request_over_http(url, "tools/list", None, json!({}), Some(bearer));
-    assert_eq!(status, 200, "{answer}");
-    let tools = answer["result"]["tools"].as_array();
-    let names = tools
-        .unwrap_or_else(|| panic!("no listing: {answer}"))
-        .iter();
-    names
-        .filter_map(|t| t["name"].as_str().map(str::to_owned))
-        .collect()
-}
-
-/// A 2026-07-28 request (`params` with the protocol's `_meta` added) over HTTP at `url`,
-/// with `bearer`: the status and the JSON-RPC response.
-fn request_over_http(
-    url: &str,
-    method: &str,
-    name: Option<&str>,
-    mut params: Value,
-    bearer: Option<&str>,
-) -> (u16, Value) {
-    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                             "io.modelcontextprotocol/clientCapabilities": {}});
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut request = reqwest::Client::new()
-            .post(url)
-            .header("Accept", "application/json, text/event-stream")
-            .header("Content-Type", "application/json")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", method);
-        if let Some(name) = name {
-            request = request.header("Mcp-Name", name);
-        }
-        if let Some(token) = bearer {
-            request = request.bearer_auth(token);
-        }
-        let r = request.body(body.to_string()).send().await.unwrap();
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap();
-        let last = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .next_back()
-            .map_or(text.as_str(), str::trim);
-        (status, serde_json::from_str(last).unwrap_or(Value::Null))
-    })
-}
-
-/// [`call_over_http`] until it is answered with a result (the gateway lists the workers'
-/// tools once it has read the catalog): the result.
-fn answered_over_http(url: &str, tool: &str, bearer: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, answer) = call_over_http(url, tool, Some(bearer));
-        assert_eq!(status, 200, "{answer}");
-        if answer["result"].is_object() {
-            return answer["result"].clone();
-        }
-        assert!(Instant::now() < deadline, "never answered: {answer}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// End to end through the binaries: a caller the gateway's OAuth authenticated (a bearer
 /// token `serve --oauth-*` verifies) is who a `toolyard worker`'s tool sees, the demo
 /// `whoami` (HTTP → `serve --nats` → the bus → the worker process), and an anonymous one
@@ -329,7 +215,7 @@ fn answered_over_http(url: &str, tool: &str, bearer: &str) -> Value {
 fn a_workers_tool_sees_the_principal_the_gateways_oauth_authenticated() {
     let nats = NatsServer::start();
     let _w = ready_worker_with(&nats.url(), "calc", &[]);
-    let gateway = oauth_gateway(&nats.url(), &[]);
+    let gateway = oauth_server(&["--nats", &nats.url()]);
     let url = format!("{}/mcp", gateway.base_url());
     let result = answered_over_http(&url, "calc__whoami", &bearer_for("alice@example.com"));
     assert_eq!(
@@ -376,10 +262,12 @@ fn each_users_bearer_reaches_its_own_desk_through_the_binaries() {
         "[nats]\ntenant = \"acme\"\nuser_pools = true\n",
     )
     .unwrap();
-    let gateway = oauth_gateway(
+    let gateway = oauth_server(&[
+        "--nats",
         &nats.url(),
-        &["--config", &gateway_config.to_string_lossy()],
-    );
+        "--config",
+        &gateway_config.to_string_lossy(),
+    ]);
     let url = format!("{}/mcp", gateway.base_url());
     for owner in ["alice", "bob"] {
         let bearer = bearer_for(&format!("{owner}@example.com"));
