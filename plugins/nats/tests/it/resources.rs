@@ -552,6 +552,8 @@ struct Recorded {
     recorder: Arc<Recorder>,
     method: String,
     server: Option<String>,
+    /// The trace the request was made in (`00-{trace id}`), if any.
+    trace: Option<String>,
 }
 
 impl toolyard::client::RequestObserver for Observer {
@@ -563,16 +565,18 @@ impl toolyard::client::RequestObserver for Observer {
             recorder: self.0.clone(),
             method: request.method.to_owned(),
             server: request.server.map(str::to_owned),
+            trace: request.traceparent.and_then(|p| p.get(..35)).map(str::to_owned),
         }))
     }
 }
 
 impl toolyard::client::ObservedRequest for Recorded {
+    /// A span of its own, in the request's trace when it was made in one (as a CLIENT
+    /// span is a child of the caller's).
     fn trace_context(&self) -> Option<(String, Option<String>)> {
-        Some((
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
-            None,
-        ))
+        let trace = self.trace.as_deref();
+        let trace = trace.unwrap_or("00-0af7651916cd43dd8448eb211c80319c");
+        Some((format!("{trace}-b7ad6b7169203331-01"), None))
     }
     fn finish(self: Box<Self>, outcome: toolyard::client::RequestOutcome<'_>) {
         self.recorder
@@ -596,9 +600,13 @@ async fn a_forwarded_completion_is_an_observed_client_request_like_every_other()
     ))));
     let nats = NatsServer::start();
     let served = worker_server(Arc::default()).await;
+    // The trace context the worker's completer was asked in.
+    let asked_in: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let seen_by_worker = asked_in.clone();
     served.add_completer(
         CompletionTarget::Prompt("greet".into(), "name".into()),
-        Arc::new(|_ctx, _value: String, _context| {
+        Arc::new(move |ctx: toolyard::RequestContext, _value: String, _context| {
+            *seen_by_worker.lock().unwrap() = ctx.traceparent().map(str::to_owned);
             Box::pin(async move { Completions::from(vec!["Ada".to_owned()]) })
         }),
     );
@@ -618,7 +626,7 @@ async fn a_forwarded_completion_is_an_observed_client_request_like_every_other()
     let names = gw
         .client
         .complete(CompleteRequestParams {
-            meta: None,
+            meta: serde_json::from_value(json!({"traceparent": CALLER_TRACEPARENT})).ok(),
             r#ref: CompleteReference::Prompt(PromptReference {
                 name: "docs__greet".into(),
                 title: None,
@@ -640,4 +648,13 @@ async fn a_forwarded_completion_is_an_observed_client_request_like_every_other()
             && o == "Ok"),
         "the gateway's completion request to the worker was observed: {seen:?}"
     );
+    // In the caller's trace: the worker's completer was asked in it.
+    let asked_in = asked_in.lock().unwrap().clone().unwrap_or_default();
+    assert!(
+        asked_in.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "the completion reached the worker outside the caller's trace: {asked_in:?}"
+    );
 }
+
+/// A caller's W3C trace context.
+const CALLER_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
