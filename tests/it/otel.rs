@@ -619,7 +619,8 @@ fn a_call_from_our_client_through_a_gateway_and_nats_to_a_workers_tool_and_its_h
 /// under its SERVER span, the source's SERVER span its child, and the source's tool's GET
 /// that span's child, all in the caller's trace; the caller's `baggage` reaches the page as
 /// it came (regression: the gateway's upstream calls to its sources started traces of their
-/// own and dropped the caller's context).
+/// own and dropped the caller's context). A completion through the gateway's completer is
+/// served upstream in the caller's trace too (regression: a completer had no context).
 #[test]
 fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers_baggage() {
     let receiver = OtlpReceiver::start();
@@ -631,7 +632,7 @@ fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers
         &config,
         format!(
             "[[sources]]\nname = \"up\"\ncommand = {BIN:?}\n\
-             args = [\"serve\", \"--stdio\", \"--no-demo\", \"--config\", {:?}, \"--otel-endpoint\", {otel:?}]\n\
+             args = [\"serve\", \"--stdio\", \"--config\", {:?}, \"--otel-endpoint\", {otel:?}]\n\
              env = {{ OTEL_SERVICE_NAME = \"upstream\", OTEL_BSP_SCHEDULE_DELAY = \"100\" }}\n",
             source_config.to_str().unwrap()
         ),
@@ -657,19 +658,35 @@ fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers
             "_meta":{"traceparent": format!("00-{trace}-{caller}-01"),
                      "tracestate": "vendor=1",
                      "baggage": "tenant=acme,region=eu"}}}),
+            // The demo's completer, through the gateway's completer, in the same trace.
+            json!({"jsonrpc":"2.0","id":3,"method":"completion/complete","params":{
+            "ref": {"type": "ref/prompt", "name": "up__code_review"},
+            "argument": {"name": "language", "value": "ru"},
+            "_meta":{"traceparent": format!("00-{trace}-{caller}-01")}}}),
         ],
     );
+    // Answered in the order they finish.
+    let answer = |id: i64| answers.iter().find(|a| a["id"] == id).unwrap();
+    assert_eq!(
+        answer(3)["result"]["completion"]["values"],
+        json!(["rust"]),
+        "{answers:?}"
+    );
     assert!(
-        answers[1]["result"]["content"][0]["text"]
+        answer(2)["result"]["content"][0]["text"]
             .as_str()
             .is_some_and(|t| t.contains("traced page")),
         "{answers:?}"
     );
+    let completing = |s: &ReceivedSpan| {
+        s.service == "upstream" && s.kind == SERVER && s.name.starts_with("completion/complete")
+    };
     let spans = receiver.wait_for_spans(WAIT, |spans| {
         spans.iter().any(|s| is_page_get(s, "upstream", &page))
             && spans
                 .iter()
                 .any(|s| s.service == "gateway" && s.kind == CLIENT)
+            && spans.iter().any(completing)
     });
     let tree = render(&spans);
     eprintln!("{tree}");
@@ -700,6 +717,9 @@ fn a_call_through_a_gateway_to_a_stdio_source_is_one_trace_and_keeps_the_callers
         "{tree}"
     );
     assert_eq!(received.baggage, "tenant=acme,region=eu");
+    // The completion the gateway's completer asked the source is in the caller's trace.
+    let completed = spans.iter().find(|s| completing(s)).unwrap();
+    assert_eq!(completed.trace_id, trace, "{tree}");
 }
 
 /// An exporter pointed at an endpoint that accepts connections and never answers: every

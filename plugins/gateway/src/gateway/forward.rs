@@ -87,17 +87,8 @@ fn client_failure(source: &str, e: ClientError) -> HandlerError {
 /// is set up).
 fn upstream_options(ctx: &RequestContext, questions: toolyard_client::Questions) -> RequestOptions {
     let mut opts = RequestOptions::default().questions(questions);
-    // The upstream call continues the request's trace (the telemetry layer's server span,
-    // when there is one; the client's observer then makes its CLIENT span a child of it)
-    // and carries its baggage on.
-    if let Some(parent) = ctx.traceparent() {
-        opts = opts.meta(meta::TRACEPARENT, parent);
-        if let Some(state) = ctx.tracestate() {
-            opts = opts.meta(meta::TRACESTATE, state);
-        }
-    }
-    if let Some(baggage) = ctx.baggage() {
-        opts = opts.meta(meta::BAGGAGE, baggage);
+    for (key, value) in trace_meta(ctx) {
+        opts = opts.meta(key, value);
     }
     if !ctx.wants_progress() {
         return opts;
@@ -409,9 +400,24 @@ pub(super) fn forward_prompt(source: &Arc<Source>, upstream: String) -> toolyard
     })
 }
 
+/// What an upstream request made for `ctx` carries in its `_meta` so that it continues the
+/// request's trace (the telemetry layer's server span, when there is one; the client's
+/// observer then makes its CLIENT span a child of it) and carries its baggage on.
+fn trace_meta(ctx: &RequestContext) -> impl Iterator<Item = (&'static str, &str)> {
+    let parent = ctx.traceparent();
+    let state = parent.and(ctx.tracestate());
+    [
+        (meta::TRACEPARENT, parent),
+        (meta::TRACESTATE, state),
+        (meta::BAGGAGE, ctx.baggage()),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| Some((key, value?)))
+}
+
 /// A completer for one argument of a source's prompt or one variable of its resource
-/// template: asks the source (`completion/complete` with the upstream names) and hands back
-/// its values. Completion is a hint: a source that fails or is gone completes to nothing
+/// template: asks the source (`completion/complete` with the upstream names, in the
+/// caller's trace) and hands back its values. Completion is a hint: a source that fails or is gone completes to nothing
 /// (logged), never to an error that would break the caller's form.
 pub(super) fn forward_complete(
     source: &Arc<Source>,
@@ -420,10 +426,13 @@ pub(super) fn forward_complete(
 ) -> toolyard::CompleteFn {
     let source = Arc::downgrade(source);
     Arc::new(
-        move |_ctx, value: String, context: HashMap<String, String>| {
+        move |ctx: RequestContext, value: String, context: HashMap<String, String>| {
             let source = source.upgrade();
+            let traced: serde_json::Map<String, serde_json::Value> = trace_meta(&ctx)
+                .map(|(key, value)| (key.to_owned(), value.into()))
+                .collect();
             let params = CompleteRequestParams {
-                meta: None,
+                meta: (!traced.is_empty()).then_some(traced),
                 r#ref: reference.clone(),
                 argument: CompleteArgument {
                     name: argument.clone(),

@@ -565,7 +565,10 @@ impl toolyard::client::RequestObserver for Observer {
             recorder: self.0.clone(),
             method: request.method.to_owned(),
             server: request.server.map(str::to_owned),
-            trace: request.traceparent.and_then(|p| p.get(..35)).map(str::to_owned),
+            trace: request
+                .traceparent
+                .and_then(|p| p.get(..35))
+                .map(str::to_owned),
         }))
     }
 }
@@ -605,10 +608,12 @@ async fn a_forwarded_completion_is_an_observed_client_request_like_every_other()
     let seen_by_worker = asked_in.clone();
     served.add_completer(
         CompletionTarget::Prompt("greet".into(), "name".into()),
-        Arc::new(move |ctx: toolyard::RequestContext, _value: String, _context| {
-            *seen_by_worker.lock().unwrap() = ctx.traceparent().map(str::to_owned);
-            Box::pin(async move { Completions::from(vec!["Ada".to_owned()]) })
-        }),
+        Arc::new(
+            move |ctx: toolyard::RequestContext, _value: String, _context| {
+                *seen_by_worker.lock().unwrap() = ctx.traceparent().map(str::to_owned);
+                Box::pin(async move { Completions::from(vec!["Ada".to_owned()]) })
+            },
+        ),
     );
     let _worker = Worker::start(
         served,
