@@ -667,6 +667,24 @@ impl Server {
         self.core.tools.get(name)
     }
 
+    /// What only some callers may see (definitions with an [`Audience`](crate::Audience)),
+    /// each as `"tool NAME"`, `"prompt NAME"`, `"resource URI"` or `"template URI"`, in
+    /// registration order: what a caller with no principal, such as a NATS worker listing
+    /// its server for the bus, is not listed.
+    pub fn items_with_an_audience(&self) -> Vec<String> {
+        fn named<D: Audienced>(registry: &Registry<D>, kind: &str, out: &mut Vec<String>) {
+            let snapshot = registry.load();
+            let restricted = snapshot.iter().filter(|(_, d)| d.audience().is_some());
+            out.extend(restricted.map(|(key, _)| format!("{kind} {key}")));
+        }
+        let mut out = Vec::new();
+        named(&self.core.tools, "tool", &mut out);
+        named(&self.core.prompts, "prompt", &mut out);
+        named(&self.core.resources, "resource", &mut out);
+        named(&self.core.templates, "template", &mut out);
+        out
+    }
+
     /// A modern `requestState` signed again with this server's key and a fresh expiry, for a
     /// state kept where only trusted writers reach: a durable task's record, where a call
     /// waits (hours, maybe) for its caller's answers and then goes on in another process,

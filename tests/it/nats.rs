@@ -225,6 +225,62 @@ fn a_workers_tool_sees_the_principal_the_gateways_oauth_authenticated() {
     assert_eq!(call_over_http(&url, "calc__whoami", None).0, 401);
 }
 
+/// An item with an audience in a worker's config is not offered on the bus (a gateway
+/// cannot tell whom it is for), and the worker says so as it starts: the gateway lists the
+/// worker's other tools and not that one, not even to a principal of its audience.
+#[test]
+fn a_workers_items_with_an_audience_are_not_offered_on_the_bus_and_it_says_so() {
+    use std::io::BufRead;
+    let nats = NatsServer::start();
+    let dir = std::env::temp_dir().join(format!("toolyard-it-hidden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("desk.toml");
+    std::fs::write(
+        &config,
+        "[[tools]]\nname = \"open\"\ndescription = \"For all\"\ntext = \"open\"\n\n\
+         [[tools]]\nname = \"secret\"\ndescription = \"For alice\"\ntext = \"hers\"\n\
+         audience = [\"alice@example.com\"]\n",
+    )
+    .unwrap();
+    let url = nats.url();
+    let config = config.to_string_lossy();
+    let args = [
+        "--nats",
+        &url,
+        "--name",
+        "desk",
+        "--no-demo",
+        "--config",
+        &config,
+    ];
+    let mut child = spawn_worker(&args, Stdio::piped());
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let _worker = WorkerProcess(child);
+    let mut said = Vec::new();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains("serving on") => break,
+            Some(Ok(line)) => said.push(line),
+            _ => panic!("the worker exited before it served: {said:?}"),
+        }
+    }
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
+    assert!(
+        said.iter()
+            .any(|l| l.contains("not offered on the bus") && l.contains("tool secret")),
+        "{said:?}"
+    );
+    let gateway = oauth_server(&["--nats", &url]);
+    let url = format!("{}/mcp", gateway.base_url());
+    let alice = bearer_for("alice@example.com");
+    let answered = answered_over_http(&url, "desk__open", &alice);
+    assert_eq!(answered["content"][0]["text"], "open");
+    let listed = listed_over_http(&url, &alice);
+    assert!(listed.contains(&"desk__open".to_owned()), "{listed:?}");
+    assert!(!listed.contains(&"desk__secret".to_owned()), "{listed:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Each user's own pool through the binaries: `toolyard worker --nats-tenant acme
 /// --nats-principal P` for alice and for bob (one server, `desk`, each with a `[[tools]]`
 /// saying whose it is) behind one `serve --nats` whose `[nats]` names tenant acme and

@@ -226,6 +226,13 @@ impl Worker {
             )));
         }
         config.scope.check()?;
+        // Listed as a caller with no principal, these are left out of the catalog: a
+        // gateway could not tell whom they are for. Said, so an item does not go missing
+        // unexplained.
+        let hidden = server.items_with_an_audience();
+        if !hidden.is_empty() {
+            tracing::warn!(server = %config.server, items = ?hidden, "items with an audience are not offered on the bus: a gateway cannot tell whom they are for (docs/semantics.md \"Who may see what\")");
+        }
         let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, config.heartbeat, config.catalog_replicas).await?;
         let concurrency = config.concurrency.max(1);
