@@ -41,6 +41,7 @@ fn process_source(name: &str, command: &str, args: &[&str]) -> SourceSpec {
         },
         failure_mode: FailureMode::Skip,
         naming: Naming::for_source(name),
+        audience: None,
     }
 }
 

@@ -213,3 +213,63 @@ audience = ["alice@example.com"]
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A gateway source's `audience`: all it offers (tools, prompts, resources) is listed and
+/// served to those principals alone, through the gateway's OAuth; to another bearer the
+/// source's names are unknown, and the gateway's own items stay everyone's.
+#[test]
+fn a_sources_audience_keeps_what_it_offers_to_those_principals() {
+    let dir = std::env::temp_dir().join(format!("toolyard-it-source-aud-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"lobby\"\ndescription = \"For everyone\"\ntext = \"welcome\"\n\n\
+             [[sources]]\nname = \"ops\"\ncommand = {:?}\nargs = [\"serve\", \"--stdio\"]\n\
+             audience = [\"alice@example.com\"]\n",
+            env!("CARGO_BIN_EXE_toolyard")
+        ),
+    )
+    .unwrap();
+    let server = oauth_server(&["--no-demo", "--config", &config.to_string_lossy()]);
+    let url = format!("{}/mcp", server.base_url());
+    let (alice, bob) = (
+        bearer_for("alice@example.com"),
+        bearer_for("bob@example.com"),
+    );
+    let echo = json!({"name": "ops__echo", "arguments": {"message": "hi"}});
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let answered = loop {
+        let (_, answer) = request_over_http(
+            &url,
+            "tools/call",
+            Some("ops__echo"),
+            echo.clone(),
+            Some(&alice),
+        );
+        if answer["result"].is_object() {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "never answered: {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(answered["result"]["content"][0]["text"], "hi", "{answered}");
+    let hers = listed_over_http(&url, &alice);
+    assert!(
+        hers.contains(&"lobby".to_owned()) && hers.contains(&"ops__echo".to_owned()),
+        "{hers:?}"
+    );
+    assert_eq!(listed_over_http(&url, &bob), ["lobby"]);
+    let (_, refused) = request_over_http(&url, "tools/call", Some("ops__echo"), echo, Some(&bob));
+    assert_eq!(
+        refused["error"]["message"], "Unknown tool: ops__echo",
+        "{refused}"
+    );
+    let (_, prompts) = request_over_http(&url, "prompts/list", None, json!({}), Some(&bob));
+    assert_eq!(prompts["result"]["prompts"], json!([]), "{prompts}");
+    let (_, prompts) = request_over_http(&url, "prompts/list", None, json!({}), Some(&alice));
+    let theirs = prompts["result"]["prompts"].as_array().map_or(0, Vec::len);
+    assert!(theirs > 0, "{prompts}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -32,6 +32,9 @@ pub struct SourceSpec {
     pub failure_mode: FailureMode,
     /// How the source's names appear in the gateway.
     pub naming: Naming,
+    /// The principals its tools, prompts, resources and templates are for (`None`:
+    /// everyone): to any other caller they are names the gateway does not have.
+    pub audience: Option<Vec<String>>,
 }
 
 impl SourceSpec {

@@ -387,6 +387,7 @@ pub fn resolve_source_with(
             supervision,
             failure_mode: cfg.failure_mode.unwrap_or(gateway.failure_mode).into(),
             naming,
+            audience: cfg.audience.clone(),
         }),
         _ => Err(SourceError::from_many(errors)),
     }

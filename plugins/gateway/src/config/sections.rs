@@ -255,6 +255,9 @@ pub struct SourceConfig {
     /// Upstream name -> exposed name.
     #[serde(default)]
     pub aliases: BTreeMap<String, String>,
+    /// Only these principals see and use what the source offers (default: everyone).
+    #[serde(default)]
+    pub audience: Option<Vec<String>>,
     /// Crashes within the window that open the circuit (default 5).
     #[serde(default)]
     pub max_crashes: Option<u32>,
@@ -306,6 +309,7 @@ impl fmt::Debug for SourceConfig {
             .field("failure_mode", &self.failure_mode)
             .field("prefix", &self.prefix)
             .field("aliases", &self.aliases)
+            .field("audience", &self.audience)
             .field("max_crashes", &self.max_crashes)
             .field("crash_window_secs", &self.crash_window_secs)
             .field("backoff_ms", &self.backoff_ms)

@@ -122,6 +122,9 @@ impl Gateway {
         let mut completers = Vec::new();
         let naming = &source.spec.naming;
         let prefix = &source.spec.name;
+        let audience = source.spec.audience.as_ref();
+        let audience = audience.map(|p| toolyard::Audience::principals(p.iter().cloned()));
+        let audience = audience.as_ref();
         let mut catalog = Catalog::default();
         let mut tool_defs = Vec::new();
         for mut tool in tools {
@@ -134,17 +137,16 @@ impl Gateway {
                 .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
             // The byte-level path: the source checks the arguments against its own schema
             // and its result is passed on as it came.
-            tool_defs.push(ToolDef::forwarding(
-                tool,
-                forward_tool(source, upstream, retry),
-            ));
+            let def = ToolDef::forwarding(tool, forward_tool(source, upstream, retry));
+            tool_defs.push(restrict(def, audience, ToolDef::for_audience));
         }
         let mut resource_defs = Vec::new();
         for mut resource in resources {
             let upstream = resource.uri.clone();
             resource.uri = expose_uri(prefix, &upstream);
             catalog.resources.push(resource.uri.clone());
-            resource_defs.push(ResourceDef::new(resource, forward_read(source)));
+            let def = ResourceDef::new(resource, forward_read(source));
+            resource_defs.push(restrict(def, audience, ResourceDef::for_audience));
         }
         let mut template_defs = Vec::new();
         for mut template in templates {
@@ -168,7 +170,7 @@ impl Gateway {
             match TemplateDef::new(template, forward_read(source)) {
                 Ok(def) => {
                     catalog.templates.push(exposed);
-                    template_defs.push(def);
+                    template_defs.push(restrict(def, audience, TemplateDef::for_audience));
                 }
                 Err(e) => tracing::warn!(source = %prefix, error = %e, "upstream template skipped"),
             }
@@ -190,7 +192,8 @@ impl Gateway {
                     ));
                 }
             }
-            prompt_defs.push(PromptDef::new(prompt, forward_prompt(source, upstream)));
+            let def = PromptDef::new(prompt, forward_prompt(source, upstream));
+            prompt_defs.push(restrict(def, audience, PromptDef::for_audience));
         }
         let old = std::mem::replace(&mut *lock(&source.catalog), catalog.clone());
         let gone = |old: &[String], new: &[String]| -> Vec<String> {
@@ -406,5 +409,17 @@ pub(super) fn on_upstream_notice(
             }
         }
         _ => {}
+    }
+}
+
+/// `def` for the source's `audience`, when it has one (`[[sources]] audience`).
+fn restrict<D>(
+    def: D,
+    audience: Option<&toolyard::Audience>,
+    with: fn(D, toolyard::Audience) -> D,
+) -> D {
+    match audience {
+        Some(audience) => with(def, audience.clone()),
+        None => def,
     }
 }

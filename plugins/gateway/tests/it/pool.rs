@@ -55,6 +55,7 @@ fn spec(name: &str, launch: Launch, lifecycle: Lifecycle, supervision: Supervisi
         supervision,
         failure_mode: FailureMode::Skip,
         naming: Naming::for_source(name),
+        audience: None,
     }
 }
 
