@@ -208,17 +208,48 @@ impl ServerBuilder {
     }
 
     /// Adds everything a shared controller defines.
+    pub fn controller_arc<C: Controller>(self, controller: Arc<C>) -> Self {
+        self.controller_arc_for_audience(controller, None)
+    }
+
+    /// Adds everything a controller defines, for `audience` when given
+    /// ([`Audience`](toolyard_actors::Audience)): its tools, resources, templates and prompts
+    /// are then listed and served to those callers alone.
+    pub fn controller_for_audience<C: Controller>(
+        self,
+        controller: C,
+        audience: Option<toolyard_actors::Audience>,
+    ) -> Self {
+        self.controller_arc_for_audience(Arc::new(controller), audience)
+    }
+
     #[allow(
         clippy::needless_pass_by_value,
         reason = "takes ownership: callers hand the value over and never use it again, so a borrow would only add noise at every call site"
     )]
-    pub fn controller_arc<C: Controller>(mut self, controller: Arc<C>) -> Self {
+    fn controller_arc_for_audience<C: Controller>(
+        mut self,
+        controller: Arc<C>,
+        audience: Option<toolyard_actors::Audience>,
+    ) -> Self {
+        let Some(audience) = audience else {
+            for t in controller.tools() {
+                self = self.tool(t);
+            }
+            self.config.resources.extend(controller.resources());
+            self.config.templates.extend(controller.templates());
+            self.config.prompts.extend(controller.prompts());
+            return self;
+        };
         for t in controller.tools() {
-            self = self.tool(t);
+            self = self.tool(t.for_audience(audience.clone()));
         }
-        self.config.resources.extend(controller.resources());
-        self.config.templates.extend(controller.templates());
-        self.config.prompts.extend(controller.prompts());
+        let resources = controller.resources().into_iter();
+        let templates = controller.templates().into_iter();
+        let prompts = controller.prompts().into_iter();
+        (self.config.resources).extend(resources.map(|d| d.for_audience(audience.clone())));
+        (self.config.templates).extend(templates.map(|d| d.for_audience(audience.clone())));
+        (self.config.prompts).extend(prompts.map(|d| d.for_audience(audience.clone())));
         self
     }
 

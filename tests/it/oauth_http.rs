@@ -273,3 +273,67 @@ fn a_sources_audience_keeps_what_it_offers_to_those_principals() {
     assert!(theirs > 0, "{prompts}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `[connectors] audience`: a connector's tools are listed and served to its principals
+/// alone (SQL here, for alice), while a connector it does not name (the filesystem) stays
+/// everyone's; a name that is no connector is refused at start.
+#[cfg(feature = "connectors")]
+#[test]
+fn a_connectors_audience_keeps_its_tools_to_those_principals() {
+    let dir = std::env::temp_dir().join(format!("toolyard-it-conn-aud-{}", std::process::id()));
+    let root = dir.join("files");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a").unwrap();
+    let config = dir.join("connectors.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[connectors]\naudience = {{ sql = [\"alice@example.com\"] }}\n\n\
+             [connectors.filesystem]\nroots = [{:?}]\nread_only = true\n\n\
+             [connectors.sql]\nurl = \"sqlite::memory:\"\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = oauth_server(&["--no-demo", "--config", &config.to_string_lossy()]);
+    let url = format!("{}/mcp", server.base_url());
+    let (alice, bob) = (
+        bearer_for("alice@example.com"),
+        bearer_for("bob@example.com"),
+    );
+    let hers = listed_over_http(&url, &alice);
+    let his = listed_over_http(&url, &bob);
+    for tool in ["query", "list_tables"] {
+        assert!(hers.contains(&tool.to_owned()), "{hers:?}");
+        assert!(!his.contains(&tool.to_owned()), "{his:?}");
+    }
+    assert!(his.contains(&"read_file".to_owned()), "{his:?}");
+    assert!(hers.contains(&"read_file".to_owned()), "{hers:?}");
+    let query = json!({"name": "query", "arguments": {"sql": "select 1 as one"}});
+    let (_, answer) = request_over_http(
+        &url,
+        "tools/call",
+        Some("query"),
+        query.clone(),
+        Some(&alice),
+    );
+    assert!(answer["result"].is_object(), "{answer}");
+    let (_, refused) = request_over_http(&url, "tools/call", Some("query"), query, Some(&bob));
+    assert_eq!(
+        refused["error"]["message"], "Unknown tool: query",
+        "{refused}"
+    );
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[connectors]\naudience = { sqll = [\"alice\"] }\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["serve", "--stdio", "--no-demo", "--config"])
+        .arg(&bad)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("`sqll` is no connector"), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

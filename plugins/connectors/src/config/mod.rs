@@ -13,7 +13,7 @@ pub use slack::SlackConfig;
 use crate::ConnectorError;
 use serde::Deserialize;
 use std::path::PathBuf;
-use toolyard::ServerBuilder;
+use toolyard::{Audience, ServerBuilder};
 
 /// This crate's part of a config file: the `[connectors]` table.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -23,6 +23,17 @@ pub struct ConnectorsConfig {
     pub connectors: ConnectorsSection,
 }
 
+/// The connectors by their sections' names.
+const CONNECTORS: [&str; 7] = [
+    "filesystem",
+    "sql",
+    "fetch",
+    "search",
+    "github",
+    "slack",
+    "gdrive",
+];
+
 /// `[connectors]`: one optional table per connector.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +42,11 @@ pub struct ConnectorsSection {
     /// left out whatever their own sections say.
     #[serde(default)]
     pub read_only: bool,
+    /// Per connector (by its section's name), the principals its tools, resources and
+    /// prompts are for; a connector not named here is everyone's
+    /// (`audience = { sql = ["dba@example.com"] }`).
+    #[serde(default)]
+    pub audience: std::collections::BTreeMap<String, Vec<String>>,
     /// `[connectors.filesystem]`.
     #[serde(default)]
     pub filesystem: Option<FilesystemConfig>,
@@ -333,6 +349,22 @@ impl ConnectorsConfig {
         let mut watchers = Watchers::default();
         let mut builder = builder;
         let read_only = self.connectors.read_only;
+        let audience = &self.connectors.audience;
+        if let Some(unknown) = audience.keys().find(|k| !CONNECTORS.contains(&k.as_str())) {
+            return Err(ConnectorError::Config {
+                connector: "audience",
+                message: format!(
+                    "`{unknown}` is no connector (one of {})",
+                    CONNECTORS.join(", ")
+                ),
+            });
+        }
+        // `[connectors] audience = { NAME = [principals] }`: that connector's tools,
+        // resources and prompts are for those principals alone.
+        let audience_of = |name: &str| {
+            let principals = audience.get(name)?;
+            Some(Audience::principals(principals.iter().cloned()))
+        };
         if let Some(fs) = &self.connectors.filesystem {
             let mut fs = fs.clone();
             fs.read_only |= read_only;
@@ -340,29 +372,46 @@ impl ConnectorsConfig {
             {
                 let connector = crate::filesystem::Filesystem::new(&fs)?;
                 watchers.filesystem = Some(connector.clone());
-                builder = builder.controller(connector);
+                builder = builder.controller_for_audience(connector, audience_of("filesystem"));
             }
             #[cfg(not(feature = "filesystem"))]
             {
-                builder = install_filesystem(builder, &fs)?;
+                builder = install_filesystem(builder, audience_of("filesystem"), &fs)?;
             }
         }
         if let Some(sql) = &self.connectors.sql {
             let mut sql = sql.clone();
             sql.allow_writes &= !read_only;
-            builder = install_sql(builder, &sql, &mut watchers)?;
+            builder = install_sql(builder, audience_of("sql"), &sql, &mut watchers)?;
         }
         if let Some(fetch) = &self.connectors.fetch {
-            builder = install_fetch(builder, fetch)?;
+            builder = install_fetch(builder, audience_of("fetch"), fetch)?;
         }
         if let Some(search) = &self.connectors.search {
-            builder = install_search(builder, search, self.connectors.fetch.as_ref())?;
+            builder = install_search(
+                builder,
+                audience_of("search"),
+                search,
+                self.connectors.fetch.as_ref(),
+            )?;
         }
         if let Some(github) = &self.connectors.github {
-            builder = install_github(builder, github, read_only, &mut watchers)?;
+            builder = install_github(
+                builder,
+                audience_of("github"),
+                github,
+                read_only,
+                &mut watchers,
+            )?;
         }
         if let Some(slack) = &self.connectors.slack {
-            builder = install_slack(builder, slack, read_only, &mut watchers)?;
+            builder = install_slack(
+                builder,
+                audience_of("slack"),
+                slack,
+                read_only,
+                &mut watchers,
+            )?;
         }
         if let Some(gdrive) = &self.connectors.gdrive {
             #[cfg(feature = "gdrive")]
@@ -374,11 +423,11 @@ impl ConnectorsConfig {
                     .observers
                     .push(connector.attach_lifecycle_observer());
                 watchers.gdrive = Some(connector.clone());
-                builder = builder.controller(connector);
+                builder = builder.controller_for_audience(connector, audience_of("gdrive"));
             }
             #[cfg(not(feature = "gdrive"))]
             {
-                builder = install_gdrive(builder, gdrive, read_only)?;
+                builder = install_gdrive(builder, audience_of("gdrive"), gdrive, read_only)?;
             }
         }
         Ok((builder, watchers))
@@ -440,6 +489,7 @@ impl Watchers {
 #[cfg(not(feature = "filesystem"))]
 fn install_filesystem(
     _builder: ServerBuilder,
+    _audience: Option<Audience>,
     _config: &FilesystemConfig,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
@@ -451,17 +501,19 @@ fn install_filesystem(
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn install_sql(
     builder: ServerBuilder,
+    audience: Option<Audience>,
     config: &SqlConfig,
     watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
     let connector = crate::sql::Sql::new(config)?;
     watchers.observers.push(connector.observer());
-    Ok(builder.controller(connector))
+    Ok(builder.controller_for_audience(connector, audience))
 }
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
 fn install_sql(
     _builder: ServerBuilder,
+    _audience: Option<Audience>,
     _config: &SqlConfig,
     _watchers: &mut Watchers,
 ) -> Result<ServerBuilder, ConnectorError> {
@@ -474,15 +526,17 @@ fn install_sql(
 #[cfg(feature = "fetch")]
 fn install_fetch(
     builder: ServerBuilder,
+    audience: Option<Audience>,
     config: &FetchConfig,
 ) -> Result<ServerBuilder, ConnectorError> {
     let connector = crate::fetch::Fetch::new(config)?;
-    Ok(builder.controller(connector))
+    Ok(builder.controller_for_audience(connector, audience))
 }
 
 #[cfg(not(feature = "fetch"))]
 fn install_fetch(
     _builder: ServerBuilder,
+    _audience: Option<Audience>,
     _config: &FetchConfig,
 ) -> Result<ServerBuilder, ConnectorError> {
     Err(ConnectorError::NotBuilt {
@@ -496,6 +550,7 @@ fn install_fetch(
 #[cfg(feature = "search")]
 fn install_search(
     builder: ServerBuilder,
+    audience: Option<Audience>,
     config: &SearchConfig,
     fetch: Option<&FetchConfig>,
 ) -> Result<ServerBuilder, ConnectorError> {
@@ -503,12 +558,13 @@ fn install_search(
         Some(fetch) => crate::search::Search::with_fetch(config, fetch)?,
         None => crate::search::Search::new(config)?,
     };
-    Ok(builder.controller(connector))
+    Ok(builder.controller_for_audience(connector, audience))
 }
 
 #[cfg(not(feature = "search"))]
 fn install_search(
     _builder: ServerBuilder,
+    _audience: Option<Audience>,
     _config: &SearchConfig,
     _fetch: Option<&FetchConfig>,
 ) -> Result<ServerBuilder, ConnectorError> {
@@ -522,6 +578,7 @@ fn install_search(
 #[cfg(feature = "github")]
 fn install_github(
     builder: ServerBuilder,
+    audience: Option<Audience>,
     config: &GithubConfig,
     read_only: bool,
     watchers: &mut Watchers,
@@ -530,12 +587,13 @@ fn install_github(
     config.read_only |= read_only;
     let connector = crate::github::Github::new(&config)?;
     watchers.observers.push(connector.observer());
-    Ok(builder.controller(connector))
+    Ok(builder.controller_for_audience(connector, audience))
 }
 
 #[cfg(not(feature = "github"))]
 fn install_github(
     _builder: ServerBuilder,
+    _audience: Option<Audience>,
     _config: &GithubConfig,
     _read_only: bool,
     _watchers: &mut Watchers,
@@ -550,6 +608,7 @@ fn install_github(
 #[cfg(feature = "slack")]
 fn install_slack(
     builder: ServerBuilder,
+    audience: Option<Audience>,
     config: &SlackConfig,
     read_only: bool,
     watchers: &mut Watchers,
@@ -558,12 +617,13 @@ fn install_slack(
     config.read_only |= read_only;
     let connector = crate::slack::Slack::new(&config)?;
     watchers.observers.push(connector.observer());
-    Ok(builder.controller(connector))
+    Ok(builder.controller_for_audience(connector, audience))
 }
 
 #[cfg(not(feature = "slack"))]
 fn install_slack(
     _builder: ServerBuilder,
+    _audience: Option<Audience>,
     _config: &SlackConfig,
     _read_only: bool,
     _watchers: &mut Watchers,
@@ -578,6 +638,7 @@ fn install_slack(
 #[cfg(not(feature = "gdrive"))]
 fn install_gdrive(
     _builder: ServerBuilder,
+    _audience: Option<Audience>,
     _config: &GdriveConfig,
     _read_only: bool,
 ) -> Result<ServerBuilder, ConnectorError> {
