@@ -17,7 +17,15 @@ use std::sync::Arc;
 
 /// The principals a definition is for (see the module docs).
 #[derive(Clone)]
-pub struct Audience(Arc<dyn Fn(&str) -> bool + Send + Sync>);
+pub struct Audience(Admits);
+
+#[derive(Clone)]
+enum Admits {
+    /// A list, which can be told (a NATS worker publishes it for its gateways).
+    Listed(Arc<BTreeSet<String>>),
+    /// A predicate, which cannot.
+    When(Arc<dyn Fn(&str) -> bool + Send + Sync>),
+}
 
 impl Audience {
     /// Exactly these principals.
@@ -27,18 +35,30 @@ impl Audience {
         S: Into<String>,
     {
         let set: BTreeSet<String> = principals.into_iter().map(Into::into).collect();
-        Audience(Arc::new(move |p| set.contains(p)))
+        Audience(Admits::Listed(Arc::new(set)))
     }
 
     /// The principals `admits` says yes to (a role looked up elsewhere, a pattern, a hash of
     /// the principal). It is asked on every listing and every use, so it should be quick.
     pub fn when(admits: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
-        Audience(Arc::new(admits))
+        Audience(Admits::When(Arc::new(admits)))
     }
 
     /// Whether a caller with this principal (`None`: not authenticated) is in the audience.
     pub fn admits(&self, principal: Option<&str>) -> bool {
-        principal.is_some_and(|p| (self.0)(p))
+        principal.is_some_and(|p| match &self.0 {
+            Admits::Listed(set) => set.contains(p),
+            Admits::When(admits) => admits(p),
+        })
+    }
+
+    /// The principals, when the audience is a list ([`Audience::principals`]); `None` for
+    /// a predicate.
+    pub fn listed(&self) -> Option<&BTreeSet<String>> {
+        match &self.0 {
+            Admits::Listed(set) => Some(set),
+            Admits::When(_) => None,
+        }
     }
 }
 
@@ -46,6 +66,20 @@ impl std::fmt::Debug for Audience {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Audience(..)")
     }
+}
+
+/// What a server offers only to some callers, as its listings show each item, with whom it
+/// is for ([`Server::for_audiences`](crate::Server::for_audiences)), in registration order.
+#[derive(Debug, Clone, Default)]
+pub struct ForAudiences {
+    /// Tools.
+    pub tools: Vec<(toolyard_proto::Tool, Audience)>,
+    /// Prompts.
+    pub prompts: Vec<(toolyard_proto::Prompt, Audience)>,
+    /// Static resources.
+    pub resources: Vec<(toolyard_proto::Resource, Audience)>,
+    /// Resource templates.
+    pub templates: Vec<(toolyard_proto::ResourceTemplate, Audience)>,
 }
 
 /// A definition that may have an audience: what the registry's listing and lookups ask.
@@ -71,6 +105,8 @@ mod tests {
         assert!(!a.admits(Some("alice ")));
         assert!(!a.admits(Some("")));
         assert!(!a.admits(None));
+        let listed: Vec<&str> = a.listed().unwrap().iter().map(String::as_str).collect();
+        assert_eq!(listed, ["alice", "bob@example.com"]);
     }
 
     #[test]
@@ -81,5 +117,6 @@ mod tests {
         let everyone = Audience::when(|_| true);
         assert!(everyone.admits(Some("x")));
         assert!(!everyone.admits(None));
+        assert!(everyone.listed().is_none());
     }
 }

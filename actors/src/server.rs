@@ -667,15 +667,39 @@ impl Server {
         self.core.tools.get(name)
     }
 
-    /// What only some callers may see (definitions with an [`Audience`](crate::Audience)),
-    /// each as `"tool NAME"`, `"prompt NAME"`, `"resource URI"` or `"template URI"`, in
-    /// registration order: what a caller with no principal, such as a NATS worker listing
-    /// its server for the bus, is not listed.
-    pub fn items_with_an_audience(&self) -> Vec<String> {
+    /// What only some callers may see, as listings show it, each item with its
+    /// [`Audience`](crate::Audience): a NATS worker publishes the listed ones for its
+    /// gateways, which cannot list the server as each caller.
+    pub fn for_audiences(&self) -> crate::ForAudiences {
+        fn of<D: Audienced, T>(
+            registry: &Registry<D>,
+            item: impl Fn(&D) -> T,
+        ) -> Vec<(T, crate::Audience)> {
+            let snapshot = registry.load();
+            let restricted = snapshot
+                .values()
+                .filter_map(|d| Some((item(d), d.audience()?.clone())));
+            restricted.collect()
+        }
+        crate::ForAudiences {
+            tools: of(&self.core.tools, |d| d.tool.clone()),
+            prompts: of(&self.core.prompts, |d| d.prompt.clone()),
+            resources: of(&self.core.resources, |d| d.resource.clone()),
+            templates: of(&self.core.templates, |d| d.template.clone()),
+        }
+    }
+
+    /// The definitions whose [`Audience`](crate::Audience) is a predicate (not a list of
+    /// principals), each as `"tool NAME"`, `"prompt NAME"`, `"resource URI"` or
+    /// `"template URI"`, in registration order: what a NATS worker cannot publish for its
+    /// gateways, which would not know whom they are for.
+    pub fn items_with_an_audience_it_cannot_tell(&self) -> Vec<String> {
         fn named<D: Audienced>(registry: &Registry<D>, kind: &str, out: &mut Vec<String>) {
             let snapshot = registry.load();
-            let restricted = snapshot.iter().filter(|(_, d)| d.audience().is_some());
-            out.extend(restricted.map(|(key, _)| format!("{kind} {key}")));
+            let untold = snapshot
+                .iter()
+                .filter(|(_, d)| d.audience().is_some_and(|a| a.listed().is_none()));
+            out.extend(untold.map(|(key, _)| format!("{kind} {key}")));
         }
         let mut out = Vec::new();
         named(&self.core.tools, "tool", &mut out);

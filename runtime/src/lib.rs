@@ -41,13 +41,13 @@ pub use stdio::{serve_io, serve_stdio, StdioOptions};
 pub use toolyard_actors::transport;
 pub use toolyard_actors::{
     empty_object_schema, Audience, BoxFuture, Caller, CompleteFn, Completion, CompletionTarget,
-    Completions, DefinitionError, Event, ForwardFn, HandlerError, InputError, IntoCallToolResult,
-    Json, Layer, Layers, Lifecycle, LifecycleEvent, Limits, ListSettings, Messaging, MethodFn,
-    Moment, Observe, Outcome, Peer, PromptDef, PromptFn, RawArgs, RawResult, RawResultError,
-    Readiness, RequestContext, RequestInfo, ResourceDef, ResourceFn, ResourceRequest, Server,
-    ServerConfig, SessionInfo, SpanIds, StartError, StateSealer, SubscribeCheckFn,
-    SubscriptionWatcher, TaskRole, TemplateDef, ToolArgs, ToolDef, ToolError, ToolFn,
-    TransportTrace, UnknownToolFn, UriTemplate, TASK_HANDOFF,
+    Completions, DefinitionError, Event, ForAudiences, ForwardFn, HandlerError, InputError,
+    IntoCallToolResult, Json, Layer, Layers, Lifecycle, LifecycleEvent, Limits, ListSettings,
+    Messaging, MethodFn, Moment, Observe, Outcome, Peer, PromptDef, PromptFn, RawArgs, RawResult,
+    RawResultError, Readiness, RequestContext, RequestInfo, ResourceDef, ResourceFn,
+    ResourceRequest, Server, ServerConfig, SessionInfo, SpanIds, StartError, StateSealer,
+    SubscribeCheckFn, SubscriptionWatcher, TaskRole, TemplateDef, ToolArgs, ToolDef, ToolError,
+    ToolFn, TransportTrace, UnknownToolFn, UriTemplate, TASK_HANDOFF,
 };
 pub use toolyard_actors::{
     http_call_observer, request_baggage, request_traceparent, request_tracestate,

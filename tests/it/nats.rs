@@ -225,12 +225,11 @@ fn a_workers_tool_sees_the_principal_the_gateways_oauth_authenticated() {
     assert_eq!(call_over_http(&url, "calc__whoami", None).0, 401);
 }
 
-/// An item with an audience in a worker's config is not offered on the bus (a gateway
-/// cannot tell whom it is for), and the worker says so as it starts: the gateway lists the
-/// worker's other tools and not that one, not even to a principal of its audience.
+/// An item for listed principals in a worker's config crosses the bus: the gateway (with
+/// OAuth in front) lists and serves it to those principals' bearers alone, and the worker,
+/// hearing who calls, checks again.
 #[test]
-fn a_workers_items_with_an_audience_are_not_offered_on_the_bus_and_it_says_so() {
-    use std::io::BufRead;
+fn a_workers_config_items_for_principals_reach_their_bearers_alone_through_the_gateway() {
     let nats = NatsServer::start();
     let dir = std::env::temp_dir().join(format!("toolyard-it-hidden-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -243,41 +242,32 @@ fn a_workers_items_with_an_audience_are_not_offered_on_the_bus_and_it_says_so() 
     )
     .unwrap();
     let url = nats.url();
-    let config = config.to_string_lossy();
-    let args = [
-        "--nats",
+    let _worker = ready_worker_with(
         &url,
-        "--name",
         "desk",
-        "--no-demo",
-        "--config",
-        &config,
-    ];
-    let mut child = spawn_worker(&args, Stdio::piped());
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let _worker = WorkerProcess(child);
-    let mut said = Vec::new();
-    loop {
-        match lines.next() {
-            Some(Ok(line)) if line.contains("serving on") => break,
-            Some(Ok(line)) => said.push(line),
-            _ => panic!("the worker exited before it served: {said:?}"),
-        }
-    }
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
-    assert!(
-        said.iter()
-            .any(|l| l.contains("not offered on the bus") && l.contains("tool secret")),
-        "{said:?}"
+        &["--no-demo", "--config", &config.to_string_lossy()],
     );
     let gateway = oauth_server(&["--nats", &url]);
     let url = format!("{}/mcp", gateway.base_url());
-    let alice = bearer_for("alice@example.com");
-    let answered = answered_over_http(&url, "desk__open", &alice);
-    assert_eq!(answered["content"][0]["text"], "open");
-    let listed = listed_over_http(&url, &alice);
-    assert!(listed.contains(&"desk__open".to_owned()), "{listed:?}");
-    assert!(!listed.contains(&"desk__secret".to_owned()), "{listed:?}");
+    let (alice, bob) = (
+        bearer_for("alice@example.com"),
+        bearer_for("bob@example.com"),
+    );
+    let answered = answered_over_http(&url, "desk__secret", &alice);
+    assert_eq!(answered["content"][0]["text"], "hers");
+    let hers = listed_over_http(&url, &alice);
+    assert!(
+        hers.contains(&"desk__open".to_owned()) && hers.contains(&"desk__secret".to_owned()),
+        "{hers:?}"
+    );
+    let his = listed_over_http(&url, &bob);
+    assert!(his.contains(&"desk__open".to_owned()), "{his:?}");
+    assert!(!his.contains(&"desk__secret".to_owned()), "{his:?}");
+    let (_, refused) = call_over_http(&url, "desk__secret", Some(&bob));
+    assert_eq!(
+        refused["error"]["message"], "Unknown tool: desk__secret",
+        "{refused}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -85,6 +85,51 @@ pub struct CatalogEntry {
     /// entry's revision, once no pool that joined earlier overlaps it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub joining: bool,
+    /// What it offers only to some callers ([`Restricted`]); absent: nothing.
+    #[serde(default, skip_serializing_if = "Restricted::is_empty")]
+    pub for_users: Restricted,
+}
+
+/// What a worker offers only to some callers: its items whose
+/// [`Audience`](toolyard::Audience) is a list of principals, each with the tokens of those
+/// principals ([`principal_token`](crate::principal_token): no principal is written to the
+/// bucket). A gateway lists each to the callers whose principal's token is among them and
+/// sends their calls with their principal, which the worker checks again. An older gateway
+/// does not read this, so it offers none of it: nothing reaches a caller it is not for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Restricted {
+    /// Tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ForUsers<Tool>>,
+    /// Static resources.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ForUsers<Resource>>,
+    /// Resource templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_templates: Vec<ForUsers<ResourceTemplate>>,
+    /// Prompts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<ForUsers<Prompt>>,
+}
+
+impl Restricted {
+    /// Whether it offers nothing.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+            && self.resources.is_empty()
+            && self.resource_templates.is_empty()
+            && self.prompts.is_empty()
+    }
+}
+
+/// One item offered to the callers whose principal's token is in `tokens`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForUsers<T> {
+    /// The item, as a listing shows it.
+    pub item: T,
+    /// The tokens of the principals it is for.
+    pub tokens: Vec<String>,
 }
 
 impl CatalogEntry {
@@ -104,8 +149,16 @@ impl CatalogEntry {
             scope: Scope::every(),
             joined: None,
             joining: false,
+            for_users: Restricted::default(),
         }
         .sealed()
+    }
+
+    /// The entry also offering these items to some callers only (digest recomputed).
+    #[must_use]
+    pub fn with_for_users(mut self, restricted: Restricted) -> CatalogEntry {
+        self.for_users = restricted;
+        self.sealed()
     }
 
     /// The entry also offering these resources and templates (digest recomputed).
@@ -146,6 +199,8 @@ impl CatalogEntry {
             prompts: &'a [Prompt],
             #[serde(skip_serializing_if = "<[String]>::is_empty")]
             deferred_tasks: &'a [String],
+            #[serde(skip_serializing_if = "Restricted::is_empty")]
+            for_users: &'a Restricted,
         }
         let bytes = serde_json::to_vec(&Offer {
             tools: &self.tools,
@@ -153,6 +208,7 @@ impl CatalogEntry {
             resource_templates: &self.resource_templates,
             prompts: &self.prompts,
             deferred_tasks: &self.deferred_tasks,
+            for_users: &self.for_users,
         })
         .unwrap_or_default();
         self.sha256 = Sha256::digest(&bytes)

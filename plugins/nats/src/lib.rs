@@ -34,7 +34,7 @@ pub mod wire;
 mod worker;
 
 pub use auth::NatsAuth;
-pub use catalog::{CatalogEntry, BUCKET as CATALOG_BUCKET, HEARTBEAT};
+pub use catalog::{CatalogEntry, ForUsers, Restricted, BUCKET as CATALOG_BUCKET, HEARTBEAT};
 pub use claims::{BUCKET as CLAIMS_BUCKET, MAX_CLAIM_BYTES, TASK_BODIES as TASK_BODIES_BUCKET};
 pub use config::{NatsConfig, NatsSection};
 pub use connection::connected;

@@ -116,8 +116,13 @@ impl RemoteConfig {
     }
 
     /// The principal sent with a request made for `ctx` (see `forward_principal`).
+    /// Whether this gateway sends its callers' principals at all (`principal_sent`).
+    fn principal_sent_at_all(&self) -> bool {
+        self.forward_principal && self.caller.user.is_none()
+    }
+
     fn principal_sent<'c>(&self, ctx: &'c RequestContext) -> Option<&'c str> {
-        if self.forward_principal && self.caller.user.is_none() {
+        if self.principal_sent_at_all() {
             ctx.principal()
         } else {
             None
@@ -643,6 +648,8 @@ impl Inner {
             // nobody else: each item is for the users whose pools offer it (`Tokens`).
             let per_user =
                 self.config.user_pools && entries.iter().any(|e| e.1.scope.user.is_some());
+            // Items for some callers only are offered when the worker hears who calls.
+            let whom = (per_user, self.config.principal_sent_at_all());
             let offering: Vec<&CatalogEntry> = if per_user {
                 entries
                     .iter()
@@ -652,7 +659,13 @@ impl Inner {
             } else {
                 entries.iter().map(|e| &e.1).take(1).collect()
             };
-            for (tool, e, tokens) in offered(&offering, per_user, |e| &e.tools, |t| &t.name) {
+            for (tool, e, tokens) in offered(
+                &offering,
+                whom,
+                |e| &e.tools,
+                |e| &e.for_users.tools,
+                |t| &t.name,
+            ) {
                 let queue: Arc<str> = e.scope.job_queue(server).into();
                 let exposed = self.config.expose(server, &tool.name);
                 let run = match (durable, e.deferred_tasks.contains(&tool.name)) {
@@ -662,14 +675,20 @@ impl Inner {
                 };
                 offered_tools.push((exposed, server, (tool.clone(), run, tokens)));
             }
-            for (resource, _, tokens) in offered(&offering, per_user, |e| &e.resources, |r| &r.uri)
-            {
+            for (resource, _, tokens) in offered(
+                &offering,
+                whom,
+                |e| &e.resources,
+                |e| &e.for_users.resources,
+                |r| &r.uri,
+            ) {
                 resources.push((resource.uri.clone(), server, (resource.clone(), tokens)));
             }
             let each_template = offered(
                 &offering,
-                per_user,
+                whom,
                 |e| &e.resource_templates,
+                |e| &e.for_users.resource_templates,
                 |t| &t.uri_template,
             );
             for (template, _, tokens) in each_template {
@@ -684,7 +703,13 @@ impl Inner {
                     }
                 }
             }
-            for (prompt, _, tokens) in offered(&offering, per_user, |e| &e.prompts, |p| &p.name) {
+            for (prompt, _, tokens) in offered(
+                &offering,
+                whom,
+                |e| &e.prompts,
+                |e| &e.for_users.prompts,
+                |p| &p.name,
+            ) {
                 let exposed = self.config.expose(server, &prompt.name);
                 prompts.push((exposed, server, (prompt.clone(), tokens)));
             }
@@ -909,24 +934,49 @@ fn assign<T>(
 type Tokens = Option<BTreeSet<String>>;
 
 /// Each item of `offering` (a server's entries, newest first) once by its name, as the
-/// newest entry offering it has it, with that entry, and, `per_user`, the user tokens of
-/// every entry offering it.
+/// newest entry offering it has it, with that entry and whom it is for: `None` everyone, or
+/// the tokens of the users whose pools offer it (`per_user`), or those its entries offer it
+/// to (`restricted`, an item a worker offers to some callers only, `CatalogEntry::for_users`,
+/// taken only when the gateway `tells` the worker who calls, as it must check again).
 fn offered<'e, T>(
     offering: &[&'e CatalogEntry],
-    per_user: bool,
+    (per_user, tells): (bool, bool),
     items: impl Fn(&'e CatalogEntry) -> &'e [T],
+    restricted: impl Fn(&'e CatalogEntry) -> &'e [crate::ForUsers<T>],
     name: impl Fn(&'e T) -> &'e str,
 ) -> Vec<(&'e T, &'e CatalogEntry, Tokens)> {
     let mut out: Vec<(&'e T, &'e CatalogEntry, Tokens)> = Vec::new();
     let mut at: HashMap<&'e str, usize> = HashMap::new();
     for e in offering {
-        for item in items(e) {
-            let i = *at.entry(name(item)).or_insert_with(|| {
-                out.push((item, e, per_user.then(BTreeSet::new)));
-                out.len() - 1
-            });
-            if let (Some(tokens), Some(user)) = (&mut out[i].2, &e.scope.user) {
-                tokens.insert(user.clone());
+        let public = items(e).iter().map(|item| (item, None));
+        let limited = restricted(e).iter().filter(|_| tells);
+        let limited = limited.map(|r| (&r.item, Some(&r.tokens)));
+        for (item, only) in public.chain(limited) {
+            // Whom this entry's pool offers it to.
+            let to: Tokens = match (per_user, &e.scope.user, only) {
+                (true, Some(user), None) => Some(BTreeSet::from([user.clone()])),
+                (true, Some(user), Some(tokens)) if tokens.contains(user) => {
+                    Some(BTreeSet::from([user.clone()]))
+                }
+                (true, _, _) => continue,
+                (false, _, None) => None,
+                (false, _, Some(tokens)) => Some(tokens.iter().cloned().collect()),
+            };
+            match at.get(name(item)) {
+                None => {
+                    at.insert(name(item), out.len());
+                    out.push((item, e, to));
+                }
+                // Everyone's if any entry offers it to everyone.
+                Some(&i) => {
+                    out[i].2 = match (out[i].2.take(), to) {
+                        (Some(mut all), Some(more)) => {
+                            all.extend(more);
+                            Some(all)
+                        }
+                        _ => None,
+                    };
+                }
             }
         }
     }

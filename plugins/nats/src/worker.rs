@@ -226,12 +226,11 @@ impl Worker {
             )));
         }
         config.scope.check()?;
-        // Listed as a caller with no principal, these are left out of the catalog: a
-        // gateway could not tell whom they are for. Said, so an item does not go missing
-        // unexplained.
-        let hidden = server.items_with_an_audience();
+        // An audience that is a predicate cannot be published (`restricted_offer`): those
+        // items are left out of the catalog. Said, so an item does not go missing unexplained.
+        let hidden = server.items_with_an_audience_it_cannot_tell();
         if !hidden.is_empty() {
-            tracing::warn!(server = %config.server, items = ?hidden, "items with an audience are not offered on the bus: a gateway cannot tell whom they are for (docs/semantics.md \"Who may see what\")");
+            tracing::warn!(server = %config.server, items = ?hidden, "items whose audience is a predicate are not offered on the bus: a gateway cannot tell whom they are for (docs/semantics.md \"Who may see what\")");
         }
         let js = catalog::context(client.clone());
         let store = catalog::bucket(&js, config.heartbeat, config.catalog_replicas).await?;
@@ -1597,20 +1596,44 @@ async fn offer(
     let prompts = list_all(server, "prompts/list", "prompts")
         .await
         .unwrap_or_else(|| previous.map(|p| p.prompts.clone()).unwrap_or_default());
-    let deferred = tools
-        .iter()
+    let restricted = restricted_offer(server);
+    let deferred = (tools.iter())
+        .chain(restricted.tools.iter().map(|t| &t.item))
         .filter(|t| server.tool(&t.name).is_some_and(|d| d.defers_task()))
         .map(|t| t.name.clone())
         .collect();
     let mut entry = CatalogEntry::new(name, instance, tools)
         .with_resources(resources, templates)
         .with_prompts(prompts)
-        .with_deferred_tasks(deferred);
+        .with_deferred_tasks(deferred)
+        .with_for_users(restricted);
     // `handle` reads a body a gateway put in a claim.
     entry.body_claims = true;
     // `jobs::run_job` reads a durable task's request from `TY_TASK_BODIES`.
     entry.task_body_claims = true;
     entry
+}
+
+/// What the server offers only to some callers, as it offers it to them: the items whose
+/// audience is a list of principals, each with its principals' tokens (an anonymous listing
+/// leaves them out). One whose audience is a predicate cannot be told, and is not offered
+/// (`Worker::start` says so).
+fn restricted_offer(server: &Server) -> crate::Restricted {
+    fn told<T>(items: Vec<(T, toolyard::Audience)>) -> Vec<crate::ForUsers<T>> {
+        let told = items.into_iter().filter_map(|(item, audience)| {
+            let listed = audience.listed()?;
+            let tokens = listed.iter().map(|p| crate::principal_token(p)).collect();
+            Some(crate::ForUsers { item, tokens })
+        });
+        told.collect()
+    }
+    let offered = server.for_audiences();
+    crate::Restricted {
+        tools: told(offered.tools),
+        resources: told(offered.resources),
+        resource_templates: told(offered.templates),
+        prompts: told(offered.prompts),
+    }
 }
 
 /// Every page of one listing, served like any request (so the worker advertises exactly

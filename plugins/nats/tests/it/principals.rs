@@ -616,6 +616,11 @@ async fn listed_prompt(client: &RawClient, name: &str) {
 
 /// The `desk__` tools `client` is listed.
 async fn desk_tools(client: &RawClient) -> BTreeSet<String> {
+    tools_of(client, "desk__").await
+}
+
+/// The tools `client` is listed whose names start with `prefix`.
+async fn tools_of(client: &RawClient, prefix: &str) -> BTreeSet<String> {
     let list = client
         .request("tools/list", json!({"_meta": answering_caller()}))
         .await
@@ -625,7 +630,7 @@ async fn desk_tools(client: &RawClient) -> BTreeSet<String> {
         .unwrap()
         .iter()
         .filter_map(|t| t["name"].as_str())
-        .filter(|n| n.starts_with("desk__"))
+        .filter(|n| n.starts_with(prefix))
         .map(str::to_owned)
         .collect()
 }
@@ -685,4 +690,96 @@ fn claiming(principal: &str) -> HeaderMap {
     let mut h = headers("tools/call", Some("whoami"));
     h.insert(wire::PRINCIPAL, principal);
     h
+}
+
+/// A worker's items for an audience of listed principals cross the bus: the worker
+/// publishes them with the principals' tokens (no principal in the bucket), and the gateway
+/// lists and serves each to those callers alone, the worker checking the principal again;
+/// an audience that is a predicate cannot be told, so that item is offered to nobody; a
+/// gateway that sends no principals offers none of them (the worker could not check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_items_for_listed_principals_reach_those_callers_alone() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let tool = |name: &'static str| {
+        tool_fn(
+            name,
+            "Says who asked",
+            move |ctx: toolyard::RequestContext, _a: serde_json::Value| async move {
+                Ok::<_, HandlerError>(format!("{name} for {}", ctx.principal().unwrap_or("?")))
+            },
+        )
+        .unwrap()
+    };
+    let served = ServerBuilder::new("hr", "1.0")
+        .tool(tool("open"))
+        .tool(tool("payroll").for_audience(toolyard::Audience::principals(["alice"])))
+        .tool(tool("guarded").for_audience(toolyard::Audience::when(|p| p == "alice")))
+        .start()
+        .await
+        .unwrap();
+    let _worker = Worker::start(served, connect(&url).await, WorkerConfig::new("hr"))
+        .await
+        .unwrap();
+    let (server, _remote, anonymous, _following) =
+        durable_gateway_configured(&url, RemoteConfig::default()).await;
+    let alice = RawClient::connect_as(&server, Some("alice")).await.unwrap();
+    let bob = RawClient::connect_as(&server, Some("bob")).await.unwrap();
+    listed_to(&alice, "hr__payroll").await;
+    let expected = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| (*n).to_owned())
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(
+        tools_of(&alice, "hr__").await,
+        expected(&["hr__open", "hr__payroll"])
+    );
+    assert_eq!(tools_of(&bob, "hr__").await, expected(&["hr__open"]));
+    assert_eq!(tools_of(&anonymous, "hr__").await, expected(&["hr__open"]));
+    let answered = call_desk(&alice, "hr__payroll").await.unwrap();
+    assert_eq!(
+        answered["content"][0]["text"], "payroll for alice",
+        "{answered}"
+    );
+    for client in [&bob, &anonymous] {
+        let refused = rpc_error(call_desk(client, "hr__payroll").await);
+        assert_eq!(refused.message, "Unknown tool: hr__payroll");
+    }
+    let refused = rpc_error(call_desk(&alice, "hr__guarded").await);
+    assert_eq!(refused.message, "Unknown tool: hr__guarded");
+
+    // The bucket holds alice's token, never her principal.
+    let js = async_nats::jetstream::new(connect(&url).await);
+    let bucket = js
+        .get_key_value(toolyard_nats::CATALOG_BUCKET)
+        .await
+        .unwrap();
+    let mut keys = bucket.keys().await.unwrap();
+    let key = keys.next().await.unwrap().unwrap();
+    let entry = bucket.get(&key).await.unwrap().unwrap();
+    let entry: serde_json::Value = serde_json::from_slice(&entry).unwrap();
+    assert_eq!(
+        entry["forUsers"]["tools"][0]["tokens"],
+        json!([principal_token("alice")]),
+        "{entry}"
+    );
+    assert!(!entry.to_string().contains("\"alice\""), "{entry}");
+
+    // A gateway that sends no principal offers none of them.
+    let (quiet, _quiet_remote, _, _quiet_following) = durable_gateway_configured(
+        &url,
+        RemoteConfig {
+            forward_principal: false,
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
+    let alice_there = RawClient::connect_as(&quiet, Some("alice")).await.unwrap();
+    listed_to(&alice_there, "hr__open").await;
+    assert_eq!(
+        tools_of(&alice_there, "hr__").await,
+        expected(&["hr__open"])
+    );
 }
