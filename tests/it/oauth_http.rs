@@ -2,6 +2,7 @@
 //! the library tests' RSA key: who each bearer is, what it is listed and what its calls are
 //! answered, and a config file's items for an audience of principals.
 
+use crate::client_interop::TempDir;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use toolyard_testkit::{repo, ServerProcess};
@@ -117,16 +118,24 @@ pub(crate) fn answered_over_http(url: &str, tool: &str, bearer: &str) -> Value {
     }
 }
 
+/// `serve --no-demo --config` behind OAuth ([`oauth_server`]) with `config` written to
+/// `dir`: the process and its MCP URL.
+fn serving(dir: &TempDir, config: &str) -> (ServerProcess, String) {
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, config).unwrap();
+    let server = oauth_server(&["--no-demo", "--config", &file.to_string_lossy()]);
+    let url = format!("{}/mcp", server.base_url());
+    (server, url)
+}
+
 /// A config file's `audience = [..]` through the binary: each item is listed and served to
 /// its principals alone (the token's subject), and is to every other bearer an unknown
 /// name, as docs/semantics.md "Who may see what" says.
 #[test]
 fn a_config_files_items_for_an_audience_are_listed_and_served_to_it_alone() {
-    let dir = std::env::temp_dir().join(format!("toolyard-it-audience-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("audience.toml");
-    std::fs::write(
-        &config,
+    let dir = TempDir::new("audience");
+    let (_server, url) = serving(
+        &dir,
         r#"
 [[tools]]
 name = "lobby"
@@ -150,10 +159,7 @@ name = "alice's notes"
 text = "hers"
 audience = ["alice@example.com"]
 "#,
-    )
-    .unwrap();
-    let server = oauth_server(&["--no-demo", "--config", &config.to_string_lossy()]);
-    let url = format!("{}/mcp", server.base_url());
+    );
     let (alice, bob, carol) = (
         bearer_for("alice@example.com"),
         bearer_for("bob@example.com"),
@@ -211,7 +217,6 @@ audience = ["alice@example.com"]
         message, "Resource not found: notes://alice",
         "{read_by_bob}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A gateway source's `audience`: all it offers (tools, prompts, resources) is listed and
@@ -219,21 +224,16 @@ audience = ["alice@example.com"]
 /// source's names are unknown, and the gateway's own items stay everyone's.
 #[test]
 fn a_sources_audience_keeps_what_it_offers_to_those_principals() {
-    let dir = std::env::temp_dir().join(format!("toolyard-it-source-aud-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let dir = TempDir::new("source-audience");
+    let (_server, url) = serving(
+        &dir,
+        &format!(
             "[[tools]]\nname = \"lobby\"\ndescription = \"For everyone\"\ntext = \"welcome\"\n\n\
              [[sources]]\nname = \"ops\"\ncommand = {:?}\nargs = [\"serve\", \"--stdio\"]\n\
              audience = [\"alice@example.com\"]\n",
             env!("CARGO_BIN_EXE_toolyard")
         ),
-    )
-    .unwrap();
-    let server = oauth_server(&["--no-demo", "--config", &config.to_string_lossy()]);
-    let url = format!("{}/mcp", server.base_url());
+    );
     let (alice, bob) = (
         bearer_for("alice@example.com"),
         bearer_for("bob@example.com"),
@@ -271,7 +271,6 @@ fn a_sources_audience_keeps_what_it_offers_to_those_principals() {
     let (_, prompts) = request_over_http(&url, "prompts/list", None, json!({}), Some(&alice));
     let theirs = prompts["result"]["prompts"].as_array().map_or(0, Vec::len);
     assert!(theirs > 0, "{prompts}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `[connectors] audience`: a connector's tools are listed and served to its principals
@@ -280,23 +279,19 @@ fn a_sources_audience_keeps_what_it_offers_to_those_principals() {
 #[cfg(feature = "connectors")]
 #[test]
 fn a_connectors_audience_keeps_its_tools_to_those_principals() {
-    let dir = std::env::temp_dir().join(format!("toolyard-it-conn-aud-{}", std::process::id()));
-    let root = dir.join("files");
+    let dir = TempDir::new("connector-audience");
+    let root = dir.path().join("files");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("a.txt"), "a").unwrap();
-    let config = dir.join("connectors.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let (_server, url) = serving(
+        &dir,
+        &format!(
             "[connectors]\naudience = {{ sql = [\"alice@example.com\"] }}\n\n\
              [connectors.filesystem]\nroots = [{:?}]\nread_only = true\n\n\
              [connectors.sql]\nurl = \"sqlite::memory:\"\n",
             root.display().to_string()
         ),
-    )
-    .unwrap();
-    let server = oauth_server(&["--no-demo", "--config", &config.to_string_lossy()]);
-    let url = format!("{}/mcp", server.base_url());
+    );
     let (alice, bob) = (
         bearer_for("alice@example.com"),
         bearer_for("bob@example.com"),
@@ -324,7 +319,7 @@ fn a_connectors_audience_keeps_its_tools_to_those_principals() {
         "{refused}"
     );
 
-    let bad = dir.join("bad.toml");
+    let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[connectors]\naudience = { sqll = [\"alice\"] }\n").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolyard"))
         .args(["serve", "--stdio", "--no-demo", "--config"])
@@ -335,5 +330,4 @@ fn a_connectors_audience_keeps_its_tools_to_those_principals() {
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("`sqll` is no connector"), "{said}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
