@@ -115,12 +115,12 @@ impl RemoteConfig {
         Ok(())
     }
 
-    /// The principal sent with a request made for `ctx` (see `forward_principal`).
     /// Whether this gateway sends its callers' principals at all (`principal_sent`).
     fn principal_sent_at_all(&self) -> bool {
         self.forward_principal && self.caller.user.is_none()
     }
 
+    /// The principal sent with a request made for `ctx` (see `forward_principal`).
     fn principal_sent<'c>(&self, ctx: &'c RequestContext) -> Option<&'c str> {
         if self.principal_sent_at_all() {
             ctx.principal()
@@ -776,10 +776,7 @@ impl Inner {
                 if matches!(run, TaskRun::Deferred(_)) {
                     def = def.with_deferred_task();
                 }
-                match audience_of(tokens) {
-                    Some(audience) => def.for_audience(audience),
-                    None => def,
-                }
+                for_users(def, tokens, ToolDef::for_audience)
             })
             .collect();
         let (mut gone_uris, new_resources) = diff(&state.installed.resources, &resources);
@@ -787,10 +784,7 @@ impl Inner {
             .into_iter()
             .map(|(_, (server, (resource, tokens)))| {
                 let def = ResourceDef::new(resource.clone(), read(self.clone(), server.clone()));
-                match audience_of(tokens) {
-                    Some(audience) => def.for_audience(audience),
-                    None => def,
-                }
+                for_users(def, tokens, ResourceDef::for_audience)
             })
             .collect();
         let (gone_templates, new_templates) = diff(&state.installed.templates, &templates);
@@ -813,10 +807,7 @@ impl Inner {
             .filter_map(|(_, (server, (template, tokens)))| {
                 let def =
                     TemplateDef::new(template.clone(), read(self.clone(), server.clone())).ok()?;
-                Some(match audience_of(tokens) {
-                    Some(audience) => def.for_audience(audience),
-                    None => def,
-                })
+                Some(for_users(def, tokens, TemplateDef::for_audience))
             })
             .collect();
         let (gone_prompts, new_prompts) = diff(&state.installed.prompts, &prompts);
@@ -837,10 +828,7 @@ impl Inner {
                     def_prompt,
                     get_prompt(self.clone(), server.clone(), prompt.name.clone()),
                 );
-                match audience_of(tokens) {
-                    Some(audience) => def.for_audience(audience),
-                    None => def,
-                }
+                for_users(def, tokens, PromptDef::for_audience)
             })
             .collect();
         state.installed = Installed {
@@ -983,13 +971,16 @@ fn offered<'e, T>(
     out
 }
 
-/// Who may see and use an item for the users of `tokens`: callers whose principal's token
-/// is one of them (`Tokens`).
-fn audience_of(tokens: &Tokens) -> Option<toolyard::Audience> {
-    let tokens = tokens.clone()?;
-    Some(toolyard::Audience::when(move |principal| {
+/// `def` for the users of `tokens` (`Tokens`: callers whose principal's token is one of
+/// them), or for everyone.
+fn for_users<D>(def: D, tokens: &Tokens, with: fn(D, toolyard::Audience) -> D) -> D {
+    let Some(tokens) = tokens.clone() else {
+        return def;
+    };
+    let audience = toolyard::Audience::when(move |principal| {
         tokens.contains(&crate::principal_token(principal))
-    }))
+    });
+    with(def, audience)
 }
 
 /// Exposed names (or URIs) with what to install there.
