@@ -689,26 +689,6 @@ impl Server {
         }
     }
 
-    /// The definitions whose [`Audience`](crate::Audience) is a predicate (not a list of
-    /// principals), each as `"tool NAME"`, `"prompt NAME"`, `"resource URI"` or
-    /// `"template URI"`, in registration order: what a NATS worker cannot publish for its
-    /// gateways, which would not know whom they are for.
-    pub fn items_with_an_audience_it_cannot_tell(&self) -> Vec<String> {
-        fn named<D: Audienced>(registry: &Registry<D>, kind: &str, out: &mut Vec<String>) {
-            let snapshot = registry.load();
-            let untold = snapshot
-                .iter()
-                .filter(|(_, d)| d.audience().is_some_and(|a| a.listed().is_none()));
-            out.extend(untold.map(|(key, _)| format!("{kind} {key}")));
-        }
-        let mut out = Vec::new();
-        named(&self.core.tools, "tool", &mut out);
-        named(&self.core.prompts, "prompt", &mut out);
-        named(&self.core.resources, "resource", &mut out);
-        named(&self.core.templates, "template", &mut out);
-        out
-    }
-
     /// A modern `requestState` signed again with this server's key and a fresh expiry, for a
     /// state kept where only trusted writers reach: a durable task's record, where a call
     /// waits (hours, maybe) for its caller's answers and then goes on in another process,

@@ -228,7 +228,7 @@ impl Worker {
         config.scope.check()?;
         // An audience that is a predicate cannot be published (`restricted_offer`): those
         // items are left out of the catalog. Said, so an item does not go missing unexplained.
-        let hidden = server.items_with_an_audience_it_cannot_tell();
+        let hidden = untold(&server.for_audiences());
         if !hidden.is_empty() {
             tracing::warn!(server = %config.server, items = ?hidden, "items whose audience is a predicate are not offered on the bus: a gateway cannot tell whom they are for (docs/semantics.md \"Who may see what\")");
         }
@@ -1636,6 +1636,28 @@ fn restricted_offer(server: &Server) -> crate::Restricted {
     }
 }
 
+/// The items whose audience is a predicate, which `restricted_offer` cannot tell: each as
+/// `"tool NAME"`, `"prompt NAME"`, `"resource URI"` or `"template URI"`.
+fn untold(offered: &toolyard::ForAudiences) -> Vec<String> {
+    fn named<T>(
+        items: &[(T, toolyard::Audience)],
+        kind: &str,
+        name: impl Fn(&T) -> &str,
+    ) -> Vec<String> {
+        let untold = items.iter().filter(|(_, a)| a.listed().is_none());
+        untold
+            .map(|(item, _)| format!("{kind} {}", name(item)))
+            .collect()
+    }
+    [
+        named(&offered.tools, "tool", |t| &t.name),
+        named(&offered.prompts, "prompt", |p| &p.name),
+        named(&offered.resources, "resource", |r| &r.uri),
+        named(&offered.templates, "template", |t| &t.uri_template),
+    ]
+    .concat()
+}
+
 /// Every page of one listing, served like any request (so the worker advertises exactly
 /// what a client of it would see); `key` names the array in the result. An item that does
 /// not parse is skipped; `None` when a page of the listing fails.
@@ -1714,6 +1736,32 @@ async fn list_all<T: DeserializeOwned>(server: &Server, method: &str, key: &str)
 
 #[cfg(test)]
 mod tests {
+    /// What a worker cannot publish and warns of: the items whose audience is a predicate,
+    /// each named by kind, and none of those whose audience is a list.
+    #[test]
+    fn only_items_for_a_predicate_audience_go_untold() {
+        use toolyard::Audience;
+        let tool = |name: &str| -> toolyard::proto::Tool {
+            serde_json::from_value(
+                serde_json::json!({"name": name, "inputSchema": {"type": "object"}}),
+            )
+            .unwrap()
+        };
+        let prompt = |name: &str| -> toolyard::proto::Prompt {
+            serde_json::from_value(serde_json::json!({"name": name})).unwrap()
+        };
+        let offered = toolyard::ForAudiences {
+            tools: vec![
+                (tool("listed"), Audience::principals(["alice"])),
+                (tool("judged"), Audience::when(|p| p.starts_with('a'))),
+            ],
+            prompts: vec![(prompt("brief"), Audience::when(|_| true))],
+            ..toolyard::ForAudiences::default()
+        };
+        assert_eq!(super::untold(&offered), ["tool judged", "prompt brief"]);
+        assert!(super::untold(&toolyard::ForAudiences::default()).is_empty());
+    }
+
     /// The one pass over a request's headers finds what a lookup per header found: the
     /// first value of each, nothing for a name spelt in another case or absent, with
     /// unrelated headers around them.
