@@ -160,6 +160,19 @@ impl From<Vec<String>> for Completions {
     }
 }
 
+/// Another server's answer relayed as it is: its own count and "more" flag, not just what
+/// fits in the answer (a gateway's completer).
+impl From<toolyard_proto::CompleteResult> for Completions {
+    fn from(result: toolyard_proto::CompleteResult) -> Self {
+        let completion = result.completion;
+        Completions {
+            values: completion.values,
+            total: completion.total.and_then(|t| usize::try_from(t).ok()),
+            has_more: completion.has_more,
+        }
+    }
+}
+
 impl FromIterator<String> for Completions {
     fn from_iter<I: IntoIterator<Item = String>>(iter: I) -> Self {
         Completions::from(iter.into_iter().collect::<Vec<_>>())

@@ -1472,14 +1472,7 @@ async fn complete_traced(
         Ok(Response {
             result: Some(result),
             ..
-        }) => Ok(Completions {
-            values: result.completion.values,
-            total: result
-                .completion
-                .total
-                .and_then(|t| usize::try_from(t).ok()),
-            has_more: result.completion.has_more,
-        }),
+        }) => Ok(result.into()),
         Ok(Response { error: Some(e), .. }) => Err(format!("{} ({})", e.message, e.code)),
         _ => Err("the answer is not a completion".to_owned()),
     }

@@ -455,14 +455,7 @@ pub(super) fn forward_complete(
                 };
                 match lease.complete(params).await {
                     // The source's own count and "more" flag, not just what fits in the answer.
-                    Ok(result) => toolyard::Completions {
-                        values: result.completion.values,
-                        total: result
-                            .completion
-                            .total
-                            .and_then(|t| usize::try_from(t).ok()),
-                        has_more: result.completion.has_more,
-                    },
+                    Ok(result) => result.into(),
                     Err(e) => {
                         lease.report(&e);
                         tracing::debug!(source = %source.spec.name, error = %e, "completion failed upstream");
