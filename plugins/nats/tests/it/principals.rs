@@ -594,24 +594,7 @@ async fn memo_completed(client: &RawClient) -> serde_json::Value {
 
 /// Waits until `client` is listed the prompt `name`.
 async fn listed_prompt(client: &RawClient, name: &str) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let list = client
-            .request("prompts/list", json!({"_meta": answering_caller()}))
-            .await
-            .unwrap();
-        if list["prompts"]
-            .as_array()
-            .is_some_and(|p| p.iter().any(|p| p["name"] == name))
-        {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never listed {name}: {list}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    listed_in(client, "prompts/list", "prompts", name).await;
 }
 
 /// The `desk__` tools `client` is listed.
@@ -656,21 +639,26 @@ async fn call_desk(
 
 /// Waits until `client` (a tasks-extension caller) is listed `tool`.
 async fn listed_to(client: &RawClient, tool: &str) {
+    listed_in(client, "tools/list", "tools", tool).await;
+}
+
+/// Waits until `client`'s `method` (a listing whose items are under `key`) names `name`.
+async fn listed_in(client: &RawClient, method: &str, key: &str, name: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let list = client
-            .request("tools/list", json!({"_meta": answering_caller()}))
+            .request(method, json!({"_meta": answering_caller()}))
             .await
             .unwrap();
-        if list["tools"]
+        if list[key]
             .as_array()
-            .is_some_and(|t| t.iter().any(|t| t["name"] == tool))
+            .is_some_and(|items| items.iter().any(|i| i["name"] == name))
         {
             return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "never listed {tool}: {list}"
+            "never listed {name}: {list}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
