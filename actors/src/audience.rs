@@ -92,6 +92,74 @@ pub(crate) trait Audienced {
     }
 }
 
+/// Who a change to the registries is news to: everyone, or only the callers an audience of
+/// a changed item admits.
+///
+/// A `list_changed` notification tells a listener to list again; one about an item it may
+/// not see tells it that something it cannot see exists and changed (a user's own worker
+/// pool starting, say), and makes every listener of a gateway with many users list again
+/// when any one user's items change. So the server sends a list change only to the
+/// listeners it concerns: those some changed item (as it was, or as it is now) was or is
+/// visible to. A change to any item for everyone reaches everyone.
+#[derive(Debug, Clone, Default)]
+pub struct Reach(Option<Vec<Audience>>);
+
+impl Reach {
+    /// Every listener.
+    pub fn everyone() -> Self {
+        Reach(None)
+    }
+
+    /// The listeners `audience` admits.
+    pub fn only(audience: Audience) -> Self {
+        Reach(Some(vec![audience]))
+    }
+
+    /// Whether a listener with this principal (`None`: not authenticated) is told.
+    pub fn admits(&self, principal: Option<&str>) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|audiences| audiences.iter().any(|a| a.admits(principal)))
+    }
+
+    /// Whether it reaches every listener.
+    pub fn is_everyone(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Widens it to the callers `other` reaches as well.
+    pub fn widen(&mut self, other: Reach) {
+        match (&mut self.0, other.0) {
+            (None, _) => {}
+            (mine, None) => *mine = None,
+            (Some(mine), Some(theirs)) => mine.extend(theirs),
+        }
+    }
+
+    /// Widens it to those who may see `item` (everyone when it has no audience).
+    pub(crate) fn widen_to<T: Audienced + ?Sized>(&mut self, item: &T) {
+        match item.audience() {
+            Some(a) => self.widen(Reach::only(a.clone())),
+            None => self.0 = None,
+        }
+    }
+
+    /// The principals it reaches when every audience in it is a list; `None` when it reaches
+    /// everyone or an audience is a predicate (which cannot be told to another process).
+    pub fn listed(&self) -> Option<BTreeSet<String>> {
+        let mut all = BTreeSet::new();
+        for a in self.0.as_ref()? {
+            all.extend(a.listed()?.iter().cloned());
+        }
+        Some(all)
+    }
+
+    /// Nobody at all: the start of a change that widens it item by item.
+    pub(crate) fn nobody() -> Self {
+        Reach(Some(Vec::new()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +186,24 @@ mod tests {
         assert!(everyone.admits(Some("x")));
         assert!(!everyone.admits(None));
         assert!(everyone.listed().is_none());
+    }
+
+    #[test]
+    fn a_reach_widens_to_everyone_once_any_item_is_for_everyone() {
+        let mut r = Reach::nobody();
+        assert!(!r.admits(Some("alice")));
+        r.widen(Reach::only(Audience::principals(["alice"])));
+        r.widen(Reach::only(Audience::principals(["bob"])));
+        assert!(r.admits(Some("alice")) && r.admits(Some("bob")));
+        assert!(!r.admits(Some("carol")) && !r.admits(None));
+        let listed: Vec<String> = r.listed().unwrap().into_iter().collect();
+        assert_eq!(listed, ["alice", "bob"]);
+        r.widen(Reach::only(Audience::when(|p| p == "dave")));
+        assert!(r.admits(Some("dave")));
+        assert!(r.listed().is_none(), "a predicate cannot be told");
+        r.widen(Reach::everyone());
+        assert!(r.is_everyone() && r.admits(None));
+        r.widen(Reach::only(Audience::principals(["alice"])));
+        assert!(r.is_everyone(), "nothing narrows it again");
     }
 }

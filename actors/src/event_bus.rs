@@ -9,6 +9,7 @@
 //! [`SubscriptionWatcher`]s when a URI gains its first listener or loses its last: a server
 //! that only relays a resource (the gateway) subscribes upstream on demand from that.
 
+use crate::audience::Reach;
 use crate::sink::Sink;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::{HashMap, HashSet};
@@ -34,9 +35,10 @@ pub enum Event {
 pub type SubscriptionWatcher = Arc<dyn Fn(&str, bool) + Send + Sync>;
 
 /// Told every event published in this process (not those relayed from elsewhere with
-/// `Server::publish_relayed`): how a cluster bus carries events to other processes without
-/// echoing them back. Called inside the bus actor: it must return at once.
-pub type EventTap = Arc<dyn Fn(&Event) + Send + Sync>;
+/// `Server::publish_relayed`), with whom it concerns: how a cluster bus carries events to
+/// other processes without echoing them back. Called inside the bus actor: it must return
+/// at once.
+pub type EventTap = Arc<dyn Fn(&Event, &Reach) + Send + Sync>;
 
 /// Identifies a listener.
 pub(crate) type ListenerId = u64;
@@ -79,8 +81,11 @@ pub(crate) struct Listener {
     pub filter: Filter,
     /// Modern: the subscription id to tag notifications with.
     pub subscription_id: Option<String>,
-    /// The authenticated principal of the listener: it only hears of its own tasks.
+    /// Whose tasks it hears of (modern: its principal; legacy: none, the session's tasks).
     pub owner: Option<Arc<str>>,
+    /// The authenticated principal of the listener: it hears of list changes that concern
+    /// it alone ([`Reach`]).
+    pub principal: Option<Arc<str>>,
     /// Resource updates go through this instead of straight to `sink` (legacy connections).
     pub update_gate: Option<UpdateGate>,
 }
@@ -108,10 +113,10 @@ pub(crate) struct TaskNotice {
 /// Messages of the EventBus.
 #[derive(Debug)]
 pub(crate) enum BusMsg {
-    /// Deliver an event raised in this process (taps hear it).
-    Publish(Event),
+    /// Deliver an event raised in this process (taps hear it), to those it reaches.
+    Publish(Event, Reach),
     /// Deliver an event relayed from another process (taps do not hear it).
-    PublishRelayed(Event),
+    PublishRelayed(Event, Reach),
     /// Add a tap.
     Tap(Tap),
     /// Add a listener.
@@ -158,17 +163,25 @@ pub(crate) struct BusState {
 }
 
 impl BusState {
-    /// Sends `event` to every listener that wants it.
-    fn deliver(&mut self, event: &Event) {
+    /// Sends `event` to every listener that wants it: a list change only to those it
+    /// reaches.
+    fn deliver(&mut self, event: &Event, reach: &Reach) {
         self.drop_closed();
         for l in self.listeners.values() {
+            let told = || reach.admits(l.principal.as_deref());
             let (wanted, method, uri) = match event {
-                Event::ToolsChanged => (l.filter.tools, "notifications/tools/list_changed", None),
-                Event::PromptsChanged => {
-                    (l.filter.prompts, "notifications/prompts/list_changed", None)
-                }
+                Event::ToolsChanged => (
+                    l.filter.tools && told(),
+                    "notifications/tools/list_changed",
+                    None,
+                ),
+                Event::PromptsChanged => (
+                    l.filter.prompts && told(),
+                    "notifications/prompts/list_changed",
+                    None,
+                ),
                 Event::ResourcesChanged => (
-                    l.filter.resources,
+                    l.filter.resources && told(),
                     "notifications/resources/list_changed",
                     None,
                 ),
@@ -334,13 +347,13 @@ impl Actor for EventBus {
                 }
             }
             BusMsg::Tap(Tap(tap)) => state.taps.push(tap),
-            BusMsg::Publish(event) => {
+            BusMsg::Publish(event, reach) => {
                 for tap in &state.taps {
-                    tap(&event);
+                    tap(&event, &reach);
                 }
-                state.deliver(&event);
+                state.deliver(&event, &reach);
             }
-            BusMsg::PublishRelayed(event) => state.deliver(&event),
+            BusMsg::PublishRelayed(event, reach) => state.deliver(&event, &reach),
         }
         Ok(())
     }

@@ -53,7 +53,7 @@ pub mod transport {
     pub use crate::sink::{MessageSink, Sink};
 }
 
-pub use audience::{Audience, ForAudiences};
+pub use audience::{Audience, ForAudiences, Reach};
 pub use context::{Caller, InputError, RequestContext, TaskRole, TASK_HANDOFF};
 pub use error::{HandlerError, ToolError};
 pub use event_bus::{Event, EventTap, SubscriptionWatcher};

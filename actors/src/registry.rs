@@ -8,7 +8,7 @@
 //! find the tool missing). Order is registration order, so listings are
 //! deterministic, as 2026-07-28 asks for client-side caching.
 
-use crate::audience::Audienced;
+use crate::audience::{Audienced, Reach};
 use arc_swap::ArcSwap;
 use indexmap::IndexMap;
 use std::sync::{Arc, Mutex};
@@ -32,31 +32,43 @@ impl<T> Registry<T> {
     pub(crate) fn get(&self, name: &str) -> Option<Arc<T>> {
         self.0.load().get(name).cloned()
     }
-    /// Inserts or replaces; returns true when anything changed.
-    pub(crate) fn insert(&self, items: impl IntoIterator<Item = (String, Arc<T>)>) -> bool {
+}
+
+impl<T: Audienced> Registry<T> {
+    /// Inserts or replaces; returns who the change concerns (`None`: nothing changed):
+    /// those who may see a replaced definition or a new one.
+    pub(crate) fn insert(
+        &self,
+        items: impl IntoIterator<Item = (String, Arc<T>)>,
+    ) -> Option<Reach> {
         let _writer = self.1.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = IndexMap::clone(&self.0.load());
-        let mut changed = false;
+        let mut reach: Option<Reach> = None;
         for (k, v) in items {
-            next.insert(k, v);
-            changed = true;
+            let reach = reach.get_or_insert_with(Reach::nobody);
+            reach.widen_to(&*v);
+            if let Some(old) = next.insert(k, v) {
+                reach.widen_to(&*old);
+            }
         }
         self.0.store(Arc::new(next));
-        changed
+        reach
     }
-    /// Removes names; returns true when anything was removed.
-    pub(crate) fn remove(&self, names: &[String]) -> bool {
+    /// Removes names; returns who the change concerns (those who could see a removed
+    /// definition), `None` when nothing was removed.
+    pub(crate) fn remove(&self, names: &[String]) -> Option<Reach> {
         let _writer = self.1.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = IndexMap::clone(&self.0.load());
-        let before = next.len();
+        let mut reach: Option<Reach> = None;
         for n in names {
-            next.shift_remove(n);
+            if let Some(old) = next.shift_remove(n) {
+                reach.get_or_insert_with(Reach::nobody).widen_to(&*old);
+            }
         }
-        let changed = next.len() != before;
-        if changed {
+        if reach.is_some() {
             self.0.store(Arc::new(next));
         }
-        changed
+        reach
     }
 }
 

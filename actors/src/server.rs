@@ -6,7 +6,7 @@
 //! the actors, see [`crate::registry`]) and the shared routing table is updated; requests that
 //! were in the dead actor's mailbox are answered with an error by their [`Reply`]'s drop.
 
-use crate::audience::Audienced;
+use crate::audience::{Audienced, Reach};
 use crate::connection::{
     Connection, ConnectionArgs, ConnectionHandle, Delivery, DirectModern, Inflight, SessionView,
 };
@@ -725,8 +725,8 @@ impl Server {
         let items = tools
             .into_iter()
             .map(|d| (d.tool.name.clone(), Arc::new(d)));
-        if self.core.tools.insert(items) {
-            self.publish(Event::ToolsChanged);
+        if let Some(reach) = self.core.tools.insert(items) {
+            self.publish_for(Event::ToolsChanged, reach);
         }
     }
 
@@ -744,8 +744,8 @@ impl Server {
         reason = "the public signature predates the registry's direct writes; callers hand the list over"
     )]
     pub fn remove_tools(&self, names: Vec<String>) {
-        if self.core.tools.remove(&names) {
-            self.publish(Event::ToolsChanged);
+        if let Some(reach) = self.core.tools.remove(&names) {
+            self.publish_for(Event::ToolsChanged, reach);
         }
     }
 
@@ -754,8 +754,8 @@ impl Server {
         let items = resources
             .into_iter()
             .map(|d| (d.resource.uri.clone(), Arc::new(d)));
-        if self.core.resources.insert(items) {
-            self.publish(Event::ResourcesChanged);
+        if let Some(reach) = self.core.resources.insert(items) {
+            self.publish_for(Event::ResourcesChanged, reach);
         }
     }
 
@@ -764,8 +764,8 @@ impl Server {
         let items = prompts
             .into_iter()
             .map(|d| (d.prompt.name.clone(), Arc::new(d)));
-        if self.core.prompts.insert(items) {
-            self.publish(Event::PromptsChanged);
+        if let Some(reach) = self.core.prompts.insert(items) {
+            self.publish_for(Event::PromptsChanged, reach);
         }
     }
 
@@ -774,8 +774,8 @@ impl Server {
         let items = templates
             .into_iter()
             .map(|d| (d.template.uri_template.clone(), Arc::new(d)));
-        if self.core.templates.insert(items) {
-            self.publish(Event::ResourcesChanged);
+        if let Some(reach) = self.core.templates.insert(items) {
+            self.publish_for(Event::ResourcesChanged, reach);
         }
     }
 
@@ -787,8 +787,15 @@ impl Server {
     pub fn remove_resources(&self, uris: Vec<String>) {
         let resources = self.core.resources.remove(&uris);
         let templates = self.core.templates.remove(&uris);
-        if resources || templates {
-            self.publish(Event::ResourcesChanged);
+        let reach = match (resources, templates) {
+            (Some(mut a), Some(b)) => {
+                a.widen(b);
+                Some(a)
+            }
+            (a, b) => a.or(b),
+        };
+        if let Some(reach) = reach {
+            self.publish_for(Event::ResourcesChanged, reach);
         }
     }
 
@@ -798,8 +805,8 @@ impl Server {
         reason = "the public signature predates the registry's direct writes; callers hand the list over"
     )]
     pub fn remove_prompts(&self, names: Vec<String>) {
-        if self.core.prompts.remove(&names) {
-            self.publish(Event::PromptsChanged);
+        if let Some(reach) = self.core.prompts.remove(&names) {
+            self.publish_for(Event::PromptsChanged, reach);
         }
     }
 
@@ -823,18 +830,30 @@ impl Server {
 
     /// Publishes a change event to every listener.
     pub fn publish(&self, event: Event) {
-        let _ = self.core.routes().bus.cast(BusMsg::Publish(event));
+        self.publish_for(event, Reach::everyone());
+    }
+
+    /// Publishes a list change to the listeners it concerns only (see [`Reach`]); a
+    /// resource update goes to its subscribers whatever the reach. The server does this
+    /// itself for what changes in its registries.
+    pub fn publish_for(&self, event: Event, reach: Reach) {
+        let _ = self.core.routes().bus.cast(BusMsg::Publish(event, reach));
     }
 
     /// Publishes an event that was raised in another process (a cluster bus relays it):
-    /// delivered to this server's listeners like [`publish`](Self::publish), but not told
-    /// to the taps, so it is never sent back out.
-    pub fn publish_relayed(&self, event: Event) {
-        let _ = self.core.routes().bus.cast(BusMsg::PublishRelayed(event));
+    /// delivered to this server's listeners like [`publish_for`](Self::publish_for), but not
+    /// told to the taps, so it is never sent back out.
+    pub fn publish_relayed(&self, event: Event, reach: Reach) {
+        let _ = self
+            .core
+            .routes()
+            .bus
+            .cast(BusMsg::PublishRelayed(event, reach));
     }
 
-    /// Calls `tap` with every event raised in this process (not the relayed ones). It runs
-    /// inside the event bus actor: hand the event on (a channel) and return.
+    /// Calls `tap` with every event raised in this process (not the relayed ones), with
+    /// whom it concerns. It runs inside the event bus actor: hand the event on (a channel)
+    /// and return.
     pub fn tap_events(&self, tap: crate::event_bus::EventTap) {
         let _ = self
             .core
@@ -845,11 +864,7 @@ impl Server {
 
     /// Tells subscribers that a resource changed.
     pub fn notify_resource_updated(&self, uri: impl Into<String>) {
-        let _ = self
-            .core
-            .routes()
-            .bus
-            .cast(BusMsg::Publish(Event::ResourceUpdated(uri.into())));
+        self.publish(Event::ResourceUpdated(uri.into()));
     }
 
     /// Calls `watcher` when a resource URI gains its first subscriber or loses its last

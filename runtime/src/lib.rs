@@ -44,7 +44,7 @@ pub use toolyard_actors::{
     Completions, DefinitionError, Event, ForAudiences, ForwardFn, HandlerError, InputError,
     IntoCallToolResult, Json, Layer, Layers, Lifecycle, LifecycleEvent, Limits, ListSettings,
     Messaging, MethodFn, Moment, Observe, Outcome, Peer, PromptDef, PromptFn, RawArgs, RawResult,
-    RawResultError, Readiness, RequestContext, RequestInfo, ResourceDef, ResourceFn,
+    RawResultError, Reach, Readiness, RequestContext, RequestInfo, ResourceDef, ResourceFn,
     ResourceRequest, Server, ServerConfig, SessionInfo, SpanIds, StartError, StateSealer,
     SubscribeCheckFn, SubscriptionWatcher, TaskRole, TemplateDef, ToolArgs, ToolDef, ToolError,
     ToolFn, TransportTrace, UnknownToolFn, UriTemplate, TASK_HANDOFF,

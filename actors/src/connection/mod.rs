@@ -494,6 +494,7 @@ impl ConnState {
                 filter,
                 subscription_id: None,
                 owner: None,
+                principal: self.principal.clone(),
                 update_gate,
             },
         ));
@@ -833,7 +834,8 @@ impl ConnState {
                 },
                 update_gate: None,
                 subscription_id: Some(subscription_id),
-                // It hears only of its caller's tasks.
+                // It hears only of its caller's tasks, and of list changes that concern it.
+                principal: owner.clone(),
                 owner,
             },
         ));

@@ -17,6 +17,7 @@
 //! blocks the server's event bus.
 
 use crate::doubling::Doubling;
+use crate::principal_token;
 use crate::NatsError;
 use async_nats::HeaderMap;
 use futures_util::StreamExt;
@@ -27,7 +28,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use toolyard::{Event, Server};
+use toolyard::{Audience, Event, Reach, Server};
 
 /// `Mcp-Origin`: the process an event was raised in.
 pub const ORIGIN: &str = "Mcp-Origin";
@@ -46,7 +47,8 @@ pub fn events_subject(prefix: &str) -> String {
 }
 
 /// An event on the wire: `{"event": "tools/list_changed"}` or
-/// `{"event": "resources/updated", "uri": "..."}`.
+/// `{"event": "resources/updated", "uri": "..."}`; a list change that concerns some users
+/// alone names them by their principals' tokens, `"forUsers": ["p…", …]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireEvent {
     /// `tools/list_changed`, `prompts/list_changed`, `resources/list_changed` or
@@ -55,39 +57,64 @@ pub struct WireEvent {
     /// The resource, for `resources/updated`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
+    /// The [`principal_token`](crate::principal_token)s of the only callers a list change
+    /// concerns (its changed items are for them alone); absent: everyone.
+    #[serde(default, rename = "forUsers", skip_serializing_if = "Option::is_none")]
+    pub for_users: Option<Vec<String>>,
 }
 
 impl WireEvent {
-    fn of(event: &Event) -> WireEvent {
+    /// `event` on the wire for those `reach` reaches; `None` when they cannot be told (an
+    /// audience that is a predicate: the gateways that serve such items raise their own
+    /// list changes as they install them, from the catalog).
+    fn of(event: &Event, reach: &Reach) -> Option<WireEvent> {
+        let for_users = if reach.is_everyone() || matches!(event, Event::ResourceUpdated(_)) {
+            None
+        } else {
+            Some(reach.listed()?.iter().map(|p| principal_token(p)).collect())
+        };
         let (name, uri) = match event {
             Event::ToolsChanged => ("tools/list_changed", None),
             Event::PromptsChanged => ("prompts/list_changed", None),
             Event::ResourcesChanged => ("resources/list_changed", None),
             Event::ResourceUpdated(uri) => ("resources/updated", Some(uri.clone())),
         };
-        WireEvent {
+        Some(WireEvent {
             event: name.to_owned(),
             uri,
-        }
+            for_users,
+        })
     }
 
-    fn to_event(&self) -> Option<Event> {
-        Some(match (self.event.as_str(), &self.uri) {
+    /// The event, and whom it concerns here: the callers whose principal's token it names.
+    fn to_event(&self) -> Option<(Event, Reach)> {
+        let event = match (self.event.as_str(), &self.uri) {
             ("tools/list_changed", _) => Event::ToolsChanged,
             ("prompts/list_changed", _) => Event::PromptsChanged,
             ("resources/list_changed", _) => Event::ResourcesChanged,
             ("resources/updated", Some(uri)) => Event::ResourceUpdated(uri.clone()),
             _ => return None,
-        })
+        };
+        let reach = match &self.for_users {
+            None => Reach::everyone(),
+            Some(tokens) => {
+                let tokens: HashSet<String> = tokens.iter().cloned().collect();
+                Reach::only(Audience::when(move |principal| {
+                    tokens.contains(&principal_token(principal))
+                }))
+            }
+        };
+        Some((event, reach))
     }
 }
 
 /// The events gathered since the last pass: each kind and each resource once.
 #[derive(Debug, Default)]
 struct Gathered {
-    tools: bool,
-    prompts: bool,
-    resources: bool,
+    /// A kind's list changed, for whom (widened by each change gathered).
+    tools: Option<Reach>,
+    prompts: Option<Reach>,
+    resources: Option<Reach>,
     /// Updated resources, first come first passed on.
     uris: Vec<String>,
     uri_set: HashSet<String>,
@@ -96,11 +123,11 @@ struct Gathered {
 
 impl Gathered {
     /// Takes `event` in; false when it had to be dropped (too many resources waiting).
-    fn add(&mut self, event: Event) -> bool {
-        match event {
-            Event::ToolsChanged => self.tools = true,
-            Event::PromptsChanged => self.prompts = true,
-            Event::ResourcesChanged => self.resources = true,
+    fn add(&mut self, event: Event, reach: Reach) -> bool {
+        let kind = match event {
+            Event::ToolsChanged => &mut self.tools,
+            Event::PromptsChanged => &mut self.prompts,
+            Event::ResourcesChanged => &mut self.resources,
             Event::ResourceUpdated(uri) => {
                 if self.uri_set.contains(&uri) {
                     return true;
@@ -111,13 +138,18 @@ impl Gathered {
                 self.uri_bytes += uri.len();
                 self.uri_set.insert(uri.clone());
                 self.uris.push(uri);
+                return true;
             }
+        };
+        match kind {
+            Some(gathered) => gathered.widen(reach),
+            None => *kind = Some(reach),
         }
         true
     }
 
-    /// Everything gathered, emptying it.
-    fn take(&mut self) -> Vec<Event> {
+    /// Everything gathered, emptying it, each with whom it concerns.
+    fn take(&mut self) -> Vec<(Event, Reach)> {
         let taken = std::mem::take(self);
         let kinds = [
             (taken.tools, Event::ToolsChanged),
@@ -126,8 +158,13 @@ impl Gathered {
         ];
         kinds
             .into_iter()
-            .filter_map(|(raised, event)| raised.then_some(event))
-            .chain(taken.uris.into_iter().map(Event::ResourceUpdated))
+            .filter_map(|(reach, event)| Some((event, reach?)))
+            .chain(
+                taken
+                    .uris
+                    .into_iter()
+                    .map(|uri| (Event::ResourceUpdated(uri), Reach::everyone())),
+            )
             .collect()
     }
 }
@@ -143,12 +180,12 @@ struct Paced {
 
 impl Paced {
     /// Never waits (the server's event bus actor calls it).
-    fn add(&self, event: Event) {
+    fn add(&self, event: Event, reach: Reach) {
         let fits = self
             .gathered
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .add(event);
+            .add(event, reach);
         if fits {
             self.wake.notify_one();
         } else if let Some(dropped) = self.dropped.count() {
@@ -160,7 +197,7 @@ impl Paced {
         }
     }
 
-    fn take(&self) -> Vec<Event> {
+    fn take(&self) -> Vec<(Event, Reach)> {
         self.gathered
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -169,7 +206,7 @@ impl Paced {
 
     /// Waits for the next events to pass on: at once when the last pass (`last`, which it
     /// updates) was a pace ago or more, else when that pace ends.
-    async fn next(&self, last: &mut Option<Instant>) -> Vec<Event> {
+    async fn next(&self, last: &mut Option<Instant>) -> Vec<(Event, Reach)> {
         loop {
             if let Some(at) = *last {
                 tokio::time::sleep_until(at + PACE).await;
@@ -216,17 +253,23 @@ impl EventRelay {
         let outgoing = Arc::new(Paced::default());
         let relayed = Arc::new(Paced::default());
         let tapped = outgoing.clone();
-        server.tap_events(Arc::new(move |event: &Event| tapped.add(event.clone())));
+        server.tap_events(Arc::new(move |event: &Event, reach: &Reach| {
+            tapped.add(event.clone(), reach.clone());
+        }));
         let publisher = {
             let outgoing = outgoing.clone();
             let origin = origin.clone();
             tokio::spawn(async move {
                 let mut last = None;
                 loop {
-                    for event in outgoing.next(&mut last).await {
+                    for (event, reach) in outgoing.next(&mut last).await {
+                        let Some(wire) = WireEvent::of(&event, &reach) else {
+                            tracing::debug!(target: "toolyard::nats", ?event, "a list change for an audience that is a predicate is not relayed");
+                            continue;
+                        };
                         let mut headers = HeaderMap::new();
                         headers.insert(ORIGIN, origin.as_str());
-                        let Ok(body) = serde_json::to_vec(&WireEvent::of(&event)) else {
+                        let Ok(body) = serde_json::to_vec(&wire) else {
                             continue;
                         };
                         if let Err(e) = client
@@ -244,8 +287,8 @@ impl EventRelay {
             tokio::spawn(async move {
                 let mut last = None;
                 loop {
-                    for event in relayed.next(&mut last).await {
-                        server.publish_relayed(event);
+                    for (event, reach) in relayed.next(&mut last).await {
+                        server.publish_relayed(event, reach);
                     }
                 }
             })
@@ -268,7 +311,7 @@ impl EventRelay {
                         .ok()
                         .and_then(|w| w.to_event())
                     {
-                        Some(event) => relayed.add(event),
+                        Some((event, reach)) => relayed.add(event, reach),
                         None => {
                             if let Some(dropped) = junk.count() {
                                 tracing::warn!(
@@ -335,6 +378,7 @@ mod tests {
             let mut last = None;
             loop {
                 let events = paced.next(&mut last).await;
+                let events: Vec<Event> = events.into_iter().map(|(e, _)| e).collect();
                 let _ = tx.send((Instant::now(), events));
             }
         });
@@ -367,9 +411,11 @@ mod tests {
             Event::ResourcesChanged,
             Event::ResourceUpdated("file:///a".into()),
         ] {
-            let w = WireEvent::of(&e);
+            let w = WireEvent::of(&e, &Reach::everyone()).unwrap();
             let back: WireEvent = serde_json::from_slice(&serde_json::to_vec(&w).unwrap()).unwrap();
-            assert_eq!(format!("{:?}", back.to_event().unwrap()), format!("{e:?}"));
+            let (event, reach) = back.to_event().unwrap();
+            assert_eq!(format!("{event:?}"), format!("{e:?}"));
+            assert!(reach.is_everyone());
         }
         let bad: WireEvent = serde_json::from_str(r#"{"event":"resources/updated"}"#).unwrap();
         assert!(bad.to_event().is_none(), "updated without a uri is refused");
@@ -377,15 +423,68 @@ mod tests {
     }
 
     #[test]
+    fn a_list_change_for_listed_principals_crosses_as_their_tokens_and_reaches_them_alone() {
+        let for_alice = Reach::only(Audience::principals(["alice"]));
+        let w = WireEvent::of(&Event::ToolsChanged, &for_alice).unwrap();
+        assert_eq!(w.for_users, Some(vec![principal_token("alice")]));
+        let text = serde_json::to_string(&w).unwrap();
+        assert!(!text.contains("alice"), "no principal on the bus: {text}");
+        let (event, reach) = serde_json::from_str::<WireEvent>(&text)
+            .unwrap()
+            .to_event()
+            .unwrap();
+        assert_eq!(event, Event::ToolsChanged);
+        assert!(reach.admits(Some("alice")));
+        assert!(!reach.admits(Some("bob")) && !reach.admits(None));
+
+        // A predicate cannot be told: not relayed at all (never as a change for everyone).
+        let mut judged = Reach::only(Audience::when(|p| p.starts_with('a')));
+        assert!(WireEvent::of(&Event::PromptsChanged, &judged).is_none());
+        judged.widen(for_alice.clone());
+        assert!(WireEvent::of(&Event::PromptsChanged, &judged).is_none());
+        // A resource's update goes to its subscribers, whoever they are.
+        let updated = WireEvent::of(&Event::ResourceUpdated("file:///a".into()), &judged).unwrap();
+        assert_eq!(updated.for_users, None);
+
+        // Gathered in one pace: for alice and bob; then for everyone once any is.
+        let mut g = Gathered::default();
+        g.add(Event::ToolsChanged, for_alice.clone());
+        g.add(
+            Event::ToolsChanged,
+            Reach::only(Audience::principals(["bob"])),
+        );
+        let taken = g.take();
+        assert_eq!(taken.len(), 1);
+        let w = WireEvent::of(&taken[0].0, &taken[0].1).unwrap();
+        let mut tokens = vec![principal_token("alice"), principal_token("bob")];
+        tokens.sort();
+        assert_eq!(w.for_users, Some(tokens));
+        g.add(Event::ToolsChanged, for_alice);
+        g.add(Event::ToolsChanged, Reach::everyone());
+        let taken = g.take();
+        assert!(taken[0].1.is_everyone());
+        assert_eq!(
+            WireEvent::of(&taken[0].0, &taken[0].1).unwrap().for_users,
+            None
+        );
+    }
+
+    #[test]
     fn gathered_events_pass_on_each_kind_and_resource_once_in_order_and_stay_bounded() {
         let mut g = Gathered::default();
         for _ in 0..3 {
-            assert!(g.add(Event::ResourceUpdated("file:///b".into())));
-            assert!(g.add(Event::ToolsChanged));
-            assert!(g.add(Event::ResourceUpdated("file:///a".into())));
+            assert!(g.add(
+                Event::ResourceUpdated("file:///b".into()),
+                Reach::everyone()
+            ));
+            assert!(g.add(Event::ToolsChanged, Reach::everyone()));
+            assert!(g.add(
+                Event::ResourceUpdated("file:///a".into()),
+                Reach::everyone()
+            ));
         }
         assert_eq!(
-            g.take(),
+            g.take().into_iter().map(|(e, _)| e).collect::<Vec<_>>(),
             vec![
                 Event::ToolsChanged,
                 Event::ResourceUpdated("file:///b".into()),
@@ -395,19 +494,34 @@ mod tests {
         assert!(g.take().is_empty(), "taking empties it");
 
         let long = "x".repeat(MAX_WAITING_URI_BYTES / 2);
-        assert!(g.add(Event::ResourceUpdated(format!("a{long}"))));
+        assert!(g.add(
+            Event::ResourceUpdated(format!("a{long}")),
+            Reach::everyone()
+        ));
         assert!(
-            !g.add(Event::ResourceUpdated(format!("bb{long}"))),
+            !g.add(
+                Event::ResourceUpdated(format!("bb{long}")),
+                Reach::everyone()
+            ),
             "over the bound"
         );
         assert!(
-            g.add(Event::ResourceUpdated(format!("a{long}"))),
+            g.add(
+                Event::ResourceUpdated(format!("a{long}")),
+                Reach::everyone()
+            ),
             "already waiting"
         );
-        assert!(g.add(Event::PromptsChanged), "a kind always fits");
+        assert!(
+            g.add(Event::PromptsChanged, Reach::everyone()),
+            "a kind always fits"
+        );
         assert_eq!(g.take().len(), 2);
         assert!(
-            g.add(Event::ResourceUpdated(format!("bb{long}"))),
+            g.add(
+                Event::ResourceUpdated(format!("bb{long}")),
+                Reach::everyone()
+            ),
             "room again"
         );
     }
@@ -417,7 +531,7 @@ mod tests {
         let paced = Arc::new(Paced::default());
         let (runner, mut rx) = passed_on_one_by_one(&paced);
         let start = Instant::now();
-        paced.add(Event::ToolsChanged);
+        paced.add(Event::ToolsChanged, Reach::everyone());
         let (at, first) = rx.recv().await.unwrap();
         assert_eq!(
             (at, first),
@@ -427,13 +541,19 @@ mod tests {
 
         // 10 000 events over one second of (paused) time.
         for i in 0..10_000u32 {
-            paced.add(Event::ToolsChanged);
-            paced.add(Event::ResourceUpdated(format!("file:///{}", i % 3)));
+            paced.add(Event::ToolsChanged, Reach::everyone());
+            paced.add(
+                Event::ResourceUpdated(format!("file:///{}", i % 3)),
+                Reach::everyone(),
+            );
             if i % 100 == 99 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        paced.add(Event::ResourceUpdated("file:///last".into()));
+        paced.add(
+            Event::ResourceUpdated("file:///last".into()),
+            Reach::everyone(),
+        );
         let mut passed = Vec::new();
         while let Ok(Some(p)) = tokio::time::timeout(PACE * 3, rx.recv()).await {
             passed.push(p);
@@ -481,7 +601,7 @@ mod tests {
                     _ => Event::ResourceUpdated(format!("file:///{}", rng.below(4))),
                 };
                 last_raised.insert(format!("{event:?}"), Instant::now());
-                paced.add(event);
+                paced.add(event, Reach::everyone());
                 if rng.chance(30) {
                     let ms = rng.below(250) as u64;
                     tokio::time::sleep(Duration::from_millis(ms)).await;

@@ -316,13 +316,13 @@ impl Worker {
         // A change of what the server offers is put at once, not at the next heartbeat.
         let changed = Arc::new(Notify::new());
         let on_change = changed.clone();
-        inner
-            .server
-            .tap_events(Arc::new(move |event: &toolyard::Event| {
+        inner.server.tap_events(Arc::new(
+            move |event: &toolyard::Event, _: &toolyard::Reach| {
                 if !matches!(event, toolyard::Event::ResourceUpdated(_)) {
                     on_change.notify_one();
                 }
-            }));
+            },
+        ));
         // The task queue is set up beside serving, not before it: requests are core NATS and
         // need no stream, so a JetStream that is electing a leader (a node just died) delays
         // the jobs, not the worker.

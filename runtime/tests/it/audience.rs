@@ -356,3 +356,76 @@ async fn pages_hold_only_what_the_caller_may_see_and_together_all_of_it() {
         assert_eq!(pages, expected.len().div_ceil(2));
     }
 }
+
+/// A list change reaches only the listeners who may see what changed (as it was or as it is
+/// now), in both generations: alice hears of her own items, bob and an anonymous caller
+/// only of changes to what is for everyone, including an item for everyone made alice's.
+#[tokio::test]
+async fn a_list_change_reaches_only_the_listeners_who_may_see_what_changed() {
+    let server = server().await;
+    let mut heard = Vec::new();
+    for principal in [Some("alice"), Some("bob"), None] {
+        let legacy = Arc::new(RawClient::connect_as(&server, principal).await.unwrap());
+        legacy.initialize(json!({})).await.unwrap();
+        let current = Arc::new(RawClient::connect_as(&server, principal).await.unwrap());
+        let listening = current.clone();
+        tokio::spawn(async move {
+            listening
+                .request_with_id(
+                    "listen".into(),
+                    "subscriptions/listen",
+                    json!({"_meta": modern(), "notifications": {
+                        "toolsListChanged": true,
+                        "promptsListChanged": true,
+                        "resourcesListChanged": true,
+                    }}),
+                )
+                .await
+        });
+        let ack = current.next_notification().await.unwrap();
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        heard.push((principal, "legacy", legacy));
+        heard.push((principal, "modern", current));
+    }
+    let for_alice = |name: &str| {
+        tool_fn(name, "for alice", |_c, _a: NoArgs| async { Ok("mine") })
+            .unwrap()
+            .for_audience(alice())
+    };
+    server.add_tools(vec![for_alice("diary")]);
+    server.remove_prompts(vec!["briefing".into()]);
+    server.add_resources(vec![ResourceDef::new(
+        serde_json::from_value::<Resource>(json!({"uri": "res://new", "name": "new"})).unwrap(),
+        Arc::new(|_ctx, req: toolyard::ResourceRequest| {
+            Box::pin(async move { Ok(text(&req.uri, "new")) })
+        }),
+    )]);
+    // What was for everyone is alice's now: bob no longer sees it, so he is told.
+    server.add_tools(vec![for_alice("open")]);
+    server.remove_tools(vec!["diary".into()]);
+    server.publish(toolyard::Event::PromptsChanged);
+
+    for (principal, generation, client) in heard {
+        let expected: &[&str] = if principal == Some("alice") {
+            &["tools", "prompts", "resources", "tools", "tools", "prompts"]
+        } else {
+            &["resources", "tools", "prompts"]
+        };
+        let mut got = Vec::new();
+        for _ in expected {
+            let n = client.next_notification().await.unwrap_or_default();
+            let kind = n["method"]
+                .as_str()
+                .and_then(|m| m.strip_prefix("notifications/"))
+                .and_then(|m| m.strip_suffix("/list_changed"))
+                .unwrap_or("none");
+            got.push(kind.to_owned());
+        }
+        assert_eq!(got, expected, "{principal:?} ({generation})");
+        let more = tokio::time::timeout(Duration::from_millis(200), client.next_notification());
+        assert!(
+            more.await.ok().flatten().is_none(),
+            "{principal:?} ({generation}) heard more"
+        );
+    }
+}

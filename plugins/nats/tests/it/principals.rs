@@ -585,6 +585,71 @@ async fn each_caller_sees_and_runs_only_its_own_user_pools_tools() {
 }
 
 /// What `completion/complete` of `desk__memo`'s `topic` suggests to `client` for "sal".
+/// A user's own pool starting and stopping behind a `user_pools` gateway is news to that
+/// user alone: alice's listener is told her tools changed, bob's hears nothing of it (nor
+/// learns that alice has a pool), and a pool for every caller is news to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_pool_coming_and_going_is_news_to_its_owner_alone() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let (server, _remote, _anonymous, _following) = durable_gateway_configured(
+        &url,
+        RemoteConfig {
+            caller: Scope::of(Some("acme"), None).unwrap(),
+            user_pools: true,
+            ..RemoteConfig::default()
+        },
+    )
+    .await;
+    let session_of = |who: &'static str| {
+        let server = server.clone();
+        async move {
+            let client = RawClient::connect_as(&server, Some(who)).await.unwrap();
+            client.initialize(json!({})).await.unwrap();
+            client
+        }
+    };
+    let (alice, bob) = (session_of("alice").await, session_of("bob").await);
+    let alice_desk = desk_of(&url, "alice").await;
+    assert!(told_tools_changed(&alice).await, "alice's pool came");
+    listed_to(&alice, "desk__notes_of_alice").await;
+    assert_eq!(
+        heard_within_a_second(&bob).await,
+        None,
+        "bob heard of alice's pool"
+    );
+
+    alice_desk.shutdown().await;
+    assert!(told_tools_changed(&alice).await, "alice's pool went");
+    assert_eq!(desk_tools(&alice).await, BTreeSet::new());
+    assert_eq!(
+        heard_within_a_second(&bob).await,
+        None,
+        "bob heard alice's pool go"
+    );
+
+    let _who = who_worker(&url).await;
+    assert!(told_tools_changed(&bob).await, "a pool for every caller");
+    assert!(told_tools_changed(&alice).await, "a pool for every caller");
+}
+
+/// Whether `client` is told within 10 s that the tools changed (other notices skipped).
+async fn told_tools_changed(client: &RawClient) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while let Ok(Some(n)) = tokio::time::timeout_at(deadline, client.next_notification()).await {
+        if n["method"] == "notifications/tools/list_changed" {
+            return true;
+        }
+    }
+    false
+}
+
+/// What `client` is told within a second, if anything.
+async fn heard_within_a_second(client: &RawClient) -> Option<serde_json::Value> {
+    let heard = tokio::time::timeout(Duration::from_secs(1), client.next_notification());
+    heard.await.ok().flatten()
+}
+
 async fn memo_completed(client: &RawClient) -> serde_json::Value {
     let params = json!({"ref": {"type": "ref/prompt", "name": "desk__memo"},
         "argument": {"name": "topic", "value": "sal"}, "_meta": answering_caller()});
