@@ -495,15 +495,7 @@ async fn each_caller_sees_and_runs_only_its_own_user_pools_tools() {
     let url = nats.url();
     let _alice_desk = desk_of(&url, "alice").await;
     let _bob_desk = desk_of(&url, "bob").await;
-    let (server, _remote, anonymous, _following) = durable_gateway_configured(
-        &url,
-        RemoteConfig {
-            caller: Scope::of(Some("acme"), None).unwrap(),
-            user_pools: true,
-            ..RemoteConfig::default()
-        },
-    )
-    .await;
+    let (server, _remote, anonymous, _following) = user_pools_gateway(&url).await;
     let connect_as = |who: &'static str| RawClient::connect_as(&server, Some(who));
     let (alice, bob, carol) = (
         connect_as("alice").await.unwrap(),
@@ -592,15 +584,7 @@ async fn each_caller_sees_and_runs_only_its_own_user_pools_tools() {
 async fn a_user_pool_coming_and_going_is_news_to_its_owner_alone() {
     let nats = NatsServer::start();
     let url = nats.url();
-    let (server, _remote, _anonymous, _following) = durable_gateway_configured(
-        &url,
-        RemoteConfig {
-            caller: Scope::of(Some("acme"), None).unwrap(),
-            user_pools: true,
-            ..RemoteConfig::default()
-        },
-    )
-    .await;
+    let (server, _remote, _anonymous, _following) = user_pools_gateway(&url).await;
     let session_of = |who: &'static str| {
         let server = server.clone();
         async move {
@@ -631,6 +615,18 @@ async fn a_user_pool_coming_and_going_is_news_to_its_owner_alone() {
     let _who = who_worker(&url).await;
     assert!(told_tools_changed(&bob).await, "a pool for every caller");
     assert!(told_tools_changed(&alice).await, "a pool for every caller");
+}
+
+/// A gateway of tenant acme with durable tasks that serves each caller its own user pool.
+async fn user_pools_gateway(
+    url: &str,
+) -> (Server, RemoteTools, RawClient, tokio::task::JoinHandle<()>) {
+    let config = RemoteConfig {
+        caller: Scope::of(Some("acme"), None).unwrap(),
+        user_pools: true,
+        ..RemoteConfig::default()
+    };
+    durable_gateway_configured(url, config).await
 }
 
 /// Whether `client` is told within 10 s that the tools changed (other notices skipped).
