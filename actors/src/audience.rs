@@ -86,23 +86,63 @@ pub struct ForAudiences {
 pub(crate) trait Audienced {
     fn audience(&self) -> Option<&Audience>;
 
+    /// Whether `other` is listed exactly as this is, to whoever may see both.
+    fn listed_alike(&self, other: &Self) -> bool;
+
     /// Whether a caller with `principal` may see and use it.
     fn admits(&self, principal: Option<&str>) -> bool {
         self.audience().is_none_or(|a| a.admits(principal))
     }
 }
 
-/// Who a change to the registries is news to: everyone, or only the callers an audience of
-/// a changed item admits.
+/// Who a change to the registries is news to: everyone, or only the callers whose listing it
+/// changes.
 ///
 /// A `list_changed` notification tells a listener to list again; one about an item it may
 /// not see tells it that something it cannot see exists and changed (a user's own worker
 /// pool starting, say), and makes every listener of a gateway with many users list again
 /// when any one user's items change. So the server sends a list change only to the
-/// listeners it concerns: those some changed item (as it was, or as it is now) was or is
-/// visible to. A change to any item for everyone reaches everyone.
+/// listeners whose listing it changes: for an item added or removed, those who may see it;
+/// for an item replaced, those who could see it before or can now, and when it is listed
+/// alike (the same tool, prompt or resource, only its audience changed: another user's pool
+/// of the same server joining) only those who see it on one side and not the other.
 #[derive(Debug, Clone, Default)]
-pub struct Reach(Option<Vec<Audience>>);
+pub struct Reach(Option<Vec<Told>>);
+
+/// One part of a [`Reach`].
+#[derive(Debug, Clone)]
+enum Told {
+    /// Those an audience admits.
+    In(Audience),
+    /// Those admitted on one side only (`None`: everyone, the anonymous caller included).
+    Between(Option<Audience>, Option<Audience>),
+}
+
+impl Told {
+    fn admits(&self, principal: Option<&str>) -> bool {
+        let sees = |a: &Option<Audience>| a.as_ref().is_none_or(|a| a.admits(principal));
+        match self {
+            Told::In(a) => a.admits(principal),
+            Told::Between(before, now) => sees(before) != sees(now),
+        }
+    }
+
+    /// The principals it admits, when that is a list.
+    fn listed(&self) -> Option<BTreeSet<String>> {
+        match self {
+            Told::In(a) => a.listed().cloned(),
+            Told::Between(Some(before), Some(now)) => Some(
+                before
+                    .listed()?
+                    .symmetric_difference(now.listed()?)
+                    .cloned()
+                    .collect(),
+            ),
+            // Everyone but a list: not a list.
+            Told::Between(..) => None,
+        }
+    }
+}
 
 impl Reach {
     /// Every listener.
@@ -112,14 +152,14 @@ impl Reach {
 
     /// The listeners `audience` admits.
     pub fn only(audience: Audience) -> Self {
-        Reach(Some(vec![audience]))
+        Reach(Some(vec![Told::In(audience)]))
     }
 
     /// Whether a listener with this principal (`None`: not authenticated) is told.
     pub fn admits(&self, principal: Option<&str>) -> bool {
         self.0
             .as_ref()
-            .is_none_or(|audiences| audiences.iter().any(|a| a.admits(principal)))
+            .is_none_or(|told| told.iter().any(|t| t.admits(principal)))
     }
 
     /// Whether it reaches every listener.
@@ -144,12 +184,27 @@ impl Reach {
         }
     }
 
-    /// The principals it reaches when every audience in it is a list; `None` when it reaches
-    /// everyone or an audience is a predicate (which cannot be told to another process).
+    /// Widens it to those whose listing changes when `now` replaces `before`.
+    pub(crate) fn widen_to_replaced<T: Audienced>(&mut self, before: &T, now: &T) {
+        if !now.listed_alike(before) {
+            self.widen_to(before);
+            self.widen_to(now);
+            return;
+        }
+        if before.audience().is_none() && now.audience().is_none() {
+            return;
+        }
+        let between = Told::Between(before.audience().cloned(), now.audience().cloned());
+        self.widen(Reach(Some(vec![between])));
+    }
+
+    /// The principals it reaches when that is a list (every part of it an audience that is
+    /// a list of principals); `None` when it reaches everyone, or a predicate or "everyone
+    /// but" decides (which cannot be told to another process).
     pub fn listed(&self) -> Option<BTreeSet<String>> {
         let mut all = BTreeSet::new();
-        for a in self.0.as_ref()? {
-            all.extend(a.listed()?.iter().cloned());
+        for told in self.0.as_ref()? {
+            all.extend(told.listed()?);
         }
         Some(all)
     }
@@ -157,6 +212,11 @@ impl Reach {
     /// Nobody at all: the start of a change that widens it item by item.
     pub(crate) fn nobody() -> Self {
         Reach(Some(Vec::new()))
+    }
+
+    /// Whether it reaches nobody (nothing listed changed for anyone).
+    pub(crate) fn is_nobody(&self) -> bool {
+        self.0.as_ref().is_some_and(Vec::is_empty)
     }
 }
 
@@ -205,5 +265,48 @@ mod tests {
         assert!(r.is_everyone() && r.admits(None));
         r.widen(Reach::only(Audience::principals(["alice"])));
         assert!(r.is_everyone(), "nothing narrows it again");
+    }
+
+    /// A stand-in definition: its listing, and its audience.
+    struct Item(&'static str, Option<Audience>);
+
+    impl Audienced for Item {
+        fn audience(&self) -> Option<&Audience> {
+            self.1.as_ref()
+        }
+        fn listed_alike(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+
+    #[test]
+    fn an_item_replaced_by_its_like_is_news_only_to_those_who_see_it_on_one_side() {
+        let only = |who: &[&str]| Some(Audience::principals(who.iter().copied()));
+        let replaced = |before: Item, now: Item| {
+            let mut r = Reach::nobody();
+            r.widen_to_replaced(&before, &now);
+            r
+        };
+        // bob's pool joins alice's: bob is told, alice is not.
+        let r = replaced(
+            Item("t", only(&["alice"])),
+            Item("t", only(&["alice", "bob"])),
+        );
+        assert!(r.admits(Some("bob")) && !r.admits(Some("alice")) && !r.admits(None));
+        assert_eq!(r.listed().unwrap().into_iter().collect::<Vec<_>>(), ["bob"]);
+        // What was everyone's made alice's: everyone else is told, the anonymous caller too.
+        let r = replaced(Item("t", None), Item("t", only(&["alice"])));
+        assert!(r.admits(Some("bob")) && r.admits(None) && !r.admits(Some("alice")));
+        assert!(r.listed().is_none(), "everyone but alice is not a list");
+        // The same to the same callers: nobody.
+        assert!(replaced(Item("t", None), Item("t", None)).is_nobody());
+        let r = replaced(Item("t", only(&["alice"])), Item("t", only(&["alice"])));
+        assert!(!r.admits(Some("alice")) && !r.admits(Some("bob")));
+        // Listed differently: everyone who sees either side.
+        let r = replaced(
+            Item("t", only(&["alice"])),
+            Item("u", only(&["alice", "bob"])),
+        );
+        assert!(r.admits(Some("alice")) && r.admits(Some("bob")) && !r.admits(Some("carol")));
     }
 }

@@ -35,8 +35,9 @@ impl<T> Registry<T> {
 }
 
 impl<T: Audienced> Registry<T> {
-    /// Inserts or replaces; returns who the change concerns (`None`: nothing changed):
-    /// those who may see a replaced definition or a new one.
+    /// Inserts or replaces; returns whose listing the change changes (`Reach`), `None` when
+    /// nobody's does (nothing given, or each replaced by what lists the same to the same
+    /// callers).
     pub(crate) fn insert(
         &self,
         items: impl IntoIterator<Item = (String, Arc<T>)>,
@@ -46,13 +47,14 @@ impl<T: Audienced> Registry<T> {
         let mut reach: Option<Reach> = None;
         for (k, v) in items {
             let reach = reach.get_or_insert_with(Reach::nobody);
-            reach.widen_to(&*v);
-            if let Some(old) = next.insert(k, v) {
-                reach.widen_to(&*old);
+            match next.insert(k, v.clone()) {
+                Some(old) => reach.widen_to_replaced(&*old, &*v),
+                None => reach.widen_to(&*v),
             }
         }
         self.0.store(Arc::new(next));
-        reach
+        // Replaced with what lists the same, to the same callers: news to nobody.
+        reach.filter(|r| !r.is_nobody())
     }
     /// Removes names; returns who the change concerns (those who could see a removed
     /// definition), `None` when nothing was removed.

@@ -226,16 +226,25 @@ impl Audienced for ResourceDef {
     fn audience(&self) -> Option<&Audience> {
         self.audience.as_ref()
     }
+    fn listed_alike(&self, other: &Self) -> bool {
+        self.resource == other.resource
+    }
 }
 
 impl Audienced for TemplateDef {
     fn audience(&self) -> Option<&Audience> {
         self.audience.as_ref()
     }
+    fn listed_alike(&self, other: &Self) -> bool {
+        self.template == other.template
+    }
 }
 
 impl Audienced for PromptDef {
     fn audience(&self) -> Option<&Audience> {
         self.audience.as_ref()
+    }
+    fn listed_alike(&self, other: &Self) -> bool {
+        self.prompt == other.prompt
     }
 }

@@ -409,4 +409,9 @@ impl crate::audience::Audienced for ToolDef {
     fn audience(&self) -> Option<&crate::Audience> {
         self.audience.as_ref()
     }
+    fn listed_alike(&self, other: &Self) -> bool {
+        self.tool == other.tool
+            && self.task_support == other.task_support
+            && self.required_capabilities == other.required_capabilities
+    }
 }

@@ -271,6 +271,114 @@ fn a_workers_config_items_for_principals_reach_their_bearers_alone_through_the_g
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A `subscriptions/listen` stream over HTTP as `bearer`'s principal, for tool list changes,
+/// its acknowledgement read.
+async fn tools_listen_over_http(url: &str, bearer: &str) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": "listen", "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let mut stream = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(bearer)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let ack = next_sse_message(&mut stream, Duration::from_secs(10)).await;
+    let method = ack.as_ref().map(|a| a["method"].clone());
+    assert_eq!(
+        method,
+        Some(json!("notifications/subscriptions/acknowledged")),
+        "{ack:?}"
+    );
+    stream
+}
+
+/// The next message on an event stream within `within` (none: nothing came).
+async fn next_sse_message(stream: &mut reqwest::Response, within: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut text = String::new();
+    loop {
+        if let Some(end) = text.find("\n\n") {
+            let event = &text[..end];
+            if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                return Some(serde_json::from_str(data.trim()).unwrap());
+            }
+            text.drain(..end + 2);
+            continue;
+        }
+        let chunk = tokio::time::timeout_at(deadline, stream.chunk()).await;
+        text.push_str(&String::from_utf8_lossy(&chunk.ok()?.ok()??));
+    }
+}
+
+/// A user's own desk starting behind a `user_pools` gateway, through the binaries and over
+/// HTTP with bearer tokens: the listen stream of its owner is told the tools changed, another
+/// user's hears nothing of it, until that user's own desk starts.
+#[test]
+fn a_users_desk_starting_is_news_to_that_users_listen_stream_alone() {
+    let nats = NatsServer::start();
+    let dir = crate::client_interop::TempDir::new("desk-news");
+    let desk = |owner: &str| {
+        let config = dir.path().join(format!("{owner}.toml"));
+        let tool = format!(
+            "[[tools]]\nname = \"{owner}_notes\"\ndescription = \"Notes\"\ntext = \"notes\"\n"
+        );
+        std::fs::write(&config, tool).unwrap();
+        let (config, principal) = (config.to_string_lossy(), format!("{owner}@example.com"));
+        let args = [
+            "--config",
+            &config,
+            "--nats-tenant",
+            "acme",
+            "--nats-principal",
+            &principal,
+        ];
+        ready_worker_with(&nats.url(), "desk", &args)
+    };
+    let gateway_config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &gateway_config,
+        "[nats]\ntenant = \"acme\"\nuser_pools = true\n",
+    )
+    .unwrap();
+    let gateway = oauth_server(&[
+        "--nats",
+        &nats.url(),
+        "--config",
+        &gateway_config.to_string_lossy(),
+    ]);
+    let url = format!("{}/mcp", gateway.base_url());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (alice, bob) = (
+        bearer_for("alice@example.com"),
+        bearer_for("bob@example.com"),
+    );
+    let mut alice_hears = runtime.block_on(tools_listen_over_http(&url, &alice));
+    let mut bob_hears = runtime.block_on(tools_listen_over_http(&url, &bob));
+    let told = |stream: &mut reqwest::Response, within: u64| {
+        let next = next_sse_message(stream, Duration::from_secs(within));
+        runtime.block_on(next).map(|n| n["method"].clone())
+    };
+    let changed = Some(json!("notifications/tools/list_changed"));
+
+    let _alice_desk = desk("alice");
+    assert_eq!(told(&mut alice_hears, 10), changed, "alice's desk came");
+    assert_eq!(told(&mut bob_hears, 1), None, "bob heard of alice's desk");
+    let _bob_desk = desk("bob");
+    assert_eq!(told(&mut bob_hears, 10), changed, "bob's desk came");
+    assert_eq!(told(&mut alice_hears, 1), None, "alice heard of bob's desk");
+}
+
 /// Each user's own pool through the binaries: `toolyard worker --nats-tenant acme
 /// --nats-principal P` for alice and for bob (one server, `desk`, each with a `[[tools]]`
 /// saying whose it is) behind one `serve --nats` whose `[nats]` names tenant acme and
