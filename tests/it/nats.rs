@@ -271,6 +271,36 @@ fn a_workers_config_items_for_principals_reach_their_bearers_alone_through_the_g
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `owner`'s own pool of `desk` (tenant acme, principal `OWNER@example.com`) serving the
+/// config file `tools`, written into `dir`.
+fn desk_of(nats_url: &str, dir: &std::path::Path, owner: &str, tools: &str) -> WorkerProcess {
+    let config = dir.join(format!("{owner}.toml"));
+    std::fs::write(&config, tools).unwrap();
+    let (config, principal) = (config.to_string_lossy(), format!("{owner}@example.com"));
+    let args = [
+        "--config",
+        &config,
+        "--nats-tenant",
+        "acme",
+        "--nats-principal",
+        &principal,
+    ];
+    ready_worker_with(nats_url, "desk", &args)
+}
+
+/// A `serve --nats` of tenant acme serving each caller its own user pool, OAuth in front
+/// (its config written into `dir`): the process and its MCP endpoint.
+fn user_pools_gateway(
+    nats_url: &str,
+    dir: &std::path::Path,
+) -> (toolyard_testkit::ServerProcess, String) {
+    let config = dir.join("gateway.toml");
+    std::fs::write(&config, "[nats]\ntenant = \"acme\"\nuser_pools = true\n").unwrap();
+    let gateway = oauth_server(&["--nats", nats_url, "--config", &config.to_string_lossy()]);
+    let url = format!("{}/mcp", gateway.base_url());
+    (gateway, url)
+}
+
 /// A `subscriptions/listen` stream over HTTP as `bearer`'s principal, for tool list changes,
 /// its acknowledgement read.
 async fn tools_listen_over_http(url: &str, bearer: &str) -> reqwest::Response {
@@ -325,36 +355,11 @@ async fn next_sse_message(stream: &mut reqwest::Response, within: Duration) -> O
 fn a_users_desk_starting_is_news_to_that_users_listen_stream_alone() {
     let nats = NatsServer::start();
     let dir = crate::client_interop::TempDir::new("desk-news");
-    let desk = |owner: &str| {
-        let config = dir.path().join(format!("{owner}.toml"));
-        let tool = format!(
-            "[[tools]]\nname = \"{owner}_notes\"\ndescription = \"Notes\"\ntext = \"notes\"\n"
-        );
-        std::fs::write(&config, tool).unwrap();
-        let (config, principal) = (config.to_string_lossy(), format!("{owner}@example.com"));
-        let args = [
-            "--config",
-            &config,
-            "--nats-tenant",
-            "acme",
-            "--nats-principal",
-            &principal,
-        ];
-        ready_worker_with(&nats.url(), "desk", &args)
+    let notes = |owner: &str| {
+        format!("[[tools]]\nname = \"{owner}_notes\"\ndescription = \"Notes\"\ntext = \"notes\"\n")
     };
-    let gateway_config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &gateway_config,
-        "[nats]\ntenant = \"acme\"\nuser_pools = true\n",
-    )
-    .unwrap();
-    let gateway = oauth_server(&[
-        "--nats",
-        &nats.url(),
-        "--config",
-        &gateway_config.to_string_lossy(),
-    ]);
-    let url = format!("{}/mcp", gateway.base_url());
+    let desk = |owner: &str| desk_of(&nats.url(), dir.path(), owner, &notes(owner));
+    let (_gateway, url) = user_pools_gateway(&nats.url(), dir.path());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -388,41 +393,13 @@ fn a_users_desk_starting_is_news_to_that_users_listen_stream_alone() {
 #[test]
 fn each_users_bearer_reaches_its_own_desk_through_the_binaries() {
     let nats = NatsServer::start();
-    let dir = std::env::temp_dir().join(format!("toolyard-it-desks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::client_interop::TempDir::new("desks");
     let desk = |owner: &str| {
-        let config = dir.join(format!("{owner}.toml"));
-        std::fs::write(
-            &config,
-            format!("[[tools]]\nname = \"owner\"\ndescription = \"Whose desk\"\ntext = \"{owner}'s desk\"\n\n[[tools]]\nname = \"{owner}_notes\"\ndescription = \"Notes\"\ntext = \"{owner}'s notes\"\n"),
-        )
-        .unwrap();
-        let principal = format!("{owner}@example.com");
-        let config = config.to_string_lossy().into_owned();
-        let args = [
-            "--config",
-            &config,
-            "--nats-tenant",
-            "acme",
-            "--nats-principal",
-            &principal,
-        ];
-        ready_worker_with(&nats.url(), "desk", &args)
+        let tools = format!("[[tools]]\nname = \"owner\"\ndescription = \"Whose desk\"\ntext = \"{owner}'s desk\"\n\n[[tools]]\nname = \"{owner}_notes\"\ndescription = \"Notes\"\ntext = \"{owner}'s notes\"\n");
+        desk_of(&nats.url(), dir.path(), owner, &tools)
     };
     let (_alice, _bob) = (desk("alice"), desk("bob"));
-    let gateway_config = dir.join("gateway.toml");
-    std::fs::write(
-        &gateway_config,
-        "[nats]\ntenant = \"acme\"\nuser_pools = true\n",
-    )
-    .unwrap();
-    let gateway = oauth_server(&[
-        "--nats",
-        &nats.url(),
-        "--config",
-        &gateway_config.to_string_lossy(),
-    ]);
-    let url = format!("{}/mcp", gateway.base_url());
+    let (_gateway, url) = user_pools_gateway(&nats.url(), dir.path());
     for owner in ["alice", "bob"] {
         let bearer = bearer_for(&format!("{owner}@example.com"));
         let result = answered_over_http(&url, "desk__owner", &bearer);
@@ -466,7 +443,7 @@ fn each_users_bearer_reaches_its_own_desk_through_the_binaries() {
         .all(|t| !t.starts_with("desk__")));
 
     // User pools without a tenant are refused before the bus: nothing listens on port 1.
-    let bad = dir.join("bad.toml");
+    let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[nats]\nuser_pools = true\n").unwrap();
     let child = Command::new(BIN)
         .args([
