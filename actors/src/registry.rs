@@ -149,3 +149,46 @@ pub(crate) mod cursor {
         Ok((start..end, (end < len).then(|| encode(end))))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audience::Audience;
+
+    /// A stand-in definition: its listing, and its audience.
+    struct Def(&'static str, Option<Audience>);
+
+    impl Audienced for Def {
+        fn audience(&self) -> Option<&Audience> {
+            self.1.as_ref()
+        }
+        fn listed_alike(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+
+    fn put(registry: &Registry<Def>, name: &str, def: Def) -> Option<Reach> {
+        registry.insert([(name.to_owned(), Arc::new(def))])
+    }
+
+    #[test]
+    fn a_change_says_whose_listing_it_changes_and_a_like_for_like_one_says_nobody() {
+        let registry = Registry::default();
+        let alice = || Some(Audience::principals(["alice"]));
+        let added = put(&registry, "t", Def("t", alice())).unwrap();
+        assert!(added.admits(Some("alice")) && !added.admits(Some("bob")));
+        // Replaced by its like, for the same callers: nobody's listing changed.
+        assert!(put(&registry, "u", Def("u", None)).unwrap().is_everyone());
+        assert!(put(&registry, "u", Def("u", None)).is_none());
+        // Listed differently: whoever sees it, before or now.
+        let changed = put(&registry, "t", Def("t2", alice())).unwrap();
+        assert!(changed.admits(Some("alice")) && !changed.admits(Some("bob")));
+        assert!(registry.insert(Vec::new()).is_none(), "nothing given");
+        let removed = registry
+            .remove(&["t".to_owned(), "gone".to_owned()])
+            .unwrap();
+        assert!(removed.admits(Some("alice")) && !removed.admits(None));
+        assert!(registry.remove(&["gone".to_owned()]).is_none());
+        assert_eq!(registry.load().len(), 1);
+    }
+}
