@@ -220,6 +220,21 @@ impl Reach {
     }
 }
 
+/// A stand-in definition for tests here and in the registry's: its listing, and its
+/// audience.
+#[cfg(test)]
+pub(crate) struct Item(pub(crate) &'static str, pub(crate) Option<Audience>);
+
+#[cfg(test)]
+impl Audienced for Item {
+    fn audience(&self) -> Option<&Audience> {
+        self.1.as_ref()
+    }
+    fn listed_alike(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,18 +280,6 @@ mod tests {
         assert!(r.is_everyone() && r.admits(None));
         r.widen(Reach::only(Audience::principals(["alice"])));
         assert!(r.is_everyone(), "nothing narrows it again");
-    }
-
-    /// A stand-in definition: its listing, and its audience.
-    struct Item(&'static str, Option<Audience>);
-
-    impl Audienced for Item {
-        fn audience(&self) -> Option<&Audience> {
-            self.1.as_ref()
-        }
-        fn listed_alike(&self, other: &Self) -> bool {
-            self.0 == other.0
-        }
     }
 
     #[test]

@@ -153,19 +153,7 @@ pub(crate) mod cursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audience::Audience;
-
-    /// A stand-in definition: its listing, and its audience.
-    struct Def(&'static str, Option<Audience>);
-
-    impl Audienced for Def {
-        fn audience(&self) -> Option<&Audience> {
-            self.1.as_ref()
-        }
-        fn listed_alike(&self, other: &Self) -> bool {
-            self.0 == other.0
-        }
-    }
+    use crate::audience::{Audience, Item as Def};
 
     fn put(registry: &Registry<Def>, name: &str, def: Def) -> Option<Reach> {
         registry.insert([(name.to_owned(), Arc::new(def))])
