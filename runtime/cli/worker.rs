@@ -232,18 +232,23 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
             () = crate::terminated() => None,
             _ = tokio::signal::ctrl_c() => None,
         };
+        let mut stopped = None;
         if let Some(worker) = worker {
             eprintln!(
                 "toolyard: worker `{}` serving on {}",
                 args.name,
                 toolyard_nats::without_credentials(&url)
             );
-            tokio::select! {
-                () = crate::terminated() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+            // A pool that finds an overlapping one joined before it stops taking requests
+            // (`Worker::gave_way`): it drains and exits non-zero, saying which.
+            let gave_way = tokio::select! {
+                () = crate::terminated() => None,
+                _ = tokio::signal::ctrl_c() => None,
+                why = worker.gave_way() => Some(why),
+            };
             // Calls in flight may be using the sources: they stop after the drain.
             worker.shutdown().await;
+            stopped = gave_way;
         }
         events.shutdown();
         if let Some(health) = health {
@@ -254,6 +259,9 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
         }
         server.shutdown();
         telemetry.shutdown().await;
-        anyhow::Ok(())
+        match stopped {
+            Some(why) => Err(why.into()),
+            None => anyhow::Ok(()),
+        }
     })
 }

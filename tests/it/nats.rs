@@ -950,6 +950,70 @@ fn a_tenants_worker_serves_its_tenants_gateway_and_an_overlapping_worker_exits_s
     );
 }
 
+/// A pool started while an overlapping pool's only worker was cut off (stopped, its catalog
+/// entry gone as 30 s of silence would take it) served beside that worker once it was back,
+/// and each call both took ran twice. Now the later `toolyard worker` gives way at its next
+/// heartbeat: it stops taking requests and exits non-zero saying which pool it overlaps.
+#[test]
+fn a_worker_whose_pool_finds_an_earlier_overlapping_pool_back_exits_saying_why() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::io::BufRead;
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let every = ready_worker(&url, "calc");
+    let pid = Pid::from_raw(i32::try_from(every.0.id()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let forget = r#"
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    kv = await nc.jetstream().key_value("TY_CATALOG")
+    for key in await kv.keys():
+        if key.startswith("srv.calc."):
+            await kv.delete(key)
+    await nc.close()
+asyncio.run(main())
+"#;
+    run_python(forget, &[&url]);
+    let mut acme = spawn_worker(
+        &["--nats", &url, "--name", "calc", "--nats-tenant", "acme"],
+        Stdio::piped(),
+    );
+    let mut lines = std::io::BufReader::new(acme.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains("serving on") => break,
+            Some(Ok(line)) => said.push(line),
+            _ => {
+                let _ = kill(pid, Signal::SIGCONT);
+                panic!("acme's pool did not start beside the missing entry: {said:?}");
+            }
+        }
+    }
+    kill(pid, Signal::SIGCONT).unwrap();
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    // Two heartbeats (10 s each) at most: the resumed worker's put, then acme's check.
+    let (status, _) = crate::exit_within(acme, Duration::from_secs(45), "acme's worker");
+    let stderr = rest.join().unwrap().join("\n");
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("overlaps")
+            && stderr.contains("tenant acme")
+            && stderr.contains("every caller"),
+        "{stderr}"
+    );
+    // The pool that joined first serves acme's calls.
+    let echoed = through_gateway_with(
+        &url,
+        "--nats-tenant acme",
+        &["call", "calc__echo", "--args", r#"{"message":"once"}"#],
+        |v| v["content"][0]["text"] == "once",
+    );
+    assert_eq!(echoed["isError"], Value::Null);
+}
+
 /// Regression: a worker told to stop (SIGTERM) while its NATS server is gone waited forever
 /// for a reconnection (deleting its catalog entry, flushing), so only SIGKILL ended it. It
 /// now stops after its drain deadline and a short grace for the bus.

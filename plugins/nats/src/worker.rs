@@ -143,6 +143,9 @@ struct Inner {
     peer: Arc<Peer>,
     /// Requests dropped for a reply subject no frame may go to (logged at each doubling).
     unusable_replies: crate::doubling::Doubling,
+    /// Why this pool stopped taking requests while running: an overlapping pool that joined
+    /// earlier is in the catalog (`Worker::gave_way`).
+    gave_way: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl Worker {
@@ -253,6 +256,7 @@ impl Worker {
             joined: std::sync::OnceLock::new(),
             peer,
             unusable_replies: crate::doubling::Doubling::default(),
+            gave_way: tokio::sync::watch::Sender::new(None),
         });
         // A JetStream cluster that has just elected its meta leader may not know the bucket's
         // stream for a moment ("no stream found"): the first put is retried for a few seconds,
@@ -354,6 +358,25 @@ impl Worker {
         &self.inner.instance
     }
 
+    /// Resolves ([`NatsError::Config`], saying which pool) when this worker stopped taking
+    /// requests because a pool of its server whose scope overlaps its own joined the catalog
+    /// before it did: the check [`Worker::start`] makes, made again at every heartbeat. A
+    /// pool can start beside an overlapping one that its check could not see (the catalog
+    /// unreadable, or the other's only worker cut off until its entry expired); when that
+    /// one is back, NATS hands each call both take to both, and the later pool gives way
+    /// within a heartbeat. It has left its queue group and deleted its catalog entry by
+    /// then; the calls it had taken finish. Call [`Worker::shutdown`] after it (the
+    /// `toolyard worker` binary drains and exits non-zero). Pending while it serves.
+    pub async fn gave_way(&self) -> NatsError {
+        let mut told = self.inner.gave_way.subscribe();
+        let why = match told.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            // The sender lives in `inner`, which this worker holds.
+            Err(_) => return std::future::pending().await,
+        };
+        NatsError::Config(why)
+    }
+
     /// Drains: leaves the queue group (new requests go to the other workers; those the server
     /// had already delivered here are served), lets those in flight finish within the drain
     /// timeout and cancels the rest (their callers get -32010), deletes the catalog entry,
@@ -430,6 +453,39 @@ impl Inner {
             .map_err(|e| NatsError::Bus(format!("putting the catalog entry: {e}")))
     }
 
+    /// Once serving: when a pool of this server whose scope overlaps this one's joined the
+    /// catalog before this instance did (`give_way_to_earlier_pools`), stops taking requests
+    /// (the request loop leaves the queue group and serves what it had taken), deletes the
+    /// catalog entry and says why (`gave_way`); true then. A catalog it cannot read keeps it
+    /// serving: at start an unreadable catalog refuses (it may let an overlap in), but a
+    /// running pool stopped by every broker hiccup would be an outage of its own.
+    async fn give_way_if_overlapped(&self) -> bool {
+        let Some(&joined) = self.joined.get() else {
+            return false;
+        };
+        let why = match self.give_way_to_earlier_pools(joined).await {
+            Err(NatsError::Config(why)) => why,
+            Err(e) => {
+                tracing::debug!(server = %self.config.server, error = %e, "the overlap check could not read the catalog: still serving");
+                return false;
+            }
+            Ok(()) => return false,
+        };
+        tracing::error!(server = %self.config.server, instance = %self.instance, "{why}: this pool joined later, so it stops taking requests (the calls it took finish)");
+        self.draining.cancel();
+        self.server
+            .lifecycle()
+            .publish(toolyard::LifecycleEvent::ComponentDown {
+                kind: "nats",
+                name: "bus".to_owned(),
+                reason: "gave way to an overlapping pool that joined earlier".to_owned(),
+                required: true,
+            });
+        let _ = tokio::time::timeout(BUS_GRACE, self.catalog.delete(self.catalog_key())).await;
+        self.gave_way.send_replace(Some(why));
+        true
+    }
+
     /// Fails when a pool of this server whose scope overlaps this one's joined before this
     /// instance's first entry (at `revision`): NATS would hand each call both take to both
     /// queue groups. A pool joining later gives way itself, so of any two overlapping pools
@@ -442,12 +498,22 @@ impl Inner {
         // could let an overlapping pool in.
         let unreadable =
             |e: &dyn std::fmt::Display| NatsError::Bus(format!("reading the catalog: {e}"));
-        let mut keys = self.catalog.keys().await.map_err(|e| unreadable(&e))?;
+        // This server's keys alone, in one stream info request (paged beyond a thousand):
+        // made at every heartbeat by every worker, a listing of the whole bucket would cost
+        // the broker each worker's share of every other worker's entry.
+        let stream_prefix = format!("$KV.{}.", self.catalog.name);
+        let mut subjects = self
+            .catalog
+            .stream
+            .info_with_subjects(format!("{stream_prefix}{ours}>"))
+            .await
+            .map_err(|e| unreadable(&e))?;
         let mut theirs = Vec::new();
-        while let Some(key) = keys.next().await {
-            let key = key.map_err(|e| unreadable(&e))?;
-            if key.starts_with(&ours) && key != mine {
-                theirs.push(key);
+        while let Some(subject) = subjects.next().await {
+            let (subject, _) = subject.map_err(|e| unreadable(&e))?;
+            match subject.strip_prefix(&stream_prefix) {
+                Some(key) if key.starts_with(&ours) && key != mine => theirs.push(key.to_owned()),
+                _ => {}
             }
         }
         for key in theirs {
@@ -686,6 +752,8 @@ async fn heartbeat(inner: Arc<Inner>, changed: Arc<Notify>) {
         if let Err(e) = inner.put_catalog().await {
             // Requests are core NATS: they are still served; the next beat tries again.
             tracing::warn!(server = %inner.config.server, error = %e, "catalog heartbeat failed: still serving, retrying at the next heartbeat");
+        } else if inner.give_way_if_overlapped().await {
+            return;
         }
         if on_change {
             tokio::time::sleep(crate::EVENT_PACE).await;

@@ -311,3 +311,87 @@ async fn of_two_overlapping_pools_starting_at_once_exactly_one_serves() {
         assert_eq!(instances(&bus, &server).await.len(), 1, "round {round}");
     }
 }
+
+/// Regression of the gap the start check leaves: a pool that started while an overlapping
+/// pool's entry was missing from the catalog (its only worker cut off until the entry
+/// expired, N2; here the entry is deleted by hand, as its expiry would) served beside it
+/// once that pool was back, and NATS gave each call both take to both until the later pool
+/// was restarted. The later pool now checks at every heartbeat, and gives way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_finds_an_earlier_overlapping_pool_back_gives_way_and_each_call_runs_once() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let bus = connect(&url).await;
+    let every = Arc::new(Seen::default());
+    let every_server = worker_server(every.clone()).await;
+    let mut config = WorkerConfig::new("calc");
+    // Its entry is put again only when its tools change, not on a beat, within this test.
+    config.heartbeat = Duration::from_secs(3600);
+    let earlier = Worker::start(every_server.clone(), connect(&url).await, config)
+        .await
+        .unwrap();
+    let kv = jetstream::new(bus.clone())
+        .get_key_value(CATALOG_BUCKET)
+        .await
+        .unwrap();
+    kv.delete(format!("srv.calc.{}", earlier.instance()))
+        .await
+        .unwrap();
+
+    // acme's pool starts: the check at start cannot see the pool of every caller.
+    let acme = Arc::new(Seen::default());
+    let mut config = WorkerConfig::new("calc");
+    config.scope = scope(Some("acme"), None);
+    config.heartbeat = Duration::from_millis(200);
+    config.drain_timeout = Duration::from_millis(500);
+    let later = Worker::start(
+        worker_server(acme.clone()).await,
+        connect(&url).await,
+        config,
+    )
+    .await
+    .unwrap();
+    assert_eq!(instances(&bus, "calc").await.len(), 1);
+
+    // The pool of every caller is back in the catalog (a change of its tools puts its entry
+    // at once, with the revision it joined at).
+    every_server.add_tools(vec![tool_fn(
+        "late",
+        "Added later",
+        |_ctx, a: Echo| async move { Ok(a.message) },
+    )
+    .unwrap()]);
+    let why = tokio::time::timeout(WAIT, later.gave_way())
+        .await
+        .expect("the later pool gives way within a heartbeat");
+    let message = why.to_string();
+    assert!(
+        matches!(why, NatsError::Config(_))
+            && message.contains("tenant acme")
+            && message.contains("every caller")
+            && message.contains(earlier.instance()),
+        "{message}"
+    );
+    assert_eq!(
+        instances(&bus, "calc").await,
+        vec![format!("srv.calc.{}", earlier.instance())],
+        "the pool that gave way deleted its entry"
+    );
+
+    // acme's calls now run once, on the pool that joined first.
+    let ran_before = acme.finished.load(Ordering::SeqCst);
+    let g_acme = gateway_of(&url, scope(Some("acme"), None)).await;
+    listed(&g_acme.client, |n| n.iter().any(|t| t == "calc__sleep")).await;
+    for _ in 0..4 {
+        sleep_once(&g_acme, "calc__sleep").await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        every.finished.load(Ordering::SeqCst),
+        4,
+        "each call ran once"
+    );
+    assert_eq!(acme.finished.load(Ordering::SeqCst), ran_before);
+    later.shutdown().await;
+    earlier.shutdown().await;
+}
