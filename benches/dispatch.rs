@@ -10,6 +10,11 @@
 //!   `user_pools` does (the SHA-256 token of the caller's principal, looked up in a set): what
 //!   the check costs a call.
 //!
+//! - `audience/list_change_{shared,apart}`: whom a list change of one user's 50 tools
+//!   reaches, asked for 1 000 listeners, when the tools share one audience (as a gateway
+//!   with `user_pools` gives them since stop 65) and when each has its own (before): what
+//!   the event bus spends telling a user pool's start.
+//!
 //! Compare the modern and legacy figures with each other, not with absolute numbers: the
 //! machine is shared.
 
@@ -105,12 +110,42 @@ fn audience(c: &mut Criterion, rt: &tokio::runtime::Runtime, modern: &serde_json
             .await
             .expect("client")
     });
+    list_change(c);
     for tool in ["everyone", "token"] {
         let mut call = modern.clone();
         call["name"] = tool.into();
         c.bench_function(&format!("audience/{tool}"), |b| {
             b.to_async(rt)
                 .iter(|| async { client.request("tools/call", &call).await.is_ok() })
+        });
+    }
+}
+
+/// `audience/list_change_*`: a change of 50 tools for one user's pool, asked of 1 000
+/// listeners (one of them that user).
+#[cfg(feature = "nats")]
+fn list_change(c: &mut Criterion) {
+    let pool = || {
+        let tokens: std::collections::BTreeSet<String> =
+            [toolyard_nats::principal_token("user-7@example.com")].into();
+        toolyard::Audience::when(move |p| tokens.contains(&toolyard_nats::principal_token(p)))
+    };
+    let listeners: Vec<String> = (0..1000).map(|i| format!("user-{i}@example.com")).collect();
+    let shared = pool();
+    let mut one = toolyard::Reach::only(shared.clone());
+    let mut apart = toolyard::Reach::only(pool());
+    for _ in 1..50 {
+        one.widen(toolyard::Reach::only(shared.clone()));
+        apart.widen(toolyard::Reach::only(pool()));
+    }
+    for (name, reach) in [("shared", &one), ("apart", &apart)] {
+        c.bench_function(&format!("audience/list_change_{name}"), |b| {
+            b.iter(|| {
+                listeners
+                    .iter()
+                    .filter(|p| reach.admits(Some(p.as_str())))
+                    .count()
+            })
         });
     }
 }

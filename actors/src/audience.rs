@@ -60,6 +60,17 @@ impl Audience {
             Admits::When(_) => None,
         }
     }
+
+    /// Whether `other` is this very audience, made once and cloned onto many items (as a
+    /// gateway gives every item of one user's pool the same one): a [`Reach`] keeps it once,
+    /// so a change of all those items asks it once a listener, not once an item.
+    fn is(&self, other: &Audience) -> bool {
+        match (&self.0, &other.0) {
+            (Admits::Listed(a), Admits::Listed(b)) => Arc::ptr_eq(a, b),
+            (Admits::When(a), Admits::When(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 impl std::fmt::Debug for Audience {
@@ -127,6 +138,20 @@ impl Told {
         }
     }
 
+    /// Whether it is `other` (the same audiences, [`Audience::is`]).
+    fn is(&self, other: &Told) -> bool {
+        let same = |a: &Option<Audience>, b: &Option<Audience>| match (a, b) {
+            (Some(a), Some(b)) => a.is(b),
+            (None, None) => true,
+            _ => false,
+        };
+        match (self, other) {
+            (Told::In(a), Told::In(b)) => a.is(b),
+            (Told::Between(a, b), Told::Between(c, d)) => same(a, c) && same(b, d),
+            _ => false,
+        }
+    }
+
     /// The principals it admits, when that is a list.
     fn listed(&self) -> Option<BTreeSet<String>> {
         match self {
@@ -172,7 +197,15 @@ impl Reach {
         match (&mut self.0, other.0) {
             (None, _) => {}
             (mine, None) => *mine = None,
-            (Some(mine), Some(theirs)) => mine.extend(theirs),
+            (Some(mine), Some(theirs)) => {
+                // A part already there is kept once: a change of many items given one
+                // audience asks it once a listener.
+                for told in theirs {
+                    if !mine.iter().any(|m| m.is(&told)) {
+                        mine.push(told);
+                    }
+                }
+            }
         }
     }
 
@@ -280,6 +313,37 @@ mod tests {
         assert!(r.is_everyone() && r.admits(None));
         r.widen(Reach::only(Audience::principals(["alice"])));
         assert!(r.is_everyone(), "nothing narrows it again");
+    }
+
+    #[test]
+    fn a_change_of_many_items_given_one_audience_asks_it_once_a_listener() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
+        let pool = Audience::when(move |p| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            p == "alice"
+        });
+        let before = Audience::principals(["alice"]);
+        let mut r = Reach::nobody();
+        for i in 0..50 {
+            r.widen_to(&Item(["a", "b"][i % 2], Some(pool.clone())));
+            // Replaced by their like, from one audience to the other.
+            r.widen_to_replaced(
+                &Item("t", Some(before.clone())),
+                &Item("t", Some(pool.clone())),
+            );
+        }
+        assert!(r.admits(Some("alice")));
+        assert!(!r.admits(Some("bob")));
+        // bob: once for the 50 added items, once for the 50 replaced ones' "now" side;
+        // alice: once, the first part admits her. Without the dedup: 101.
+        assert_eq!(asked.load(Ordering::Relaxed), 3);
+        // Equal but not the same audience: each kept.
+        let mut r = Reach::nobody();
+        r.widen_to(&Item("a", Some(Audience::when(|_| false))));
+        r.widen_to(&Item("b", Some(Audience::when(|_| false))));
+        assert_eq!(r.0.as_ref().map(Vec::len), Some(2));
     }
 
     #[test]

@@ -753,6 +753,7 @@ impl Inner {
         }
         state.overlaps = overlaps;
 
+        let mut audiences = Audiences::default();
         let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
         let tool_defs: Vec<ToolDef> = new_tools
             .into_iter()
@@ -776,7 +777,7 @@ impl Inner {
                 if matches!(run, TaskRun::Deferred(_)) {
                     def = def.with_deferred_task();
                 }
-                for_users(def, tokens, ToolDef::for_audience)
+                audiences.give(def, tokens, ToolDef::for_audience)
             })
             .collect();
         let (mut gone_uris, new_resources) = diff(&state.installed.resources, &resources);
@@ -784,7 +785,7 @@ impl Inner {
             .into_iter()
             .map(|(_, (server, (resource, tokens)))| {
                 let def = ResourceDef::new(resource.clone(), read(self.clone(), server.clone()));
-                for_users(def, tokens, ResourceDef::for_audience)
+                audiences.give(def, tokens, ResourceDef::for_audience)
             })
             .collect();
         let (gone_templates, new_templates) = diff(&state.installed.templates, &templates);
@@ -807,7 +808,7 @@ impl Inner {
             .filter_map(|(_, (server, (template, tokens)))| {
                 let def =
                     TemplateDef::new(template.clone(), read(self.clone(), server.clone())).ok()?;
-                Some(for_users(def, tokens, TemplateDef::for_audience))
+                Some(audiences.give(def, tokens, TemplateDef::for_audience))
             })
             .collect();
         let (gone_prompts, new_prompts) = diff(&state.installed.prompts, &prompts);
@@ -828,7 +829,7 @@ impl Inner {
                     def_prompt,
                     get_prompt(self.clone(), server.clone(), prompt.name.clone()),
                 );
-                for_users(def, tokens, PromptDef::for_audience)
+                audiences.give(def, tokens, PromptDef::for_audience)
             })
             .collect();
         state.installed = Installed {
@@ -971,16 +972,27 @@ fn offered<'e, T>(
     out
 }
 
-/// `def` for the users of `tokens` (`Tokens`: callers whose principal's token is one of
-/// them), or for everyone.
-fn for_users<D>(def: D, tokens: &Tokens, with: fn(D, toolyard::Audience) -> D) -> D {
-    let Some(tokens) = tokens.clone() else {
-        return def;
-    };
-    let audience = toolyard::Audience::when(move |principal| {
-        tokens.contains(&crate::principal_token(principal))
-    });
-    with(def, audience)
+/// The audiences of one catalog pass, one per set of user tokens: the items of one user's
+/// pool share one, so a list change of all of them is checked once a listener (one SHA-256
+/// of its principal), not once an item (`toolyard::Reach`).
+#[derive(Default)]
+struct Audiences(HashMap<BTreeSet<String>, toolyard::Audience>);
+
+impl Audiences {
+    /// `def` for the users of `tokens` (`Tokens`: callers whose principal's token is one of
+    /// them), or for everyone.
+    fn give<D>(&mut self, def: D, tokens: &Tokens, with: fn(D, toolyard::Audience) -> D) -> D {
+        let Some(tokens) = tokens else {
+            return def;
+        };
+        let audience = self.0.entry(tokens.clone()).or_insert_with(|| {
+            let tokens = tokens.clone();
+            toolyard::Audience::when(move |principal| {
+                tokens.contains(&crate::principal_token(principal))
+            })
+        });
+        with(def, audience.clone())
+    }
 }
 
 /// Exposed names (or URIs) with what to install there.
