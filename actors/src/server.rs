@@ -199,18 +199,24 @@ impl ServerCore {
             uri: uri.to_owned(),
             vars,
         };
-        let resource = self.resources.get(uri);
+        let resources = self.resources.load();
+        let resource = resources.get(uri);
         let templates = self.templates.load();
         let mut matching = templates
             .values()
+            .map(|t| t.first())
             .filter_map(|t| t.matcher.matches(uri).map(|vars| (t, vars)));
-        let restricted = resource.as_ref().is_some_and(|d| d.audience().is_some())
-            || templates.values().any(|t| t.audience().is_some());
+        let restricted =
+            resource.is_some_and(|d| d.restricted()) || templates.values().any(|t| t.restricted());
         if restricted {
             return Some((self.check_for_caller(), request(HashMap::new())));
         }
         if let Some(def) = resource {
-            return def.check.clone().map(|c| (c, request(HashMap::new())));
+            return def
+                .first()
+                .check
+                .clone()
+                .map(|c| (c, request(HashMap::new())));
         }
         let (t, vars) = matching.next()?;
         t.check.clone().map(|c| (c, request(vars)))
@@ -223,11 +229,14 @@ impl ServerCore {
         let (resources, templates) = (self.resources.load(), self.templates.load());
         Arc::new(move |ctx: RequestContext, request: ResourceRequest| {
             let principal = ctx.principal();
-            let found = match resources.get(&request.uri).filter(|d| d.admits(principal)) {
+            let found = match resources
+                .get(&request.uri)
+                .and_then(|d| d.for_caller(principal))
+            {
                 Some(def) => Some((def.check.clone(), HashMap::new())),
                 None => templates
                     .values()
-                    .filter(|t| t.admits(principal))
+                    .filter_map(|t| t.for_caller(principal))
                     .find_map(|t| {
                         t.matcher
                             .matches(&request.uri)
@@ -662,9 +671,17 @@ impl Server {
         self.core.tasks.as_ref().map_or(0, |t| t.running())
     }
 
-    /// A registered tool's definition.
+    /// A registered tool's definition (the first, when it has alternatives for different
+    /// callers: [`Server::tool_for`] picks the one a caller gets).
     pub fn tool(&self, name: &str) -> Option<Arc<ToolDef>> {
         self.core.tools.get(name)
+    }
+
+    /// The definition of a tool a caller with `principal` gets: of the definitions
+    /// registered under `name` together, each with an [`Audience`](crate::Audience), the
+    /// first that admits it; `None` when none does (to that caller there is no such tool).
+    pub fn tool_for(&self, name: &str, principal: Option<&str>) -> Option<Arc<ToolDef>> {
+        self.core.tools.get_for(name, principal)
     }
 
     /// What only some callers may see, as listings show it, each item with its
@@ -678,6 +695,7 @@ impl Server {
             let snapshot = registry.load();
             let restricted = snapshot
                 .values()
+                .flat_map(|d| d.iter())
                 .filter_map(|d| Some((item(d), d.audience()?.clone())));
             restricted.collect()
         }
@@ -720,7 +738,11 @@ impl Server {
     }
 
     /// Adds or replaces tools at runtime; listeners get `tools/list_changed`. Applied
-    /// before it returns: a call made next finds them.
+    /// before it returns: a call made next finds them. A name given more than once here,
+    /// each time with an [`Audience`](crate::Audience), gets those definitions as
+    /// alternatives: each caller is listed and calls the first that admits it (a version
+    /// of a tool per group of users); otherwise the last given of a name replaces the rest.
+    /// The same holds for prompts, resources and templates.
     pub fn add_tools(&self, tools: Vec<ToolDef>) {
         let items = tools
             .into_iter()

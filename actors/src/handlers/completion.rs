@@ -1,6 +1,5 @@
 //! The CompletionHandler actor: argument completers for prompts and resource templates.
 
-use crate::audience::Audienced;
 use crate::context::RequestContext;
 use crate::registry::Registry;
 use crate::reply::Reply;
@@ -96,14 +95,16 @@ impl CompletionState {
     fn admits(&self, target: &CompletionTarget, principal: Option<&str>) -> bool {
         match target {
             CompletionTarget::Prompt(name, _) => {
-                self.prompts.get(name).is_none_or(|p| p.admits(principal))
+                let prompts = self.prompts.load();
+                prompts
+                    .get(name)
+                    .is_none_or(|p| p.for_caller(principal).is_some())
             }
             CompletionTarget::Resource(uri_template, _) => self
                 .templates
                 .load()
-                .values()
-                .find(|t| t.template.uri_template == *uri_template)
-                .is_none_or(|t| t.admits(principal)),
+                .get(uri_template)
+                .is_none_or(|t| t.for_caller(principal).is_some()),
         }
     }
 }

@@ -1,6 +1,5 @@
 //! The PromptHandler actor: the prompt registry; each `prompts/get` runs in a task.
 
-use crate::audience::Audienced;
 use crate::context::RequestContext;
 use crate::exec::{self, Binding, Digest, RetryInput};
 use crate::mrtr::{digest, StateSealer};
@@ -115,10 +114,7 @@ impl Actor for PromptHandler {
 }
 
 fn get(state: &PromptState, params: GetParams, ctx: RequestContext, reply: Reply) {
-    let def = state
-        .registry
-        .get(&params.name)
-        .filter(|d| d.admits(ctx.principal()));
+    let def = state.registry.get_for(&params.name, ctx.principal());
     let Some(def) = def else {
         return reply.err(ErrorObject::invalid_params(format!(
             "Unknown prompt: {}",

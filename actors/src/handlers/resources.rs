@@ -1,7 +1,6 @@
 //! The ResourceHandler actor: static resources, URI templates matched in reverse, reads run
 //! in tasks.
 
-use crate::audience::Audienced;
 use crate::context::RequestContext;
 use crate::exec::{self, Binding, Digest, RetryInput};
 use crate::mrtr::StateSealer;
@@ -158,17 +157,13 @@ impl Actor for ResourceHandler {
 fn read(state: &ResourceState, params: ReadParams, ctx: RequestContext, reply: Reply) {
     // What the caller may not see it cannot read: answered as a URI nothing serves.
     let principal = ctx.principal();
-    let found = match state
-        .resources
-        .get(&params.uri)
-        .filter(|d| d.admits(principal))
-    {
+    let found = match state.resources.get_for(&params.uri, principal) {
         Some(def) => Some((def.read.clone(), Default::default())),
         None => state
             .templates
             .load()
             .values()
-            .filter(|t| t.admits(principal))
+            .filter_map(|t| t.for_caller(principal))
             .find_map(|t| {
                 t.matcher
                     .matches(&params.uri)

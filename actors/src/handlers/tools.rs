@@ -158,10 +158,7 @@ pub(crate) struct CallSite<'a> {
 )]
 pub(crate) fn call(site: CallSite<'_>, params: CallParams, ctx: RequestContext, reply: Reply) {
     // A tool the caller may not see is one it cannot call, answered as unknown.
-    let def = site
-        .registry
-        .get(&params.name)
-        .filter(|d| d.admits(ctx.principal()));
+    let def = site.registry.get_for(&params.name, ctx.principal());
     let Some(def) = def else {
         let explained = site
             .unknown

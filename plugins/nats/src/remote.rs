@@ -208,8 +208,9 @@ struct State {
     overlaps: BTreeSet<(String, Scope, Scope)>,
 }
 
-/// Exposed name (or URI) -> (worker server, the item as the worker lists it).
-type Installs<T> = BTreeMap<String, (String, T)>;
+/// Exposed name (or URI) -> (worker server, the item as the worker lists it: one, or one
+/// per group of users its users' pools offer different definitions to).
+type Installs<T> = BTreeMap<String, (String, Vec<T>)>;
 
 #[derive(Debug, Default)]
 struct Installed {
@@ -757,7 +758,8 @@ impl Inner {
         let (gone_tools, new_tools) = diff(&state.installed.tools, &tools);
         let tool_defs: Vec<ToolDef> = new_tools
             .into_iter()
-            .map(|(exposed, (server, (tool, run, tokens)))| {
+            .flat_map(|(exposed, (server, each))| each.iter().map(move |v| (exposed, server, v)))
+            .map(|(exposed, server, (tool, run, tokens))| {
                 let mut def_tool = tool.clone();
                 def_tool.name = exposed.clone();
                 // A tool that says calling it again is harmless may be re-issued once when its
@@ -783,7 +785,8 @@ impl Inner {
         let (mut gone_uris, new_resources) = diff(&state.installed.resources, &resources);
         let resource_defs: Vec<ResourceDef> = new_resources
             .into_iter()
-            .map(|(_, (server, (resource, tokens)))| {
+            .flat_map(|(_, (server, each))| each.iter().map(move |v| (server, v)))
+            .map(|(server, (resource, tokens))| {
                 let def = ResourceDef::new(resource.clone(), read(self.clone(), server.clone()));
                 audiences.give(def, tokens, ResourceDef::for_audience)
             })
@@ -805,24 +808,27 @@ impl Inner {
         }
         let template_defs: Vec<TemplateDef> = new_templates
             .into_iter()
-            .filter_map(|(_, (server, (template, tokens)))| {
+            .flat_map(|(_, (server, each))| each.iter().map(move |v| (server, v)))
+            .filter_map(|(server, (template, tokens))| {
                 let def =
                     TemplateDef::new(template.clone(), read(self.clone(), server.clone())).ok()?;
                 Some(audiences.give(def, tokens, TemplateDef::for_audience))
             })
             .collect();
         let (gone_prompts, new_prompts) = diff(&state.installed.prompts, &prompts);
-        for (exposed, (_, (prompt, _))) in &new_prompts {
-            for arg in prompt.arguments.iter().flatten() {
-                completers.push(CompletionTarget::Prompt(
-                    (*exposed).clone(),
-                    arg.name.clone(),
-                ));
+        for (exposed, (_, each)) in &new_prompts {
+            let args: BTreeSet<&String> = each
+                .iter()
+                .flat_map(|(prompt, _)| prompt.arguments.iter().flatten().map(|a| &a.name))
+                .collect();
+            for arg in args {
+                completers.push(CompletionTarget::Prompt((*exposed).clone(), arg.clone()));
             }
         }
         let prompt_defs: Vec<PromptDef> = new_prompts
             .into_iter()
-            .map(|(exposed, (server, (prompt, tokens)))| {
+            .flat_map(|(exposed, (server, each))| each.iter().map(move |v| (exposed, server, v)))
+            .map(|(exposed, server, (prompt, tokens))| {
                 let mut def_prompt = prompt.clone();
                 def_prompt.name = exposed.clone();
                 let def = PromptDef::new(
@@ -887,7 +893,8 @@ impl Inner {
 
 /// Who serves each exposed name (or URI) among the workers offering it (`offers` in the
 /// order of their server names): the one serving it now keeps it while it still offers it
-/// (a worker that comes later cannot take a name over), else the first. The others are
+/// (a worker that comes later cannot take a name over), else the first, with every
+/// definition it offers of it (one per group of users, `offered`). The others are
 /// `clashes` (kind, name, the server left out).
 fn assign<T>(
     installed: &Installs<T>,
@@ -900,19 +907,22 @@ fn assign<T>(
         by_key.entry(key).or_default().push((server, item));
     }
     let mut chosen = Installs::new();
-    for (key, mut offered) in by_key {
+    for (key, offered) in by_key {
         let current = installed.get(&key).map(|(s, _)| s.as_str());
         let at = offered
             .iter()
             .position(|(s, _)| Some(*s) == current)
             .unwrap_or(0);
-        let (server, item) = offered.remove(at);
-        for (other, _) in offered {
-            if other != server {
+        let server = offered[at].0;
+        let mut items = Vec::new();
+        for (other, item) in offered {
+            if other == server {
+                items.push(item);
+            } else {
                 clashes.push((kind, key.clone(), other.to_owned()));
             }
         }
-        chosen.insert(key, (server.to_owned(), item));
+        chosen.insert(key, (server.to_owned(), items));
     }
     chosen
 }
@@ -922,12 +932,18 @@ fn assign<T>(
 /// pools offer it.
 type Tokens = Option<BTreeSet<String>>;
 
-/// Each item of `offering` (a server's entries, newest first) once by its name, as the
-/// newest entry offering it has it, with that entry and whom it is for: `None` everyone, or
-/// the tokens of the users whose pools offer it (`per_user`), or those its entries offer it
-/// to (`restricted`, an item a worker offers to some callers only, `CatalogEntry::for_users`,
+/// Each item of `offering` (a server's entries, newest first) by its name, as the newest
+/// entry offering it has it, with that entry and whom it is for: `None` everyone, or the
+/// tokens of the users whose pools offer it (`per_user`), or those its entries offer it to
+/// (`restricted`, an item a worker offers to some callers only, `CatalogEntry::for_users`,
 /// taken only when the gateway `tells` the worker who calls, as it must check again).
-fn offered<'e, T>(
+///
+/// A name offered to some users only is listed to each as the newest entry offering it to
+/// that user has it: when users' pools offer different definitions of one name (two versions
+/// of a desk's tools), each definition is a row of its own for its users, so no user is
+/// listed another's (its description, its schema). A name offered to everyone is one row,
+/// the newest entry's.
+fn offered<'e, T: PartialEq>(
     offering: &[&'e CatalogEntry],
     (per_user, tells): (bool, bool),
     items: impl Fn(&'e CatalogEntry) -> &'e [T],
@@ -935,7 +951,8 @@ fn offered<'e, T>(
     name: impl Fn(&'e T) -> &'e str,
 ) -> Vec<(&'e T, &'e CatalogEntry, Tokens)> {
     let mut out: Vec<(&'e T, &'e CatalogEntry, Tokens)> = Vec::new();
-    let mut at: HashMap<&'e str, usize> = HashMap::new();
+    // The rows of each name.
+    let mut at: HashMap<&'e str, Vec<usize>> = HashMap::new();
     for e in offering {
         let public = items(e).iter().map(|item| (item, None));
         let limited = restricted(e).iter().filter(|_| tells);
@@ -951,20 +968,39 @@ fn offered<'e, T>(
                 (false, _, None) => None,
                 (false, _, Some(tokens)) => Some(tokens.iter().cloned().collect()),
             };
-            match at.get(name(item)) {
-                None => {
-                    at.insert(name(item), out.len());
-                    out.push((item, e, to));
+            let rows = at.entry(name(item)).or_default();
+            let Some(&first) = rows.first() else {
+                rows.push(out.len());
+                out.push((item, e, to));
+                continue;
+            };
+            let for_some = to.is_some() && rows.iter().all(|&i| out[i].2.is_some());
+            if !for_some {
+                // Everyone's if any entry offers it to everyone: one row.
+                out[first].2 = match (out[first].2.take(), to) {
+                    (Some(mut all), Some(more)) => {
+                        all.extend(more);
+                        Some(all)
+                    }
+                    _ => None,
+                };
+                continue;
+            }
+            // Users a newer entry offers it to keep that entry's definition.
+            let mut to = to.unwrap_or_default();
+            for &i in rows.iter() {
+                if let Some(theirs) = &out[i].2 {
+                    to.retain(|t| !theirs.contains(t));
                 }
-                // Everyone's if any entry offers it to everyone.
-                Some(&i) => {
-                    out[i].2 = match (out[i].2.take(), to) {
-                        (Some(mut all), Some(more)) => {
-                            all.extend(more);
-                            Some(all)
-                        }
-                        _ => None,
-                    };
+            }
+            if to.is_empty() {
+                continue;
+            }
+            match rows.iter().find(|&&i| out[i].0 == item) {
+                Some(&i) => out[i].2.get_or_insert_with(BTreeSet::new).extend(to),
+                None => {
+                    rows.push(out.len());
+                    out.push((item, e, Some(to)));
                 }
             }
         }
@@ -996,7 +1032,7 @@ impl Audiences {
 }
 
 /// Exposed names (or URIs) with what to install there.
-type Changed<'w, T> = Vec<(&'w String, &'w (String, T))>;
+type Changed<'w, T> = Vec<(&'w String, &'w (String, Vec<T>))>;
 
 /// What left (`installed` keys not `wanted`) and what is new or changed.
 fn diff<'w, T: PartialEq>(
@@ -1314,8 +1350,10 @@ fn complete(inner: std::sync::Weak<Inner>, target: CompletionTarget) -> toolyard
                     let state = inner.state();
                     match &target {
                         CompletionTarget::Prompt(exposed, argument) => {
-                            match state.installed.prompts.get(exposed) {
-                                Some((server, (prompt, _))) => (
+                            // Each definition of it has the worker's name of it.
+                            let found = state.installed.prompts.get(exposed);
+                            match found.and_then(|(s, each)| Some((s, &each.first()?.0))) {
+                                Some((server, prompt)) => (
                                     server.clone(),
                                     json!({"type": "ref/prompt", "name": prompt.name}),
                                     argument.clone(),
@@ -1324,8 +1362,9 @@ fn complete(inner: std::sync::Weak<Inner>, target: CompletionTarget) -> toolyard
                             }
                         }
                         CompletionTarget::Resource(uri_template, variable) => {
-                            match state.installed.templates.get(uri_template) {
-                                Some((server, (template, _))) => (
+                            let found = state.installed.templates.get(uri_template);
+                            match found.and_then(|(s, each)| Some((s, &each.first()?.0))) {
+                                Some((server, template)) => (
                                     server.clone(),
                                     json!({"type": "ref/resource", "uri": template.uri_template}),
                                     variable.clone(),

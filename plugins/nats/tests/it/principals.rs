@@ -429,12 +429,13 @@ fn refusal_code(frames: &[(String, serde_json::Value)]) -> i32 {
 
 /// The pool of `owner` (a principal) for `desk` in tenant acme: its user token is the
 /// owner's, and its tools `owner` and `owner_task` (a task) answer the owner's name, so a
-/// call's answer says which pool ran it.
+/// call's answer says which pool ran it. Each desk's tools say whose desk they are in their
+/// descriptions too: every user's pool offers its own definition of them.
 async fn desk_of(url: &str, owner: &'static str) -> Worker {
     let says = |name: &str, task: bool| {
         let def = tool_fn(
             name,
-            "Says whose desk this is",
+            &format!("Says whose desk this is ({owner}'s)"),
             move |_ctx: toolyard::RequestContext, _a: serde_json::Value| async move {
                 Ok::<_, HandlerError>(owner.to_owned())
             },
@@ -576,7 +577,6 @@ async fn each_caller_sees_and_runs_only_its_own_user_pools_tools() {
     }
 }
 
-/// What `completion/complete` of `desk__memo`'s `topic` suggests to `client` for "sal".
 /// A user's own pool starting and stopping behind a `user_pools` gateway is news to that
 /// user alone: alice's listener is told her tools changed, bob's hears nothing of it (nor
 /// learns that alice has a pool), and a pool for every caller is news to both.
@@ -617,6 +617,79 @@ async fn a_user_pool_coming_and_going_is_news_to_its_owner_alone() {
     assert!(told_tools_changed(&alice).await, "a pool for every caller");
 }
 
+/// Regression: users' pools offering different definitions of one tool (two versions of a
+/// desk; or a user whose desk describes a tool so as to steer another user's model) were
+/// listed to every one of them as the newest pool had it, so alice read bob's description.
+/// Now each is listed, and calls, its own pool's definition, and bob's joining is news to bob
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_user_is_listed_its_own_pools_definition_of_a_tool_and_never_anothers() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let (server, _remote, _anonymous, _following) = user_pools_gateway(&url).await;
+    let session_of = |who: &'static str| {
+        let server = server.clone();
+        async move {
+            let client = RawClient::connect_as(&server, Some(who)).await.unwrap();
+            client.initialize(json!({})).await.unwrap();
+            client
+        }
+    };
+    let (alice, bob, carol) = (
+        session_of("alice").await,
+        session_of("bob").await,
+        session_of("carol").await,
+    );
+    let _alice_desk = desk_of(&url, "alice").await;
+    assert!(told_tools_changed(&alice).await);
+    listed_to(&alice, "desk__notes_of_alice").await;
+    // What alice was told of her own desk (its prompts too), before bob's comes.
+    while heard_within_a_second(&alice).await.is_some() {}
+    // bob's desk, started later, is the newest entry of desk.
+    let _bob_desk = desk_of(&url, "bob").await;
+    assert!(told_tools_changed(&bob).await);
+    listed_to(&bob, "desk__notes_of_bob").await;
+    assert_eq!(
+        heard_within_a_second(&alice).await,
+        None,
+        "alice was told of bob's desk"
+    );
+    for (client, owner) in [(&alice, "alice"), (&bob, "bob")] {
+        let mine = format!("Says whose desk this is ({owner}'s)");
+        assert_eq!(described(client).await, [mine.clone(), mine], "{owner}");
+        let answered = call_desk(client, "desk__owner").await.unwrap();
+        assert_eq!(answered["content"][0]["text"], owner, "{answered}");
+    }
+    assert_eq!(described(&carol).await, Vec::<String>::new());
+    // alice's prompt is hers too.
+    let prompts = alice
+        .request("prompts/list", json!({"_meta": answering_caller()}))
+        .await
+        .unwrap();
+    let memo: Vec<_> = prompts["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "desk__memo")
+        .collect();
+    assert_eq!(memo.len(), 1, "{prompts}");
+}
+
+/// The descriptions `client` is listed of `desk__owner` and `desk__owner_task`.
+async fn described(client: &RawClient) -> Vec<String> {
+    let list = client
+        .request("tools/list", json!({"_meta": answering_caller()}))
+        .await
+        .unwrap();
+    list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "desk__owner" || t["name"] == "desk__owner_task")
+        .map(|t| t["description"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// A gateway of tenant acme with durable tasks that serves each caller its own user pool.
 async fn user_pools_gateway(
     url: &str,
@@ -646,6 +719,7 @@ async fn heard_within_a_second(client: &RawClient) -> Option<serde_json::Value> 
     heard.await.ok().flatten()
 }
 
+/// What `completion/complete` of `desk__memo`'s `topic` suggests to `client` for "sal".
 async fn memo_completed(client: &RawClient) -> serde_json::Value {
     let params = json!({"ref": {"type": "ref/prompt", "name": "desk__memo"},
         "argument": {"name": "topic", "value": "sal"}, "_meta": answering_caller()});

@@ -79,9 +79,7 @@ fn check_param_headers(
     principal: Option<&str>,
     arguments: Option<&serde_json::value::RawValue>,
 ) -> Result<(), Response> {
-    let def = tool
-        .and_then(|t| state.server.tool(t))
-        .filter(|d| d.admits(principal));
+    let def = tool.and_then(|t| state.server.tool_for(t, principal));
     let Some(def) = def else {
         return Ok(());
     };
