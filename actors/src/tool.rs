@@ -212,6 +212,11 @@ impl ToolDef {
         self
     }
 
+    /// Whether it is only for some callers ([`ToolDef::for_audience`]).
+    pub fn has_audience(&self) -> bool {
+        self.audience.is_some()
+    }
+
     /// Whether a caller with `principal` may see and call the tool (everyone may, unless
     /// it has an audience).
     pub fn admits(&self, principal: Option<&str>) -> bool {

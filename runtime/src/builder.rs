@@ -134,14 +134,18 @@ impl ServerBuilder {
         self
     }
 
-    /// Adds a tool.
+    /// Adds a tool. A name given twice is an error, unless each of its definitions has an
+    /// audience ([`ToolDef::for_audience`]): then they are alternatives, and each caller
+    /// gets the first that admits it (docs/semantics.md, "Who may see what").
     pub fn tool(mut self, tool: ToolDef) -> Self {
-        if self
+        let mut same = self
             .config
             .tools
             .iter()
-            .any(|t| t.tool().name == tool.tool().name)
-        {
+            .filter(|t| t.tool().name == tool.tool().name)
+            .peekable();
+        let alternatives = tool.has_audience() && same.clone().all(ToolDef::has_audience);
+        if same.peek().is_some() && !alternatives {
             self.errors.push(BuildError::Duplicate {
                 kind: "tool",
                 name: tool.tool().name.clone(),

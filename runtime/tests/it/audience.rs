@@ -429,3 +429,69 @@ async fn a_list_change_reaches_only_the_listeners_who_may_see_what_changed() {
         );
     }
 }
+
+/// A name given twice, each time for an audience, is each audience's own: alice and bob are
+/// each listed and call their own definition of `desk` (its description, its handler), in
+/// both generations; carol, whom neither admits, finds no such tool.
+#[tokio::test]
+async fn a_name_with_a_definition_for_each_audience_is_each_callers_own() {
+    let desk = |owner: &'static str| {
+        tool_fn(
+            "desk",
+            &format!("{owner}'s desk"),
+            move |_ctx, _a: NoArgs| async move { Ok(format!("answered by {owner}'s")) },
+        )
+        .unwrap()
+        .for_audience(Audience::principals([owner]))
+    };
+    let server = ServerBuilder::new("alternatives", "1.0")
+        .tool(desk("alice"))
+        .tool(desk("bob"))
+        .start()
+        .await
+        .unwrap();
+    for owner in ["alice", "bob"] {
+        for asker in Asker::both(&server, Some(owner)).await {
+            let tools = asker.ask("tools/list", json!({})).await.unwrap();
+            assert_eq!(tools["tools"].as_array().unwrap().len(), 1, "{tools}");
+            assert_eq!(tools["tools"][0]["description"], format!("{owner}'s desk"));
+            let text = asker.text("tools/call", json!({"name": "desk"})).await;
+            assert_eq!(text, format!("answered by {owner}'s"));
+        }
+        let def = server.tool_for("desk", Some(owner)).unwrap();
+        assert_eq!(
+            def.tool().description.as_deref(),
+            Some(&*format!("{owner}'s desk"))
+        );
+    }
+    for carol in Asker::both(&server, Some("carol")).await {
+        let tools = carol.ask("tools/list", json!({})).await.unwrap();
+        assert_eq!(tools["tools"], json!([]));
+        let hidden = refused(carol.ask("tools/call", json!({"name": "desk"})).await);
+        assert_eq!(hidden, (-32602, "Unknown tool: desk".to_owned()));
+    }
+    assert!(server.tool_for("desk", None).is_none());
+    // A name given twice with one definition for everyone is a mistake, as ever.
+    let plain = || {
+        tool_fn(
+            "desk",
+            "anyone's",
+            |_ctx, _a: NoArgs| async move { Ok("x") },
+        )
+        .unwrap()
+    };
+    for second in [plain(), desk("bob")] {
+        let built = ServerBuilder::new("twice", "1.0")
+            .tool(plain())
+            .tool(second)
+            .start()
+            .await;
+        assert!(
+            matches!(
+                built,
+                Err(toolyard::BuildError::Duplicate { kind: "tool", .. })
+            ),
+            "{built:?}"
+        );
+    }
+}
