@@ -1005,6 +1005,10 @@ fn offered<'e, T: PartialEq>(
             }
         }
     }
+    // A name's rows in the order of whom they are for, not of the entries' revisions: a
+    // heartbeat makes its entry the newest, and must not reorder (and so install again)
+    // what nobody changed.
+    out.sort_by(|a, b| a.2.cmp(&b.2));
     out
 }
 
@@ -2668,6 +2672,50 @@ fn carries_result(payload: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn users_pools_offering_different_definitions_of_a_name_give_each_user_their_own() {
+        use crate::{CatalogEntry, Scope};
+        use serde_json::json;
+        let tool = |description: &str| -> toolyard::proto::Tool {
+            serde_json::from_value(json!({"name": "owner", "description": description,
+                "inputSchema": {"type": "object"}}))
+            .unwrap()
+        };
+        let desk = |instance: &str, user: &str, description: &str| {
+            let mut e = CatalogEntry::new("desk", instance, vec![tool(description)]);
+            e.scope = Scope::of(Some("acme"), Some(user)).unwrap();
+            e
+        };
+        let (alice_new, alice_old) = (desk("a2", "ta", "v2"), desk("a1", "ta", "v1"));
+        let (bob, carol) = (desk("b", "tb", "v1"), desk("c", "tc", "v2"));
+        let rows = |entries: &[&CatalogEntry]| -> Vec<(String, Vec<String>)> {
+            super::offered(
+                entries,
+                (true, true),
+                |e| &e.tools,
+                |e| &e.for_users.tools,
+                |t| &t.name,
+            )
+            .into_iter()
+            .map(|(t, _, tokens)| {
+                let desc = t.description.clone().unwrap_or_default();
+                (desc, tokens.unwrap_or_default().into_iter().collect())
+            })
+            .collect()
+        };
+        // Newest first, as the catalog gives them: alice's newer instance speaks for her.
+        let one_order = rows(&[&alice_new, &bob, &alice_old, &carol]);
+        assert_eq!(
+            one_order,
+            [
+                ("v2".to_owned(), vec!["ta".to_owned(), "tc".to_owned()]),
+                ("v1".to_owned(), vec!["tb".to_owned()]),
+            ]
+        );
+        // Another user's entry becoming the newest (a heartbeat) changes nothing.
+        assert_eq!(rows(&[&bob, &alice_new, &carol, &alice_old]), one_order);
+    }
+
     #[test]
     fn pools_of_one_server_whose_scopes_overlap_are_found_once_a_pair() {
         use crate::{CatalogEntry, Scope};
