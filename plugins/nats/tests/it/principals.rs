@@ -585,15 +585,10 @@ async fn a_user_pool_coming_and_going_is_news_to_its_owner_alone() {
     let nats = NatsServer::start();
     let url = nats.url();
     let (server, _remote, _anonymous, _following) = user_pools_gateway(&url).await;
-    let session_of = |who: &'static str| {
-        let server = server.clone();
-        async move {
-            let client = RawClient::connect_as(&server, Some(who)).await.unwrap();
-            client.initialize(json!({})).await.unwrap();
-            client
-        }
-    };
-    let (alice, bob) = (session_of("alice").await, session_of("bob").await);
+    let (alice, bob) = (
+        session_of(&server, "alice").await,
+        session_of(&server, "bob").await,
+    );
     let alice_desk = desk_of(&url, "alice").await;
     assert!(told_tools_changed(&alice).await, "alice's pool came");
     listed_to(&alice, "desk__notes_of_alice").await;
@@ -627,18 +622,10 @@ async fn each_user_is_listed_its_own_pools_definition_of_a_tool_and_never_anothe
     let nats = NatsServer::start();
     let url = nats.url();
     let (server, _remote, _anonymous, _following) = user_pools_gateway(&url).await;
-    let session_of = |who: &'static str| {
-        let server = server.clone();
-        async move {
-            let client = RawClient::connect_as(&server, Some(who)).await.unwrap();
-            client.initialize(json!({})).await.unwrap();
-            client
-        }
-    };
     let (alice, bob, carol) = (
-        session_of("alice").await,
-        session_of("bob").await,
-        session_of("carol").await,
+        session_of(&server, "alice").await,
+        session_of(&server, "bob").await,
+        session_of(&server, "carol").await,
     );
     let _alice_desk = desk_of(&url, "alice").await;
     assert!(told_tools_changed(&alice).await);
@@ -673,6 +660,14 @@ async fn each_user_is_listed_its_own_pools_definition_of_a_tool_and_never_anothe
         .filter(|p| p["name"] == "desk__memo")
         .collect();
     assert_eq!(memo.len(), 1, "{prompts}");
+}
+
+/// An initialized legacy session of the gateway `server` as the principal `who` (it hears
+/// list changes).
+async fn session_of(server: &Server, who: &str) -> RawClient {
+    let client = RawClient::connect_as(server, Some(who)).await.unwrap();
+    client.initialize(json!({})).await.unwrap();
+    client
 }
 
 /// The descriptions `client` is listed of `desk__owner` and `desk__owner_task`.
