@@ -219,6 +219,45 @@ audience = ["alice@example.com"]
     );
 }
 
+/// A config file may give one tool name a definition for each audience (two `[[tools]]` of
+/// one name, each with its `audience`): through the binary's OAuth, each bearer is listed
+/// and answered its own, and a bearer neither admits finds no such tool.
+#[test]
+fn a_config_file_may_give_a_tool_a_definition_for_each_audience() {
+    let dir = TempDir::new("alternatives");
+    let (_server, url) = serving(
+        &dir,
+        r#"
+[[tools]]
+name = "motd"
+description = "Alice's team's message"
+text = "ship on friday"
+audience = ["alice@example.com"]
+
+[[tools]]
+name = "motd"
+description = "Bob's team's message"
+text = "freeze until monday"
+audience = ["bob@example.com"]
+"#,
+    );
+    for (who, says) in [
+        ("alice@example.com", "ship on friday"),
+        ("bob@example.com", "freeze until monday"),
+    ] {
+        let bearer = bearer_for(who);
+        assert_eq!(listed_over_http(&url, &bearer), ["motd"], "{who}");
+        assert_eq!(
+            answered_over_http(&url, "motd", &bearer)["content"][0]["text"],
+            says
+        );
+    }
+    let carol = bearer_for("carol@example.com");
+    assert!(listed_over_http(&url, &carol).is_empty());
+    let (_, answer) = call_over_http(&url, "motd", Some(&carol));
+    assert_eq!(answer["error"]["message"], "Unknown tool: motd", "{answer}");
+}
+
 /// A gateway source's `audience`: all it offers (tools, prompts, resources) is listed and
 /// served to those principals alone, through the gateway's OAuth; to another bearer the
 /// source's names are unknown, and the gateway's own items stay everyone's.
