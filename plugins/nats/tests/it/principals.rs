@@ -672,13 +672,8 @@ async fn session_of(server: &Server, who: &str) -> RawClient {
 
 /// The descriptions `client` is listed of `desk__owner` and `desk__owner_task`.
 async fn described(client: &RawClient) -> Vec<String> {
-    let list = client
-        .request("tools/list", json!({"_meta": answering_caller()}))
+    listed_tools(client)
         .await
-        .unwrap();
-    list["tools"]
-        .as_array()
-        .unwrap()
         .iter()
         .filter(|t| t["name"] == "desk__owner" || t["name"] == "desk__owner_task")
         .map(|t| t["description"].as_str().unwrap_or_default().to_owned())
@@ -732,15 +727,19 @@ async fn desk_tools(client: &RawClient) -> BTreeSet<String> {
     tools_of(client, "desk__").await
 }
 
-/// The tools `client` is listed whose names start with `prefix`.
-async fn tools_of(client: &RawClient, prefix: &str) -> BTreeSet<String> {
+/// The tools `client` (a tasks-extension caller) is listed.
+async fn listed_tools(client: &RawClient) -> Vec<serde_json::Value> {
     let list = client
         .request("tools/list", json!({"_meta": answering_caller()}))
         .await
         .unwrap();
-    list["tools"]
-        .as_array()
-        .unwrap()
+    list["tools"].as_array().unwrap().clone()
+}
+
+/// The tools `client` is listed whose names start with `prefix`.
+async fn tools_of(client: &RawClient, prefix: &str) -> BTreeSet<String> {
+    listed_tools(client)
+        .await
         .iter()
         .filter_map(|t| t["name"].as_str())
         .filter(|n| n.starts_with(prefix))
