@@ -34,14 +34,15 @@ pub(crate) const EVENT_SETTLES: Duration = Duration::from_millis(20);
 /// The bus connection as a required component of the server's lifecycle: a gateway whose
 /// NATS connection is down cannot reach any worker, and a worker cannot be reached, so it
 /// is not ready (`/readyz` 503) until the client reconnects. `lost` (a gateway's) is told
-/// when the connection drops or was replaced, so the calls in flight end at once. async-nats reports connection events only to a callback set before
+/// when the connection drops or was replaced, so the calls in flight learn of it at once (each
+/// waits a moment for the connection to come back, then checks that its worker still holds it). async-nats reports connection events only to a callback set before
 /// connecting: a client made by [`crate::connect`] has ours, which wakes this watch at once
 /// (it then looks every 5 s only as a backstop, so an idle gateway does not wake four times a
 /// second); a client of the embedder's own is polled every 250 ms.
 ///
 /// An outage shorter than a tick (async-nats reconnects at once when the server closes the
-/// connection, e.g. as a slow consumer) is seen in the client's count of connections; it
-/// loses the calls in flight just the same, since frames sent while it lasted are gone.
+/// connection, e.g. as a slow consumer) is seen in the client's count of connections; the
+/// calls in flight hear of it just the same, since frames sent while it lasted are gone.
 pub(crate) async fn watch_connection(
     server: Server,
     client: Client,

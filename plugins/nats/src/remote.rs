@@ -2323,16 +2323,26 @@ async fn call_once(
     let since = |then: Duration| clock().saturating_sub(then);
     // Whether a silence is checked now: once a frame came, or from `FIRST_PROBE` on.
     let probing = |heard: bool| heard || since(sent) >= FIRST_PROBE;
+    // The connection was lost and came back during the call (`back_on_bus`): whether the
+    // worker still holds the call is checked at once, and it is named if the call fails.
+    let mut probe_now = false;
+    let mut was_lost = false;
     let outcome = loop {
         let left = inner.config.inactivity.saturating_sub(since(last_frame));
-        let wait = if probing(heard) {
+        let wait = if probe_now {
+            Duration::ZERO
+        } else if probing(heard) {
             left.min(PROBE_EVERY)
         } else {
             left.min(FIRST_PROBE.saturating_sub(since(sent)))
         };
         let next = guard.frames.next_within(wait).await;
         let message = match next {
-            Err(_) if probing(heard) && since(last_frame) < inner.config.inactivity => {
+            Err(_)
+                if (probe_now || probing(heard))
+                    && since(last_frame) < inner.config.inactivity =>
+            {
+                probe_now = false;
                 if !Box::pin(worker_gone(&inner.client, guard.frames.subject())).await {
                     continue;
                 }
@@ -2344,6 +2354,13 @@ async fn call_once(
                             wire::STREAM_LOST,
                             format!("the worker holding the call to `{server}` for a free slot is gone before it ran it: re-issue the call"),
                         )))
+                    }
+                    _ if was_lost => {
+                        break Err(bus_error(
+                            wire::STREAM_LOST,
+                            format!("the connection to the NATS server was lost during the call to `{server}`, and no worker holds the call any more (its answer, or the request, was lost with the connection): re-issue the call"),
+                        )
+                        .into());
                     }
                     _ => {
                         let (whose, gone) = if heard {
@@ -2373,12 +2390,25 @@ async fn call_once(
             // route, opened before the publish, knows), the connection was lost, or the
             // frames were.
             Ok(None) => {
+                let lost = guard.frames.lost();
+                if lost
+                    && guard.frames.refusal().is_none()
+                    && Box::pin(back_on_bus(&inner.client, &guard.frames)).await
+                {
+                    // Back: the call goes on. A worker that has answered before listens
+                    // for the call until its last frame, so it is asked at once whether it
+                    // still holds it; one that has not may not listen yet, and is asked
+                    // from `FIRST_PROBE` on as usual.
+                    was_lost = true;
+                    probe_now = heard;
+                    continue;
+                }
                 break Err(match guard.frames.refusal() {
                     Some(message) => bus_error(
                         wire::PERMISSION_DENIED,
                         format!("the bus refused the call to `{server}`: {message}"),
                     ),
-                    None if guard.frames.lost() => bus_error(
+                    None if lost => bus_error(
                         wire::STREAM_LOST,
                         format!("the connection to the NATS server was lost during the call to `{server}`: re-issue the call"),
                     ),
@@ -2552,6 +2582,23 @@ async fn worker_gone(client: &Client, reply: &str) -> bool {
         Ok(Err(e)) => e.kind() == async_nats::client::RequestErrorKind::NoResponders,
         _ => false,
     }
+}
+
+/// How long a call whose connection was lost waits for it to come back before it fails.
+/// async-nats reconnects at once when the broker closes the connection (a slow consumer) or
+/// when it reads a message it cannot parse (docs/nats.md "Not yet"), and an outage that short
+/// need not cost the calls in flight: frames sent while it lasted are gone, but a call that
+/// lost none goes on to its answer.
+const RECONNECT_GRACE: Duration = Duration::from_secs(2);
+
+/// Whether the call's connection is back within [`RECONNECT_GRACE`] of its loss, its stream
+/// waiting for frames again. The reply subscription is made again by async-nats as it
+/// reconnects, before anything the call sends after.
+async fn back_on_bus(client: &Client, frames: &ReplyStream) -> bool {
+    frames.resume_after_loss()
+        && tokio::time::timeout(RECONNECT_GRACE, crate::connection::connected(client))
+            .await
+            .is_ok()
 }
 
 /// How long the first cancel waits for the worker's terminal frame before it is sent

@@ -34,7 +34,7 @@
 //! per call (registered in and removed from the timer wheel for every forwarded call, with
 //! a clock read for each deadline), a sweeper ticks every [`TICK`], keeps a coarse clock
 //! ([`Replies::now`]) and wakes the calls whose deadline has passed. Deadlines are seconds
-//! long, so a tick's lateness does not matter. A lost connection ends the waits of the calls
+//! long, so a tick's lateness does not matter. A lost connection wakes the waits of the calls
 //! in flight through their routes too ([`LossSignal`]), instead of each call watching a
 //! channel for it. Both per-call watchers together were ~1 600 instructions of every
 //! forwarded call (callgrind). A gateway with no call open for a second parks the sweeper
@@ -425,6 +425,15 @@ impl ReplyStream {
     /// Whether the connection was lost while the call was in flight.
     pub(crate) fn lost(&self) -> bool {
         self.slot.lost.load(Ordering::Acquire)
+    }
+
+    /// Waits for frames again after the connection was lost (the call goes on once it is
+    /// back: the frames sent while it was down are gone, which the call's sequence check, or
+    /// its worker no longer listening, tells). False when the route is closed, so nothing
+    /// more can come.
+    pub(crate) fn resume_after_loss(&self) -> bool {
+        self.slot.lost.store(false, Ordering::Release);
+        !self.slot.closed.load(Ordering::Acquire)
     }
 
     /// The next frame, waiting at most about `wait` (on the coarse clock, to a [`TICK`]):
