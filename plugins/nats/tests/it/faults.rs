@@ -328,6 +328,22 @@ async fn a_header_value_holding_a_carriage_return_leaves_the_worker_serving() {
     assert_echo_answers(&raw, &echo).await;
 }
 
+/// How many times `bus` has connected so far.
+fn connects(bus: &async_nats::Client) -> u64 {
+    bus.statistics()
+        .connects
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A call of the `calc` worker's `sleep` for `ms`, under way in a task of its own.
+fn sleeping(
+    client: &Client,
+    ms: u64,
+) -> tokio::task::JoinHandle<Result<CallToolResult, toolyard::client::ClientError>> {
+    let client = client.clone();
+    tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": ms})).await })
+}
+
 /// What async-nats (0.52) cannot read on a worker's request subject, where anyone who may call
 /// a tool may publish: a subject that is not UTF-8 (a plain `PUB`, no headers at all), a header
 /// value that is not UTF-8, a header line without a colon, a status that is not a number. It
@@ -368,14 +384,8 @@ async fn a_request_the_workers_client_cannot_read_costs_a_reconnection_and_the_c
         ),
     ];
     for (what, subject, head) in poisons {
-        let connects = bus
-            .statistics()
-            .connects
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let call = {
-            let client = gw.client.clone();
-            tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": 600})).await })
-        };
+        let before = connects(&bus);
+        let call = sleeping(&gw.client, 600);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let inbox = bus.new_inbox();
         tokio::task::block_in_place(|| {
@@ -397,12 +407,7 @@ async fn a_request_the_workers_client_cannot_read_costs_a_reconnection_and_the_c
         // The premise: the worker's client library did drop its connection over it. Once
         // async-nats drops such a message instead, this fails: say so in docs/nats.md.
         let deadline = tokio::time::Instant::now() + WAIT;
-        while bus
-            .statistics()
-            .connects
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == connects
-        {
+        while connects(&bus) == before {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "{what} did not make the worker reconnect"
@@ -511,14 +516,8 @@ async fn a_message_the_gateways_client_cannot_read_on_its_reply_subject_leaves_t
         ),
     ];
     for (what, subject_of, head) in poisons {
-        let connects = bus
-            .statistics()
-            .connects
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let call = {
-            let client = gw.client.clone();
-            tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": 1500})).await })
-        };
+        let before = connects(&bus);
+        let call = sleeping(&gw.client, 1500);
         let reply = tokio::time::timeout(WAIT, requests.next())
             .await
             .unwrap()
@@ -541,10 +540,7 @@ async fn a_message_the_gateways_client_cannot_read_on_its_reply_subject_leaves_t
         // The premise: the gateway's client library did drop its connection over it. Once
         // async-nats drops such a message instead, this fails: say so in docs/nats.md.
         assert!(
-            bus.statistics()
-                .connects
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > connects,
+            connects(&bus) > before,
             "{what} did not make the gateway reconnect"
         );
         still_serves(&gw.client).await;
@@ -571,10 +567,7 @@ async fn a_call_whose_answer_was_lost_with_the_connection_fails_32010_at_once_sa
     )
     .await;
     listed(&gw.client, |n| n.iter().any(|t| t == "calc__sleep")).await;
-    let call = {
-        let client = gw.client.clone();
-        tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": 300})).await })
-    };
+    let call = sleeping(&gw.client, 300);
     // Past the worker's first keepalive (100 ms): the gateway has heard from it.
     tokio::time::sleep(Duration::from_millis(200)).await;
     proxy.pause(true);
@@ -2822,10 +2815,7 @@ async fn a_catalog_entry_whose_headers_do_not_parse_leaves_the_calls_in_flight_b
         .await
         .unwrap();
     for i in 0..6 {
-        let call = {
-            let client = gw.client.clone();
-            tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": 500})).await })
-        };
+        let call = sleeping(&gw.client, 500);
         tokio::time::sleep(Duration::from_millis(200)).await;
         kv.put(format!("srv.junk.i{i}"), "not an entry".into())
             .await
