@@ -121,6 +121,40 @@ async fn next_message(js: &Context, stream: &str, seq: u64) -> Option<(u64, Valu
     Some((message["seq"].as_u64()?, message))
 }
 
+/// The last message of `subject` in `stream`, read through the stream's JSON get API, where
+/// a message async-nats cannot read is an error of its own instead of the end of the
+/// connection (a KV get is a direct get: the raw message, read by the connection). `Ok(None)`
+/// when the subject has none; `Ok(Some(Err(why)))` for a message async-nats cannot read;
+/// `Err` when the stream could not be asked.
+pub(crate) async fn last_message(
+    js: &Context,
+    stream: &str,
+    subject: &str,
+) -> Result<Option<Result<StreamMessage, String>>, String> {
+    let got: Value = js
+        .request(
+            format!("STREAM.MSG.GET.{stream}"),
+            &json!({ "last_by_subj": subject }),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(error) = got.get("error") {
+        // JetStream's "no message found".
+        if error["err_code"] == 10037 {
+            return Ok(None);
+        }
+        return Err(error["description"]
+            .as_str()
+            .unwrap_or("an error")
+            .to_owned());
+    }
+    let message = got.get("message").ok_or("an answer without the message")?;
+    let raw = serde_json::from_value::<RawMessage>(message.clone()).map_err(|e| e.to_string())?;
+    Ok(Some(
+        StreamMessage::try_from(raw).map_err(|e| format!("its headers: {e}")),
+    ))
+}
+
 /// Deletes the message at `seq` when async-nats cannot read it; 1 when it did.
 async fn remove_if_unreadable(js: &Context, stream: &str, seq: u64, message: &Value) -> u64 {
     let Ok(raw) = serde_json::from_value::<RawMessage>(message.clone()) else {

@@ -494,8 +494,9 @@ impl Inner {
     async fn give_way_to_earlier_pools(&self, revision: u64) -> Result<(), NatsError> {
         let mine = self.catalog_key();
         let ours = catalog::key(&self.config.server, "");
-        // A key or an entry that cannot be read fails the start (it is retried): skipping it
-        // could let an overlapping pool in.
+        // A key or an entry the bus cannot hand over fails the start (it is retried):
+        // skipping it could let an overlapping pool in. (A message the NATS client cannot
+        // read is skipped: no worker of ours wrote it.)
         let unreadable =
             |e: &dyn std::fmt::Display| NatsError::Bus(format!("reading the catalog: {e}"));
         // This server's keys alone, in one stream info request (paged beyond a thousand):
@@ -516,21 +517,39 @@ impl Inner {
                 _ => {}
             }
         }
+        // Read through the stream's JSON get API: anyone who may write the bucket can put
+        // there a message async-nats cannot read, and a KV get (a direct get, read by the
+        // connection) of it ended this worker's requests connection at every heartbeat.
+        let js = catalog::context(self.client.clone());
         for key in theirs {
-            let found = match self.catalog.entry(&key).await {
-                Ok(Some(found)) if found.operation == async_nats::jetstream::kv::Operation::Put => {
-                    found
+            let subject = format!("{stream_prefix}{key}");
+            let found = match crate::unreadable::last_message(
+                &js,
+                &self.catalog.stream_name,
+                &subject,
+            )
+            .await
+            {
+                Ok(Some(Ok(found))) => found,
+                // No worker of ours wrote it: not an entry.
+                Ok(Some(Err(why))) => {
+                    tracing::debug!(server = %self.config.server, key, why, "a catalog key the NATS client cannot read is no pool");
+                    continue;
                 }
-                Ok(_) => continue,
+                Ok(None) => continue,
                 Err(e) => return Err(unreadable(&e)),
             };
-            let Ok(other) = serde_json::from_slice::<CatalogEntry>(&found.value) else {
+            // A deleted or purged key (`KV-Operation`) has no entry.
+            if found.headers.get("KV-Operation").is_some() {
+                continue;
+            }
+            let Ok(other) = serde_json::from_slice::<CatalogEntry>(&found.payload) else {
                 continue;
             };
             if other.server == self.config.server
                 && other.scope.is_valid()
                 && other.scope.overlaps(&self.config.scope)
-                && other.joined_at(found.revision) < revision
+                && other.joined_at(found.sequence) < revision
             {
                 return Err(NatsError::Config(format!(
                     "the pool of {} for {} overlaps the pool for {} that instance {} serves: NATS would run every call both take twice. Give each pool of a server scopes no request shares (or stop the other pool; a worker killed without draining leaves its catalog entry for up to {} s)",

@@ -2789,6 +2789,47 @@ async fn catalog_entries_no_worker_would_write_are_ignored_and_the_gateway_serve
     .await;
 }
 
+/// A catalog entry of the worker's own server whose header block async-nats cannot parse (a
+/// plain publish on `$KV.TY_CATALOG.srv.calc.<key>`): the worker's overlap check reads its
+/// server's entries at every heartbeat, and read as KV gets (direct gets: the raw message on
+/// the connection) each one ended the worker's requests connection, so every heartbeat cost
+/// the requests in transit. Read through the stream's JSON get API, the entry is an entry
+/// that cannot be read: the worker serves on, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_entry_of_its_server_that_does_not_parse_leaves_the_workers_connection_be() {
+    let nats = NatsServer::start();
+    let bus = connect(&nats.url()).await;
+    let mut config = WorkerConfig::new("calc");
+    // The shortest the bucket takes (its delete markers live a heartbeat).
+    config.heartbeat = Duration::from_secs(1);
+    let _worker = Worker::start(worker_server(Arc::default()).await, bus.clone(), config)
+        .await
+        .unwrap();
+    let gw = gateway(&nats.url(), RemoteConfig::default()).await;
+    listed(&gw.client, |n| n.iter().any(|t| t == "calc__sleep")).await;
+    let poison = format!("$KV.{}.srv.calc.poison", toolyard_nats::CATALOG_BUCKET);
+    let before = connects(&bus);
+    tokio::task::block_in_place(|| nats.publish_unchecked(&poison, None, "NoColon\r\n", "{}"));
+    // Three heartbeats, each with its overlap check, under calls.
+    for _ in 0..8 {
+        let call = sleeping(&gw.client, 400);
+        match tokio::time::timeout(WAIT, call)
+            .await
+            .expect("the call hung")
+            .unwrap()
+        {
+            Ok(r) => assert_eq!(text(&r), "slept"),
+            Err(e) => panic!("a call failed beside the poisoned entry: {e}"),
+        }
+    }
+    assert_eq!(
+        connects(&bus),
+        before,
+        "the worker's connection was dropped"
+    );
+    still_serves(&gw.client).await;
+}
+
 /// A message whose header block async-nats cannot parse (a line without a colon), put into
 /// the catalog bucket with a plain publish: async-nats ends the connection that reads it, so
 /// a gateway following the catalog on its calls' connection lost that connection at the next
