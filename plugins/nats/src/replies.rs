@@ -709,6 +709,33 @@ mod tests {
         assert!(!replies.open(&Subject::from_static("test.call")).lost());
     }
 
+    /// A call that resumes after a loss waits for frames again (the connection is back),
+    /// and one whose route closed meanwhile cannot resume.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_resumed_after_a_loss_waits_for_its_frames_again_unless_its_route_closed() {
+        let _turn = PROCESS_WIDE.lock().await;
+        let (_nats, client, replies) = on_a_broker().await;
+        let mut call = replies.open(&Subject::from_static("test.call"));
+        replies.loss_signal().lost();
+        assert!(matches!(call.next_within(WAIT_LONG).await, Ok(None)));
+        assert!(call.resume_after_loss());
+        assert!(!call.lost());
+        let waited = tokio::time::timeout(
+            Duration::from_secs(10),
+            call.next_within(Duration::from_millis(200)),
+        )
+        .await
+        .expect("the sweeper ends the wait");
+        assert!(matches!(waited, Err(Due)), "waits again: {waited:?}");
+        queued(&client, &call, "end").await;
+        let got = call.next_within(WAIT_LONG).await;
+        assert_eq!(&got.unwrap().unwrap().payload[..], b"end");
+        let closed = replies.open(&Subject::from_static("test.closed"));
+        replies.loss_signal().lost();
+        closed.slot.close();
+        assert!(!closed.resume_after_loss(), "a closed route cannot resume");
+    }
+
     /// A slow-consumer event ends every call waiting on that connection at once (after
     /// what it had queued), and no call of another connection, nor one refused there.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
