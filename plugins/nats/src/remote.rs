@@ -2323,8 +2323,9 @@ async fn call_once(
     let since = |then: Duration| clock().saturating_sub(then);
     // Whether a silence is checked now: once a frame came, or from `FIRST_PROBE` on.
     let probing = |heard: bool| heard || since(sent) >= FIRST_PROBE;
-    // The connection was lost and came back during the call (`back_on_bus`): whether the
-    // worker still holds the call is checked at once, and it is named if the call fails.
+    // The connection was lost and came back during the call, or its client dropped frames as
+    // a slow consumer (`back_on_bus`): whether the worker still holds the call is checked at
+    // once, and it is named if the call fails.
     let mut probe_now = false;
     let mut was_lost = false;
     let outcome = loop {
@@ -2358,7 +2359,7 @@ async fn call_once(
                     _ if was_lost => {
                         break Err(bus_error(
                             wire::STREAM_LOST,
-                            format!("the connection to the NATS server was lost during the call to `{server}`, and no worker holds the call any more (its answer, or the request, was lost with the connection): re-issue the call"),
+                            format!("the connection to the NATS server was lost (or its client fell behind) during the call to `{server}`, and no worker holds the call any more (its answer, or the request, was lost with the frames of that moment): re-issue the call"),
                         )
                         .into());
                     }

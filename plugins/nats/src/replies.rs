@@ -19,9 +19,12 @@
 //! default) full because the router was starved of CPU. A call missing a frame in the
 //! middle sees the gap in `Mcp-Seq`; one whose only frame was dropped would wait out its
 //! inactivity window. So a slow-consumer event on the connection ([`slow_consumer`], from
-//! [`connect`](crate::connect)'s event callback) ends every call waiting on that
-//! connection's reply subscription at once with -32010: a re-issue instead of a silent wait.
-//! The event callback is the connection's own, so other connections' calls are left be.
+//! [`connect`](crate::connect)'s event callback) tells every call waiting on that
+//! connection's reply subscription at once, as a lost connection does ([`LossSignal`]): each
+//! asks whether its worker still holds it, goes on if so (a frame dropped later in its
+//! stream shows as a gap), and fails -32010 if not (its last frame was dropped): a re-issue
+//! instead of a silent wait, and none for the calls that lost nothing. The event callback is
+//! the connection's own, so other connections' calls are left be.
 //!
 //! A publish the broker's permissions refuse ends the same way ([`refuse`]): each route
 //! knows the subject its call was published to, so the refusal ends exactly the calls sent
@@ -116,8 +119,8 @@ fn all_routes() -> MutexGuard<'static, Vec<(Option<u64>, std::sync::Weak<Table>)
 }
 
 /// `connection` dropped messages for a slow subscription: the calls waiting for replies on
-/// it may have lost theirs, so each ends now (its stream closes after what was queued).
-/// Another connection's calls lost nothing.
+/// it may have lost theirs, so each is told now, as of a lost connection (its wait ends
+/// after what was queued; [`ReplyStream::lost`]). Another connection's calls lost nothing.
 pub(crate) fn slow_consumer(connection: u64) {
     let mut all = all_routes();
     all.retain(|(of, routes)| {
@@ -125,12 +128,19 @@ pub(crate) fn slow_consumer(connection: u64) {
             return false;
         };
         if *of == Some(connection) {
-            for (_, slot) in lock(&routes).drain() {
-                slot.close();
-            }
+            mark_lost(&routes);
         }
         true
     });
+}
+
+/// Every call of `routes` may have lost frames: each wait ends (after what was queued),
+/// and its stream says so ([`ReplyStream::lost`]).
+fn mark_lost(routes: &Routes) {
+    for slot in lock(routes).values() {
+        slot.lost.store(true, Ordering::Release);
+        slot.waker.wake();
+    }
 }
 
 /// The broker refused `connection`'s publish to `subject` (`message` is its error): every
@@ -168,10 +178,7 @@ impl LossSignal {
     /// given up on goes on reading its stream while it cancels the call on the worker.
     pub(crate) fn lost(&self) {
         if let Some(routes) = self.0.upgrade() {
-            for slot in lock(&routes).values() {
-                slot.lost.store(true, Ordering::Release);
-                slot.waker.wake();
-            }
+            mark_lost(&routes);
         }
     }
 }
@@ -736,10 +743,11 @@ mod tests {
         assert!(!closed.resume_after_loss(), "a closed route cannot resume");
     }
 
-    /// A slow-consumer event ends every call waiting on that connection at once (after
-    /// what it had queued), and no call of another connection, nor one refused there.
+    /// A slow-consumer event ends the wait of every call on that connection at once (after
+    /// what it had queued), as a lost connection does, and no call of another connection,
+    /// nor one refused there.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_slow_consumer_event_ends_the_calls_waiting_for_replies_on_its_connection() {
+    async fn a_slow_consumer_event_wakes_the_calls_waiting_for_replies_on_its_connection() {
         let _turn = PROCESS_WIDE.lock().await;
         let (nats, client, replies) = on_a_broker().await;
         let other_client = crate::connect(&nats.url(), "test").await.unwrap();
@@ -759,8 +767,13 @@ mod tests {
             "test.call",
             "Permissions Violation",
         );
-        let next = tokio::time::timeout(Duration::from_secs(10), waiting.next()).await;
-        assert!(matches!(next, Ok(None)), "the stream ends at once");
+        let next =
+            tokio::time::timeout(Duration::from_secs(10), waiting.next_within(WAIT_LONG)).await;
+        assert!(matches!(next, Ok(Ok(None))), "the wait ends at once");
+        assert!(
+            waiting.lost() && !elsewhere.lost(),
+            "and says frames may be lost"
+        );
         other_client
             .publish(elsewhere.subject().to_owned(), "end".into())
             .await
