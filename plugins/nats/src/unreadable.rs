@@ -139,14 +139,13 @@ pub(crate) async fn last_message(
         .await
         .map_err(|e| e.to_string())?;
     if let Some(error) = got.get("error") {
-        // JetStream's "no message found".
-        if error["err_code"] == 10037 {
-            return Ok(None);
-        }
-        return Err(error["description"]
-            .as_str()
-            .unwrap_or("an error")
-            .to_owned());
+        return match serde_json::from_value::<async_nats::jetstream::Error>(error.clone()) {
+            Ok(e) if e.error_code() == async_nats::jetstream::ErrorCode::NO_MESSAGE_FOUND => {
+                Ok(None)
+            }
+            Ok(e) => Err(e.to_string()),
+            Err(_) => Err(format!("an unreadable error: {error}")),
+        };
     }
     let message = got.get("message").ok_or("an answer without the message")?;
     let raw = serde_json::from_value::<RawMessage>(message.clone()).map_err(|e| e.to_string())?;
