@@ -27,6 +27,7 @@ use futures_channel::mpsc;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -146,6 +147,11 @@ struct Inner {
     /// Why this pool stopped taking requests while running: an overlapping pool that joined
     /// earlier is in the catalog (`Worker::gave_way`).
     gave_way: tokio::sync::watch::Sender<Option<String>>,
+    /// The catalog keys of this server's other instances whose entries the overlap check
+    /// has read and found to leave this pool be: an instance's scope and when it joined
+    /// never change, so they are not read again at every heartbeat (one request per
+    /// instance per beat, for every worker of the server).
+    cleared: std::sync::Mutex<HashSet<String>>,
 }
 
 impl Worker {
@@ -257,6 +263,7 @@ impl Worker {
             peer,
             unusable_replies: crate::doubling::Doubling::default(),
             gave_way: tokio::sync::watch::Sender::new(None),
+            cleared: std::sync::Mutex::default(),
         });
         // A JetStream cluster that has just elected its meta leader may not know the bucket's
         // stream for a moment ("no stream found"): the first put is retried for a few seconds,
@@ -509,19 +516,29 @@ impl Inner {
             .info_with_subjects(format!("{stream_prefix}{ours}>"))
             .await
             .map_err(|e| unreadable(&e))?;
-        let mut theirs = Vec::new();
+        let mut theirs = HashSet::new();
         while let Some(subject) = subjects.next().await {
             let (subject, _) = subject.map_err(|e| unreadable(&e))?;
             match subject.strip_prefix(&stream_prefix) {
-                Some(key) if key.starts_with(&ours) && key != mine => theirs.push(key.to_owned()),
+                Some(key) if key.starts_with(&ours) && key != mine => {
+                    theirs.insert(key.to_owned());
+                }
                 _ => {}
             }
         }
+        // Taken out while the entries are read (a failure leaves it empty: the next check
+        // reads them all again); the keys no longer in the catalog drop out.
+        let mut cleared =
+            std::mem::take(&mut *self.cleared.lock().unwrap_or_else(|p| p.into_inner()));
+        cleared.retain(|key| theirs.contains(key));
         // Read through the stream's JSON get API: anyone who may write the bucket can put
         // there a message async-nats cannot read, and a KV get (a direct get, read by the
         // connection) of it ended this worker's requests connection at every heartbeat.
         let js = catalog::context(self.client.clone());
         for key in theirs {
+            if cleared.contains(&key) {
+                continue;
+            }
             let subject = format!("{stream_prefix}{key}");
             let found = match crate::unreadable::last_message(
                 &js,
@@ -560,7 +577,12 @@ impl Inner {
                     (self.config.heartbeat * 3).as_secs()
                 )));
             }
+            // Settled for good once it has joined (or is an older worker's entry).
+            if !other.joining {
+                cleared.insert(key);
+            }
         }
+        *self.cleared.lock().unwrap_or_else(|p| p.into_inner()) = cleared;
         Ok(())
     }
 }

@@ -395,3 +395,55 @@ async fn a_pool_that_finds_an_earlier_overlapping_pool_back_gives_way_and_each_c
     later.shutdown().await;
     earlier.shutdown().await;
 }
+
+/// The overlap check at every heartbeat reads the entries of its server's other instances;
+/// an instance's scope and when it joined never change, so one read and found to leave the
+/// pool be is not read again: two workers of one pool, a few heartbeats in, ask the stream
+/// for no entry at all (before, each asked for the other's at every beat: one request per
+/// instance per beat, for every worker of the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overlap_check_reads_an_instance_that_has_joined_once_not_at_every_heartbeat() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let spy = connect(&url).await;
+    let mut gets = spy
+        .subscribe(format!("$JS.API.STREAM.MSG.GET.KV_{CATALOG_BUCKET}"))
+        .await
+        .unwrap();
+    spy.flush().await.unwrap();
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let mut config = WorkerConfig::new("calc");
+        // The shortest the bucket takes (its delete markers live a heartbeat).
+        config.heartbeat = Duration::from_secs(1);
+        workers.push(
+            Worker::start(
+                worker_server(Arc::default()).await,
+                connect(&url).await,
+                config,
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    // Each has read the other's entry once it had joined (its second put, a beat in).
+    let mut read = 0;
+    let settled = tokio::time::Instant::now() + Duration::from_millis(3500);
+    while tokio::time::timeout_at(settled, gets.next()).await.is_ok() {
+        read += 1;
+    }
+    assert!(
+        read >= 2,
+        "each worker read the other's entry: {read} reads"
+    );
+    // Four more heartbeats each.
+    let quiet = tokio::time::Instant::now() + Duration::from_secs(4);
+    let mut again = 0;
+    while tokio::time::timeout_at(quiet, gets.next()).await.is_ok() {
+        again += 1;
+    }
+    assert_eq!(again, 0, "entries read again at later heartbeats");
+    for worker in workers {
+        worker.shutdown().await;
+    }
+}
