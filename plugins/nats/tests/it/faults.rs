@@ -344,6 +344,22 @@ fn sleeping(
     tokio::spawn(async move { client.call_tool("calc__sleep", json!({"ms": ms})).await })
 }
 
+/// Waits for a [`sleeping`] call, which must answer `slept`; `when` says what it was in
+/// flight at, for the failure.
+async fn slept(
+    call: tokio::task::JoinHandle<Result<CallToolResult, toolyard::client::ClientError>>,
+    when: &str,
+) {
+    let outcome = tokio::time::timeout(WAIT, call)
+        .await
+        .unwrap_or_else(|_| panic!("the call in flight at {when} hung"))
+        .unwrap();
+    match outcome {
+        Ok(r) => assert_eq!(text(&r), "slept", "{when}"),
+        Err(e) => panic!("the call in flight at {when} failed: {e}"),
+    }
+}
+
 /// What async-nats (0.52) cannot read on a worker's request subject, where anyone who may call
 /// a tool may publish: a subject that is not UTF-8 (a plain `PUB`, no headers at all), a header
 /// value that is not UTF-8, a header line without a colon, a status that is not a number. It
@@ -396,14 +412,7 @@ async fn a_request_the_workers_client_cannot_read_costs_a_reconnection_and_the_c
                 call_body("echo").as_bytes(),
             )
         });
-        let outcome = tokio::time::timeout(WAIT, call)
-            .await
-            .unwrap_or_else(|_| panic!("the call in flight at {what} hung"))
-            .unwrap();
-        match outcome {
-            Ok(r) => assert_eq!(text(&r), "slept", "{what}"),
-            Err(e) => panic!("the call in flight at {what} failed: {e}"),
-        }
+        slept(call, what).await;
         // The premise: the worker's client library did drop its connection over it. Once
         // async-nats drops such a message instead, this fails: say so in docs/nats.md.
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -529,14 +538,7 @@ async fn a_message_the_gateways_client_cannot_read_on_its_reply_subject_leaves_t
         tokio::task::block_in_place(|| {
             nats.publish_bytes_unchecked(&subject_of(&reply), None, head, b"{}")
         });
-        let outcome = tokio::time::timeout(WAIT, call)
-            .await
-            .unwrap_or_else(|_| panic!("the call in flight at {what} hung"))
-            .unwrap();
-        match outcome {
-            Ok(r) => assert_eq!(text(&r), "slept", "{what}"),
-            Err(e) => panic!("the call in flight at {what} failed: {e}"),
-        }
+        slept(call, what).await;
         // The premise: the gateway's client library did drop its connection over it. Once
         // async-nats drops such a message instead, this fails: say so in docs/nats.md.
         assert!(
@@ -2813,14 +2815,7 @@ async fn a_catalog_entry_of_its_server_that_does_not_parse_leaves_the_workers_co
     // Three heartbeats, each with its overlap check, under calls.
     for _ in 0..8 {
         let call = sleeping(&gw.client, 400);
-        match tokio::time::timeout(WAIT, call)
-            .await
-            .expect("the call hung")
-            .unwrap()
-        {
-            Ok(r) => assert_eq!(text(&r), "slept"),
-            Err(e) => panic!("a call failed beside the poisoned entry: {e}"),
-        }
+        slept(call, "a heartbeat beside the poisoned entry").await;
     }
     assert_eq!(
         connects(&bus),
@@ -2861,14 +2856,7 @@ async fn a_catalog_entry_whose_headers_do_not_parse_leaves_the_calls_in_flight_b
         kv.put(format!("srv.junk.i{i}"), "not an entry".into())
             .await
             .unwrap();
-        let outcome = tokio::time::timeout(WAIT, call)
-            .await
-            .expect("the call hung")
-            .unwrap();
-        match outcome {
-            Ok(r) => assert_eq!(text(&r), "slept"),
-            Err(e) => panic!("the call in flight at catalog change {i} failed: {e}"),
-        }
+        slept(call, &format!("catalog change {i}")).await;
     }
     still_serves(&gw.client).await;
 }
